@@ -1,0 +1,99 @@
+// Package fanout carries "task changed" notifications between the Task State
+// Service and pushd nodes: the Redis Pub/Sub bus (one connection per node,
+// subscriptions reference-counted per tenant), the in-memory bus of the
+// embedded mode, and the publisher a Task State Service imports.
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/pushd/pushd/snapshot"
+)
+
+// Notification says that a task changed. It is a hint, never state: a node
+// that hears it re-reads the versioned snapshot.
+type Notification struct {
+	TenantID   string `json:"-"` // from the channel, never from the payload
+	TaskID     string `json:"task_id"`
+	Version    int64  `json:"version"`
+	ProjectID  string `json:"project_id,omitempty"`
+	UserID     string `json:"user_id,omitempty"`
+	Status     string `json:"status,omitempty"`
+	OccurredAt int64  `json:"occurred_at,omitempty"` // Unix milliseconds
+}
+
+// MaxNotificationSize bounds a notification payload; larger ones are dropped.
+const MaxNotificationSize = 4 << 10
+
+// ErrMalformed marks a notification payload that was dropped.
+var ErrMalformed = errors.New("malformed notification")
+
+// ParseNotification decodes a payload heard on tenant's channel. task_id and
+// version are required.
+func ParseNotification(tenantID string, payload []byte) (Notification, error) {
+	var n Notification
+	if len(payload) > MaxNotificationSize {
+		return n, fmt.Errorf("%w: %d bytes", ErrMalformed, len(payload))
+	}
+	if err := json.Unmarshal(payload, &n); err != nil {
+		return n, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if !snapshot.ValidID(n.TaskID) {
+		return n, fmt.Errorf("%w: task_id", ErrMalformed)
+	}
+	if n.Version <= 0 {
+		return n, fmt.Errorf("%w: version", ErrMalformed)
+	}
+	if n.ProjectID != "" && !snapshot.ValidID(n.ProjectID) {
+		return n, fmt.Errorf("%w: project_id", ErrMalformed)
+	}
+	if n.UserID != "" && !snapshot.ValidID(n.UserID) {
+		return n, fmt.Errorf("%w: user_id", ErrMalformed)
+	}
+	n.TenantID = tenantID
+	return n, nil
+}
+
+// NotificationFor builds the notification announcing s.
+func NotificationFor(s *snapshot.Snapshot) Notification {
+	return Notification{
+		TenantID: s.TenantID, TaskID: s.TaskID, Version: s.Version,
+		ProjectID: s.ProjectID, UserID: s.UserID, Status: s.Status, OccurredAt: s.UpdatedAt,
+	}
+}
+
+// Handler receives what a bus hears. Its methods are called from the bus's
+// reading loop and must not block.
+type Handler interface {
+	// Notify is called once per well-formed notification.
+	Notify(Notification)
+	// Resync is called when a tenant's subscription was re-established after
+	// a loss: notifications sent meanwhile may be gone, so the handler
+	// re-reads what it watches.
+	Resync(tenantID string)
+}
+
+// Bus is a node's subscription to the notifications of the tenants its
+// connections watch.
+type Bus interface {
+	// Start begins delivering to h. It is called once, before Subscribe.
+	Start(h Handler)
+	// Subscribe takes a reference on tenant's notifications and returns once
+	// the subscription is confirmed, so a change published after Subscribe
+	// returns is delivered. release drops the reference; the last release
+	// unsubscribes after a short linger. release is idempotent.
+	Subscribe(ctx context.Context, tenantID string) (release func(), err error)
+	// Close stops delivery and waits for the bus's goroutines. It is idempotent.
+	Close() error
+}
+
+// Publisher writes a snapshot and announces it: the write path of the Task
+// State Service and of POST /v1/publish.
+type Publisher interface {
+	// Publish stores s if it is newer than the stored version and, if it
+	// was, announces it. written is false for a stale snapshot.
+	Publish(ctx context.Context, s *snapshot.Snapshot) (written bool, err error)
+}

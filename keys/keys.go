@@ -1,0 +1,45 @@
+// Package keys names every Redis key and channel pushd reads or writes, so
+// the Task State Service, the publisher and the nodes agree on one spelling.
+package keys
+
+import "strings"
+
+// Names builds key and channel names. The zero value uses the names of
+// DESIGN.md with no prefix.
+type Names struct {
+	// Prefix is prepended to every key, channel and stream. Empty means none.
+	// It lets several environments (or test packages) share one Redis.
+	Prefix string
+}
+
+// Snapshot is the key of a task's JSON snapshot.
+func (n Names) Snapshot(taskID string) string { return n.Prefix + "task:snapshot:" + taskID }
+
+// NotFound is the key of a task's negative-cache marker.
+func (n Names) NotFound(taskID string) string { return n.Prefix + "task:notfound:" + taskID }
+
+// Channel is the Pub/Sub channel of a tenant's change notifications. The
+// braces are a Redis Cluster hash tag: a tenant's channel and stream share a
+// slot.
+func (n Names) Channel(tenantID string) string {
+	return n.Prefix + "task.changed.{" + tenantID + "}"
+}
+
+// Stream is the Redis Stream of a tenant's replayable events.
+func (n Names) Stream(tenantID string) string {
+	return n.Prefix + "stream:task-events:{" + tenantID + "}"
+}
+
+// TenantFromChannel returns the tenant a channel name belongs to, and false
+// when the name is not a change channel of this prefix.
+func (n Names) TenantFromChannel(channel string) (string, bool) {
+	rest, ok := strings.CutPrefix(channel, n.Prefix+"task.changed.{")
+	if !ok {
+		return "", false
+	}
+	tenant, ok := strings.CutSuffix(rest, "}")
+	if !ok || tenant == "" {
+		return "", false
+	}
+	return tenant, true
+}

@@ -1,0 +1,152 @@
+// Package snapshot defines the versioned task snapshot and its rules, and
+// reads and writes it: an in-process cache, singleflight per task, Redis,
+// a negative cache and a bounded PostgreSQL fallback on the read path; one
+// Lua script (SetIfNewer) on the write path.
+package snapshot
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no source has the task. Callers answer a task of another
+	// tenant with the same error, so the two are indistinguishable.
+	ErrNotFound = errors.New("task not found")
+	// ErrInvalidID: an id failed ValidID; no I/O was done.
+	ErrInvalidID = errors.New("invalid id")
+	// ErrUnavailable: no source could answer (Redis and PostgreSQL both down,
+	// or the PostgreSQL fallback is saturated).
+	ErrUnavailable = errors.New("snapshot sources unavailable")
+)
+
+// Snapshot is one version of a task's state. It is immutable once parsed and
+// shared by every connection that receives it. The fields below are the ones
+// pushd routes and orders by; the document itself, unknown fields included,
+// is kept verbatim in JSON() and forwarded as is, so the Task State Service
+// can add fields without a pushd release.
+type Snapshot struct {
+	TaskID    string
+	TenantID  string
+	ProjectID string
+	UserID    string
+	Status    string
+	Version   int64
+	UpdatedAt int64 // Unix milliseconds
+
+	raw []byte
+}
+
+// MaxSize bounds a snapshot document.
+const MaxSize = 64 << 10
+
+// known is the part of the document pushd reads.
+type known struct {
+	TaskID    string `json:"task_id"`
+	TenantID  string `json:"tenant_id"`
+	ProjectID string `json:"project_id"`
+	UserID    string `json:"user_id"`
+	Status    string `json:"status"`
+	Version   *int64 `json:"version"`
+	UpdatedAt int64  `json:"updated_at"`
+}
+
+// Parse validates a snapshot document and returns it. The document must be a
+// JSON object with a valid task_id and tenant_id and a positive version.
+func Parse(b []byte) (*Snapshot, error) {
+	if len(b) > MaxSize {
+		return nil, fmt.Errorf("snapshot: %d bytes exceeds %d", len(b), MaxSize)
+	}
+	var k known
+	if err := json.Unmarshal(b, &k); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	switch {
+	case !ValidID(k.TaskID):
+		return nil, fmt.Errorf("snapshot: task_id: %w", ErrInvalidID)
+	case !ValidID(k.TenantID):
+		return nil, fmt.Errorf("snapshot: tenant_id: %w", ErrInvalidID)
+	case k.ProjectID != "" && !ValidID(k.ProjectID):
+		return nil, fmt.Errorf("snapshot: project_id: %w", ErrInvalidID)
+	case k.UserID != "" && !ValidID(k.UserID):
+		return nil, fmt.Errorf("snapshot: user_id: %w", ErrInvalidID)
+	case k.Version == nil || *k.Version <= 0:
+		return nil, errors.New("snapshot: version must be a positive integer")
+	}
+	raw := b
+	if !isCompact(b) {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, b); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		raw = buf.Bytes()
+	} else {
+		raw = bytes.Clone(b)
+	}
+	return &Snapshot{
+		TaskID: k.TaskID, TenantID: k.TenantID, ProjectID: k.ProjectID, UserID: k.UserID,
+		Status: k.Status, Version: *k.Version, UpdatedAt: k.UpdatedAt,
+		raw: raw,
+	}, nil
+}
+
+// isCompact reports whether b has no newlines, which SSE data lines cannot
+// carry. Other whitespace is harmless and kept.
+func isCompact(b []byte) bool { return bytes.IndexAny(b, "\r\n") < 0 }
+
+// JSON returns the document as written, compacted to one line. Callers must
+// not modify it.
+func (s *Snapshot) JSON() []byte { return s.raw }
+
+// MarshalJSON forwards the document verbatim.
+func (s *Snapshot) MarshalJSON() ([]byte, error) { return s.raw, nil }
+
+// UnmarshalJSON parses and validates like Parse.
+func (s *Snapshot) UnmarshalJSON(b []byte) error {
+	p, err := Parse(b)
+	if err != nil {
+		return err
+	}
+	*s = *p
+	return nil
+}
+
+// NewerThan reports whether s should replace a snapshot of version v.
+// Versions only go up: an equal version is not newer.
+func (s *Snapshot) NewerThan(v int64) bool { return s.Version > v }
+
+// Terminal reports whether the task will not change again.
+func (s *Snapshot) Terminal() bool {
+	switch s.Status {
+	case "SUCCEEDED", "FAILED", "CANCELED":
+		return true
+	}
+	return false
+}
+
+// TTL is how long Redis keeps a snapshot of the given status: short while a
+// task moves, long once it has ended. Unknown statuses get the shortest.
+func TTL(status string) time.Duration {
+	switch status {
+	case "QUEUED":
+		return 30 * time.Second
+	case "SUCCEEDED":
+		return time.Hour
+	case "FAILED", "CANCELED":
+		return 30 * time.Minute
+	default: // RUNNING, PROVIDER_SUBMITTED, POST_PROCESSING and anything new
+		return 10 * time.Second
+	}
+}
+
+// TTLWithJitter adds up to 10 % to TTL(status), so snapshots written together
+// do not expire together.
+func TTLWithJitter(status string) time.Duration {
+	base := TTL(status)
+	return base + time.Duration(rand.Int64N(int64(base)/10+1))
+}

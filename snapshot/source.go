@@ -1,0 +1,30 @@
+package snapshot
+
+import "context"
+
+// Source reads snapshots. Store (Redis and PostgreSQL) and MemoryStore (the
+// embedded mode) implement it. Every method validates ids before any I/O and
+// returns ErrInvalidID for a bad one.
+type Source interface {
+	// Get returns the task's snapshot. atLeast is the version a notification
+	// announced (0 when none): a cached or stored result older than atLeast
+	// is not returned while a newer source may have it, and atLeast > 0
+	// overrides the negative cache. It returns ErrNotFound when no source has
+	// the task, ErrUnavailable when no source answered.
+	Get(ctx context.Context, taskID string, atLeast int64) (*Snapshot, error)
+	// GetMany returns the snapshots of the tasks that exist, keyed by id;
+	// absent tasks are missing from the map.
+	GetMany(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error)
+	// ListProject returns the current snapshots of a project's tasks.
+	ListProject(ctx context.Context, tenantID, projectID string) ([]*Snapshot, error)
+	// ListUser returns the current snapshots of a user's tasks.
+	ListUser(ctx context.Context, tenantID, userID string) ([]*Snapshot, error)
+}
+
+// Writer stores snapshots, keeping versions monotonic.
+type Writer interface {
+	// SetIfNewer stores s only if no snapshot of the task is stored or the
+	// stored version is lower, and clears the task's negative cache. It
+	// reports whether it wrote.
+	SetIfNewer(ctx context.Context, s *Snapshot) (bool, error)
+}
