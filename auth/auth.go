@@ -1,0 +1,59 @@
+// Package auth verifies client tokens and says which tenant and user a
+// connection belongs to.
+//
+// A token is a JWT whose "sub" claim names the user, whose "tenant_id" claim
+// names the tenant and whose "exp" claim is required. The Verifier pins one
+// signing algorithm, chosen by the configured key, so "alg: none" and
+// algorithm-confusion tokens are refused before any key is used.
+package auth
+
+import (
+	"errors"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Errors callers branch on. Every error Verify and Authenticate return wraps
+// exactly one of them; none of their messages repeats the token.
+var (
+	// ErrMissingToken means the request carried no token at all.
+	ErrMissingToken = errors.New("auth: missing token")
+	// ErrInvalidToken means the token was refused: malformed, oversized,
+	// signed with another key or algorithm, or with bad claims.
+	ErrInvalidToken = errors.New("auth: invalid token")
+	// ErrTokenExpired means a correctly signed token is past its exp claim
+	// (plus the leeway). It does not match ErrInvalidToken.
+	ErrTokenExpired = errors.New("auth: token expired")
+)
+
+// Signing algorithms a Verifier can pin.
+const (
+	AlgHS256 = "HS256"
+	AlgRS256 = "RS256"
+	AlgES256 = "ES256"
+	AlgEdDSA = "EdDSA"
+)
+
+// DefaultCookieName is the cookie that carries a token when
+// Config.CookieName is empty.
+const DefaultCookieName = "pushd_token"
+
+// MaxTokenLen bounds the length of a token; a longer one is refused with
+// ErrInvalidToken before it is decoded.
+const MaxTokenLen = 8 << 10
+
+const defaultLeeway = 5 * time.Second
+
+// Principal is who a verified token speaks for.
+type Principal struct {
+	TenantID  string
+	UserID    string
+	ExpiresAt time.Time
+}
+
+// claims is the token body pushd reads and the Signer writes.
+type claims struct {
+	TenantID string `json:"tenant_id"`
+	jwt.RegisteredClaims
+}

@@ -1,0 +1,48 @@
+package auth
+
+import (
+	"net/http"
+	"strings"
+)
+
+// Authenticate finds the token r carries (see TokenFromRequest) and
+// verifies it. It returns ErrMissingToken when r carries none.
+func (v *Verifier) Authenticate(r *http.Request) (Principal, error) {
+	token := TokenFromRequest(r, v.cookieName)
+	if token == "" {
+		return Principal{}, ErrMissingToken
+	}
+	return v.Verify(token)
+}
+
+// TokenFromRequest returns the token r carries, looking in this order at an
+// "Authorization: Bearer" header, the cookie cookieName (DefaultCookieName
+// when empty) and the access_token query parameter, which is how an
+// EventSource, unable to set headers, sends it. The first non-empty one
+// wins; it returns "" when there is none. An Authorization header with
+// another scheme is ignored.
+func TokenFromRequest(r *http.Request, cookieName string) string {
+	if t := bearer(r.Header.Get("Authorization")); t != "" {
+		return t
+	}
+	if cookieName == "" {
+		cookieName = DefaultCookieName
+	}
+	if c, err := r.Cookie(cookieName); err == nil && c.Value != "" {
+		return c.Value
+	}
+	if r.URL != nil {
+		return r.URL.Query().Get("access_token")
+	}
+	return ""
+}
+
+// bearer returns the credentials of a "Bearer" Authorization header value;
+// the scheme is case-insensitive (RFC 9110, section 11.1).
+func bearer(h string) string {
+	const scheme = "Bearer "
+	if len(h) < len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
+		return ""
+	}
+	return strings.TrimSpace(h[len(scheme):])
+}

@@ -1,0 +1,242 @@
+package auth
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/pushd/pushd/snapshot"
+)
+
+// minRSABits is the smallest RSA modulus New accepts.
+const minRSABits = 2048
+
+// Config says how a Verifier checks tokens. Exactly one of Secret and
+// PublicKeyPEM must be set.
+type Config struct {
+	// Secret is the HS256 shared secret. Empty means tokens are signed with
+	// a public-key algorithm and PublicKeyPEM is set instead.
+	Secret []byte
+	// PublicKeyPEM is a PEM-encoded public key: "PUBLIC KEY" (PKIX),
+	// "RSA PUBLIC KEY" (PKCS #1) or a "CERTIFICATE" whose key is used. The
+	// key type pins the algorithm: RSA (2048 bits or more) means RS256,
+	// ECDSA P-256 means ES256, Ed25519 means EdDSA. Empty means Secret is set.
+	PublicKeyPEM []byte
+	// Algorithm optionally pins the algorithm explicitly: AlgHS256,
+	// AlgRS256, AlgES256 or AlgEdDSA. It must agree with the key. Empty
+	// means the algorithm the key implies.
+	Algorithm string
+	// CookieName is the cookie Authenticate reads a token from. Empty means
+	// DefaultCookieName.
+	CookieName string
+	// Leeway is the clock skew allowed when checking exp, nbf and iat. Zero
+	// means 5s; a negative leeway is an error.
+	Leeway time.Duration
+}
+
+// Verifier checks tokens. It is safe for concurrent use.
+type Verifier struct {
+	alg        string
+	key        any // []byte, *rsa.PublicKey, *ecdsa.PublicKey or ed25519.PublicKey
+	cookieName string
+	parser     *jwt.Parser
+}
+
+// New returns a Verifier for cfg. It fails when no key or both keys are
+// set, when the PEM or the key in it cannot be used, and when
+// cfg.Algorithm disagrees with the key.
+func New(cfg Config) (*Verifier, error) {
+	if cfg.Leeway < 0 {
+		return nil, errors.New("auth: negative leeway")
+	}
+	if cfg.Leeway == 0 {
+		cfg.Leeway = defaultLeeway
+	}
+	if cfg.CookieName == "" {
+		cfg.CookieName = DefaultCookieName
+	}
+
+	var (
+		alg string
+		key any
+	)
+	switch {
+	case len(cfg.Secret) > 0 && len(cfg.PublicKeyPEM) > 0:
+		return nil, errors.New("auth: both a secret and a public key are set; set one")
+	case len(cfg.Secret) > 0:
+		alg, key = AlgHS256, slices.Clone(cfg.Secret)
+	case len(cfg.PublicKeyPEM) > 0:
+		var err error
+		if alg, key, err = parsePublicKey(cfg.PublicKeyPEM); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, errors.New("auth: no secret or public key is set")
+	}
+
+	if cfg.Algorithm != "" && cfg.Algorithm != alg {
+		switch cfg.Algorithm {
+		case AlgHS256, AlgRS256, AlgES256, AlgEdDSA:
+			return nil, fmt.Errorf("auth: algorithm %s does not match the configured key (%s)", cfg.Algorithm, alg)
+		default:
+			return nil, fmt.Errorf("auth: unsupported algorithm %q", cfg.Algorithm)
+		}
+	}
+
+	return &Verifier{
+		alg:        alg,
+		key:        key,
+		cookieName: cfg.CookieName,
+		parser: jwt.NewParser(
+			jwt.WithValidMethods([]string{alg}),
+			jwt.WithExpirationRequired(),
+			jwt.WithIssuedAt(),
+			jwt.WithLeeway(cfg.Leeway),
+		),
+	}, nil
+}
+
+// parsePublicKey reads the first PEM block of data and returns the
+// algorithm its key pins and the key.
+func parsePublicKey(data []byte) (string, any, error) {
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return "", nil, errors.New("auth: public key: no PEM block found")
+	}
+	var (
+		pub any
+		err error
+	)
+	switch block.Type {
+	case "PUBLIC KEY":
+		pub, err = x509.ParsePKIXPublicKey(block.Bytes)
+	case "RSA PUBLIC KEY":
+		pub, err = x509.ParsePKCS1PublicKey(block.Bytes)
+	case "CERTIFICATE":
+		var cert *x509.Certificate
+		if cert, err = x509.ParseCertificate(block.Bytes); err == nil {
+			pub = cert.PublicKey
+		}
+	default:
+		return "", nil, fmt.Errorf("auth: public key: unsupported PEM block %q (want PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE)", block.Type)
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("auth: public key: %w", err)
+	}
+
+	switch k := pub.(type) {
+	case *rsa.PublicKey:
+		if k.N.BitLen() < minRSABits {
+			return "", nil, fmt.Errorf("auth: public key: RSA key of %d bits, want at least %d", k.N.BitLen(), minRSABits)
+		}
+		return AlgRS256, k, nil
+	case *ecdsa.PublicKey:
+		if k.Curve != elliptic.P256() {
+			return "", nil, fmt.Errorf("auth: public key: ECDSA curve %s, want P-256", k.Curve.Params().Name)
+		}
+		return AlgES256, k, nil
+	case ed25519.PublicKey:
+		return AlgEdDSA, k, nil
+	default:
+		return "", nil, fmt.Errorf("auth: public key: unsupported key type %T", pub)
+	}
+}
+
+// Verify checks token and returns the principal it names. The error wraps
+// ErrMissingToken for an empty token, ErrTokenExpired for a correctly signed
+// token past its expiry, and ErrInvalidToken for anything else.
+func (v *Verifier) Verify(token string) (Principal, error) {
+	if token == "" {
+		return Principal{}, ErrMissingToken
+	}
+	if len(token) > MaxTokenLen {
+		return Principal{}, invalid("token longer than the limit", nil)
+	}
+
+	var c claims
+	if _, err := v.parser.ParseWithClaims(token, &c, v.keyFor); err != nil {
+		return Principal{}, classify(err)
+	}
+	// The parser already required exp; a nil here would be a library bug.
+	if c.ExpiresAt == nil {
+		return Principal{}, invalid("missing exp claim", nil)
+	}
+	if !snapshot.ValidID(c.Subject) {
+		return Principal{}, invalid("missing or invalid sub claim", nil)
+	}
+	if !snapshot.ValidID(c.TenantID) {
+		return Principal{}, invalid("missing or invalid tenant_id claim", nil)
+	}
+	return Principal{TenantID: c.TenantID, UserID: c.Subject, ExpiresAt: c.ExpiresAt.Time}, nil
+}
+
+// keyFor returns the verification key. The parser has already refused any
+// algorithm but v.alg; the check here keeps that true should the parser
+// options ever change.
+func (v *Verifier) keyFor(t *jwt.Token) (any, error) {
+	if t.Method.Alg() != v.alg {
+		return nil, errors.New("unexpected signing method")
+	}
+	return v.key, nil
+}
+
+// classify maps a parser error to ErrTokenExpired or ErrInvalidToken. The
+// message is chosen here rather than taken from the library, whose messages
+// may quote attacker-controlled header values.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return invalid("malformed", err)
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return invalid("bad signature or algorithm", err)
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		return invalid("unverifiable", err)
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return invalid("missing exp claim", err)
+	case errors.Is(err, jwt.ErrTokenExpired):
+		// Only reached with a good signature: the parser checks it first.
+		return &tokenError{sentinel: ErrTokenExpired, cause: err}
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return invalid("not valid yet", err)
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return invalid("issued in the future", err)
+	default:
+		return invalid("bad claims", err)
+	}
+}
+
+// tokenError carries one of the exported sentinels, a fixed reason and the
+// library's error, reachable through errors.Is and errors.As but never
+// printed.
+type tokenError struct {
+	sentinel error
+	reason   string
+	cause    error
+}
+
+func invalid(reason string, cause error) error {
+	return &tokenError{sentinel: ErrInvalidToken, reason: reason, cause: cause}
+}
+
+func (e *tokenError) Error() string {
+	if e.reason == "" {
+		return e.sentinel.Error()
+	}
+	return e.sentinel.Error() + ": " + e.reason
+}
+
+func (e *tokenError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.sentinel}
+	}
+	return []error{e.sentinel, e.cause}
+}
