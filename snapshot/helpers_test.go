@@ -1,0 +1,40 @@
+package snapshot_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pushd/pushd/snapshot"
+)
+
+// ctxT returns a context that ends with the test or after a minute, so a
+// hung server fails the test instead of the whole run.
+func ctxT(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// doc is a snapshot document of the given task, tenant, status and version.
+func doc(task, tenant, status string, version int64) []byte {
+	return fmt.Appendf(nil, `{"task_id":%q,"tenant_id":%q,"project_id":"p1","user_id":"u1",`+
+		`"status":%q,"progress":45,"version":%d,"updated_at":1710000000000}`,
+		task, tenant, status, version)
+}
+
+func mustParse(t testing.TB, b []byte) *snapshot.Snapshot {
+	t.Helper()
+	s, err := snapshot.Parse(b)
+	if err != nil {
+		t.Fatalf("Parse(%s): %v", b, err)
+	}
+	return s
+}
+
+func snap(t testing.TB, task, tenant, status string, version int64) *snapshot.Snapshot {
+	t.Helper()
+	return mustParse(t, doc(task, tenant, status, version))
+}

@@ -1,0 +1,182 @@
+package snapshot_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/testenv"
+)
+
+func TestWriteOnlyNewer(t *testing.T) {
+	t.Parallel()
+	r := testenv.SharedRedis(t)
+	ctx := ctxT(t)
+	id := testenv.UniqueID("task")
+	key := r.Names.Snapshot(id)
+
+	for _, step := range []struct {
+		version int64
+		want    bool
+		stored  int64
+	}{
+		{5, true, 5},   // nothing stored
+		{5, false, 5},  // equal is not newer
+		{4, false, 5},  // older
+		{7, true, 7},   // newer
+		{6, false, 7},  // older again
+		{12, true, 12}, // numeric, not lexical, comparison
+	} {
+		got, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", step.version), 0, "", nil)
+		if err != nil {
+			t.Fatalf("Write v%d: %v", step.version, err)
+		}
+		if got != step.want {
+			t.Errorf("Write v%d = %v, want %v", step.version, got, step.want)
+		}
+		stored := mustParse(t, []byte(r.Client.Get(ctx, key).Val()))
+		if stored.Version != step.stored {
+			t.Errorf("after Write v%d stored version %d, want %d", step.version, stored.Version, step.stored)
+		}
+	}
+}
+
+func TestWriteOverwritesUndecodable(t *testing.T) {
+	t.Parallel()
+	r := testenv.SharedRedis(t)
+	ctx := ctxT(t)
+	id := testenv.UniqueID("task")
+	for _, junk := range []string{"not json", `{"version":"9"}`, `[1,2]`} {
+		r.Client.Set(ctx, r.Names.Snapshot(id), junk, time.Minute)
+		got, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", 1), 0, "", nil)
+		if err != nil || !got {
+			t.Errorf("Write over %q = %v, %v; want true, nil", junk, got, err)
+		}
+	}
+}
+
+func TestWriteClearsNegativeCache(t *testing.T) {
+	t.Parallel()
+	r := testenv.SharedRedis(t)
+	ctx := ctxT(t)
+	id := testenv.UniqueID("task")
+	nf := r.Names.NotFound(id)
+
+	r.Client.Set(ctx, nf, "1", time.Minute)
+	if ok, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "QUEUED", 3), 0, "", nil); err != nil || !ok {
+		t.Fatalf("Write = %v, %v", ok, err)
+	}
+	if n := r.Client.Exists(ctx, nf).Val(); n != 0 {
+		t.Errorf("negative-cache key survived a write")
+	}
+	// A marker set by a racing reader is wrong even when the write loses.
+	r.Client.Set(ctx, nf, "1", time.Minute)
+	if ok, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "QUEUED", 2), 0, "", nil); err != nil || ok {
+		t.Fatalf("Write older = %v, %v", ok, err)
+	}
+	if n := r.Client.Exists(ctx, nf).Val(); n != 0 {
+		t.Errorf("negative-cache key survived a write of an older version")
+	}
+}
+
+func TestWritePublishesOnlyWhenWritten(t *testing.T) {
+	t.Parallel()
+	r := testenv.SharedRedis(t)
+	ctx := ctxT(t)
+	id := testenv.UniqueID("task")
+	channel := r.Names.Channel("t1")
+
+	sub := r.Client.Subscribe(ctx, channel)
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil { // the subscription confirmation
+		t.Fatalf("subscribe: %v", err)
+	}
+	write := func(v int64, msg string) bool {
+		t.Helper()
+		ok, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", v), 0, channel, []byte(msg))
+		if err != nil {
+			t.Fatalf("Write v%d: %v", v, err)
+		}
+		return ok
+	}
+	if !write(2, "v2") {
+		t.Fatal("first write did not write")
+	}
+	if write(1, "v1") || write(2, "v2-again") {
+		t.Fatal("a stale write wrote")
+	}
+	if !write(3, "v3") {
+		t.Fatal("newer write did not write")
+	}
+	// Messages arrive in publish order, so had v1 or v2-again been published
+	// they would come between v2 and v3.
+	for _, want := range []string{"v2", "v3"} {
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatalf("receive: %v", err)
+		}
+		if msg.Payload != want {
+			t.Fatalf("received %q, want %q", msg.Payload, want)
+		}
+	}
+}
+
+func TestWriteTTLByStatus(t *testing.T) {
+	t.Parallel()
+	r := testenv.SharedRedis(t)
+	ctx := ctxT(t)
+	for _, status := range []string{"QUEUED", "RUNNING", "PROVIDER_SUBMITTED", "POST_PROCESSING", "SUCCEEDED", "FAILED", "CANCELED", "SOMETHING_NEW"} {
+		id := testenv.UniqueID("task")
+		if _, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", status, 1), 0, "", nil); err != nil {
+			t.Fatal(err)
+		}
+		pttl := r.Client.PTTL(ctx, r.Names.Snapshot(id)).Val()
+		base := snapshot.TTL(status)
+		// PTTL counts down from the moment of the write, so allow a little
+		// below the base; the script cannot run for a second.
+		if pttl < base-time.Second || pttl > base+base/10 {
+			t.Errorf("%s: PTTL %v, want within [%v, %v]", status, pttl, base, base+base/10)
+		}
+	}
+	// An explicit ttl wins.
+	id := testenv.UniqueID("task")
+	if _, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "SUCCEEDED", 1), 5*time.Minute, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if pttl := r.Client.PTTL(ctx, r.Names.Snapshot(id)).Val(); pttl <= 4*time.Minute || pttl > 5*time.Minute {
+		t.Errorf("explicit ttl: PTTL %v, want about 5m", pttl)
+	}
+}
+
+func TestWriteStoresDocumentVerbatim(t *testing.T) {
+	t.Parallel()
+	r := testenv.SharedRedis(t)
+	ctx := ctxT(t)
+	id := testenv.UniqueID("task")
+	in := []byte(`{"task_id":"` + id + `","tenant_id":"t1","version":1,"status":"QUEUED","future_field":{"a":[1,2]}}`)
+	s := mustParse(t, in)
+	if _, err := snapshot.Write(ctx, r.Client, r.Names, s, 0, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Client.Get(ctx, r.Names.Snapshot(id)).Val(); got != string(in) {
+		t.Errorf("stored %s, want %s", got, in)
+	}
+}
+
+func TestWriteRedisError(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	c := srv.Client()
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
+	defer cancel()
+	ok, err := snapshot.Write(ctx, c, keys.Names{}, snap(t, "x", "t1", "QUEUED", 1), 0, "", nil)
+	if err == nil || ok {
+		t.Fatalf("Write to a stopped Redis = %v, %v; want an error", ok, err)
+	}
+	if _, err := snapshot.Write(ctx, c, keys.Names{}, nil, 0, "", nil); err == nil {
+		t.Fatal("Write(nil) succeeded")
+	}
+}
