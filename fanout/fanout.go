@@ -34,27 +34,50 @@ var ErrMalformed = errors.New("malformed notification")
 // ParseNotification decodes a payload heard on tenant's channel. task_id and
 // version are required.
 func ParseNotification(tenantID string, payload []byte) (Notification, error) {
+	n, _, err := parseNotification(tenantID, payload)
+	return n, err
+}
+
+// Reasons a heard payload is dropped, the keys of RedisStats.MalformedBy.
+const (
+	reasonChannel   = "channel" // not a change channel of this prefix, or an invalid tenant
+	reasonSize      = "size"
+	reasonJSON      = "json"
+	reasonTaskID    = "task_id"
+	reasonVersion   = "version"
+	reasonProjectID = "project_id"
+	reasonUserID    = "user_id"
+)
+
+// malformedReasons lists every reason; RedisBus counts by index in it.
+var malformedReasons = [...]string{
+	reasonChannel, reasonSize, reasonJSON, reasonTaskID, reasonVersion, reasonProjectID, reasonUserID,
+}
+
+// parseNotification is ParseNotification, also saying why a payload was
+// rejected so a bus can count drops by reason.
+func parseNotification(tenantID string, payload []byte) (Notification, string, error) {
 	var n Notification
 	if len(payload) > MaxNotificationSize {
-		return n, fmt.Errorf("%w: %d bytes", ErrMalformed, len(payload))
+		return n, reasonSize, fmt.Errorf("%w: %d bytes", ErrMalformed, len(payload))
 	}
 	if err := json.Unmarshal(payload, &n); err != nil {
-		return n, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return n, reasonJSON, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if !snapshot.ValidID(n.TaskID) {
-		return n, fmt.Errorf("%w: task_id", ErrMalformed)
+		return n, reasonTaskID, fmt.Errorf("%w: task_id", ErrMalformed)
 	}
 	if n.Version <= 0 {
-		return n, fmt.Errorf("%w: version", ErrMalformed)
+		return n, reasonVersion, fmt.Errorf("%w: version", ErrMalformed)
 	}
 	if n.ProjectID != "" && !snapshot.ValidID(n.ProjectID) {
-		return n, fmt.Errorf("%w: project_id", ErrMalformed)
+		return n, reasonProjectID, fmt.Errorf("%w: project_id", ErrMalformed)
 	}
 	if n.UserID != "" && !snapshot.ValidID(n.UserID) {
-		return n, fmt.Errorf("%w: user_id", ErrMalformed)
+		return n, reasonUserID, fmt.Errorf("%w: user_id", ErrMalformed)
 	}
 	n.TenantID = tenantID
-	return n, nil
+	return n, "", nil
 }
 
 // NotificationFor builds the notification announcing s.
@@ -74,6 +97,17 @@ type Handler interface {
 	// a loss: notifications sent meanwhile may be gone, so the handler
 	// re-reads what it watches.
 	Resync(tenantID string)
+}
+
+// LossHandler may also be implemented by a Handler that wants to hear when a
+// bus lost its connection. Lost is called from the reading loop, once per
+// outage, when the first failure after a healthy period is seen: until
+// Resync(tenant) is called for a tenant, its notifications may be missed, so
+// the handler polls what it watches (DESIGN.md, "Modes and failures"). A bus
+// may also call Resync without a Lost first, when its client reconnected
+// without the reading loop seeing the failure.
+type LossHandler interface {
+	Lost(err error)
 }
 
 // Bus is a node's subscription to the notifications of the tenants its

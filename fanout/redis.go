@@ -1,0 +1,604 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// ErrClosed is returned by Subscribe on a bus that was closed, and to
+// Subscribe calls still waiting for a confirmation when it closed.
+var ErrClosed = errors.New("fanout: bus closed")
+
+var (
+	errNotStarted = errors.New("fanout: bus not started")
+	errNoPong     = errors.New("fanout: pubsub connection silent: ping unanswered")
+)
+
+// RedisConfig configures a RedisBus. Only Client is required.
+type RedisConfig struct {
+	// Client opens the bus's one Pub/Sub connection. Required. A
+	// *redis.Client or *redis.ClusterClient (classic Pub/Sub, which a cluster
+	// broadcasts to every node); a *redis.Ring cannot open a Pub/Sub
+	// connection without a channel and is refused.
+	Client redis.UniversalClient
+	// Names spells the tenant channels. The zero value uses DESIGN.md's names.
+	Names keys.Names
+	// Linger is how long an unreferenced tenant stays subscribed, so a
+	// browser that reconnects costs no UNSUBSCRIBE and SUBSCRIBE. Zero means 2s.
+	Linger time.Duration
+	// PingInterval is how long the connection may stay silent before the
+	// reading loop pings Redis. A ping still unanswered one interval later
+	// means the connection is dead: it is replaced. That needs the client's
+	// write deadlines (any WriteTimeout but -2). Zero means 5s.
+	PingInterval time.Duration
+	// Logger receives the bus's logs. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c RedisConfig) withDefaults() RedisConfig {
+	if c.Linger <= 0 {
+		c.Linger = 2 * time.Second
+	}
+	if c.PingInterval <= 0 {
+		c.PingInterval = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Backoff after a failed receive, so a node does not spin while Redis is down
+// and nodes do not redial in step after a restart.
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+// malformedLogEvery rate-limits the debug log of dropped payloads.
+const malformedLogEvery = 10 * time.Second
+
+// RedisBus is the Bus of a node on Redis: one Pub/Sub connection, on which
+// it subscribes the channel of each tenant its connections watch, counting
+// references per tenant.
+//
+// The reading loop is the only reader of the connection. Subscribe,
+// UNSUBSCRIBE after a linger, and the loop's own pings write to it from
+// their goroutines; go-redis serializes the writes and does not hold its lock
+// while the loop reads.
+//
+// go-redis reconnects on the next receive after a failure and sends SUBSCRIBE
+// again for every channel it holds. A confirmation of a tenant that was
+// confirmed before therefore means the subscription was lost and is back:
+// the bus calls Handler.Resync for it.
+type RedisBus struct {
+	cfg    RedisConfig // defaults applied
+	log    *slog.Logger
+	ps     *redis.PubSub
+	ctx    context.Context // done at Close; bounds the loop, dials and writes of the bus's own
+	cancel context.CancelFunc
+	done   chan struct{}  // closed when the reading loop returns
+	timers sync.WaitGroup // linger timers armed and not finished
+
+	stats redisCounters
+
+	// afterUnsubscribe, when set by a test, is called after a lingering
+	// tenant's UNSUBSCRIBE was written (or failed).
+	afterUnsubscribe func(tenantID string)
+
+	// Owned by the reading loop.
+	down          bool // the last receive failed; cleared by the next success
+	malformedLog  time.Time
+	malformedSeen int // dropped since the last log line
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	subs    map[string]*tenantSub // by tenant id
+}
+
+// tenantSub is one tenant's subscription. Its fields are guarded by
+// RedisBus.mu, except tenant and channel, which never change.
+type tenantSub struct {
+	tenant, channel string
+
+	refs int
+	// ready is closed at the first confirmation (confirmed is then true) or
+	// when the subscription failed (err is then set). It is never reopened:
+	// a later confirmation is a resubscription after a loss.
+	ready     chan struct{}
+	confirmed bool
+	err       error
+	// leaving is set while the tenant's UNSUBSCRIBE is being written, and
+	// closed once it was: a Subscribe waits for it and starts afresh, so
+	// SUBSCRIBE and UNSUBSCRIBE of one channel never cross on the wire.
+	leaving chan struct{}
+
+	gen   uint64      // bumped whenever a linger timer is armed or cancelled
+	timer *time.Timer // the linger timer, while refs == 0
+}
+
+// fail ends a subscription that was never confirmed, waking its waiters.
+func (e *tenantSub) fail(err error) {
+	if e.confirmed || e.err != nil {
+		return
+	}
+	e.err = err
+	close(e.ready)
+}
+
+type redisCounters struct {
+	received, malformed, subscribes, unsubscribes, resyncs, failures atomic.Int64
+	malformedBy                                                      [len(malformedReasons)]atomic.Int64
+}
+
+// RedisStats are a RedisBus's counters since it was made.
+type RedisStats struct {
+	Received     int64            // messages heard, well-formed or not
+	Malformed    int64            // messages dropped as malformed
+	MalformedBy  map[string]int64 // Malformed by reason: channel, size, json, task_id, version, project_id, user_id
+	Subscribes   int64            // SUBSCRIBE commands the bus sent (go-redis's resubscriptions excluded)
+	Unsubscribes int64            // UNSUBSCRIBE commands the bus sent
+	Resyncs      int64            // Handler.Resync calls
+	Failures     int64            // failed receives and pings (each outage counts at least one)
+}
+
+var _ Bus = (*RedisBus)(nil)
+
+// NewRedisBus returns a bus on cfg.Client. It does no I/O: the Pub/Sub
+// connection is dialled by the reading loop that Start begins.
+func NewRedisBus(cfg RedisConfig) *RedisBus {
+	if cfg.Client == nil {
+		panic("fanout: RedisConfig.Client is required")
+	}
+	if _, ok := cfg.Client.(*redis.Ring); ok {
+		panic("fanout: RedisBus cannot use a *redis.Ring")
+	}
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &RedisBus{
+		cfg:    cfg,
+		log:    cfg.Logger.With("component", "fanout"),
+		ps:     cfg.Client.Subscribe(ctx), // no channel: no I/O yet
+		ctx:    ctx,
+		cancel: cancel,
+		done:   make(chan struct{}),
+		subs:   make(map[string]*tenantSub),
+	}
+}
+
+// Start begins the reading loop, delivering to h. It must be called once,
+// before Subscribe; a second call panics. Start after Close does nothing.
+func (b *RedisBus) Start(h Handler) {
+	if h == nil {
+		panic("fanout: Start with a nil Handler")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.started {
+		panic("fanout: RedisBus started twice")
+	}
+	if b.closed {
+		return
+	}
+	b.started = true
+	go b.run(h)
+}
+
+// Subscribe takes a reference on tenantID's notifications. The first
+// reference sends SUBSCRIBE; it and every reference taken before the
+// confirmation wait for it. If ctx ends first, the reference is dropped and
+// ctx's error returned. A reference taken while the tenant lingers revives
+// it without a new SUBSCRIBE.
+//
+// When Redis is down, Subscribe of a tenant not yet subscribed fails (or
+// waits until ctx ends if the connection is dead but not yet known to be),
+// while Subscribe of a tenant already subscribed succeeds at once: its
+// Resync after the recovery covers the gap.
+func (b *RedisBus) Subscribe(ctx context.Context, tenantID string) (release func(), err error) {
+	if !snapshot.ValidID(tenantID) {
+		return nil, fmt.Errorf("subscribe %q: %w", tenantID, snapshot.ErrInvalidID)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for {
+		b.mu.Lock()
+		switch {
+		case b.closed:
+			b.mu.Unlock()
+			return nil, ErrClosed
+		case !b.started:
+			b.mu.Unlock()
+			return nil, errNotStarted
+		}
+		e := b.subs[tenantID]
+		if e != nil && e.leaving != nil {
+			leaving := e.leaving
+			b.mu.Unlock()
+			select {
+			case <-leaving:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		first := e == nil
+		if first {
+			e = &tenantSub{
+				tenant:  tenantID,
+				channel: b.cfg.Names.Channel(tenantID),
+				ready:   make(chan struct{}),
+			}
+			b.subs[tenantID] = e
+		} else if e.refs == 0 {
+			b.stopLinger(e)
+		}
+		e.refs++
+		b.mu.Unlock()
+
+		var once sync.Once
+		release = func() { once.Do(func() { b.release(e) }) }
+		if first {
+			b.sendSubscribe(ctx, e)
+		}
+		select {
+		case <-e.ready:
+			b.mu.Lock()
+			err := e.err
+			b.mu.Unlock()
+			if err != nil {
+				return nil, err // a failed subscription holds no references
+			}
+			return release, nil
+		case <-ctx.Done():
+			release()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// sendSubscribe writes e's SUBSCRIBE. On failure it fails e, so its waiters
+// return the error, and removes it.
+func (b *RedisBus) sendSubscribe(ctx context.Context, e *tenantSub) {
+	wctx, cancel := b.writeContext(ctx)
+	err := b.ps.Subscribe(wctx, e.channel)
+	cancel()
+	if err == nil {
+		b.stats.subscribes.Add(1)
+		return
+	}
+	b.mu.Lock()
+	if e.confirmed || e.err != nil { // confirmed regardless, or closed meanwhile
+		b.mu.Unlock()
+		return
+	}
+	e.fail(fmt.Errorf("subscribe %s: %w", e.tenant, err))
+	e.leaving = make(chan struct{})
+	b.mu.Unlock()
+
+	// go-redis keeps a channel whose SUBSCRIBE failed in the set it
+	// subscribes again after a reconnect; take it out, so a tenant nobody
+	// references is not subscribed behind the bus's back.
+	b.ps.Unsubscribe(b.ctx, e.channel)
+
+	b.mu.Lock()
+	if b.subs[e.tenant] == e {
+		delete(b.subs, e.tenant)
+	}
+	close(e.leaving)
+	b.mu.Unlock()
+}
+
+// writeContext returns the context for a Pub/Sub write on behalf of a
+// caller. go-redis uses a context's deadline as the write deadline, and a
+// failed write makes it drop the connection: a caller's deadline that passes
+// mid-write would cost every tenant a resubscription and a resync. So the
+// context has no deadline (the client's WriteTimeout bounds the write); it is
+// done when ctx or the bus is, which aborts a dial.
+func (b *RedisBus) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(noDeadline{ctx})
+	stop := context.AfterFunc(b.ctx, cancel)
+	return wctx, func() { stop(); cancel() }
+}
+
+// noDeadline is a context without its parent's deadline; it is still done
+// when the parent is.
+type noDeadline struct{ context.Context }
+
+func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// release drops a reference; the last one arms the linger timer, once the
+// subscription is confirmed (an unconfirmed one is armed by its confirmation,
+// so every SUBSCRIBE's reply is read before its UNSUBSCRIBE is sent).
+func (b *RedisBus) release(e *tenantSub) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || e.err != nil || b.subs[e.tenant] != e {
+		return
+	}
+	e.refs--
+	if e.refs == 0 && e.confirmed {
+		b.armLinger(e)
+	}
+}
+
+// armLinger starts e's linger timer. b.mu is held and b is not closed.
+func (b *RedisBus) armLinger(e *tenantSub) {
+	e.gen++
+	gen := e.gen
+	b.timers.Add(1)
+	e.timer = time.AfterFunc(b.cfg.Linger, func() {
+		defer b.timers.Done()
+		b.expire(e, gen)
+	})
+}
+
+// stopLinger cancels e's linger timer, if any. b.mu is held. A timer that
+// already fired finds its generation stale and does nothing.
+func (b *RedisBus) stopLinger(e *tenantSub) {
+	if e.timer != nil && e.timer.Stop() {
+		b.timers.Done()
+	}
+	e.timer = nil
+	e.gen++
+}
+
+// expire unsubscribes a tenant whose linger ran out unreferenced.
+func (b *RedisBus) expire(e *tenantSub, gen uint64) {
+	b.mu.Lock()
+	if b.closed || b.subs[e.tenant] != e || e.gen != gen || e.refs > 0 {
+		b.mu.Unlock()
+		return
+	}
+	e.timer = nil
+	e.leaving = make(chan struct{})
+	b.mu.Unlock()
+
+	// On failure go-redis has already forgotten the channel, and the
+	// connection it failed on is gone: nothing is left subscribed.
+	if err := b.ps.Unsubscribe(b.ctx, e.channel); err != nil {
+		b.log.Debug("unsubscribe failed", "tenant", e.tenant, "err", err)
+	} else {
+		b.stats.unsubscribes.Add(1)
+	}
+
+	b.mu.Lock()
+	if b.subs[e.tenant] == e {
+		delete(b.subs, e.tenant)
+	}
+	close(e.leaving)
+	b.mu.Unlock()
+	if f := b.afterUnsubscribe; f != nil {
+		f(e.tenant)
+	}
+}
+
+// Close stops the reading loop, closes the Pub/Sub connection and waits for
+// the loop and any linger timer running. Subscribe calls still waiting
+// return ErrClosed. Close is idempotent.
+func (b *RedisBus) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	started := b.started
+	for _, e := range b.subs {
+		b.stopLinger(e)
+		e.fail(ErrClosed)
+	}
+	b.mu.Unlock()
+
+	b.cancel() // aborts a dial the loop or a Subscribe is in
+	err := b.ps.Close()
+	if started {
+		<-b.done
+	}
+	b.timers.Wait()
+	if err != nil {
+		return fmt.Errorf("close pubsub: %w", err)
+	}
+	return nil
+}
+
+// Stats returns the bus's counters.
+func (b *RedisBus) Stats() RedisStats {
+	s := RedisStats{
+		Received:     b.stats.received.Load(),
+		Malformed:    b.stats.malformed.Load(),
+		MalformedBy:  make(map[string]int64, len(malformedReasons)),
+		Subscribes:   b.stats.subscribes.Load(),
+		Unsubscribes: b.stats.unsubscribes.Load(),
+		Resyncs:      b.stats.resyncs.Load(),
+		Failures:     b.stats.failures.Load(),
+	}
+	for i, r := range malformedReasons {
+		s.MalformedBy[r] = b.stats.malformedBy[i].Load()
+	}
+	return s
+}
+
+// Subscribed returns, sorted, the tenants the bus holds a subscription for:
+// referenced or lingering, confirmed or awaiting confirmation.
+func (b *RedisBus) Subscribed() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tenants := make([]string, 0, len(b.subs))
+	for t, e := range b.subs {
+		if e.leaving == nil && e.err == nil {
+			tenants = append(tenants, t)
+		}
+	}
+	slices.Sort(tenants)
+	return tenants
+}
+
+// run is the reading loop: the only reader of the Pub/Sub connection.
+func (b *RedisBus) run(h Handler) {
+	defer close(b.done)
+	var (
+		pinged  bool // a ping is unanswered and nothing was heard since
+		backoff time.Duration
+	)
+	for {
+		msg, err := b.ps.ReceiveTimeout(b.ctx, b.cfg.PingInterval)
+		if b.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if isTimeout(err) {
+				if !pinged {
+					if err = b.ps.Ping(b.ctx); err == nil {
+						pinged = true
+						continue
+					}
+				} else {
+					err = errNoPong
+				}
+			}
+			// The connection failed, or go-redis kept one that may be
+			// unusable. Make sure it is replaced: the replacement subscribes
+			// every channel again, so every tenant gets its Resync.
+			pinged = false
+			b.dropConn()
+			b.failed(h, err)
+			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			if !b.sleep(backoff/2 + rand.N(backoff/2)) {
+				return
+			}
+			continue
+		}
+		pinged, backoff = false, 0
+		if b.down {
+			b.down = false
+			b.log.Info("pubsub connection restored")
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			b.deliver(h, m)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				b.confirm(h, m.Channel)
+			}
+		case *redis.Pong:
+		}
+	}
+}
+
+// dropConn makes go-redis close the Pub/Sub connection, if it has one, so
+// the next receive dials a new one and subscribes every channel again.
+// go-redis has no call for this; but a write whose deadline has passed
+// fails, and go-redis closes a connection a write failed on (it then tries
+// to redial with the same expired context, which fails at once).
+func (b *RedisBus) dropConn() {
+	ctx, cancel := context.WithDeadline(b.ctx, time.Unix(1, 0))
+	defer cancel()
+	b.ps.Ping(ctx)
+}
+
+// failed records a failed receive; the first after a healthy period is
+// logged and reported to h.
+func (b *RedisBus) failed(h Handler, err error) {
+	b.stats.failures.Add(1)
+	if b.down {
+		b.log.Debug("pubsub connection still down", "err", err)
+		return
+	}
+	b.down = true
+	b.log.Warn("pubsub connection lost; resubscribing", "err", err)
+	if lh, ok := h.(LossHandler); ok {
+		lh.Lost(err)
+	}
+}
+
+func (b *RedisBus) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-b.ctx.Done():
+		return false
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// confirm handles the confirmation of a channel's SUBSCRIBE.
+func (b *RedisBus) confirm(h Handler, channel string) {
+	tenant, ok := b.cfg.Names.TenantFromChannel(channel)
+	if !ok {
+		return
+	}
+	b.mu.Lock()
+	e := b.subs[tenant]
+	if e == nil || e.leaving != nil || e.err != nil {
+		b.mu.Unlock() // a reply to a SUBSCRIBE since undone
+		return
+	}
+	resync := e.confirmed
+	if !e.confirmed {
+		e.confirmed = true
+		close(e.ready)
+		if e.refs == 0 && !b.closed {
+			b.armLinger(e) // every waiter gave up before the confirmation
+		}
+	}
+	b.mu.Unlock()
+	if resync {
+		b.stats.resyncs.Add(1)
+		b.log.Debug("resubscribed", "tenant", tenant)
+		h.Resync(tenant)
+	}
+}
+
+// deliver parses a message and hands it to h, or counts and drops it.
+func (b *RedisBus) deliver(h Handler, m *redis.Message) {
+	b.stats.received.Add(1)
+	tenant, ok := b.cfg.Names.TenantFromChannel(m.Channel)
+	if !ok || !snapshot.ValidID(tenant) {
+		b.malformed(reasonChannel, m.Channel, fmt.Errorf("%w: channel", ErrMalformed))
+		return
+	}
+	if len(m.Payload) > MaxNotificationSize { // before copying it
+		b.malformed(reasonSize, m.Channel, fmt.Errorf("%w: %d bytes", ErrMalformed, len(m.Payload)))
+		return
+	}
+	n, reason, err := parseNotification(tenant, []byte(m.Payload))
+	if err != nil {
+		b.malformed(reason, m.Channel, err)
+		return
+	}
+	h.Notify(n)
+}
+
+// malformed counts a dropped payload and logs, at debug level, at most one
+// line per malformedLogEvery.
+func (b *RedisBus) malformed(reason, channel string, err error) {
+	b.stats.malformed.Add(1)
+	b.stats.malformedBy[slices.Index(malformedReasons[:], reason)].Add(1)
+	b.malformedSeen++
+	if now := time.Now(); now.Sub(b.malformedLog) >= malformedLogEvery {
+		b.log.Debug("dropped malformed notifications", "count", b.malformedSeen,
+			"last_channel", channel, "last_reason", reason, "last_err", err)
+		b.malformedLog, b.malformedSeen = now, 0
+	}
+}
