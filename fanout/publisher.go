@@ -1,0 +1,77 @@
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
+)
+
+var errNilSnapshot = errors.New("publish: nil snapshot")
+
+// RedisPublisher is the Publisher of a Task State Service, and of POST
+// /v1/publish, on Redis: one Lua script stores the snapshot if it is newer,
+// clears the task's negative cache and, only when it stored it, PUBLISHes
+// the notification on the tenant's channel. A stale snapshot is neither
+// written nor announced, and no notification ever announces a snapshot that
+// was not stored. It is safe for concurrent use.
+type RedisPublisher struct {
+	client redis.Scripter
+	names  keys.Names
+}
+
+var _ Publisher = (*RedisPublisher)(nil)
+
+// NewRedisPublisher returns a publisher writing through client with the
+// given key and channel names, which must be the nodes' names.
+func NewRedisPublisher(client redis.Scripter, names keys.Names) *RedisPublisher {
+	return &RedisPublisher{client: client, names: names}
+}
+
+// Publish stores s if newer and announces it; written is false for a stale
+// snapshot. The snapshot's TTL is the one of its status, with jitter.
+func (p *RedisPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (written bool, err error) {
+	if s == nil {
+		return false, errNilSnapshot
+	}
+	msg, err := json.Marshal(NotificationFor(s))
+	if err != nil {
+		return false, fmt.Errorf("publish %s: %w", s.TaskID, err)
+	}
+	written, err = snapshot.Write(ctx, p.client, p.names, s, 0, p.names.Channel(s.TenantID), msg)
+	if err != nil {
+		return false, fmt.Errorf("publish: %w", err)
+	}
+	return written, nil
+}
+
+// MemoryPublisher is the Publisher of the embedded mode: it stores the
+// snapshot in Store and, when Store wrote it, publishes its notification on
+// Bus (a nil Bus announces nothing).
+type MemoryPublisher struct {
+	Store snapshot.Writer
+	Bus   *MemoryBus
+}
+
+var _ Publisher = MemoryPublisher{}
+
+// Publish stores s if newer and announces it; written is false for a stale
+// snapshot.
+func (p MemoryPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (written bool, err error) {
+	if s == nil {
+		return false, errNilSnapshot
+	}
+	written, err = p.Store.SetIfNewer(ctx, s)
+	if err != nil {
+		return false, fmt.Errorf("publish %s: %w", s.TaskID, err)
+	}
+	if written && p.Bus != nil {
+		p.Bus.Publish(NotificationFor(s))
+	}
+	return written, nil
+}
