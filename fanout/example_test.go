@@ -1,0 +1,36 @@
+package fanout_test
+
+import (
+	"context"
+	"log"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// A Task State Service publishes each state change after committing it to
+// PostgreSQL: one round trip stores the snapshot if it is newer and, only
+// then, tells the pushd nodes. A publish that fails is retried or left to the
+// nodes' polling; PostgreSQL stays the truth.
+func ExampleRedisPublisher() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	pub := fanout.NewRedisPublisher(rdb, keys.Names{}) // the nodes' names
+
+	s, err := snapshot.Parse([]byte(`{"task_id":"task_123","tenant_id":"t1","project_id":"p1",
+		"user_id":"u1","status":"RUNNING","progress":45,"version":18,"updated_at":1710000000000}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	written, err := pub.Publish(context.Background(), s)
+	if err != nil {
+		log.Printf("publish %s: %v", s.TaskID, err)
+		return
+	}
+	if !written {
+		log.Printf("%s: version %d is stale, nothing announced", s.TaskID, s.Version)
+	}
+}

@@ -1,0 +1,127 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pushd/pushd/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.Cleanup()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines leaked: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// waitFor bounds every wait on an event. It is a deadline against a hang,
+// not a claim about speed.
+const waitFor = 15 * time.Second
+
+// recorder is a Handler that hands what it hears to buffered channels.
+// Notify and Resync never block: past the buffer they count an overflow,
+// which the test reports.
+type recorder struct {
+	notes    chan Notification
+	resyncs  chan string
+	lost     chan error
+	overflow atomic.Int64
+}
+
+func newRecorder(t *testing.T) *recorder {
+	r := &recorder{
+		notes:   make(chan Notification, 4096),
+		resyncs: make(chan string, 4096),
+		lost:    make(chan error, 64),
+	}
+	t.Cleanup(func() {
+		if n := r.overflow.Load(); n > 0 {
+			t.Errorf("recorder overflowed %d times", n)
+		}
+	})
+	return r
+}
+
+func (r *recorder) Notify(n Notification) {
+	select {
+	case r.notes <- n:
+	default:
+		r.overflow.Add(1)
+	}
+}
+
+func (r *recorder) Resync(tenantID string) {
+	select {
+	case r.resyncs <- tenantID:
+	default:
+		r.overflow.Add(1)
+	}
+}
+
+func (r *recorder) Lost(err error) {
+	select {
+	case r.lost <- err:
+	default:
+		r.overflow.Add(1)
+	}
+}
+
+// next returns the next value of ch, failing the test after waitFor.
+func next[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	timer := time.NewTimer(waitFor)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		var zero T
+		t.Fatalf("no %s within %v", what, waitFor)
+		return zero
+	}
+}
+
+// none fails if ch holds a value now. It is for events that would already
+// have happened synchronously, never for waiting.
+func none[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Fatalf("unexpected %s: %+v", what, v)
+	default:
+	}
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustSubscribe(t *testing.T, b Bus, tenant string) func() {
+	t.Helper()
+	release, err := b.Subscribe(testContext(t), tenant)
+	if err != nil {
+		t.Fatalf("subscribe %s: %v", tenant, err)
+	}
+	return release
+}
+
+func closeBus(t *testing.T, b Bus) {
+	t.Helper()
+	if err := b.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		t.Errorf("close: %v", err)
+	}
+}
