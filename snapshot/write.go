@@ -34,13 +34,18 @@ func Write(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapsho
 	if ttl <= 0 {
 		ttl = TTLWithJitter(s.Status)
 	}
-	ms := max(ttl.Milliseconds(), 1)
 	n, err := setIfNewerScript.Run(ctx, rdb,
 		[]string{names.Snapshot(s.TaskID), names.NotFound(s.TaskID)},
-		s.raw, strconv.FormatInt(s.Version, 10), ms, channel, message,
+		writeArgs(s, ttl, channel, message)...,
 	).Int64()
 	if err != nil {
 		return false, fmt.Errorf("snapshot write %s: %w", s.TaskID, err)
 	}
 	return n == 1, nil
+}
+
+// writeArgs are the ARGV of setifnewer.lua.
+func writeArgs(s *Snapshot, ttl time.Duration, channel string, message []byte) []any {
+	ms := max(ttl.Milliseconds(), 1)
+	return []any{s.raw, strconv.FormatInt(s.Version, 10), ms, channel, message}
 }

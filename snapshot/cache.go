@@ -1,0 +1,133 @@
+package snapshot
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// cacheShards spreads a cache over several locks, so readers on many cores do
+// not all touch one RWMutex.
+const cacheShards = 16
+
+// epoch anchors monotonic cache clocks: time.Since reads the monotonic clock,
+// so a wall-clock step cannot make every entry expire or live forever.
+var epoch = time.Now()
+
+func monotime() int64 { return int64(time.Since(epoch)) }
+
+// cache is an in-process map with per-entry expiry and a size cap. It is not
+// an LRU: its entries live a second or so, so when a shard is full an insert
+// drops the expired entries and then, if that was not enough, arbitrary ones
+// (Go map iteration order is random) down to 7/8 of the cap. The sweep is
+// O(shard) but runs at most once per cap/8 inserts.
+type cache[V any] struct {
+	seed     maphash.Seed
+	ttl      int64 // nanoseconds; <= 0 disables the cache
+	shardCap int
+	shards   [cacheShards]cacheShard[V]
+}
+
+type cacheShard[V any] struct {
+	mu sync.RWMutex
+	m  map[string]cacheItem[V] // guarded by mu
+}
+
+type cacheItem[V any] struct {
+	v   V
+	exp int64 // monotime after which the entry is not served
+}
+
+func newCache[V any](ttl time.Duration, capacity int) *cache[V] {
+	c := &cache[V]{seed: maphash.MakeSeed(), ttl: int64(ttl), shardCap: max(capacity/cacheShards, 8)}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]cacheItem[V])
+	}
+	return c
+}
+
+func (c *cache[V]) enabled() bool { return c.ttl > 0 }
+
+func (c *cache[V]) shard(key string) *cacheShard[V] {
+	return &c.shards[maphash.String(c.seed, key)%cacheShards]
+}
+
+// get returns the unexpired value of key.
+func (c *cache[V]) get(key string) (v V, ok bool) {
+	if c.ttl <= 0 {
+		return v, false
+	}
+	sh := c.shard(key)
+	sh.mu.RLock()
+	it, ok := sh.m[key]
+	sh.mu.RUnlock()
+	if !ok || it.exp < monotime() {
+		return v, false
+	}
+	return it.v, true
+}
+
+// put stores v under key for the cache's TTL.
+func (c *cache[V]) put(key string, v V) {
+	c.update(key, func(V, bool) V { return v })
+}
+
+// update stores f(old, present) under key for the cache's TTL, atomically
+// with respect to other updates of key, and returns what it stored. present
+// reports whether an entry exists, expired or not: an expired entry still
+// tells which version this node has seen. With the cache disabled it returns
+// f(zero, false) and stores nothing.
+func (c *cache[V]) update(key string, f func(old V, present bool) V) V {
+	if c.ttl <= 0 {
+		var zero V
+		return f(zero, false)
+	}
+	sh := c.shard(key)
+	now := monotime()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	old, present := sh.m[key]
+	v := f(old.v, present)
+	if !present && len(sh.m) >= c.shardCap {
+		sh.evict(now, c.shardCap-c.shardCap/8)
+	}
+	sh.m[key] = cacheItem[V]{v: v, exp: now + c.ttl}
+	return v
+}
+
+func (c *cache[V]) delete(key string) {
+	if c.ttl <= 0 {
+		return
+	}
+	sh := c.shard(key)
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.mu.Unlock()
+}
+
+// evict drops expired entries, then arbitrary ones, until at most keep
+// remain. The caller holds sh.mu.
+func (sh *cacheShard[V]) evict(now int64, keep int) {
+	for k, it := range sh.m {
+		if it.exp < now {
+			delete(sh.m, k)
+		}
+	}
+	for k := range sh.m {
+		if len(sh.m) <= keep {
+			break
+		}
+		delete(sh.m, k)
+	}
+}
+
+func (c *cache[V]) len() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}

@@ -1,0 +1,541 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/pushd/pushd/keys"
+)
+
+// MaxMany bounds the ids of one GetMany call.
+const MaxMany = 100
+
+// MaxList bounds ListProject and ListUser: they return the MaxList most
+// recently updated tasks.
+const MaxList = 500
+
+// Bounds of the in-process caches, in entries. A snapshot entry costs its
+// document (a few hundred bytes) plus map overhead.
+const (
+	taskCacheCap     = 1 << 16
+	negativeCacheCap = 1 << 16
+	listCacheCap     = 1 << 12
+)
+
+// Config configures a Store. The zero value is valid: a Store with no source,
+// whose reads all fail with ErrUnavailable.
+type Config struct {
+	// Redis holds the snapshots and the negative cache. Nil means no Redis:
+	// reads go to PostgreSQL and SetIfNewer fails.
+	Redis redis.UniversalClient
+	// DB is the PostgreSQL fallback. Nil means none: a Redis miss is
+	// ErrNotFound and ListProject/ListUser fail with ErrUnavailable.
+	DB *pgxpool.Pool
+	// Names spells the Redis keys. The zero value uses DESIGN.md's names.
+	Names keys.Names
+	// CacheTTL is how long a snapshot stays in the in-process cache. Zero
+	// means 500ms; negative disables the cache.
+	CacheTTL time.Duration
+	// NegativeTTL is how long "no such task" is cached, in Redis and in
+	// process. Zero means 30s; negative disables negative caching.
+	NegativeTTL time.Duration
+	// FetchTimeout bounds one shared fetch (Redis, then PostgreSQL), which
+	// runs detached from the callers that wait for it, and a wait for a free
+	// PostgreSQL slot. Zero means 3s.
+	FetchTimeout time.Duration
+	// StatementTimeout is PostgreSQL's statement_timeout for every query.
+	// Zero means 2s.
+	StatementTimeout time.Duration
+	// MaxDBQueries caps concurrent PostgreSQL queries, so a Redis outage
+	// cannot stampede the database. Zero means 8.
+	MaxDBQueries int
+	// ListCacheTTL is how long ListProject and ListUser results are cached.
+	// Zero means 1s; negative disables the cache.
+	ListCacheTTL time.Duration
+	// Logger receives debug logs of the failures the Store absorbs (Redis
+	// errors it fails open on, write-backs that failed). Nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults is the one place zero values become defaults.
+func (c Config) withDefaults() Config {
+	if c.CacheTTL == 0 {
+		c.CacheTTL = 500 * time.Millisecond
+	}
+	if c.NegativeTTL == 0 {
+		c.NegativeTTL = 30 * time.Second
+	}
+	if c.FetchTimeout <= 0 {
+		c.FetchTimeout = 3 * time.Second
+	}
+	if c.StatementTimeout <= 0 {
+		c.StatementTimeout = 2 * time.Second
+	}
+	if c.MaxDBQueries <= 0 {
+		c.MaxDBQueries = 8
+	}
+	if c.ListCacheTTL == 0 {
+		c.ListCacheTTL = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Stats are monotonic counters of a Store's work, for metrics and tests.
+type Stats struct {
+	RedisReads   uint64 // read round trips to Redis (GET with the negative-key check, MGET)
+	RedisHits    uint64 // snapshots found in Redis
+	RedisMisses  uint64 // snapshots absent from Redis (or undecodable there)
+	RedisErrors  uint64 // Redis reads that failed; the Store fell back to PostgreSQL
+	DBQueries    uint64 // PostgreSQL queries sent
+	DBMisses     uint64 // tasks PostgreSQL did not have
+	DBErrors     uint64 // PostgreSQL queries that failed
+	DBRejected   uint64 // queries not sent because MaxDBQueries were in flight for too long
+	NegativeHits uint64 // reads answered "not found" by a negative cache (in process or Redis)
+	CacheHits    uint64 // snapshots and lists served from the in-process caches
+	WriteBacks   uint64 // snapshots read from PostgreSQL and written back to Redis
+}
+
+// counters are the live Stats.
+type counters struct {
+	redisReads, redisHits, redisMisses, redisErrors atomic.Uint64
+	dbQueries, dbMisses, dbErrors, dbRejected       atomic.Uint64
+	negativeHits, cacheHits, writeBacks             atomic.Uint64
+}
+
+// Store reads snapshots through an in-process cache, singleflight per task,
+// Redis, a negative cache and a bounded PostgreSQL fallback, and writes them
+// with the SetIfNewer script. It is safe for concurrent use.
+type Store struct {
+	cfg   Config // defaults applied
+	rdb   redis.UniversalClient
+	db    *pgxpool.Pool
+	names keys.Names
+	log   *slog.Logger
+
+	// beginSQL opens a read-only transaction with the statement timeout.
+	beginSQL string
+	// sem holds a token per PostgreSQL query in flight.
+	sem chan struct{}
+
+	tasks   *cache[*Snapshot]   // newest snapshot seen per task id
+	missing *cache[struct{}]    // task ids known to be absent
+	lists   *cache[[]*Snapshot] // list results per listKey
+
+	flights     singleflight.Group // Redis, then PostgreSQL, per task id
+	dbFlights   singleflight.Group // PostgreSQL only, per task id
+	listFlights singleflight.Group // per listKey
+
+	// closeMu guards closed; fetches register in inflight under its read
+	// lock, so Close sees every fetch that started.
+	closeMu  sync.RWMutex
+	closed   bool
+	inflight sync.WaitGroup
+
+	stats counters
+}
+
+var (
+	_ Source = (*Store)(nil)
+	_ Writer = (*Store)(nil)
+)
+
+// NewStore returns a Store reading from cfg.Redis and cfg.DB. It starts no
+// goroutine; it does not own, and never closes, the clients.
+func NewStore(cfg Config) *Store {
+	cfg = cfg.withDefaults()
+	return &Store{
+		cfg:      cfg,
+		rdb:      cfg.Redis,
+		db:       cfg.DB,
+		names:    cfg.Names,
+		log:      cfg.Logger,
+		beginSQL: fmt.Sprintf("BEGIN READ ONLY; SET LOCAL statement_timeout = %d", max(cfg.StatementTimeout.Milliseconds(), 1)),
+		sem:      make(chan struct{}, cfg.MaxDBQueries),
+		tasks:    newCache[*Snapshot](cfg.CacheTTL, taskCacheCap),
+		missing:  newCache[struct{}](cfg.NegativeTTL, negativeCacheCap),
+		lists:    newCache[[]*Snapshot](cfg.ListCacheTTL, listCacheCap),
+	}
+}
+
+// Close waits for the fetches still running on behalf of callers that gave
+// up, and makes later reads that miss the in-process cache fail with
+// ErrUnavailable. It does not close the Redis or PostgreSQL clients. Close is
+// idempotent.
+func (s *Store) Close() {
+	s.closeMu.Lock()
+	s.closed = true
+	s.closeMu.Unlock()
+	s.inflight.Wait()
+}
+
+var errClosed = fmt.Errorf("%w: store closed", ErrUnavailable)
+
+// enter registers a fetch with Close; false means the Store is closed.
+func (s *Store) enter() bool {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
+// Stats returns the counters so far.
+func (s *Store) Stats() Stats {
+	c := &s.stats
+	return Stats{
+		RedisReads:   c.redisReads.Load(),
+		RedisHits:    c.redisHits.Load(),
+		RedisMisses:  c.redisMisses.Load(),
+		RedisErrors:  c.redisErrors.Load(),
+		DBQueries:    c.dbQueries.Load(),
+		DBMisses:     c.dbMisses.Load(),
+		DBErrors:     c.dbErrors.Load(),
+		DBRejected:   c.dbRejected.Load(),
+		NegativeHits: c.negativeHits.Load(),
+		CacheHits:    c.cacheHits.Load(),
+		WriteBacks:   c.writeBacks.Load(),
+	}
+}
+
+// Get returns the task's snapshot: from the in-process cache when it holds
+// version atLeast or newer, else from one fetch shared by every concurrent
+// caller for the task (Redis, then PostgreSQL). A result older than atLeast
+// means Redis lost a write, so Get then reads PostgreSQL once more.
+func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*Snapshot, error) {
+	if !ValidID(taskID) {
+		return nil, ErrInvalidID
+	}
+	if snap, ok := s.tasks.get(taskID); ok && snap.Version >= atLeast {
+		s.stats.cacheHits.Add(1)
+		return snap, nil
+	}
+	// A notification (atLeast > 0) proves the task exists now, whatever was
+	// cached about it before.
+	if atLeast <= 0 {
+		if _, ok := s.missing.get(taskID); ok {
+			s.stats.negativeHits.Add(1)
+			return nil, ErrNotFound
+		}
+	}
+	snap, err := shared(ctx, s, &s.flights, taskID, func(ctx context.Context) (*Snapshot, error) {
+		return s.fetch(ctx, taskID, atLeast, false)
+	})
+	if atLeast <= 0 || s.db == nil {
+		return snap, err
+	}
+	if err == nil && snap.Version >= atLeast {
+		return snap, nil
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	// The shared fetch may have started before the version was written, or
+	// read a Redis that lost it: ask PostgreSQL, the fact source.
+	return shared(ctx, s, &s.dbFlights, taskID, func(ctx context.Context) (*Snapshot, error) {
+		return s.fetch(ctx, taskID, atLeast, true)
+	})
+}
+
+// shared runs fetch once for every concurrent caller with the same key in g.
+// The fetch runs detached from ctx, under FetchTimeout, so a caller that
+// gives up does not fail the others; each caller still returns when its own
+// ctx ends. A failed fetch is forgotten at once, so the next caller retries.
+func shared[T any](ctx context.Context, s *Store, g *singleflight.Group, key string, fetch func(context.Context) (T, error)) (T, error) {
+	ch := g.DoChan(key, func() (any, error) {
+		if !s.enter() {
+			g.Forget(key)
+			return nil, errClosed
+		}
+		defer s.inflight.Done()
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FetchTimeout)
+		defer cancel()
+		v, err := fetch(fctx)
+		if err != nil {
+			g.Forget(key)
+			return nil, err
+		}
+		return v, nil
+	})
+	var zero T
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return zero, r.Err
+		}
+		return r.Val.(T), nil
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// fetch reads one task for a shared flight. dbOnly skips Redis, whose copy
+// was older than atLeast. atLeast > 0 also skips the negative caches.
+func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool) (*Snapshot, error) {
+	// A caller that missed the cache just before the previous flight for
+	// this task stored its result may start a new flight just after: answer
+	// it from the cache, so a burst of callers costs one read.
+	if snap, ok := s.tasks.get(id); ok && snap.Version >= atLeast {
+		s.stats.cacheHits.Add(1)
+		return snap, nil
+	}
+	if atLeast <= 0 {
+		if _, ok := s.missing.get(id); ok {
+			s.stats.negativeHits.Add(1)
+			return nil, ErrNotFound
+		}
+	}
+
+	var redisErr error // why Redis did not answer, if it did not
+	if s.rdb != nil && !dbOnly {
+		snap, missing, err := s.readRedis(ctx, id, atLeast <= 0 && s.cfg.NegativeTTL > 0)
+		switch {
+		case err != nil:
+			redisErr = err
+			s.log.DebugContext(ctx, "snapshot: redis read failed, falling back to postgres", "task_id", id, "err", err)
+		case snap != nil:
+			return s.remember(snap), nil
+		case missing:
+			s.stats.negativeHits.Add(1)
+			s.markMissing(id)
+			return nil, ErrNotFound
+		case s.db == nil:
+			// Redis is the only source and does not have the task.
+			return nil, ErrNotFound
+		}
+	}
+	if s.db == nil {
+		return nil, unavailable(id, redisErr)
+	}
+
+	var snap *Snapshot
+	err := s.query(ctx, sqlTaskByID, []any{id}, func(row *Snapshot) { snap = row })
+	switch {
+	case err != nil:
+		return nil, unavailable(id, errors.Join(redisErr, err))
+	case snap == nil:
+		s.stats.dbMisses.Add(1)
+		s.setMissing(ctx, []string{id}, redisErr == nil)
+		return nil, ErrNotFound
+	}
+	// Redis missed, lost a write, or was skipped: put the row back. After a
+	// Redis error, skip it: Redis is likely down, and waiting on it again
+	// would only delay the answer.
+	if s.rdb != nil && redisErr == nil {
+		s.writeBack(ctx, []*Snapshot{snap})
+	}
+	return s.remember(snap), nil
+}
+
+// unavailable wraps ErrUnavailable with what caused it.
+func unavailable(id string, cause error) error {
+	if cause == nil {
+		return fmt.Errorf("get %s: %w: no source configured", id, ErrUnavailable)
+	}
+	return fmt.Errorf("get %s: %w: %w", id, ErrUnavailable, cause)
+}
+
+// remember caches snap unless the cache holds a newer version, and returns
+// the newer of the two: a source that lags behind what this node already saw
+// must not move the node backwards.
+func (s *Store) remember(snap *Snapshot) *Snapshot {
+	s.missing.delete(snap.TaskID)
+	return s.tasks.update(snap.TaskID, func(old *Snapshot, present bool) *Snapshot {
+		if present && old.Version > snap.Version {
+			return old
+		}
+		return snap
+	})
+}
+
+// markMissing caches "not found" in process, unless this node meanwhile
+// learned of the task.
+func (s *Store) markMissing(id string) {
+	if _, ok := s.tasks.get(id); ok {
+		return
+	}
+	s.missing.put(id, struct{}{})
+}
+
+// GetMany returns the snapshots of the tasks that exist, keyed by id. It
+// serves what the in-process cache holds, reads the rest with one Redis MGET
+// and what Redis lacks with one PostgreSQL query, and writes those back. It
+// accepts at most MaxMany ids.
+func (s *Store) GetMany(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error) {
+	if len(taskIDs) > MaxMany {
+		return nil, fmt.Errorf("get many: %d ids, at most %d: %w", len(taskIDs), MaxMany, ErrInvalidID)
+	}
+	for _, id := range taskIDs {
+		if !ValidID(id) {
+			return nil, ErrInvalidID
+		}
+	}
+	out := make(map[string]*Snapshot, len(taskIDs))
+	var rest []string
+	seen := make(map[string]bool, len(taskIDs))
+	for _, id := range taskIDs {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if snap, ok := s.tasks.get(id); ok {
+			s.stats.cacheHits.Add(1)
+			out[id] = snap
+			continue
+		}
+		if _, ok := s.missing.get(id); ok {
+			s.stats.negativeHits.Add(1)
+			continue
+		}
+		rest = append(rest, id)
+	}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	if !s.enter() {
+		return nil, errClosed
+	}
+	defer s.inflight.Done()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	defer cancel()
+
+	var redisErr error
+	if s.rdb != nil {
+		found, err := s.readRedisMany(ctx, rest)
+		if err != nil {
+			redisErr = err
+			s.log.DebugContext(ctx, "snapshot: redis mget failed, falling back to postgres", "tasks", len(rest), "err", err)
+		} else {
+			missed := rest[:0]
+			for _, id := range rest {
+				if snap := found[id]; snap != nil {
+					out[id] = s.remember(snap)
+				} else {
+					missed = append(missed, id)
+				}
+			}
+			rest = missed
+		}
+		if len(rest) == 0 || (redisErr == nil && s.db == nil) {
+			return out, nil
+		}
+	}
+	if s.db == nil {
+		return nil, fmt.Errorf("get many: %w", unavailable(rest[0], redisErr))
+	}
+
+	var rows []*Snapshot
+	err := s.query(ctx, sqlTasksByIDs, []any{rest}, func(row *Snapshot) { rows = append(rows, row) })
+	if err != nil {
+		return nil, fmt.Errorf("get many: %w: %w", ErrUnavailable, errors.Join(redisErr, err))
+	}
+	var absent []string
+	for _, row := range rows {
+		out[row.TaskID] = s.remember(row)
+	}
+	for _, id := range rest {
+		if out[id] == nil {
+			absent = append(absent, id)
+		}
+	}
+	s.stats.dbMisses.Add(uint64(len(absent)))
+	if s.rdb != nil && redisErr == nil {
+		s.writeBack(ctx, rows)
+	}
+	s.setMissing(ctx, absent, redisErr == nil)
+	return out, nil
+}
+
+// SetIfNewer writes s to Redis with the TTL its status calls for, if Redis
+// holds no newer version, and caches it in process. It fails with
+// ErrUnavailable when the Store has no Redis.
+func (s *Store) SetIfNewer(ctx context.Context, snap *Snapshot) (bool, error) {
+	if snap == nil {
+		return false, errors.New("set: nil snapshot")
+	}
+	if s.rdb == nil {
+		return false, fmt.Errorf("set %s: %w: no redis", snap.TaskID, ErrUnavailable)
+	}
+	written, err := Write(ctx, s.rdb, s.names, snap, TTLWithJitter(snap.Status), "", nil)
+	if err != nil {
+		return false, err
+	}
+	// Even when Redis held a newer version, snap is a real version of a
+	// task that exists: remember keeps the newer of it and the cached one.
+	s.remember(snap)
+	return written, nil
+}
+
+// ListProject returns the snapshots of a project's MaxList most recently
+// updated tasks, newest first, from PostgreSQL (cached ListCacheTTL). A task
+// this node has since seen in a newer version is returned in that version.
+func (s *Store) ListProject(ctx context.Context, tenantID, projectID string) ([]*Snapshot, error) {
+	if !ValidID(tenantID) || !ValidID(projectID) {
+		return nil, ErrInvalidID
+	}
+	return s.list(ctx, "project\x00"+tenantID+"\x00"+projectID, sqlTasksByProject, tenantID, projectID)
+}
+
+// ListUser returns the snapshots of a user's MaxList most recently updated
+// tasks, like ListProject.
+func (s *Store) ListUser(ctx context.Context, tenantID, userID string) ([]*Snapshot, error) {
+	if !ValidID(tenantID) || !ValidID(userID) {
+		return nil, ErrInvalidID
+	}
+	return s.list(ctx, "user\x00"+tenantID+"\x00"+userID, sqlTasksByUser, tenantID, userID)
+}
+
+// list serves a list query; key cannot collide between kinds because ids
+// never hold a NUL byte.
+func (s *Store) list(ctx context.Context, key, sql string, args ...any) ([]*Snapshot, error) {
+	if s.db == nil {
+		return nil, fmt.Errorf("list: %w: no database", ErrUnavailable)
+	}
+	rows, ok := s.lists.get(key)
+	if ok {
+		s.stats.cacheHits.Add(1)
+	} else {
+		var err error
+		rows, err = shared(ctx, s, &s.listFlights, key, func(ctx context.Context) ([]*Snapshot, error) {
+			// As in fetch: a late flight finds the previous one's result.
+			if rows, ok := s.lists.get(key); ok {
+				return rows, nil
+			}
+			var rows []*Snapshot
+			if err := s.query(ctx, sql, args, func(row *Snapshot) { rows = append(rows, row) }); err != nil {
+				return nil, fmt.Errorf("list: %w: %w", ErrUnavailable, err)
+			}
+			for _, row := range rows {
+				s.remember(row)
+			}
+			s.lists.put(key, rows)
+			return rows, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	// The cached slice is shared: fold newer versions into a copy.
+	out := make([]*Snapshot, len(rows))
+	for i, row := range rows {
+		if cur, ok := s.tasks.get(row.TaskID); ok && cur.Version > row.Version {
+			row = cur
+		}
+		out[i] = row
+	}
+	return out, nil
+}

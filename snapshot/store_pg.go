@@ -1,0 +1,135 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const taskColumns = `id, tenant_id, project_id, user_id, status, progress, stage, provider, model,
+	queue_position, preview_asset_id, output_asset_id, error_code, version, updated_at`
+
+var (
+	sqlTaskByID       = `SELECT ` + taskColumns + ` FROM generation_tasks WHERE id = $1`
+	sqlTasksByIDs     = `SELECT ` + taskColumns + ` FROM generation_tasks WHERE id = ANY($1)`
+	sqlTasksByProject = `SELECT ` + taskColumns + ` FROM generation_tasks
+	WHERE tenant_id = $1 AND project_id = $2 ORDER BY updated_at DESC, id LIMIT ` + strconv.Itoa(MaxList)
+	sqlTasksByUser = `SELECT ` + taskColumns + ` FROM generation_tasks
+	WHERE tenant_id = $1 AND user_id = $2 ORDER BY updated_at DESC, id LIMIT ` + strconv.Itoa(MaxList)
+)
+
+// query runs one statement of the queries above and calls each for every
+// row, holding one of MaxDBQueries slots. A slot is waited for while ctx
+// lasts (a fetch's ctx ends after FetchTimeout); then the query is rejected
+// with ErrUnavailable.
+func (s *Store) query(ctx context.Context, sql string, args []any, each func(*Snapshot)) error {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+			s.stats.dbRejected.Add(1)
+			return fmt.Errorf("%w: %d postgres queries in flight: %w", ErrUnavailable, cap(s.sem), ctx.Err())
+		}
+	}
+	defer func() { <-s.sem }()
+	s.stats.dbQueries.Add(1)
+	if err := s.queryTx(ctx, sql, args, each); err != nil {
+		s.stats.dbErrors.Add(1)
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}
+
+// queryTx runs sql in a read-only transaction whose statement_timeout is
+// StatementTimeout, in two round trips: BEGIN and SET LOCAL travel in one
+// simple-protocol message; the query and COMMIT in one pipeline. Every
+// statement runs under the timeout, including pgx preparing sql on a fresh
+// connection, which takes table locks too. A context deadline alone would
+// not do: it drops the connection but leaves the query running on the
+// server.
+func (s *Store) queryTx(ctx context.Context, sql string, args []any, each func(*Snapshot)) (err error) {
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	defer func() {
+		// After a failed statement the transaction is aborted. Roll back so
+		// the connection returns to the pool; if that fails too, the pool
+		// discards a connection left inside a transaction.
+		if err != nil && conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
+	}()
+	if _, err := conn.Exec(ctx, s.beginSQL); err != nil {
+		return err
+	}
+	var b pgx.Batch
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, &b)
+	rows, err := br.Query()
+	if err == nil {
+		err = scanTasks(rows, each)
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// taskRow is a generation_tasks row in the order and spelling of the
+// snapshot JSON of DESIGN.md; nil pointers encode as null.
+type taskRow struct {
+	TaskID         string  `json:"task_id"`
+	TenantID       string  `json:"tenant_id"`
+	ProjectID      string  `json:"project_id"`
+	UserID         string  `json:"user_id"`
+	Status         string  `json:"status"`
+	Progress       int32   `json:"progress"`
+	Stage          *string `json:"stage"`
+	Provider       *string `json:"provider"`
+	Model          *string `json:"model"`
+	QueuePosition  *int32  `json:"queue_position"`
+	PreviewAssetID *string `json:"preview_asset_id"`
+	OutputAssetID  *string `json:"output_asset_id"`
+	ErrorCode      *string `json:"error_code"`
+	Version        int64   `json:"version"`
+	UpdatedAt      int64   `json:"updated_at"` // Unix milliseconds
+}
+
+// scanTasks turns rows into snapshots. A row pushd cannot represent (an id
+// outside ValidID, a version below 1) fails the query: it is a bug upstream,
+// not a missing task.
+func scanTasks(rows pgx.Rows, each func(*Snapshot)) error {
+	defer rows.Close()
+	for rows.Next() {
+		var r taskRow
+		var updated time.Time
+		if err := rows.Scan(&r.TaskID, &r.TenantID, &r.ProjectID, &r.UserID, &r.Status, &r.Progress,
+			&r.Stage, &r.Provider, &r.Model, &r.QueuePosition, &r.PreviewAssetID, &r.OutputAssetID,
+			&r.ErrorCode, &r.Version, &updated); err != nil {
+			return err
+		}
+		r.UpdatedAt = updated.UnixMilli()
+		b, err := json.Marshal(&r)
+		if err != nil {
+			return err
+		}
+		snap, err := Parse(b)
+		if err != nil {
+			return fmt.Errorf("task row %q: %w", r.TaskID, err)
+		}
+		each(snap)
+	}
+	return rows.Err()
+}
