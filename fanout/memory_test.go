@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/pushd/pushd/snapshot"
@@ -56,26 +55,6 @@ func TestMemoryBus(t *testing.T) {
 	none(t, r.resyncs, "resync")
 }
 
-// memWriter is a snapshot.Writer in a map, standing in for the store of the
-// embedded mode.
-type memWriter struct {
-	mu       sync.Mutex
-	versions map[string]int64
-}
-
-func (w *memWriter) SetIfNewer(_ context.Context, s *snapshot.Snapshot) (bool, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.versions == nil {
-		w.versions = map[string]int64{}
-	}
-	if !s.NewerThan(w.versions[s.TaskID]) {
-		return false, nil
-	}
-	w.versions[s.TaskID] = s.Version
-	return true, nil
-}
-
 func testSnapshot(t *testing.T, tenant, task string, version int64) *snapshot.Snapshot {
 	t.Helper()
 	s, err := snapshot.Parse(fmt.Appendf(nil,
@@ -93,7 +72,8 @@ func TestMemoryPublisher(t *testing.T) {
 	bus.Start(r)
 	defer bus.Close()
 	mustSubscribe(t, bus, "t1")
-	p := MemoryPublisher{Store: &memWriter{}, Bus: bus}
+	store := snapshot.NewMemoryStore()
+	p := MemoryPublisher{Store: store, Bus: bus}
 	ctx := testContext(t)
 
 	for _, step := range []struct {
@@ -112,6 +92,9 @@ func TestMemoryPublisher(t *testing.T) {
 			UserID: "u1", Status: "RUNNING", OccurredAt: 1710000000000}
 		if got := next(t, r.notes, "notification"); got != want {
 			t.Fatalf("got %+v, want %+v", got, want)
+		}
+		if got, err := store.Get(ctx, "task_1", 0); err != nil || got.Version != step.version {
+			t.Fatalf("stored %+v, %v; want version %d", got, err, step.version)
 		}
 	}
 	if _, err := p.Publish(ctx, nil); err == nil {

@@ -83,7 +83,9 @@ const malformedLogEvery = 10 * time.Second
 // go-redis reconnects on the next receive after a failure and sends SUBSCRIBE
 // again for every channel it holds. A confirmation of a tenant that was
 // confirmed before therefore means the subscription was lost and is back:
-// the bus calls Handler.Resync for it.
+// the bus calls Handler.Resync for it. A notification heard for a tenant
+// nobody references (lingering, or unsubscribed a moment ago) is delivered
+// all the same; the handler ignores what nobody watches.
 type RedisBus struct {
 	cfg    RedisConfig // defaults applied
 	log    *slog.Logger
