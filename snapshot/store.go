@@ -98,7 +98,7 @@ type Stats struct {
 	RedisReads   uint64 // read round trips to Redis (GET with the negative-key check, MGET)
 	RedisHits    uint64 // snapshots found in Redis
 	RedisMisses  uint64 // snapshots absent from Redis (or undecodable there)
-	RedisErrors  uint64 // Redis reads that failed; the Store fell back to PostgreSQL
+	RedisErrors  uint64 // Redis reads that failed; the Store fell back to PostgreSQL and skips Redis for a second
 	DBQueries    uint64 // PostgreSQL queries sent
 	DBMisses     uint64 // tasks PostgreSQL did not have
 	DBErrors     uint64 // PostgreSQL queries that failed
@@ -137,6 +137,9 @@ type Store struct {
 	flights     singleflight.Group // Redis, then PostgreSQL, per task id
 	dbFlights   singleflight.Group // PostgreSQL only, per task id
 	listFlights singleflight.Group // per listKey
+
+	// redisRetryAt is the monotime before which reads skip Redis.
+	redisRetryAt atomic.Int64
 
 	// closeMu guards closed; fetches register in inflight under its read
 	// lock, so Close sees every fetch that started.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,10 +20,30 @@ var setNotFoundScript = redis.NewScript(setNotFoundLua)
 // unresponsive Redis leaves time for the PostgreSQL fallback.
 const redisTimeoutShare = 4
 
+// redisBackoff is how long reads skip Redis after a read failed. A Redis
+// that is down costs every read its client's dial retries (half a second
+// with go-redis defaults) before the PostgreSQL fallback; this way one read
+// per redisBackoff pays it, probing for the recovery.
+const redisBackoff = time.Second
+
+var errRedisBackoff = errors.New("redis: skipped after a recent failure")
+
+// redisUsable reports whether reads should try Redis now.
+func (s *Store) redisUsable() bool { return monotime() >= s.redisRetryAt.Load() }
+
+// redisFailed records a failed Redis read.
+func (s *Store) redisFailed() {
+	s.stats.redisErrors.Add(1)
+	s.redisRetryAt.Store(monotime() + int64(redisBackoff))
+}
+
 // readRedis reads a task's snapshot and, when checkMissing is set, its
 // negative-cache marker, in one round trip. A document that does not parse
 // counts as a miss: PostgreSQL will answer and the write-back replaces it.
 func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (snap *Snapshot, missing bool, err error) {
+	if !s.redisUsable() {
+		return nil, false, errRedisBackoff
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout/redisTimeoutShare)
 	defer cancel()
 	s.stats.redisReads.Add(1)
@@ -40,7 +61,7 @@ func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (sn
 	switch {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
-		s.stats.redisErrors.Add(1)
+		s.redisFailed()
 		return nil, false, fmt.Errorf("redis get %s: %w", id, err)
 	default:
 		snap, err := Parse(b)
@@ -58,6 +79,9 @@ func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (sn
 // readRedisMany reads the snapshots of ids with one MGET; absent and
 // undecodable ones are missing from the map.
 func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*Snapshot, error) {
+	if !s.redisUsable() {
+		return nil, errRedisBackoff
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout/redisTimeoutShare)
 	defer cancel()
 	names := make([]string, len(ids))
@@ -67,7 +91,7 @@ func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*Sn
 	s.stats.redisReads.Add(1)
 	vals, err := s.rdb.MGet(ctx, names...).Result()
 	if err != nil {
-		s.stats.redisErrors.Add(1)
+		s.redisFailed()
 		return nil, fmt.Errorf("redis mget: %w", err)
 	}
 	found := make(map[string]*Snapshot, len(ids))

@@ -1,0 +1,140 @@
+package snapshot_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/testenv"
+)
+
+// The tests in this file lock generation_tasks, so they do not run in
+// parallel: Go runs them before any parallel test of the package resumes.
+
+// lockTasks takes an ACCESS EXCLUSIVE lock on generation_tasks, which blocks
+// every read of it, and returns the function that releases it (also run at
+// cleanup).
+func lockTasks(t *testing.T, pg testenv.Postgres) (unlock func()) {
+	t.Helper()
+	ctx := ctxT(t)
+	tx, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE generation_tasks IN ACCESS EXCLUSIVE MODE"); err != nil {
+		tx.Rollback(ctx)
+		t.Fatal(err)
+	}
+	unlock = func() { tx.Rollback(context.Background()) }
+	t.Cleanup(unlock)
+	return unlock
+}
+
+// waitFor polls cond until it holds or the test's deadline passes. It is for
+// conditions that signal nothing, like a query blocking on a lock inside
+// PostgreSQL.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx := ctxT(t)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+func TestStoreStatementTimeout(t *testing.T) {
+	pg := testenv.Database(t)
+	// The fetch may take a minute; only the server-side statement timeout
+	// can end the query sooner.
+	s := newStore(t, snapshot.Config{DB: pg.Pool, StatementTimeout: 100 * time.Millisecond, FetchTimeout: time.Minute})
+	lockTasks(t, pg)
+
+	_, err := s.Get(ctxT(t), testenv.UniqueID("task"), 0)
+	if !errors.Is(err, snapshot.ErrUnavailable) {
+		t.Fatalf("Get on a locked table: %v, want ErrUnavailable", err)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "57014" { // query_canceled
+		t.Fatalf("Get on a locked table: %v, want PostgreSQL's statement timeout", err)
+	}
+	if st := s.Stats(); st.DBQueries != 1 || st.DBErrors != 1 {
+		t.Errorf("stats %+v, want one failed query", st)
+	}
+}
+
+func TestStoreDBQueryCap(t *testing.T) {
+	pg := testenv.Database(t)
+	s := newStore(t, snapshot.Config{DB: pg.Pool, MaxDBQueries: 1, StatementTimeout: time.Minute, FetchTimeout: time.Minute})
+	id := testenv.UniqueID("task")
+	pg.InsertTask(t, testenv.Task{ID: id, TenantID: "t1", Status: "RUNNING", Version: 1})
+	unlock := lockTasks(t, pg)
+
+	// One Get takes the only slot and waits on the lock.
+	type result struct {
+		snap *snapshot.Snapshot
+		err  error
+	}
+	first := make(chan result, 1)
+	go func() {
+		snap, err := s.Get(context.Background(), id, 0)
+		first <- result{snap, err}
+	}()
+	waitFor(t, "the first query", func() bool { return s.Stats().DBQueries == 1 })
+
+	// Another read waits for a slot while its context lasts, then gives up
+	// without querying.
+	ctx, cancel := context.WithTimeout(ctxT(t), 100*time.Millisecond)
+	defer cancel()
+	_, err := s.GetMany(ctx, []string{testenv.UniqueID("other")})
+	if !errors.Is(err, snapshot.ErrUnavailable) {
+		t.Fatalf("GetMany with the cap hit: %v, want ErrUnavailable", err)
+	}
+	if st := s.Stats(); st.DBQueries != 1 || st.DBRejected != 1 {
+		t.Errorf("stats %+v, want one query and one rejected", st)
+	}
+
+	unlock()
+	if r := <-first; r.err != nil || r.snap.Version != 1 {
+		t.Fatalf("first Get = %v, %v", r.snap, r.err)
+	}
+}
+
+// A caller that gives up does not fail the fetch it shared with others.
+func TestStoreCallerCancelDoesNotFailSharedFetch(t *testing.T) {
+	pg := testenv.Database(t)
+	s := newStore(t, snapshot.Config{DB: pg.Pool, StatementTimeout: time.Minute, FetchTimeout: time.Minute})
+	id := testenv.UniqueID("task")
+	pg.InsertTask(t, testenv.Task{ID: id, TenantID: "t1", Status: "RUNNING", Version: 4})
+	unlock := lockTasks(t, pg)
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := s.Get(ctx, id, 0)
+		gaveUp <- err
+	}()
+	waitFor(t, "the shared query", func() bool { return s.Stats().DBQueries == 1 })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Get: %v, want context.Canceled", err)
+	}
+
+	// The query goes on. Had it been cancelled with the first caller, this
+	// Get would start a second one.
+	unlock()
+	if got := mustGet(t, s, id, 0); got.Version != 4 {
+		t.Fatalf("version %d, want 4", got.Version)
+	}
+	if st := s.Stats(); st.DBQueries != 1 || st.DBErrors != 0 {
+		t.Errorf("stats %+v, want the one shared query, successful", st)
+	}
+}
