@@ -327,18 +327,19 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 
 	var snap *Snapshot
 	err := s.query(ctx, sqlTaskByID, []any{id}, func(row *Snapshot) { snap = row })
+	// Redis missed, lost a write, or was skipped: tell it what PostgreSQL
+	// said. Not after a Redis error: Redis is likely down, and waiting on it
+	// again would only delay the answer.
+	toRedis := s.rdb != nil && redisErr == nil && s.redisUsable()
 	switch {
 	case err != nil:
 		return nil, unavailable(id, errors.Join(redisErr, err))
 	case snap == nil:
 		s.stats.dbMisses.Add(1)
-		s.setMissing(ctx, []string{id}, redisErr == nil)
+		s.setMissing(ctx, []string{id}, toRedis)
 		return nil, ErrNotFound
 	}
-	// Redis missed, lost a write, or was skipped: put the row back. After a
-	// Redis error, skip it: Redis is likely down, and waiting on it again
-	// would only delay the answer.
-	if s.rdb != nil && redisErr == nil {
+	if toRedis {
 		s.writeBack(ctx, []*Snapshot{snap})
 	}
 	return s.remember(snap), nil
@@ -356,22 +357,25 @@ func unavailable(id string, cause error) error {
 // the newer of the two: a source that lags behind what this node already saw
 // must not move the node backwards.
 func (s *Store) remember(snap *Snapshot) *Snapshot {
-	s.missing.delete(snap.TaskID)
-	return s.tasks.update(snap.TaskID, func(old *Snapshot, present bool) *Snapshot {
+	newest := s.tasks.update(snap.TaskID, func(old *Snapshot, present bool) *Snapshot {
 		if present && old.Version > snap.Version {
 			return old
 		}
 		return snap
 	})
+	// After the update, so a concurrent markMissing either sees the task or
+	// has its entry deleted here: tasks are never deleted, so existence wins.
+	s.missing.delete(snap.TaskID)
+	return newest
 }
 
 // markMissing caches "not found" in process, unless this node meanwhile
 // learned of the task.
 func (s *Store) markMissing(id string) {
-	if _, ok := s.tasks.get(id); ok {
-		return
-	}
 	s.missing.put(id, struct{}{})
+	if _, ok := s.tasks.get(id); ok {
+		s.missing.delete(id)
+	}
 }
 
 // GetMany returns the snapshots of the tasks that exist, keyed by id. It
@@ -456,10 +460,11 @@ func (s *Store) GetMany(ctx context.Context, taskIDs []string) (map[string]*Snap
 		}
 	}
 	s.stats.dbMisses.Add(uint64(len(absent)))
-	if s.rdb != nil && redisErr == nil {
+	toRedis := s.rdb != nil && redisErr == nil && s.redisUsable()
+	if toRedis && len(rows) > 0 {
 		s.writeBack(ctx, rows)
 	}
-	s.setMissing(ctx, absent, redisErr == nil)
+	s.setMissing(ctx, absent, toRedis)
 	return out, nil
 }
 

@@ -76,7 +76,9 @@ func (s *Store) queryTx(ctx context.Context, sql string, args []any, each func(*
 	br := conn.SendBatch(ctx, &b)
 	rows, err := br.Query()
 	if err == nil {
-		err = scanTasks(rows, each)
+		err = scanTasks(rows, each, func(id string, err error) {
+			s.log.WarnContext(ctx, "snapshot: skipping a task row pushd cannot represent", "task_id", id, "err", err)
+		})
 	}
 	if err == nil {
 		_, err = br.Exec()
@@ -108,9 +110,9 @@ type taskRow struct {
 }
 
 // scanTasks turns rows into snapshots. A row pushd cannot represent (an id
-// outside ValidID, a version below 1) fails the query: it is a bug upstream,
-// not a missing task.
-func scanTasks(rows pgx.Rows, each func(*Snapshot)) error {
+// outside ValidID, a version below 1) is a bug upstream; it goes to bad and
+// is skipped, so it cannot break a whole list.
+func scanTasks(rows pgx.Rows, each func(*Snapshot), bad func(id string, err error)) error {
 	defer rows.Close()
 	for rows.Next() {
 		var r taskRow
@@ -127,7 +129,8 @@ func scanTasks(rows pgx.Rows, each func(*Snapshot)) error {
 		}
 		snap, err := Parse(b)
 		if err != nil {
-			return fmt.Errorf("task row %q: %w", r.TaskID, err)
+			bad(r.TaskID, err)
+			continue
 		}
 		each(snap)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -588,5 +589,23 @@ func TestStoreForwardsUnknownFieldsFromRedis(t *testing.T) {
 	var m map[string]any
 	if err := json.Unmarshal(got.JSON(), &m); err != nil || m["eta_ms"] != 1200.0 {
 		t.Errorf("JSON() = %s, want eta_ms kept", got.JSON())
+	}
+}
+
+// A row pushd cannot represent is skipped (and logged), not fatal to a list.
+func TestStoreSkipsUnrepresentableRows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, snapshot.Config{Logger: slog.New(slog.DiscardHandler)})
+	tenant := testenv.UniqueID("tenant")
+	good, bad := testenv.UniqueID("good"), testenv.UniqueID("bad")
+	e.pg.InsertTask(t, testenv.Task{ID: good, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Version: 1})
+	e.pg.InsertTask(t, testenv.Task{ID: bad, TenantID: tenant, ProjectID: "p1", UserID: "user {1}", Status: "RUNNING", Version: 1})
+
+	l, err := e.store.ListProject(ctxT(t), tenant, "p1")
+	if err != nil || len(l) != 1 || l[0].TaskID != good {
+		t.Fatalf("ListProject = %v, %v; want only the good task", l, err)
+	}
+	if _, err := e.store.Get(ctxT(t), bad, 0); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Fatalf("Get of the bad row: %v, want ErrNotFound", err)
 	}
 }
