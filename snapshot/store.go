@@ -381,7 +381,8 @@ func (s *Store) markMissing(id string) {
 // GetMany returns the snapshots of the tasks that exist, keyed by id. It
 // serves what the in-process cache holds, reads the rest with one Redis MGET
 // and what Redis lacks with one PostgreSQL query, and writes those back. It
-// accepts at most MaxMany ids.
+// accepts at most MaxMany ids; more fail with ErrInvalidID, like a bad id,
+// before any I/O.
 func (s *Store) GetMany(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error) {
 	if len(taskIDs) > MaxMany {
 		return nil, fmt.Errorf("get many: %d ids, at most %d: %w", len(taskIDs), MaxMany, ErrInvalidID)

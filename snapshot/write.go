@@ -26,7 +26,9 @@ var setIfNewerScript = redis.NewScript(setIfNewerLua)
 // it wrote.
 //
 // Store.SetIfNewer and the fanout publisher both write through it. The script
-// names two keys and publishes from inside, which standalone Redis allows.
+// names two keys and publishes from inside, which standalone Redis allows; on
+// Redis Cluster both keys would have to share a hash slot, which the key
+// names of package keys do not give them.
 func Write(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, ttl time.Duration, channel string, message []byte) (written bool, err error) {
 	if s == nil || len(s.raw) == 0 {
 		return false, errors.New("snapshot write: empty snapshot")
