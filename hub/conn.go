@@ -1,0 +1,517 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pushd/pushd/snapshot"
+)
+
+// Conn is one client connection as the hub sees it. Transports create it
+// with Hub.Open and end it with Close.
+type Conn struct {
+	ID string
+	Principal
+
+	hub  *Hub
+	sink Sink
+
+	lastWrite atomic.Int64 // Unix ns of the last successful write; read by the ticker
+	closeOnce sync.Once
+
+	// writeMu is held by the writer that owns the connection while it
+	// writes, and by Close to wait out a write in flight.
+	writeMu sync.Mutex
+
+	mu         sync.Mutex // guards the fields below
+	tasks      map[string]struct{}
+	projects   map[string]struct{}
+	userScope  bool
+	delivered  map[string]int64              // per task, the last version taken for writing
+	pending    map[string]*snapshot.Snapshot // conflating outbox: one snapshot per task
+	order      []string                      // tasks in pending, oldest first
+	control    []Event                       // hello, errors and mode changes, in order, before tasks
+	trailer    []Event                       // acks, after the tasks queued before them
+	heartbeat  bool                          // write a heartbeat if nothing else is pending
+	scheduled  bool                          // queued for, or held by, a writer
+	endAfter   bool                          // end the connection once what is pending is written
+	endReason  CloseReason
+	reconnect  int // > 0: tell the client to reconnect after this many ms, then end
+	ending     bool
+	closed     bool
+	busRelease func()
+}
+
+// Subscription is what a client asks to watch.
+type Subscription struct {
+	Tasks    []string
+	Projects []string
+	User     bool             // every task of the connection's user
+	Since    map[string]int64 // per task, the version the client already has
+}
+
+// Rejection is a refused part of a subscription. Exactly one of TaskID and
+// ProjectID is set.
+type Rejection struct {
+	TaskID    string `json:"task_id,omitempty"`
+	ProjectID string `json:"project_id,omitempty"`
+	Code      string `json:"code"`
+}
+
+// Subscribe adds s to what the connection watches and queues the current
+// snapshot of each newly watched task. The connection is indexed and the
+// tenant's bus subscription confirmed before any snapshot is read, so no
+// change can fall between the two.
+//
+// A task that does not exist, or belongs to another tenant (the two are
+// answered alike), is rejected with not_found but stays watched: a task
+// created after the client asked for it still reaches the client.
+func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, error) {
+	h := c.hub
+	var rejected []Rejection
+	var tasks, projects []string
+	user := false
+
+	h.mu.Lock()
+	c.mu.Lock()
+	if c.closed || c.ending {
+		c.mu.Unlock()
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	room := h.cfg.MaxSubscriptions - len(c.tasks) - len(c.projects)
+	for _, id := range s.Tasks {
+		switch {
+		case !snapshot.ValidID(id):
+			rejected = append(rejected, Rejection{TaskID: id, Code: CodeInvalidID})
+		case has(c.tasks, id):
+		case room <= 0:
+			rejected = append(rejected, Rejection{TaskID: id, Code: CodeTooMany})
+		default:
+			room--
+			c.tasks = add(c.tasks, id)
+			h.byTask[key{c.TenantID, id}] = addConn(h.byTask[key{c.TenantID, id}], c)
+			tasks = append(tasks, id)
+		}
+	}
+	for _, id := range s.Projects {
+		switch {
+		case !snapshot.ValidID(id):
+			rejected = append(rejected, Rejection{ProjectID: id, Code: CodeInvalidID})
+		case has(c.projects, id):
+		case room <= 0:
+			rejected = append(rejected, Rejection{ProjectID: id, Code: CodeTooMany})
+		default:
+			room--
+			if len(c.projects) == 0 && !c.userScope {
+				h.scoped[c.TenantID]++
+			}
+			c.projects = add(c.projects, id)
+			h.byProject[key{c.TenantID, id}] = addConn(h.byProject[key{c.TenantID, id}], c)
+			projects = append(projects, id)
+		}
+	}
+	if s.User && !c.userScope && c.UserID != "" {
+		if len(c.projects) == 0 {
+			h.scoped[c.TenantID]++
+		}
+		c.userScope = true
+		h.byUser[key{c.TenantID, c.UserID}] = addConn(h.byUser[key{c.TenantID, c.UserID}], c)
+		user = true
+	}
+	for id, v := range s.Since {
+		if snapshot.ValidID(id) && v > c.delivered[id] {
+			if c.delivered == nil {
+				c.delivered = make(map[string]int64)
+			}
+			c.delivered[id] = v
+		}
+	}
+	needBus := c.busRelease == nil
+	c.mu.Unlock()
+	h.mu.Unlock()
+
+	if needBus {
+		release, err := h.cfg.Bus.Subscribe(ctx, c.TenantID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return rejected, ctx.Err()
+			}
+			// The bus is down: the snapshots below are still current, and the
+			// node's polling mode keeps them fresh until the bus returns.
+			h.log.Warn("bus subscribe failed", "tenant", c.TenantID, "err", err)
+		} else {
+			c.mu.Lock()
+			if c.closed || c.busRelease != nil {
+				c.mu.Unlock()
+				release()
+			} else {
+				c.busRelease = release
+				c.mu.Unlock()
+			}
+		}
+	}
+
+	for _, id := range tasks {
+		snap, err := h.cfg.Source.Get(ctx, id, 0)
+		switch {
+		case err == nil && snap.TenantID == c.TenantID:
+			c.offer(snap)
+		case err == nil, errors.Is(err, snapshot.ErrNotFound):
+			rejected = append(rejected, Rejection{TaskID: id, Code: CodeNotFound})
+		case errors.Is(err, snapshot.ErrInvalidID):
+			rejected = append(rejected, Rejection{TaskID: id, Code: CodeInvalidID})
+		default:
+			if ctx.Err() != nil {
+				return rejected, ctx.Err()
+			}
+			h.log.Warn("initial snapshot read failed", "task", id, "err", err)
+			rejected = append(rejected, Rejection{TaskID: id, Code: CodeUnavailable})
+		}
+	}
+	for _, id := range projects {
+		if err := c.offerList(h.cfg.Source.ListProject(ctx, c.TenantID, id)); err != nil {
+			if ctx.Err() != nil {
+				return rejected, ctx.Err()
+			}
+			h.log.Warn("project listing failed", "project", id, "err", err)
+			rejected = append(rejected, Rejection{ProjectID: id, Code: CodeUnavailable})
+		}
+	}
+	if user {
+		if err := c.offerList(h.cfg.Source.ListUser(ctx, c.TenantID, c.UserID)); err != nil {
+			if ctx.Err() != nil {
+				return rejected, ctx.Err()
+			}
+			h.log.Warn("user listing failed", "user", c.UserID, "err", err)
+			rejected = append(rejected, Rejection{Code: CodeUnavailable})
+		}
+	}
+	return rejected, nil
+}
+
+func (c *Conn) offerList(snaps []*snapshot.Snapshot, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, s := range snaps {
+		c.offer(s)
+	}
+	return nil
+}
+
+// refreshScopes re-reads the connection's project and user listings.
+func (c *Conn) refreshScopes() {
+	h := c.hub
+	c.mu.Lock()
+	projects := keysOf(c.projects)
+	user := c.userScope
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(h.ctx, h.cfg.FetchTimeout)
+	defer cancel()
+	for _, id := range projects {
+		c.offerList(h.cfg.Source.ListProject(ctx, c.TenantID, id))
+	}
+	if user {
+		c.offerList(h.cfg.Source.ListUser(ctx, c.TenantID, c.UserID))
+	}
+}
+
+// Unsubscribe stops watching tasks and projects. Pending snapshots of tasks
+// no longer watched are dropped.
+func (c *Conn) Unsubscribe(tasks, projects []string) {
+	h := c.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range tasks {
+		if has(c.tasks, id) {
+			delete(c.tasks, id)
+			removeConn(h.byTask, key{c.TenantID, id}, c)
+		}
+	}
+	hadScope := len(c.projects) > 0 || c.userScope
+	for _, id := range projects {
+		if has(c.projects, id) {
+			delete(c.projects, id)
+			removeConn(h.byProject, key{c.TenantID, id}, c)
+		}
+	}
+	if hadScope && len(c.projects) == 0 && !c.userScope {
+		h.dropScoped(c.TenantID)
+	}
+	kept := c.order[:0]
+	for _, id := range c.order {
+		if c.watchesLocked(c.pending[id]) {
+			kept = append(kept, id)
+		} else {
+			delete(c.pending, id)
+		}
+	}
+	clear(c.order[len(kept):])
+	c.order = kept
+}
+
+func (h *Hub) dropScoped(tenant string) {
+	if h.scoped[tenant]--; h.scoped[tenant] <= 0 {
+		delete(h.scoped, tenant)
+	}
+}
+
+// watchesLocked reports whether the connection still wants s.
+func (c *Conn) watchesLocked(s *snapshot.Snapshot) bool {
+	return has(c.tasks, s.TaskID) ||
+		(s.ProjectID != "" && has(c.projects, s.ProjectID)) ||
+		(c.userScope && s.UserID == c.UserID)
+}
+
+// offer queues s for the connection unless it has, or has pending, that
+// version or a newer one. It never blocks: a pending older snapshot of the
+// task is replaced, so a slow client holds at most one per task.
+func (c *Conn) offer(s *snapshot.Snapshot) {
+	h := c.hub
+	c.mu.Lock()
+	switch {
+	case c.closed || c.ending:
+		c.mu.Unlock()
+		return
+	case s.TenantID != c.TenantID: // checked on every delivery, not only at subscribe
+		c.mu.Unlock()
+		h.stats.DroppedTenant.Add(1)
+		return
+	case !c.watchesLocked(s):
+		c.mu.Unlock()
+		return
+	case !s.NewerThan(c.delivered[s.TaskID]):
+		c.mu.Unlock()
+		h.stats.DroppedStale.Add(1)
+		return
+	}
+	if p, ok := c.pending[s.TaskID]; ok {
+		if !s.NewerThan(p.Version) {
+			c.mu.Unlock()
+			h.stats.DroppedStale.Add(1)
+			return
+		}
+		h.stats.Conflated.Add(1)
+	} else {
+		if c.pending == nil {
+			c.pending = make(map[string]*snapshot.Snapshot)
+		}
+		c.order = append(c.order, s.TaskID)
+	}
+	c.pending[s.TaskID] = s
+	c.scheduleLocked()
+	c.mu.Unlock()
+}
+
+// Send queues a non-task event (an error for a refused subscription, say).
+func (c *Conn) Send(ev Event) { c.sendControl(ev) }
+
+func (c *Conn) sendControl(ev Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.ending {
+		return
+	}
+	if ev.Kind == KindMode {
+		// Only the latest mode matters.
+		for i := range c.control {
+			if c.control[i].Kind == KindMode {
+				c.control = append(c.control[:i], c.control[i+1:]...)
+				break
+			}
+		}
+	}
+	if len(c.control)+len(c.trailer) >= c.hub.cfg.MaxControl {
+		c.hub.stats.SlowClosed.Add(1)
+		c.endLocked(CloseWriteFailed)
+		return
+	}
+	if ev.Kind == KindAck {
+		c.trailer = append(c.trailer, ev)
+	} else {
+		c.control = append(c.control, ev)
+	}
+	c.scheduleLocked()
+}
+
+// scheduleLocked queues the connection for a writer unless it is queued
+// already. The queue push never blocks.
+func (c *Conn) scheduleLocked() {
+	if c.scheduled {
+		return
+	}
+	c.scheduled = true
+	c.hub.runq.push(c)
+}
+
+// takeLocked moves what is pending into buf for one write, marking each task
+// version delivered so nothing older or equal is queued after it.
+func (c *Conn) takeLocked(buf []Event) []Event {
+	buf = append(buf, c.control...)
+	clear(c.control)
+	c.control = c.control[:0]
+	for _, id := range c.order {
+		s := c.pending[id]
+		delete(c.pending, id)
+		if s.TenantID != c.TenantID || !s.NewerThan(c.delivered[id]) {
+			continue
+		}
+		if c.delivered == nil {
+			c.delivered = make(map[string]int64)
+		}
+		c.delivered[id] = s.Version
+		buf = append(buf, Event{Kind: KindTask, Snapshot: s})
+	}
+	clear(c.order)
+	c.order = c.order[:0]
+	buf = append(buf, c.trailer...)
+	clear(c.trailer)
+	c.trailer = c.trailer[:0]
+	if c.reconnect > 0 {
+		buf = append(buf, Event{Kind: KindReconnect, AfterMS: c.reconnect})
+		c.reconnect = 0
+	}
+	if len(buf) == 0 && c.heartbeat {
+		buf = append(buf, Event{Kind: KindHeartbeat})
+	}
+	c.heartbeat = false
+	return buf
+}
+
+func (c *Conn) hasWorkLocked() bool {
+	return len(c.order) > 0 || len(c.control) > 0 || len(c.trailer) > 0 || c.reconnect > 0 || c.heartbeat
+}
+
+// drain tells the client to reconnect after a random delay of up to
+// maxAfter, then ends the connection.
+func (c *Conn) drain(maxAfter time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.ending {
+		return
+	}
+	c.reconnect = 1 + rand.IntN(int(max(maxAfter, time.Millisecond)/time.Millisecond))
+	c.endAfter, c.endReason = true, CloseDraining
+	c.scheduleLocked()
+}
+
+// expire tells the client its token expired, then ends the connection.
+func (c *Conn) expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.ending || c.endAfter {
+		return
+	}
+	c.control = append(c.control, Event{Kind: KindError, Code: CodeTokenExpired, Message: "the token expired; reconnect with a fresh one"})
+	c.endAfter, c.endReason = true, CloseTokenExpired
+	c.scheduleLocked()
+}
+
+// end asks the transport to close the connection.
+func (c *Conn) end(reason CloseReason) {
+	c.mu.Lock()
+	c.endLocked(reason)
+	c.mu.Unlock()
+}
+
+func (c *Conn) endLocked(reason CloseReason) {
+	if c.closed || c.ending {
+		return
+	}
+	c.ending = true
+	c.pending, c.order, c.control, c.trailer = nil, nil, nil, nil
+	// Closed only signals the transport; calling it under c.mu is safe
+	// because it must not block or call back into the hub.
+	c.sink.Closed(reason)
+}
+
+// Close removes the connection from the hub. The transport calls it when
+// the client is gone or after the hub ended the connection; once it
+// returns, the hub never calls the sink again. It is idempotent.
+func (c *Conn) Close() {
+	c.closeOnce.Do(func() {
+		h := c.hub
+		h.mu.Lock()
+		c.mu.Lock()
+		c.closed = true
+		for id := range c.tasks {
+			removeConn(h.byTask, key{c.TenantID, id}, c)
+		}
+		for id := range c.projects {
+			removeConn(h.byProject, key{c.TenantID, id}, c)
+		}
+		if c.userScope {
+			removeConn(h.byUser, key{c.TenantID, c.UserID}, c)
+		}
+		if len(c.projects) > 0 || c.userScope {
+			h.dropScoped(c.TenantID)
+		}
+		c.pending, c.order, c.control, c.trailer = nil, nil, nil, nil
+		release := c.busRelease
+		c.busRelease = nil
+		c.mu.Unlock()
+		delete(h.conns, c)
+		h.stats.Closed.Add(1)
+		if h.closing && len(h.conns) == 0 && h.empty != nil {
+			close(h.empty)
+			h.empty = nil
+		}
+		h.mu.Unlock()
+
+		// Wait out a write in flight, then let go of the transport.
+		c.writeMu.Lock()
+		c.sink = nil
+		c.writeMu.Unlock()
+		if release != nil {
+			release()
+		}
+	})
+}
+
+// Watching reports what the connection watches, for the transports' hello.
+func (c *Conn) Watching() (tasks, projects []string, user bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return keysOf(c.tasks), keysOf(c.projects), c.userScope
+}
+
+func has(m map[string]struct{}, k string) bool { _, ok := m[k]; return ok }
+
+func add(m map[string]struct{}, k string) map[string]struct{} {
+	if m == nil {
+		m = make(map[string]struct{})
+	}
+	m[k] = struct{}{}
+	return m
+}
+
+func keysOf(m map[string]struct{}) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func addConn(s connSet, c *Conn) connSet {
+	if s == nil {
+		s = make(connSet)
+	}
+	s[c] = struct{}{}
+	return s
+}
+
+func removeConn(idx map[key]connSet, k key, c *Conn) {
+	s := idx[k]
+	delete(s, c)
+	if len(s) == 0 {
+		delete(idx, k)
+	}
+}

@@ -1,0 +1,196 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/pushd/pushd/snapshot"
+)
+
+// writeLoop is one of the pool's writers. A connection is owned by the
+// writer that popped it until flush returns, so each connection has exactly
+// one writer at a time.
+func (h *Hub) writeLoop() {
+	defer h.wg.Done()
+	var buf []Event
+	for {
+		c, ok := h.runq.pop()
+		if !ok {
+			return
+		}
+		buf = h.flush(c, buf[:0])
+	}
+}
+
+// flush writes everything pending on c in one Write, then requeues c if more
+// arrived meanwhile.
+func (h *Hub) flush(c *Conn, buf []Event) []Event {
+	c.writeMu.Lock()
+	c.mu.Lock()
+	if c.closed || c.ending {
+		c.scheduled = false
+		c.mu.Unlock()
+		c.writeMu.Unlock()
+		return buf
+	}
+	buf = c.takeLocked(buf)
+	endAfter, reason := c.endAfter, c.endReason
+	c.mu.Unlock()
+
+	var err error
+	if len(buf) > 0 {
+		err = c.sink.Write(buf)
+	}
+	c.writeMu.Unlock()
+
+	tasks := 0
+	for i := range buf {
+		if buf[i].Kind == KindTask {
+			tasks++
+		}
+		if buf[i].Kind == KindHeartbeat {
+			h.stats.Heartbeats.Add(1)
+		}
+		buf[i] = Event{} // drop snapshot references
+	}
+	switch {
+	case err != nil:
+		h.stats.WriteErrors.Add(1)
+		h.log.Debug("write failed; closing", "conn", c.ID, "tenant", c.TenantID, "err", err)
+		c.end(CloseWriteFailed)
+		return buf
+	case endAfter:
+		if reason == CloseTokenExpired {
+			h.stats.ExpiredClosed.Add(1)
+		}
+		c.end(reason)
+		return buf
+	}
+	h.stats.Delivered.Add(int64(tasks))
+	c.lastWrite.Store(time.Now().UnixNano())
+
+	c.mu.Lock()
+	again := !c.closed && !c.ending && c.hasWorkLocked()
+	if !again {
+		c.scheduled = false
+	}
+	c.mu.Unlock()
+	if again {
+		h.runq.push(c)
+	}
+	return buf
+}
+
+// dispatchLoop reads the snapshots that notifications announce and offers
+// them to the connections that watch them.
+func (h *Hub) dispatchLoop() {
+	defer h.wg.Done()
+	var targets []*Conn
+	for {
+		k, it, ok := h.dispatch.pop()
+		if !ok {
+			return
+		}
+		targets = h.deliver(k, it, targets[:0])
+	}
+}
+
+func (h *Hub) deliver(k key, it dispatchItem, targets []*Conn) []*Conn {
+	if !h.watched(k, it) {
+		h.stats.DispatchNoWatch.Add(1)
+		return targets
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, h.cfg.FetchTimeout)
+	snap, err := h.cfg.Source.Get(ctx, k.id, it.version)
+	cancel()
+	h.stats.Fetches.Add(1)
+	if err != nil {
+		if !errors.Is(err, snapshot.ErrNotFound) {
+			h.stats.FetchErrors.Add(1)
+			h.log.Warn("snapshot read for notification failed", "tenant", k.tenant, "task", k.id, "err", err)
+		}
+		return targets
+	}
+	if snap.TenantID != k.tenant {
+		// A notification on one tenant's channel for another tenant's task.
+		h.stats.DroppedTenant.Add(1)
+		return targets
+	}
+	h.mu.RLock()
+	for c := range h.byTask[k] {
+		targets = append(targets, c)
+	}
+	if snap.ProjectID != "" {
+		for c := range h.byProject[key{k.tenant, snap.ProjectID}] {
+			targets = append(targets, c)
+		}
+	}
+	if snap.UserID != "" {
+		for c := range h.byUser[key{k.tenant, snap.UserID}] {
+			targets = append(targets, c)
+		}
+	}
+	h.mu.RUnlock()
+	for _, c := range targets {
+		c.offer(snap) // a connection listed twice gets it once: offer drops equal versions
+	}
+	clear(targets)
+	return targets
+}
+
+// watched reports whether any local connection may want the task, so
+// notifications nobody here watches cost no read.
+func (h *Hub) watched(k key, it dispatchItem) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if len(h.byTask[k]) > 0 {
+		return true
+	}
+	if h.scoped[k.tenant] == 0 {
+		return false
+	}
+	if it.projectID == "" || it.userID == "" {
+		return true // the notification does not say; the snapshot will
+	}
+	return len(h.byProject[key{k.tenant, it.projectID}]) > 0 || len(h.byUser[key{k.tenant, it.userID}]) > 0
+}
+
+// tickLoop writes heartbeats to idle connections and ends connections whose
+// token expired. One goroutine scans them all, so an idle connection needs
+// no timer of its own.
+func (h *Hub) tickLoop() {
+	defer h.wg.Done()
+	t := time.NewTicker(h.tickInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case now := <-t.C:
+			h.tick(now)
+		}
+	}
+}
+
+func (h *Hub) tickInterval() time.Duration {
+	return min(h.cfg.HeartbeatInterval/2, time.Second)
+}
+
+func (h *Hub) tick(now time.Time) {
+	idle := now.Add(-h.cfg.HeartbeatInterval).UnixNano()
+	for _, c := range h.allConns() {
+		if !c.ExpiresAt.IsZero() && now.After(c.ExpiresAt) {
+			c.expire()
+			continue
+		}
+		if c.lastWrite.Load() <= idle {
+			c.mu.Lock()
+			if !c.closed && !c.ending && !c.heartbeat {
+				c.heartbeat = true
+				c.scheduleLocked()
+			}
+			c.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package hub
+
+import "github.com/pushd/pushd/snapshot"
+
+// Kind says what an Event carries.
+type Kind uint8
+
+// The kinds of events a transport writes.
+const (
+	KindTask      Kind = iota + 1 // Snapshot
+	KindMode                      // Mode, Reason
+	KindError                     // Code, Message, TaskID or ProjectID
+	KindHeartbeat                 // nothing; keeps idle connections alive
+	KindReconnect                 // AfterMS: reconnect after this delay; the connection closes next
+	KindHello                     // ConnID, Node, Mode, HeartbeatMS: the first event of every connection
+	KindAck                       // AckID, Rejected: written after the snapshots the request queued
+)
+
+// Event is one thing to write to a client. Events are values built by the
+// hub and read by one transport writer; a task event's Snapshot is shared by
+// every connection that receives it and must not be modified.
+type Event struct {
+	Kind      Kind
+	Snapshot  *snapshot.Snapshot
+	Mode      string
+	Reason    string
+	Code      string
+	Message   string
+	TaskID    string
+	ProjectID string
+	AfterMS   int
+
+	ConnID      string
+	Node        string
+	HeartbeatMS int64
+	AckID       int64
+	Rejected    []Rejection
+}
+
+// Modes a node can be in.
+const (
+	ModePush    = "push"    // notifications arrive over the bus
+	ModePolling = "polling" // the bus is down; watched tasks are re-read on a timer
+)
+
+// Error codes of refused subscriptions and closed connections.
+const (
+	CodeNotFound      = "not_found"
+	CodeInvalidID     = "invalid_id"
+	CodeTooMany       = "too_many_subscriptions"
+	CodeUnavailable   = "unavailable"
+	CodeTokenExpired  = "token_expired"
+	CodeSlowClient    = "slow_client"
+	CodeShuttingDown  = "shutting_down"
+	CodeForbiddenUser = "forbidden"
+)
+
+// CloseReason tells a transport why the hub closed a connection, so it can
+// pick the close code its protocol has for it.
+type CloseReason uint8
+
+// Reasons the hub closes a connection.
+const (
+	CloseNormal       CloseReason = iota // the hub is closing
+	CloseWriteFailed                     // a write failed or timed out: a slow or gone client
+	CloseTokenExpired                    // the token's exp passed
+	CloseDraining                        // the node is shutting down; the client was told to reconnect
+)
+
+// Sink writes to one client. The hub calls Write from one goroutine at a
+// time, never concurrently, and never after the transport's Conn.Close has
+// returned.
+type Sink interface {
+	// Write writes every event and flushes once. It applies the transport's
+	// write deadline; an error closes the connection.
+	Write(events []Event) error
+	// Closed is called once when the hub ends the connection. It must not
+	// block: it signals the transport, which then calls Conn.Close.
+	Closed(reason CloseReason)
+}

@@ -1,0 +1,11 @@
+package hub
+
+// PendingVersion is the version of task waiting in c's outbox, 0 if none.
+func PendingVersion(c *Conn, task string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.pending[task]; ok {
+		return s.Version
+	}
+	return 0
+}

@@ -1,0 +1,350 @@
+// Package hub holds a node's connections and what each watches, and delivers
+// snapshots to them: one snapshot read per notification however many
+// connections watch the task, a conflating outbox per connection (the newest
+// version of a task replaces a pending older one), versions that only go up
+// per connection and task, and a small pool of writers so that an idle
+// connection costs no goroutine of its own.
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// Source is what the hub reads snapshots from; snapshot.Store and
+// snapshot.MemoryStore implement it.
+type Source interface {
+	Get(ctx context.Context, taskID string, atLeast int64) (*snapshot.Snapshot, error)
+	ListProject(ctx context.Context, tenantID, projectID string) ([]*snapshot.Snapshot, error)
+	ListUser(ctx context.Context, tenantID, userID string) ([]*snapshot.Snapshot, error)
+}
+
+// Bus is the subscription side of fanout.Bus.
+type Bus interface {
+	Subscribe(ctx context.Context, tenantID string) (release func(), err error)
+}
+
+// ErrClosed is returned by Open once the hub is draining or closed.
+var ErrClosed = errors.New("hub: closed")
+
+// Config configures a Hub. New(Config{Source: s, Bus: b}) works; every other
+// zero value has a default.
+type Config struct {
+	Source Source // required
+	Bus    Bus    // required
+
+	// Writers is the number of goroutines writing to connections; zero means 32.
+	// A writer blocked on a slow client is released by WriteTimeout.
+	Writers int
+	// Dispatchers bounds concurrent snapshot reads for notifications; zero means 16.
+	Dispatchers int
+	// FetchTimeout bounds one snapshot read for a notification; zero means 5s.
+	FetchTimeout time.Duration
+	// HeartbeatInterval is how long a connection may stay silent before a
+	// heartbeat is written; zero means 25s.
+	HeartbeatInterval time.Duration
+	// MaxSubscriptions bounds the tasks plus projects one connection watches;
+	// zero means 200.
+	MaxSubscriptions int
+	// MaxControl bounds queued non-task events (errors) per connection; past
+	// it the connection is closed as a slow client. Zero means 256.
+	MaxControl int
+	// NodeName is shown to clients in hello; zero means "pushd".
+	NodeName string
+	Logger   *slog.Logger // nil means slog.Default()
+}
+
+func (c *Config) setDefaults() {
+	if c.Writers <= 0 {
+		c.Writers = 32
+	}
+	if c.Dispatchers <= 0 {
+		c.Dispatchers = 16
+	}
+	if c.FetchTimeout <= 0 {
+		c.FetchTimeout = 5 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 25 * time.Second
+	}
+	if c.MaxSubscriptions <= 0 {
+		c.MaxSubscriptions = 200
+	}
+	if c.MaxControl <= 0 {
+		c.MaxControl = 256
+	}
+	if c.NodeName == "" {
+		c.NodeName = "pushd"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// key names a task, project or user within a tenant. Every index is keyed by
+// tenant, so nothing heard on one tenant's channel can reach another's
+// connections.
+type key struct{ tenant, id string }
+
+type connSet map[*Conn]struct{}
+
+// Hub routes snapshots to connections.
+type Hub struct {
+	cfg Config
+	log *slog.Logger
+
+	ctx    context.Context // cancelled by Close; parent of fetches
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // writers, dispatchers, ticker
+
+	mu        sync.RWMutex // guards the indexes and conns
+	conns     map[*Conn]struct{}
+	byTask    map[key]connSet
+	byProject map[key]connSet
+	byUser    map[key]connSet
+	scoped    map[string]int // per tenant, connections watching a project or a user
+	closing   bool
+	empty     chan struct{} // closed when closing and the last connection leaves
+
+	mode atomic.Value // string
+
+	runq     workQueue[*Conn] // connections with something to write
+	dispatch dispatchQueue    // tasks to re-read and deliver
+
+	stats Stats
+}
+
+var _ fanout.Handler = (*Hub)(nil)
+
+// New starts a hub. Close or Shutdown stops it.
+func New(cfg Config) *Hub {
+	cfg.setDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Hub{
+		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
+		conns:     make(map[*Conn]struct{}),
+		byTask:    make(map[key]connSet),
+		byProject: make(map[key]connSet),
+		byUser:    make(map[key]connSet),
+		scoped:    make(map[string]int),
+	}
+	h.mode.Store(ModePush)
+	h.runq.init()
+	h.dispatch.init()
+	for range cfg.Writers {
+		h.wg.Add(1)
+		go h.writeLoop()
+	}
+	for range cfg.Dispatchers {
+		h.wg.Add(1)
+		go h.dispatchLoop()
+	}
+	h.wg.Add(1)
+	go h.tickLoop()
+	return h
+}
+
+// Mode is the node's current delivery mode, ModePush or ModePolling.
+func (h *Hub) Mode() string { return h.mode.Load().(string) }
+
+// SetMode records the node's mode and tells every connection when it changes.
+func (h *Hub) SetMode(mode, reason string) {
+	if h.mode.Swap(mode) == mode {
+		return
+	}
+	ev := Event{Kind: KindMode, Mode: mode, Reason: reason}
+	for _, c := range h.allConns() {
+		c.sendControl(ev)
+	}
+}
+
+// Principal is who a connection belongs to.
+type Principal struct {
+	TenantID  string
+	UserID    string
+	ExpiresAt time.Time // zero means never; the hub closes the connection when it passes
+}
+
+// Open registers a connection that writes to sink and queues its hello. It
+// watches nothing until Subscribe. The transport must call Conn.Close when
+// the client goes away.
+func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
+	c := &Conn{
+		ID:        newConnID(),
+		Principal: p,
+		hub:       h,
+		sink:      sink,
+	}
+	c.lastWrite.Store(time.Now().UnixNano())
+	h.mu.Lock()
+	if h.closing {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	h.conns[c] = struct{}{}
+	h.mu.Unlock()
+	h.stats.Opened.Add(1)
+	c.sendControl(Event{Kind: KindHello, ConnID: c.ID, Node: h.cfg.NodeName, Mode: h.Mode(),
+		HeartbeatMS: h.cfg.HeartbeatInterval.Milliseconds()})
+	return c, nil
+}
+
+func newConnID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Draining reports whether the hub refuses new connections.
+func (h *Hub) Draining() bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.closing
+}
+
+// HeartbeatInterval is the configured heartbeat interval.
+func (h *Hub) HeartbeatInterval() time.Duration { return h.cfg.HeartbeatInterval }
+
+// Len is the number of open connections.
+func (h *Hub) Len() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.conns)
+}
+
+func (h *Hub) allConns() []*Conn {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]*Conn, 0, len(h.conns))
+	for c := range h.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Notify queues a notification for delivery. It never blocks: notifications
+// of one task that arrive while it waits collapse into the highest version.
+func (h *Hub) Notify(n fanout.Notification) {
+	h.stats.Notifications.Add(1)
+	h.dispatch.push(key{n.TenantID, n.TaskID}, n.Version, n.ProjectID, n.UserID)
+}
+
+// Resync re-reads every task the tenant's connections watch: the bus may have
+// lost notifications while its subscription was down.
+func (h *Hub) Resync(tenantID string) {
+	h.stats.Resyncs.Add(1)
+	h.mu.RLock()
+	var tasks []string
+	for k := range h.byTask {
+		if k.tenant == tenantID {
+			tasks = append(tasks, k.id)
+		}
+	}
+	var scoped []*Conn
+	if h.scoped[tenantID] > 0 {
+		for c := range h.conns {
+			if c.TenantID == tenantID {
+				scoped = append(scoped, c)
+			}
+		}
+	}
+	h.mu.RUnlock()
+	for _, id := range tasks {
+		h.dispatch.push(key{tenantID, id}, 0, "", "")
+	}
+	for _, c := range scoped {
+		c.refreshScopes()
+	}
+}
+
+// Close stops the hub at once: every connection is closed and the hub's
+// goroutines are waited for. It is idempotent.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
+	for _, c := range h.allConns() {
+		c.end(CloseNormal)
+	}
+	h.cancel()
+	h.runq.close()
+	h.dispatch.close()
+	h.wg.Wait()
+}
+
+// Shutdown drains the node: it refuses new connections, tells every client
+// to reconnect after a random delay of up to maxAfter (so the fleet is not
+// hit by all of them at once), closes connections in batches spread over
+// the time ctx allows, and waits for the transports to let go. It then
+// closes the hub. It returns ctx's error if connections were still open at
+// the deadline; those are closed at once.
+func (h *Hub) Shutdown(ctx context.Context, maxAfter time.Duration) error {
+	h.mu.Lock()
+	h.closing = true
+	empty := make(chan struct{})
+	if len(h.conns) == 0 {
+		close(empty)
+	} else {
+		h.empty = empty
+	}
+	h.mu.Unlock()
+	conns := h.allConns()
+	spread := time.Duration(0)
+	if dl, ok := ctx.Deadline(); ok {
+		spread = time.Until(dl) / 2 // leave half of the period for the clients to go
+	}
+	const batches = 10
+	per := (len(conns) + batches - 1) / batches
+	for i := 0; i < len(conns); i += max(per, 1) {
+		for _, c := range conns[i:min(i+max(per, 1), len(conns))] {
+			c.drain(maxAfter)
+		}
+		if spread > 0 && i+per < len(conns) {
+			t := time.NewTimer(spread / batches)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+	}
+	var err error
+	select {
+	case <-empty:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	h.Close()
+	return err
+}
+
+// Stats are the hub's counters, for tests and metrics.
+type Stats struct {
+	Opened          atomic.Int64
+	Closed          atomic.Int64
+	Notifications   atomic.Int64
+	Resyncs         atomic.Int64
+	Fetches         atomic.Int64 // snapshot reads for notifications
+	FetchErrors     atomic.Int64
+	Delivered       atomic.Int64 // task events written
+	Conflated       atomic.Int64 // pending snapshots replaced by a newer one
+	DroppedStale    atomic.Int64 // snapshots not newer than what a connection has
+	DroppedTenant   atomic.Int64 // snapshots whose tenant is not the connection's
+	SlowClosed      atomic.Int64
+	ExpiredClosed   atomic.Int64
+	WriteErrors     atomic.Int64
+	Heartbeats      atomic.Int64
+	DispatchNoWatch atomic.Int64 // notifications no local connection watches
+}
+
+// Stats returns the hub's live counters.
+func (h *Hub) Stats() *Stats { return &h.stats }

@@ -1,0 +1,105 @@
+package hub
+
+import "sync"
+
+// workQueue is an unbounded FIFO that workers block on. It is bounded in
+// practice by its users: a connection is queued at most once at a time.
+type workQueue[T any] struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	items  []T
+	head   int
+	closed bool
+}
+
+func (q *workQueue[T]) init() { q.cond.L = &q.mu }
+
+func (q *workQueue[T]) push(v T) {
+	q.mu.Lock()
+	q.items = append(q.items, v)
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+// pop blocks until an item is queued or the queue is closed.
+func (q *workQueue[T]) pop() (T, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.head == len(q.items) && !q.closed {
+		q.cond.Wait()
+	}
+	var zero T
+	if q.closed {
+		return zero, false
+	}
+	v := q.items[q.head]
+	q.items[q.head] = zero
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	} else if q.head > 1024 && q.head*2 > len(q.items) {
+		q.items, q.head = append(q.items[:0], q.items[q.head:]...), 0
+	}
+	return v, true
+}
+
+func (q *workQueue[T]) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}
+
+// dispatchQueue holds tasks waiting to be re-read. A task is queued once:
+// notifications for a queued task raise its version instead, so a storm of
+// changes to one task costs one read, and the bus's reading loop never
+// waits.
+type dispatchQueue struct {
+	mu      sync.Mutex
+	pending map[key]*dispatchItem
+	q       workQueue[key]
+}
+
+type dispatchItem struct {
+	version           int64
+	projectID, userID string // hints from the notification; "" when absent
+}
+
+func (d *dispatchQueue) init() {
+	d.pending = make(map[key]*dispatchItem)
+	d.q.init()
+}
+
+func (d *dispatchQueue) push(k key, version int64, projectID, userID string) {
+	d.mu.Lock()
+	if it, ok := d.pending[k]; ok {
+		if version > it.version {
+			it.version = version
+		}
+		if it.projectID != projectID {
+			it.projectID = "" // conflicting hints: fetch and look
+		}
+		if it.userID != userID {
+			it.userID = ""
+		}
+		d.mu.Unlock()
+		return
+	}
+	d.pending[k] = &dispatchItem{version: version, projectID: projectID, userID: userID}
+	d.mu.Unlock()
+	d.q.push(k)
+}
+
+func (d *dispatchQueue) pop() (key, dispatchItem, bool) {
+	k, ok := d.q.pop()
+	if !ok {
+		return k, dispatchItem{}, false
+	}
+	d.mu.Lock()
+	it := d.pending[k]
+	delete(d.pending, k)
+	d.mu.Unlock()
+	return k, *it, true
+}
+
+func (d *dispatchQueue) close() { d.q.close() }
