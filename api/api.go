@@ -1,0 +1,397 @@
+// Package api is pushd's HTTP surface: the SSE and WebSocket endpoints
+// behind authentication, task reads for re-fetching and polling clients,
+// the publish endpoint, health, readiness and metrics.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/httperr"
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/sse"
+	"github.com/pushd/pushd/ws"
+)
+
+// Config wires the API to the node's parts. Hub, Source, Publisher, Auth,
+// SSE and WS are required.
+type Config struct {
+	Hub       *hub.Hub
+	Source    snapshot.Source
+	Publisher fanout.Publisher
+	Auth      *auth.Verifier
+	SSE       *sse.Handler
+	WS        *ws.Handler
+
+	// APIKey guards POST /v1/publish (header X-API-Key). Empty means only
+	// loopback callers may publish.
+	APIKey string
+	// Ready reports whether the node can serve; nil means always ready.
+	Ready func(ctx context.Context) error
+	// DemoSigner, when set, serves GET /demo/token: tokens for anyone. Only
+	// the embedded mode without a configured secret or key sets it.
+	DemoSigner *auth.Signer
+	// Demo, when set, is served under /demo/.
+	Demo http.Handler
+	// Metrics, when set, is served at /metrics.
+	Metrics http.Handler
+	// MaxIDs bounds GET /v1/tasks?ids=; zero means 100.
+	MaxIDs int
+	Logger *slog.Logger // nil means slog.Default()
+}
+
+type server struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns the HTTP handler of a node.
+func New(cfg Config) http.Handler {
+	if cfg.MaxIDs <= 0 {
+		cfg.MaxIDs = 100
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &server{cfg: cfg, log: cfg.Logger}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.IPExtractor = echo.ExtractIPDirect() // X-Forwarded-For is not trusted unless a proxy is configured
+	e.HTTPErrorHandler = s.handleError
+
+	e.GET("/v1/events", s.authed(func(c echo.Context, p hub.Principal) error {
+		cfg.SSE.Serve(c.Response(), c.Request(), p)
+		return nil
+	}))
+	e.GET("/v1/ws", s.authed(func(c echo.Context, p hub.Principal) error {
+		cfg.WS.Serve(c.Response(), c.Request(), p)
+		return nil
+	}))
+	e.GET("/v1/tasks/:id", s.authed(s.getTask))
+	e.GET("/v1/tasks", s.authed(s.getTasks))
+	e.GET("/v1/projects/:id/tasks", s.authed(s.projectTasks))
+	e.POST("/v1/publish", s.publish)
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	if cfg.Metrics != nil {
+		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
+	}
+	if cfg.DemoSigner != nil {
+		e.GET("/demo/token", s.demoToken)
+	}
+	if cfg.Demo != nil {
+		e.GET("/demo", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/demo/") })
+		e.GET("/demo/*", echo.WrapHandler(http.StripPrefix("/demo", cfg.Demo)))
+	}
+	return e
+}
+
+// apiError is an error with its status and code; handleError writes it.
+type apiError struct {
+	status        int
+	code, message string
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.message }
+
+func fail(status int, code, message string) error {
+	return &apiError{status: status, code: code, message: message}
+}
+
+func (s *server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var ae *apiError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &he):
+		ae = &apiError{status: he.Code, code: codeForStatus(he.Code), message: strings.ToLower(http.StatusText(he.Code))}
+	default:
+		s.log.Error("request failed", "path", c.Request().URL.Path, "err", err)
+		ae = &apiError{status: http.StatusInternalServerError, code: httperr.Internal, message: "internal error"}
+	}
+	httperr.Write(c.Response(), ae.status, ae.code, ae.message)
+}
+
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return httperr.NotFound
+	case http.StatusMethodNotAllowed:
+		return "method_not_allowed"
+	case http.StatusUnauthorized:
+		return httperr.Unauthorized
+	case http.StatusRequestEntityTooLarge:
+		return "too_large"
+	}
+	return httperr.BadRequest
+}
+
+// authed authenticates the request before h runs.
+func (s *server) authed(h func(echo.Context, hub.Principal) error) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		p, err := s.cfg.Auth.Authenticate(c.Request())
+		switch {
+		case err == nil:
+		case errors.Is(err, auth.ErrTokenExpired):
+			return fail(http.StatusUnauthorized, httperr.TokenExpired, "the token expired")
+		case errors.Is(err, auth.ErrMissingToken):
+			return fail(http.StatusUnauthorized, httperr.Unauthorized, "a token is required (Authorization: Bearer, cookie or access_token)")
+		default:
+			return fail(http.StatusUnauthorized, httperr.Unauthorized, "invalid token")
+		}
+		return h(c, hub.Principal{TenantID: p.TenantID, UserID: p.UserID, ExpiresAt: p.ExpiresAt})
+	}
+}
+
+// onlyParams refuses query parameters other than allowed (and access_token,
+// which any authenticated endpoint takes).
+func onlyParams(c echo.Context, allowed ...string) error {
+	for k := range c.QueryParams() {
+		if k != "access_token" && !contains(allowed, k) {
+			return fail(http.StatusBadRequest, httperr.UnknownParameter, "unknown parameter "+strconv.Quote(k))
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func etag(s *snapshot.Snapshot) string { return `"v` + strconv.FormatInt(s.Version, 10) + `"` }
+
+func (s *server) getTask(c echo.Context, p hub.Principal) error {
+	if err := onlyParams(c); err != nil {
+		return err
+	}
+	id := c.Param("id")
+	if !snapshot.ValidID(id) {
+		return fail(http.StatusBadRequest, httperr.InvalidID, "invalid task id")
+	}
+	snap, err := s.cfg.Source.Get(c.Request().Context(), id, 0)
+	if err != nil {
+		return s.readError(err)
+	}
+	if snap.TenantID != p.TenantID {
+		return notFound() // exactly as absent
+	}
+	tag := etag(snap)
+	h := c.Response().Header()
+	h.Set("ETag", tag)
+	h.Set("Cache-Control", "private, no-cache")
+	if inm := c.Request().Header.Get("If-None-Match"); inm != "" && etagMatches(inm, tag) {
+		return c.NoContent(http.StatusNotModified)
+	}
+	return c.JSONBlob(http.StatusOK, snap.JSON())
+}
+
+func etagMatches(header, tag string) bool {
+	for part := range strings.SplitSeq(header, ",") {
+		part = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(part), "W/"))
+		if part == tag || part == "*" {
+			return true
+		}
+	}
+	return false
+}
+
+func notFound() error { return fail(http.StatusNotFound, httperr.NotFound, "no such task") }
+
+func (s *server) readError(err error) error {
+	switch {
+	case errors.Is(err, snapshot.ErrNotFound):
+		return notFound()
+	case errors.Is(err, snapshot.ErrInvalidID):
+		return fail(http.StatusBadRequest, httperr.InvalidID, "invalid id")
+	case errors.Is(err, context.Canceled):
+		return fail(499, "canceled", "the client went away")
+	}
+	s.log.Warn("snapshot read failed", "err", err)
+	return fail(http.StatusServiceUnavailable, httperr.Unavailable, "task state is unavailable; retry")
+}
+
+type taskList struct {
+	Tasks    []*snapshot.Snapshot `json:"tasks"`
+	NotFound []string             `json:"not_found,omitempty"`
+}
+
+func (s *server) getTasks(c echo.Context, p hub.Principal) error {
+	if err := onlyParams(c, "ids"); err != nil {
+		return err
+	}
+	raw := c.QueryParam("ids")
+	if raw == "" {
+		return fail(http.StatusBadRequest, httperr.BadRequest, "ids is required: ?ids=a,b,c")
+	}
+	ids := strings.Split(raw, ",")
+	if len(ids) > s.cfg.MaxIDs {
+		return fail(http.StatusBadRequest, httperr.TooMany, "at most "+strconv.Itoa(s.cfg.MaxIDs)+" ids")
+	}
+	seen := make(map[string]bool, len(ids))
+	uniq := ids[:0]
+	for _, id := range ids {
+		if !snapshot.ValidID(id) {
+			return fail(http.StatusBadRequest, httperr.InvalidID, "invalid task id "+strconv.Quote(truncate(id, 64)))
+		}
+		if !seen[id] {
+			seen[id] = true
+			uniq = append(uniq, id)
+		}
+	}
+	got, err := s.cfg.Source.GetMany(c.Request().Context(), uniq)
+	if err != nil {
+		return s.readError(err)
+	}
+	out := taskList{Tasks: make([]*snapshot.Snapshot, 0, len(uniq))}
+	for _, id := range uniq {
+		if snap, ok := got[id]; ok && snap.TenantID == p.TenantID {
+			out.Tasks = append(out.Tasks, snap)
+		} else {
+			out.NotFound = append(out.NotFound, id)
+		}
+	}
+	c.Response().Header().Set("Cache-Control", "private, no-cache")
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *server) projectTasks(c echo.Context, p hub.Principal) error {
+	if err := onlyParams(c); err != nil {
+		return err
+	}
+	id := c.Param("id")
+	if !snapshot.ValidID(id) {
+		return fail(http.StatusBadRequest, httperr.InvalidID, "invalid project id")
+	}
+	snaps, err := s.cfg.Source.ListProject(c.Request().Context(), p.TenantID, id)
+	if err != nil {
+		return s.readError(err)
+	}
+	out := taskList{Tasks: make([]*snapshot.Snapshot, 0, len(snaps))}
+	for _, snap := range snaps {
+		if snap.TenantID == p.TenantID {
+			out.Tasks = append(out.Tasks, snap)
+		}
+	}
+	c.Response().Header().Set("Cache-Control", "private, no-cache")
+	return c.JSON(http.StatusOK, out)
+}
+
+type publishResult struct {
+	Written bool   `json:"written"`
+	TaskID  string `json:"task_id"`
+	Version int64  `json:"version"`
+}
+
+func (s *server) publish(c echo.Context) error {
+	if err := s.checkAPIKey(c.Request()); err != nil {
+		return err
+	}
+	if err := onlyParams(c); err != nil {
+		return err
+	}
+	body, err := io.ReadAll(io.LimitReader(c.Request().Body, snapshot.MaxSize+1))
+	if err != nil {
+		return fail(http.StatusBadRequest, httperr.BadRequest, "reading the body failed")
+	}
+	if len(body) > snapshot.MaxSize {
+		return fail(http.StatusRequestEntityTooLarge, "too_large", "a snapshot is at most "+strconv.Itoa(snapshot.MaxSize)+" bytes")
+	}
+	snap, err := snapshot.Parse(body)
+	if err != nil {
+		return fail(http.StatusBadRequest, "invalid_snapshot", strings.TrimPrefix(err.Error(), "snapshot: "))
+	}
+	written, err := s.cfg.Publisher.Publish(c.Request().Context(), snap)
+	if err != nil {
+		s.log.Warn("publish failed", "task", snap.TaskID, "err", err)
+		return fail(http.StatusServiceUnavailable, httperr.Unavailable, "the snapshot could not be stored; retry")
+	}
+	return c.JSON(http.StatusOK, publishResult{Written: written, TaskID: snap.TaskID, Version: snap.Version})
+}
+
+func (s *server) checkAPIKey(r *http.Request) error {
+	if s.cfg.APIKey == "" {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			return fail(http.StatusForbidden, httperr.Forbidden, "publishing without an API key is allowed from loopback only")
+		}
+		return nil
+	}
+	key := r.Header.Get("X-API-Key")
+	if key == "" {
+		return fail(http.StatusUnauthorized, httperr.Unauthorized, "X-API-Key is required")
+	}
+	if subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.APIKey)) != 1 {
+		return fail(http.StatusUnauthorized, httperr.Unauthorized, "invalid API key")
+	}
+	return nil
+}
+
+func (s *server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *server) readyz(c echo.Context) error {
+	if s.cfg.Hub.Draining() {
+		return fail(http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down")
+	}
+	if s.cfg.Ready != nil {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+		defer cancel()
+		if err := s.cfg.Ready(ctx); err != nil {
+			return fail(http.StatusServiceUnavailable, httperr.Unavailable, err.Error())
+		}
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready", "mode": s.cfg.Hub.Mode()})
+}
+
+// demoToken hands out tokens for the demo page. It is only routed in the
+// embedded mode with a random secret, where nothing real is protected.
+func (s *server) demoToken(c echo.Context) error {
+	if err := onlyParams(c, "tenant", "user"); err != nil {
+		return err
+	}
+	tenant, user := c.QueryParam("tenant"), c.QueryParam("user")
+	if tenant == "" {
+		tenant = "demo"
+	}
+	if user == "" {
+		user = "demo-user"
+	}
+	if !snapshot.ValidID(tenant) || !snapshot.ValidID(user) {
+		return fail(http.StatusBadRequest, httperr.InvalidID, "invalid tenant or user")
+	}
+	exp := time.Now().Add(time.Hour)
+	tok, err := s.cfg.DemoSigner.Sign(auth.Principal{TenantID: tenant, UserID: user, ExpiresAt: exp})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"token": tok, "tenant_id": tenant, "user_id": user, "expires_at": exp.Unix()})
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

@@ -1,0 +1,375 @@
+// Package ws is the WebSocket transport (subprotocol pushd.v1): clients
+// subscribe and unsubscribe with JSON requests on one connection and receive
+// snapshots, acks, mode changes and errors as JSON text frames.
+package ws
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/httperr"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// Subprotocol is the only subprotocol pushd speaks.
+const Subprotocol = "pushd.v1"
+
+// Close codes beyond RFC 6455's, in the application range.
+const (
+	StatusTokenExpired websocket.StatusCode = 4001 // reconnect with a fresh token
+	StatusSlowClient   websocket.StatusCode = 4008 // writes timed out; reconnect and resync
+)
+
+// Config configures a Handler; zero values have defaults.
+type Config struct {
+	Hub *hub.Hub // required
+	// OriginPatterns lists the origins allowed besides the request's own
+	// host (path.Match patterns, as coder/websocket takes them). Empty
+	// allows same-origin browsers only; non-browser clients send no Origin.
+	OriginPatterns []string
+	// ReadLimit bounds one client message; a larger one closes the
+	// connection with 1009. Zero means 64 KiB.
+	ReadLimit int64
+	// WriteTimeout bounds each write; zero means 10s.
+	WriteTimeout time.Duration
+	// PingInterval is how often a protocol ping checks the peer; zero means 25s.
+	PingInterval time.Duration
+	// MaxBadMessages is how many malformed requests in a row end the
+	// connection with 1008; zero means 10.
+	MaxBadMessages int
+	// MaxIDs bounds the tasks plus projects of one request; zero means 100.
+	MaxIDs int
+	Logger *slog.Logger // nil means slog.Default()
+}
+
+// Handler serves /v1/ws.
+type Handler struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns a Handler.
+func New(cfg Config) *Handler {
+	if cfg.ReadLimit <= 0 {
+		cfg.ReadLimit = 64 << 10
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 25 * time.Second
+	}
+	if cfg.MaxBadMessages <= 0 {
+		cfg.MaxBadMessages = 10
+	}
+	if cfg.MaxIDs <= 0 {
+		cfg.MaxIDs = 100
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Handler{cfg: cfg, log: cfg.Logger}
+}
+
+// request is a client message.
+type request struct {
+	Op       string           `json:"op"`
+	ID       int64            `json:"id"`
+	Tasks    []string         `json:"tasks"`
+	Projects []string         `json:"projects"`
+	Scope    string           `json:"scope"`
+	Since    map[string]int64 `json:"since"`
+}
+
+// Serve upgrades an authenticated request and runs the connection until the
+// client or the hub ends it.
+func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal) {
+	if h.cfg.Hub.Draining() {
+		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down; reconnect")
+		return
+	}
+	wc, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:   []string{Subprotocol},
+		OriginPatterns: h.cfg.OriginPatterns,
+	})
+	if err != nil {
+		return // Accept answered the client (403 for a foreign origin, 400 for a bad handshake)
+	}
+	if wc.Subprotocol() != Subprotocol {
+		wc.Close(websocket.StatusPolicyViolation, "subprotocol "+Subprotocol+" required")
+		return
+	}
+	wc.SetReadLimit(h.cfg.ReadLimit)
+
+	s := &sink{wc: wc, timeout: h.cfg.WriteTimeout, done: make(chan struct{})}
+	c, err := h.cfg.Hub.Open(p, s)
+	if err != nil {
+		wc.Close(websocket.StatusServiceRestart, "node shutting down")
+		return
+	}
+	log := h.log.With("conn", c.ID, "tenant", p.TenantID)
+
+	// The reader is the connection's second goroutine: coder/websocket needs
+	// a reader for control frames (pongs, close) anyway.
+	ctx, cancel := context.WithCancel(context.Background())
+	readerDone := make(chan error, 1)
+	go func() { readerDone <- h.readLoop(ctx, wc, c, log) }()
+
+	ping := time.NewTicker(h.cfg.PingInterval)
+	code, reason := websocket.StatusNormalClosure, ""
+loop:
+	for {
+		select {
+		case err := <-readerDone:
+			readerDone = nil
+			code, reason = closeFor(err)
+			break loop
+		case <-s.done:
+			code, reason = closeForReason(s.reason)
+			break loop
+		case <-ping.C:
+			pctx, pcancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
+			err := wc.Ping(pctx)
+			pcancel()
+			if err != nil {
+				log.Debug("ping failed", "err", err)
+				code, reason = websocket.StatusGoingAway, "ping timeout"
+				break loop
+			}
+		}
+	}
+	ping.Stop()
+	c.Close() // no hub writes after this returns
+	if code >= 0 {
+		wc.Close(code, reason)
+	}
+	wc.CloseNow()
+	cancel()
+	if readerDone != nil {
+		<-readerDone
+	}
+}
+
+// readLoop reads client requests until the connection fails. Its error
+// chooses the close code.
+func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn, log *slog.Logger) error {
+	bad := 0
+	for {
+		typ, data, err := wc.Read(ctx)
+		if err != nil {
+			return err
+		}
+		if typ != websocket.MessageText {
+			return errBinary
+		}
+		req, msg := h.parse(data)
+		if msg != "" {
+			bad++
+			c.Send(hub.Event{Kind: hub.KindError, Code: "bad_request", Message: msg})
+			if bad >= h.cfg.MaxBadMessages {
+				return errTooManyBad
+			}
+			continue
+		}
+		bad = 0
+		switch req.Op {
+		case "subscribe":
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			rejected, err := c.Subscribe(sctx, hub.Subscription{
+				Tasks: req.Tasks, Projects: req.Projects, User: req.Scope == "user", Since: req.Since,
+			})
+			cancel()
+			if err != nil {
+				if errors.Is(err, hub.ErrClosed) || ctx.Err() != nil {
+					return err
+				}
+				log.Debug("subscribe failed", "err", err)
+				c.Send(hub.Event{Kind: hub.KindError, Code: hub.CodeUnavailable, Message: "subscribe failed; retry"})
+				continue
+			}
+			c.Send(hub.Event{Kind: hub.KindAck, AckID: req.ID, Rejected: rejected})
+		case "unsubscribe":
+			c.Unsubscribe(req.Tasks, req.Projects)
+			c.Send(hub.Event{Kind: hub.KindAck, AckID: req.ID})
+		}
+	}
+}
+
+var (
+	errBinary     = errors.New("binary message")
+	errTooManyBad = errors.New("too many malformed requests")
+)
+
+// parse decodes and validates a request; a non-empty msg says what is wrong.
+func (h *Handler) parse(data []byte) (request, string) {
+	var req request
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, "malformed request: " + trimJSONError(err)
+	}
+	if dec.More() {
+		return req, "malformed request: one JSON object per message"
+	}
+	switch req.Op {
+	case "subscribe", "unsubscribe":
+	case "":
+		return req, `"op" is required`
+	default:
+		return req, fmt.Sprintf("unknown op %q", truncate(req.Op, 32))
+	}
+	if len(req.Tasks)+len(req.Projects) > h.cfg.MaxIDs || len(req.Since) > h.cfg.MaxIDs {
+		return req, fmt.Sprintf("at most %d ids per request", h.cfg.MaxIDs)
+	}
+	for _, id := range req.Tasks {
+		if !snapshot.ValidID(id) {
+			return req, fmt.Sprintf("invalid task id %q", truncate(id, 64))
+		}
+	}
+	for _, id := range req.Projects {
+		if !snapshot.ValidID(id) {
+			return req, fmt.Sprintf("invalid project id %q", truncate(id, 64))
+		}
+	}
+	if req.Scope != "" && req.Scope != "user" {
+		return req, `scope must be "user"`
+	}
+	if req.Op == "unsubscribe" && (len(req.Since) > 0 || req.Scope != "") {
+		return req, "unsubscribe takes tasks and projects only"
+	}
+	return req, ""
+}
+
+func trimJSONError(err error) string { return truncate(strings.TrimPrefix(err.Error(), "json: "), 120) }
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// closeFor picks the close code for a reader error; -1 means the connection
+// is already closed and needs no close frame.
+func closeFor(err error) (websocket.StatusCode, string) {
+	switch {
+	case errors.Is(err, errBinary):
+		return websocket.StatusUnsupportedData, "text frames only"
+	case errors.Is(err, errTooManyBad):
+		return websocket.StatusPolicyViolation, "too many malformed requests"
+	case errors.Is(err, websocket.ErrMessageTooBig):
+		return -1, "" // coder/websocket closed it with 1009
+	case websocket.CloseStatus(err) != -1:
+		return -1, "" // the client closed
+	}
+	return websocket.StatusGoingAway, ""
+}
+
+func closeForReason(r hub.CloseReason) (websocket.StatusCode, string) {
+	switch r {
+	case hub.CloseWriteFailed:
+		return StatusSlowClient, "slow client"
+	case hub.CloseTokenExpired:
+		return StatusTokenExpired, "token expired"
+	case hub.CloseDraining:
+		return websocket.StatusServiceRestart, "node restarting"
+	}
+	return websocket.StatusGoingAway, "closing"
+}
+
+// sink writes events as JSON text frames. Write is called by one hub writer
+// at a time.
+type sink struct {
+	wc      *websocket.Conn
+	timeout time.Duration
+
+	closeOnce sync.Once
+	reason    hub.CloseReason // set before done is closed
+	done      chan struct{}
+}
+
+func (s *sink) Write(events []hub.Event) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	for i := range events {
+		b, ok := render(&events[i])
+		if !ok {
+			continue
+		}
+		if err := s.wc.Write(ctx, websocket.MessageText, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *sink) Closed(r hub.CloseReason) {
+	s.closeOnce.Do(func() {
+		s.reason = r
+		close(s.done)
+	})
+}
+
+// render encodes one server message; heartbeats have none (protocol pings
+// keep WebSockets alive).
+func render(ev *hub.Event) ([]byte, bool) {
+	var v any
+	switch ev.Kind {
+	case hub.KindTask:
+		b := make([]byte, 0, len(ev.Snapshot.JSON())+24)
+		b = append(b, `{"type":"task","task":`...)
+		b = append(b, ev.Snapshot.JSON()...)
+		return append(b, '}'), true
+	case hub.KindHello:
+		v = struct {
+			Type        string `json:"type"`
+			ConnID      string `json:"conn_id"`
+			Node        string `json:"node"`
+			Mode        string `json:"mode"`
+			HeartbeatMS int64  `json:"heartbeat_ms"`
+		}{"hello", ev.ConnID, ev.Node, ev.Mode, ev.HeartbeatMS}
+	case hub.KindAck:
+		rej := ev.Rejected
+		if rej == nil {
+			rej = []hub.Rejection{}
+		}
+		v = struct {
+			Type     string          `json:"type"`
+			ID       int64           `json:"id"`
+			Rejected []hub.Rejection `json:"rejected"`
+		}{"ack", ev.AckID, rej}
+	case hub.KindMode:
+		v = struct {
+			Type   string `json:"type"`
+			Mode   string `json:"mode"`
+			Reason string `json:"reason,omitempty"`
+		}{"mode", ev.Mode, ev.Reason}
+	case hub.KindError:
+		v = struct {
+			Type      string `json:"type"`
+			Code      string `json:"code"`
+			Message   string `json:"message,omitempty"`
+			TaskID    string `json:"task_id,omitempty"`
+			ProjectID string `json:"project_id,omitempty"`
+		}{"error", ev.Code, ev.Message, ev.TaskID, ev.ProjectID}
+	case hub.KindReconnect:
+		v = struct {
+			Type    string `json:"type"`
+			AfterMS int    `json:"after_ms"`
+		}{"reconnect", ev.AfterMS}
+	default:
+		return nil, false
+	}
+	b, _ := json.Marshal(v)
+	return b, true
+}
