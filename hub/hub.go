@@ -26,6 +26,7 @@ type Source interface {
 	Get(ctx context.Context, taskID string, atLeast int64) (*snapshot.Snapshot, error)
 	ListProject(ctx context.Context, tenantID, projectID string) ([]*snapshot.Snapshot, error)
 	ListUser(ctx context.Context, tenantID, userID string) ([]*snapshot.Snapshot, error)
+	Observe(taskID string, version int64)
 }
 
 // Bus is the subscription side of fanout.Bus.
@@ -235,6 +236,7 @@ func (h *Hub) allConns() []*Conn {
 // of one task that arrive while it waits collapse into the highest version.
 func (h *Hub) Notify(n fanout.Notification) {
 	h.stats.Notifications.Add(1)
+	h.cfg.Source.Observe(n.TaskID, n.Version)
 	h.dispatch.push(key{n.TenantID, n.TaskID}, n.Version, n.ProjectID, n.UserID)
 }
 

@@ -105,6 +105,9 @@ func (m *MemoryStore) list(index map[scope]map[string]*Snapshot, sc scope) []*Sn
 	return out[:min(len(out), MaxList)]
 }
 
+// Observe does nothing: a MemoryStore has no cache to make stale.
+func (m *MemoryStore) Observe(string, int64) {}
+
 // SetIfNewer stores s unless the store holds the same or a newer version of
 // the task, and reports whether it did.
 func (m *MemoryStore) SetIfNewer(_ context.Context, s *Snapshot) (bool, error) {

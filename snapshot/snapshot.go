@@ -78,15 +78,15 @@ func Parse(b []byte) (*Snapshot, error) {
 	case k.Version == nil || *k.Version <= 0:
 		return nil, errors.New("snapshot: version must be a positive integer")
 	}
-	raw := b
-	if !isCompact(b) {
+	var raw []byte
+	if isCompact(b) {
+		raw = bytes.Clone(b)
+	} else {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, b); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
 		}
 		raw = buf.Bytes()
-	} else {
-		raw = bytes.Clone(b)
 	}
 	return &Snapshot{
 		TaskID: k.TaskID, TenantID: k.TenantID, ProjectID: k.ProjectID, UserID: k.UserID,
@@ -97,7 +97,7 @@ func Parse(b []byte) (*Snapshot, error) {
 
 // isCompact reports whether b has no newlines, which SSE data lines cannot
 // carry. Other whitespace is harmless and kept.
-func isCompact(b []byte) bool { return bytes.IndexAny(b, "\r\n") < 0 }
+func isCompact(b []byte) bool { return !bytes.ContainsAny(b, "\r\n") }
 
 // JSON returns the document as written, compacted to one line. Callers must
 // not modify it.

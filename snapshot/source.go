@@ -19,6 +19,10 @@ type Source interface {
 	ListProject(ctx context.Context, tenantID, projectID string) ([]*Snapshot, error)
 	// ListUser returns the current snapshots of a user's tasks.
 	ListUser(ctx context.Context, tenantID, userID string) ([]*Snapshot, error)
+	// Observe records that a notification announced this version, so no
+	// cached older copy or cached absence is served afterwards. It does no
+	// I/O and never blocks.
+	Observe(taskID string, version int64)
 }
 
 // Writer stores snapshots, keeping versions monotonic.

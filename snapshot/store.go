@@ -168,7 +168,11 @@ func NewStore(cfg Config) *Store {
 		beginSQL: fmt.Sprintf("BEGIN READ ONLY; SET LOCAL statement_timeout = %d", max(cfg.StatementTimeout.Milliseconds(), 1)),
 		sem:      make(chan struct{}, cfg.MaxDBQueries),
 		tasks:    newCache[*Snapshot](cfg.CacheTTL, taskCacheCap),
-		missing:  newCache[struct{}](cfg.NegativeTTL, negativeCacheCap),
+		// In process, "not found" lives no longer than a snapshot would: a
+		// node that does not watch the tenant hears no notification that
+		// could clear it. Redis's notfound key, which SetIfNewer clears, is
+		// the long-lived one.
+		missing: newCache[struct{}](min(cfg.NegativeTTL, cfg.CacheTTL), negativeCacheCap),
 		lists:    newCache[[]*Snapshot](cfg.ListCacheTTL, listCacheCap),
 	}
 }
@@ -367,6 +371,18 @@ func (s *Store) remember(snap *Snapshot) *Snapshot {
 	// has its entry deleted here: tasks are never deleted, so existence wins.
 	s.missing.delete(snap.TaskID)
 	return newest
+}
+
+// Observe records that a notification announced version of the task: a
+// cached copy older than that and a cached "not found" are dropped, so the
+// next read goes to Redis. The hub calls it for every notification, watched
+// or not, so a connection that subscribes later never starts from a copy
+// this node knows is stale. It does no I/O.
+func (s *Store) Observe(taskID string, version int64) {
+	if snap, ok := s.tasks.get(taskID); ok && snap.Version < version {
+		s.tasks.delete(taskID)
+	}
+	s.missing.delete(taskID)
 }
 
 // markMissing caches "not found" in process, unless this node meanwhile
