@@ -1,0 +1,100 @@
+// Command pushd serves real-time task status to browsers over SSE and
+// WebSocket. Run it with no configuration for the embedded mode; see
+// pushd -h for the flags and their PUSHD_* environment twins.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pushd/pushd/node"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "pushd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	var pem []byte
+	if cfg.JWTPublicKey != "" {
+		if pem, err = os.ReadFile(cfg.JWTPublicKey); err != nil {
+			return fmt.Errorf("jwt public key: %w", err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	n, err := node.New(ctx, node.Config{
+		RedisURL: cfg.RedisURL, KeyPrefix: cfg.KeyPrefix, DatabaseURL: cfg.DatabaseURL,
+		JWTSecret: []byte(cfg.JWTSecret), JWTPublicKeyPEM: pem, JWTAlgorithm: cfg.JWTAlgorithm,
+		APIKey: cfg.APIKey, NodeName: cfg.NodeName, OriginPatterns: cfg.originPatterns(),
+		Heartbeat: cfg.Heartbeat, WriteTimeout: cfg.WriteTimeout, SSERetry: cfg.Retry,
+		ReconnectAfter: cfg.ReconnectAfter, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		n.Close()
+		return err
+	}
+	n.LogStartup(l.Addr().String())
+
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(l) }()
+	select {
+	case err := <-served:
+		n.Close()
+		return err
+	case <-ctx.Done():
+	}
+	stop() // a second signal kills the process
+	log.Info("draining", "timeout", cfg.DrainTimeout)
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	defer cancel()
+	err = n.Shutdown(dctx)
+	<-served
+	if err != nil {
+		log.Warn("drain ended early", "err", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func newLogger(cfg config, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch cfg.LogFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", cfg.LogFormat)
+}

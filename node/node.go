@@ -1,0 +1,268 @@
+// Package node wires a pushd node from its settings: the snapshot source,
+// the bus, the hub, the transports and the HTTP API, in the embedded mode
+// (in memory) or the production mode (Redis and PostgreSQL). cmd/pushd and
+// the end-to-end tests both start nodes through it.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/api"
+	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/sse"
+	"github.com/pushd/pushd/ws"
+)
+
+// Config is a node's settings. With neither RedisURL nor DatabaseURL the
+// node runs embedded: one node, an in-memory bus and store.
+type Config struct {
+	RedisURL    string
+	KeyPrefix   string // prefix of every Redis key and channel
+	DatabaseURL string // needs RedisURL
+
+	JWTSecret       []byte
+	JWTPublicKeyPEM []byte
+	JWTAlgorithm    string
+	APIKey          string
+
+	NodeName       string
+	OriginPatterns []string
+
+	Heartbeat    time.Duration // zero: the hub's default
+	WriteTimeout time.Duration // zero: the transports' default
+	SSERetry     time.Duration // zero: the SSE default
+	// ReconnectAfter bounds the random delay draining clients wait before
+	// reconnecting; zero means 5s.
+	ReconnectAfter time.Duration
+
+	Logger *slog.Logger // nil means slog.Default()
+}
+
+// Node is a running pushd node.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	handler http.Handler
+	hub     *hub.Hub
+	bus     fanout.Bus
+	rdb     *redis.Client
+	pool    *pgxpool.Pool
+	store   *snapshot.Store
+	srv     *http.Server
+
+	// DemoSecret is the random HS256 secret of an embedded node started
+	// without one; tokens for it come from GET /demo/token.
+	DemoSecret []byte
+}
+
+// Embedded reports whether cfg runs without Redis and PostgreSQL.
+func (c Config) Embedded() bool { return c.RedisURL == "" && c.DatabaseURL == "" }
+
+// New builds a node and connects it to its servers. It does not listen yet.
+func New(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ReconnectAfter <= 0 {
+		cfg.ReconnectAfter = 5 * time.Second
+	}
+	if cfg.DatabaseURL != "" && cfg.RedisURL == "" {
+		return nil, errors.New("a database URL needs a Redis URL")
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger}
+	ok := false
+	defer func() {
+		if !ok {
+			n.Close()
+		}
+	}()
+
+	var demoSigner *auth.Signer
+	if len(cfg.JWTSecret) == 0 && len(cfg.JWTPublicKeyPEM) == 0 {
+		if !cfg.Embedded() {
+			return nil, errors.New("set a JWT secret or public key (only the embedded mode makes one up)")
+		}
+		cfg.JWTSecret = auth.RandomSecret()
+		n.DemoSecret = cfg.JWTSecret
+		demoSigner = auth.NewSigner(cfg.JWTSecret)
+	}
+	verifier, err := auth.New(auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm})
+	if err != nil {
+		return nil, err
+	}
+
+	var (
+		source    snapshot.Source
+		publisher fanout.Publisher
+		ready     func(context.Context) error
+	)
+	if cfg.Embedded() {
+		store := snapshot.NewMemoryStore()
+		bus := fanout.NewMemoryBus()
+		n.bus = bus
+		source = store
+		publisher = &fanout.MemoryPublisher{Store: store, Bus: bus}
+	} else {
+		opt, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("redis url: %w", err)
+		}
+		n.rdb = redis.NewClient(opt)
+		if cfg.DatabaseURL != "" {
+			pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+			if err != nil {
+				return nil, fmt.Errorf("database url: %w", err)
+			}
+			if pcfg.MaxConns > 16 {
+				pcfg.MaxConns = 16 // the fallback is capped below this anyway
+			}
+			// Connections are made lazily: a node starts while PostgreSQL is
+			// down and serves from Redis meanwhile.
+			n.pool, err = pgxpool.NewWithConfig(ctx, pcfg)
+			if err != nil {
+				return nil, fmt.Errorf("database: %w", err)
+			}
+		}
+		names := keys.Names{Prefix: cfg.KeyPrefix}
+		n.store = snapshot.NewStore(snapshot.Config{Redis: n.rdb, DB: n.pool, Names: names, Logger: cfg.Logger})
+		n.bus = fanout.NewRedisBus(fanout.RedisConfig{Client: n.rdb, Names: names, Logger: cfg.Logger})
+		source = n.store
+		publisher = fanout.NewRedisPublisher(n.rdb, names)
+		ready = n.ready
+	}
+
+	n.hub = hub.New(hub.Config{
+		Source: source, Bus: n.bus, HeartbeatInterval: cfg.Heartbeat,
+		NodeName: cfg.NodeName, Logger: cfg.Logger,
+	})
+	n.bus.Start(n.hub)
+	n.handler = api.New(api.Config{
+		Hub: n.hub, Source: source, Publisher: publisher, Auth: verifier,
+		SSE:        sse.New(sse.Config{Hub: n.hub, Retry: cfg.SSERetry, WriteTimeout: cfg.WriteTimeout, Logger: cfg.Logger}),
+		WS:         ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout, PingInterval: cfg.Heartbeat, Logger: cfg.Logger}),
+		APIKey:     cfg.APIKey,
+		Ready:      ready,
+		DemoSigner: demoSigner,
+		Metrics:    promhttp.Handler(),
+		Logger:     cfg.Logger,
+	})
+	ok = true
+	return n, nil
+}
+
+// ready: the node can serve while either source answers.
+func (n *Node) ready(ctx context.Context) error {
+	redisErr := n.rdb.Ping(ctx).Err()
+	if redisErr == nil {
+		return nil
+	}
+	if n.pool != nil {
+		if err := n.pool.Ping(ctx); err == nil {
+			return nil
+		}
+	}
+	return errors.New("neither Redis nor PostgreSQL answers")
+}
+
+// Handler is the node's HTTP handler.
+func (n *Node) Handler() http.Handler { return n.handler }
+
+// Store is the node's Redis and PostgreSQL snapshot store; nil in the
+// embedded mode.
+func (n *Node) Store() *snapshot.Store { return n.store }
+
+// Hub is the node's hub.
+func (n *Node) Hub() *hub.Hub { return n.hub }
+
+// Serve accepts connections on l until Shutdown or Close.
+func (n *Node) Serve(l net.Listener) error {
+	n.srv = &http.Server{
+		Handler:           n.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
+	}
+	err := n.srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown drains the node: it stops accepting, tells clients to reconnect
+// after a jittered delay, closes connections in batches within ctx's
+// deadline, then releases the servers.
+func (n *Node) Shutdown(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- n.hub.Shutdown(ctx, n.cfg.ReconnectAfter) }()
+	var err error
+	if n.srv != nil {
+		err = n.srv.Shutdown(ctx)
+	}
+	if herr := <-done; err == nil {
+		err = herr
+	}
+	n.Close()
+	return err
+}
+
+// Close stops the node at once. It is idempotent.
+func (n *Node) Close() {
+	if n.srv != nil {
+		n.srv.Close()
+	}
+	if n.hub != nil {
+		n.hub.Close()
+	}
+	if n.bus != nil {
+		n.bus.Close()
+	}
+	if n.rdb != nil {
+		n.rdb.Close()
+	}
+	if n.pool != nil {
+		n.pool.Close()
+	}
+}
+
+// LogStartup tells the operator how the node runs and, in the embedded
+// mode, how to feed it.
+func (n *Node) LogStartup(addr string) {
+	if !n.cfg.Embedded() {
+		n.log.Info("pushd serving", "addr", addr, "node", n.cfg.NodeName, "redis", true, "postgres", n.pool != nil)
+		return
+	}
+	base := "http://" + displayAddr(addr)
+	n.log.Info("pushd serving in embedded mode (in-memory bus and store, one node)", "addr", addr)
+	if n.DemoSecret != nil {
+		n.log.Info("get a token: curl '" + base + "/demo/token?tenant=t1&user=u1'")
+	}
+	n.log.Info("watch a task: curl -N -H 'Authorization: Bearer <token>' '" + base + "/v1/events?task=task_1'")
+	n.log.Info(`publish a change: curl -X POST ` + base + `/v1/publish -d '{"task_id":"task_1","tenant_id":"t1","project_id":"p1","user_id":"u1","status":"RUNNING","progress":45,"version":1,"updated_at":0}'`)
+}
+
+func displayAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if host == "" || host == "::" || host == "0.0.0.0" {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}
