@@ -46,8 +46,6 @@ func newCache[V any](ttl time.Duration, capacity int) *cache[V] {
 	return c
 }
 
-func (c *cache[V]) enabled() bool { return c.ttl > 0 }
-
 func (c *cache[V]) shard(key string) *cacheShard[V] {
 	return &c.shards[maphash.String(c.seed, key)%cacheShards]
 }
