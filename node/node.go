@@ -240,20 +240,30 @@ func (n *Node) Close() {
 	}
 }
 
-// LogStartup tells the operator how the node runs and, in the embedded
-// mode, how to feed it.
+// LogStartup logs how the node runs.
 func (n *Node) LogStartup(addr string) {
-	if !n.cfg.Embedded() {
-		n.log.Info("pushd serving", "addr", addr, "node", n.cfg.NodeName, "redis", true, "postgres", n.pool != nil)
+	if n.cfg.Embedded() {
+		n.log.Info("pushd serving in embedded mode (in-memory bus and store, one node)", "addr", addr, "node", n.cfg.NodeName)
 		return
 	}
-	base := "http://" + displayAddr(addr)
-	n.log.Info("pushd serving in embedded mode (in-memory bus and store, one node)", "addr", addr)
-	if n.DemoSecret != nil {
-		n.log.Info("get a token: curl '" + base + "/demo/token?tenant=t1&user=u1'")
+	n.log.Info("pushd serving", "addr", addr, "node", n.cfg.NodeName, "redis", true, "postgres", n.pool != nil)
+}
+
+// Hints are the commands that feed an embedded node, for a person at a
+// terminal; a node with Redis has none.
+func (n *Node) Hints(addr string) []string {
+	if !n.cfg.Embedded() {
+		return nil
 	}
-	n.log.Info("watch a task: curl -N -H 'Authorization: Bearer <token>' '" + base + "/v1/events?task=task_1'")
-	n.log.Info(`publish a change: curl -X POST ` + base + `/v1/publish -d '{"task_id":"task_1","tenant_id":"t1","project_id":"p1","user_id":"u1","status":"RUNNING","progress":45,"version":1,"updated_at":0}'`)
+	base := "http://" + displayAddr(addr)
+	var out []string
+	if n.DemoSecret != nil {
+		out = append(out, "get a token:      TOKEN=$(curl -s '"+base+"/demo/token?tenant=t1&user=u1' | sed 's/.*\"token\":\"\\([^\"]*\\)\".*/\\1/')")
+	}
+	return append(out,
+		"watch a task:     curl -N -H \"Authorization: Bearer $TOKEN\" '"+base+"/v1/events?task=task_1'",
+		"publish a change: curl -X POST "+base+"/v1/publish -d '{\"task_id\":\"task_1\",\"tenant_id\":\"t1\",\"project_id\":\"p1\",\"user_id\":\"u1\",\"status\":\"RUNNING\",\"progress\":45,\"version\":1,\"updated_at\":1710000000000}'",
+	)
 }
 
 func displayAddr(addr string) string {

@@ -62,6 +62,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		return err
 	}
 	n.LogStartup(l.Addr().String())
+	for _, h := range n.Hints(l.Addr().String()) {
+		fmt.Fprintln(stderr, "  "+h)
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- n.Serve(l) }()
