@@ -47,7 +47,9 @@ func TestProjectAndUserSubscriptionsFromPostgres(t *testing.T) {
 
 	// The HTTP listing agrees and shows nothing of tenant t2.
 	resp, body := httpDo(t, http.MethodGet, s.URL+"/v1/projects/"+project+"/tasks", token(t, "t1", "someone"), "")
-	var list struct{ Tasks []struct{ TaskID, TenantID string } }
+	var list struct {
+		Tasks []struct{ TaskID, TenantID string }
+	}
 	json.Unmarshal([]byte(strings.NewReplacer("task_id", "taskid", "tenant_id", "tenantid").Replace(string(body))), &list)
 	if resp.StatusCode != http.StatusOK || len(list.Tasks) != 1 || list.Tasks[0].TaskID != older || list.Tasks[0].TenantID != "t1" {
 		t.Fatalf("listing %d %s", resp.StatusCode, body)

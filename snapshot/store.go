@@ -173,7 +173,7 @@ func NewStore(cfg Config) *Store {
 		// could clear it. Redis's notfound key, which SetIfNewer clears, is
 		// the long-lived one.
 		missing: newCache[struct{}](min(cfg.NegativeTTL, cfg.CacheTTL), negativeCacheCap),
-		lists:    newCache[[]*Snapshot](cfg.ListCacheTTL, listCacheCap),
+		lists:   newCache[[]*Snapshot](cfg.ListCacheTTL, listCacheCap),
 	}
 }
 
