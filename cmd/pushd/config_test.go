@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// env is a getenv over a map.
+func env(kv ...string) func(string) string {
+	m := make(map[string]string)
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+// flagCase says how to set a flag and where its value lands.
+type flagCase struct {
+	env, flag string // two distinct valid values
+	get       func(config) string
+}
+
+func dur(d time.Duration) string { return d.String() }
+
+// flagCases is every flag of parseConfig. TestEveryFlagHasEnvTwin checks
+// it against the -h listing, so a new flag cannot go untested.
+var flagCases = map[string]flagCase{
+	"listen":          {"127.0.0.1:9001", "127.0.0.1:9002", func(c config) string { return c.Listen }},
+	"redis-url":       {"redis://env:6379/0", "redis://flag:6379/1", func(c config) string { return c.RedisURL }},
+	"key-prefix":      {"env:", "flag:", func(c config) string { return c.KeyPrefix }},
+	"database-url":    {"postgres://env/db", "postgres://flag/db", func(c config) string { return c.DatabaseURL }},
+	"jwt-secret":      {"env-secret", "flag-secret", func(c config) string { return c.JWTSecret }},
+	"jwt-public-key":  {"/env/key.pem", "/flag/key.pem", func(c config) string { return c.JWTPublicKey }},
+	"jwt-algorithm":   {"RS256", "ES256", func(c config) string { return c.JWTAlgorithm }},
+	"api-key":         {"env-key", "flag-key", func(c config) string { return c.APIKey }},
+	"node-name":       {"env-node", "flag-node", func(c config) string { return c.NodeName }},
+	"allowed-origins": {"env.example", "flag.example", func(c config) string { return c.Origins }},
+	"heartbeat":       {"7s", "8s", func(c config) string { return dur(c.Heartbeat) }},
+	"write-timeout":   {"3s", "4s", func(c config) string { return dur(c.WriteTimeout) }},
+	"sse-retry":       {"1.5s", "2.5s", func(c config) string { return dur(c.Retry) }},
+	"drain-timeout":   {"1m0s", "2m0s", func(c config) string { return dur(c.DrainTimeout) }},
+	"reconnect-after": {"9s", "11s", func(c config) string { return dur(c.ReconnectAfter) }},
+	"log-level":       {"debug", "warn", func(c config) string { return c.LogLevel }},
+	"log-format":      {"json", "text", func(c config) string { return c.LogFormat }},
+}
+
+// needs is what a flag needs beside it to pass validation.
+var needs = map[string][]string{
+	"database-url": {"--redis-url", "redis://other:6379/0"},
+}
+
+// usage returns parseConfig's -h output.
+func usage(t *testing.T) string {
+	t.Helper()
+	var out bytes.Buffer
+	if _, err := parseConfig([]string{"-h"}, env(), &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v, want flag.ErrHelp", err)
+	}
+	return out.String()
+}
+
+var usageFlagRE = regexp.MustCompile(`(?m)^  --([a-z-]+) \((PUSHD_[A-Z_]+)\)$`)
+
+func TestHelpListsEveryFlagWithItsEnvName(t *testing.T) {
+	out := usage(t)
+	var listed []string
+	for _, m := range usageFlagRE.FindAllStringSubmatch(out, -1) {
+		name, envVar := m[1], m[2]
+		listed = append(listed, name)
+		if want := "PUSHD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")); envVar != want {
+			t.Errorf("--%s listed with %s, want %s", name, envVar, want)
+		}
+	}
+	var want []string
+	for name := range flagCases {
+		want = append(want, name)
+	}
+	slices.Sort(listed)
+	slices.Sort(want)
+	if !slices.Equal(listed, want) {
+		t.Errorf("-h lists flags %v, want %v:\n%s", listed, want, out)
+	}
+	for _, s := range []string{"Usage: pushd", "environment variable", `(default ":8080")`, `(default "25s")`} {
+		if !strings.Contains(out, s) {
+			t.Errorf("-h output lacks %q:\n%s", s, out)
+		}
+	}
+}
+
+func TestEveryFlagHasEnvTwin(t *testing.T) {
+	for name, fc := range flagCases {
+		t.Run(name, func(t *testing.T) {
+			getenv := env(envName(name), fc.env)
+			c, err := parseConfig(needs[name], getenv, io.Discard)
+			if err != nil {
+				t.Fatalf("%s=%s: %v", envName(name), fc.env, err)
+			}
+			if got := fc.get(c); got != fc.env {
+				t.Errorf("%s=%s set %q", envName(name), fc.env, got)
+			}
+
+			args := append([]string{"--" + name, fc.flag}, needs[name]...)
+			c, err = parseConfig(args, getenv, io.Discard)
+			if err != nil {
+				t.Fatalf("%v with %s=%s: %v", args, envName(name), fc.env, err)
+			}
+			if got := fc.get(c); got != fc.flag {
+				t.Errorf("--%s %s with %s=%s set %q, want the flag to win", name, fc.flag, envName(name), fc.env, got)
+			}
+		})
+	}
+}
+
+func TestRedisURLFromEnv(t *testing.T) {
+	c, err := parseConfig(nil, env("PUSHD_REDIS_URL", "redis://r:6379/2"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RedisURL != "redis://r:6379/2" || c.Embedded() {
+		t.Fatalf("RedisURL %q embedded %v, want the env value and not embedded", c.RedisURL, c.Embedded())
+	}
+	c, err = parseConfig([]string{"--redis-url", "redis://flag:6379/0"}, env("PUSHD_REDIS_URL", "redis://r:6379/2"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RedisURL != "redis://flag:6379/0" {
+		t.Fatalf("RedisURL %q, want the flag's", c.RedisURL)
+	}
+}
+
+func TestDefaultsAreEmbedded(t *testing.T) {
+	c, err := parseConfig(nil, env(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Embedded() || c.Listen != ":8080" || c.LogFormat != "text" || c.LogLevel != "info" || c.DrainTimeout != 30*time.Second {
+		t.Fatalf("defaults %+v", c)
+	}
+	if got := c.originPatterns(); got != nil {
+		t.Errorf("origin patterns %q, want none", got)
+	}
+	c.Origins = " a.example, ,*.b.example ,"
+	if got := c.originPatterns(); !slices.Equal(got, []string{"a.example", "*.b.example"}) {
+		t.Errorf("origin patterns %q", got)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		getenv func(string) string
+		want   string // in the error
+	}{
+		{"bad duration in env", nil, env("PUSHD_HEARTBEAT", "soon"), "PUSHD_HEARTBEAT"},
+		{"bad drain timeout in env", nil, env("PUSHD_DRAIN_TIMEOUT", "30"), "PUSHD_DRAIN_TIMEOUT"},
+		{"bad duration flag", []string{"--write-timeout", "later"}, env(), "write-timeout"},
+		{"database without redis", []string{"--database-url", "postgres://h/db"}, env(), "--database-url needs --redis-url"},
+		{"database without redis from env", nil, env("PUSHD_DATABASE_URL", "postgres://h/db"), "--database-url needs --redis-url"},
+		{"secret and public key", []string{"--jwt-secret", "s", "--jwt-public-key", "k.pem"}, env(), "not both"},
+		{"secret in env and public key flag", []string{"--jwt-public-key", "k.pem"}, env("PUSHD_JWT_SECRET", "s"), "not both"},
+		{"positional argument", []string{"serve"}, env(), `unexpected argument "serve"`},
+		{"positional argument after flags", []string{"--listen", ":1", "extra"}, env(), `unexpected argument "extra"`},
+		{"unknown flag", []string{"--redis"}, env(), "redis"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig(tc.args, tc.getenv, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunRefusesBadSettingsBeforeServing(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--log-format", "xml"}, `log format "xml"`},
+		{[]string{"--log-level", "loud"}, "log level"},
+		{[]string{"--jwt-public-key", "/nonexistent/pushd-test-key.pem"}, "jwt public key"},
+		{[]string{"--listen", "127.0.0.1:-1"}, "listen"},
+	} {
+		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
+			var out bytes.Buffer
+			err := run(tc.args, env(), &out)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("run %v: %v, want an error containing %q\n%s", tc.args, err, tc.want, &out)
+			}
+		})
+	}
+}
+
+func TestRunHelp(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"-h"}, env(), &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run -h: %v, want flag.ErrHelp (main exits 0)", err)
+	}
+	if !strings.Contains(out.String(), "PUSHD_REDIS_URL") {
+		t.Fatalf("run -h wrote:\n%s", &out)
+	}
+}

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// waitFor bounds every wait on an event: a log line, an SSE event, an exit.
+const waitFor = 20 * time.Second
+
+// client is the tests' HTTP client; TestMain closes its idle connections
+// before the leak check.
+var client = &http.Client{Transport: &http.Transport{}}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bin.dir != "" {
+		os.RemoveAll(bin.dir)
+	}
+	client.CloseIdleConnections()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// bin is the pushd binary, built once for the tests that run it.
+var bin struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// binary builds cmd/pushd (the test's working directory) with the go
+// command the tests run under; go test puts its GOROOT/bin first on PATH.
+func binary(t *testing.T) string {
+	t.Helper()
+	bin.once.Do(func() {
+		gotool, err := exec.LookPath("go")
+		if err != nil {
+			bin.err = fmt.Errorf("go command: %w", err)
+			return
+		}
+		if bin.dir, bin.err = os.MkdirTemp("", "pushd-test-"); bin.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		path := filepath.Join(bin.dir, "pushd")
+		out, err := exec.CommandContext(ctx, gotool, "build", "-o", path, ".").CombinedOutput()
+		if err != nil {
+			bin.err = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		bin.path = path
+	})
+	if bin.err != nil {
+		t.Fatal(bin.err)
+	}
+	return bin.path
+}
+
+// envWithoutPushd is this process's environment minus every PUSHD_*
+// variable, so a developer's settings cannot leak into a test.
+func envWithoutPushd() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PUSHD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// logBuffer collects a log and wakes waiters on every write. It is safe for
+// concurrent use.
+type logBuffer struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{} // closed and replaced on each write
+}
+
+func newLogBuffer() *logBuffer { return &logBuffer{changed: make(chan struct{})} }
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	close(l.changed)
+	l.changed = make(chan struct{})
+	return len(p), nil
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// wait returns the first match of re in the log, waiting until it appears,
+// stop is closed (nil: never) or waitFor passes.
+func (l *logBuffer) wait(t *testing.T, re *regexp.Regexp, stop <-chan struct{}) []string {
+	t.Helper()
+	timer := time.NewTimer(waitFor)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		m := re.FindStringSubmatch(l.buf.String())
+		changed := l.changed
+		l.mu.Unlock()
+		if m != nil {
+			return m
+		}
+		select {
+		case <-changed:
+		case <-stop:
+			// The writer may have written its last line just before.
+			if m := re.FindStringSubmatch(l.String()); m != nil {
+				return m
+			}
+			t.Fatalf("log ended without %v:\n%s", re, l)
+		case <-timer.C:
+			t.Fatalf("no %v in the log within %v:\n%s", re, waitFor, l)
+		}
+	}
+}
+
+// servingRE matches LogStartup's first line and captures the bound address.
+var servingRE = regexp.MustCompile(`msg="pushd serving[^"]*" addr=(\S+)`)
+
+// proc is a pushd process.
+type proc struct {
+	cmd    *exec.Cmd
+	log    *logBuffer // stdout and stderr
+	exited chan struct{}
+	err    error // from Wait, once exited is closed
+	URL    string
+}
+
+// startBinary runs the pushd binary with args, no PUSHD_* variables and
+// --listen 127.0.0.1:0, and returns once it logs the address it serves.
+// The kernel picks the port, so no other process can take it in between.
+func startBinary(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{log: newLogBuffer(), exited: make(chan struct{})}
+	p.cmd = exec.Command(binary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	p.cmd.Env = envWithoutPushd()
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("pushd log:\n%s", p.log)
+		}
+	})
+	p.URL = "http://" + p.log.wait(t, servingRE, p.exited)[1]
+	return p
+}
+
+// waitExit waits for the process to exit and returns its exit code.
+func (p *proc) waitExit(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(waitFor):
+		t.Fatalf("pushd still running %v after the signal", waitFor)
+	}
+	var exit *exec.ExitError
+	if p.err != nil && !errors.As(p.err, &exit) {
+		t.Fatalf("wait: %v", p.err)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// httpDo sends a request and returns the answer with its body read.
+func httpDo(t *testing.T, method, url, tok, body string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// decode unmarshals b into v or fails the test.
+func decode(t *testing.T, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+}
+
+// sseEvent is one dispatched Server-Sent Event; a comment line is an event
+// named "comment".
+type sseEvent struct {
+	Event, ID, Data string
+	Retry           int
+}
+
+// sseClient reads an EventSource stream over a real socket.
+type sseClient struct {
+	events chan sseEvent // closed when the stream ends
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// openSSE opens GET base+path with a bearer token and fails unless the
+// answer is a 200 event stream.
+func openSSE(t *testing.T, base, path, tok string) *sseClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := client.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		t.Fatalf("GET %s: %d %s %s", path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	c := &sseClient{events: make(chan sseEvent, 256), cancel: cancel, done: make(chan struct{})}
+	go c.read(resp.Body)
+	t.Cleanup(c.Close)
+	return c
+}
+
+func (c *sseClient) read(body io.ReadCloser) {
+	defer close(c.done)
+	defer close(c.events)
+	defer body.Close()
+	sc := bufio.NewScanner(body)
+	var ev sseEvent
+	var data []string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if len(data) > 0 || ev.Event != "" {
+				ev.Data = strings.Join(data, "\n")
+				c.events <- ev
+			}
+			ev, data = sseEvent{}, nil
+		case strings.HasPrefix(line, ":"):
+			c.events <- sseEvent{Event: "comment", Data: line}
+		default:
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "event":
+				ev.Event = value
+			case "id":
+				ev.ID = value
+			case "data":
+				data = append(data, value)
+			case "retry":
+				ev.Retry, _ = strconv.Atoi(value)
+			}
+		}
+	}
+}
+
+// Close disconnects and waits for the reader.
+func (c *sseClient) Close() {
+	c.cancel()
+	<-c.done
+}
+
+// next returns the next event other than a comment (heartbeat); ok is
+// false when the stream ended.
+func (c *sseClient) next(t *testing.T) (ev sseEvent, ok bool) {
+	t.Helper()
+	timer := time.NewTimer(waitFor)
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-c.events:
+			if ok && ev.Event == "comment" {
+				continue
+			}
+			return ev, ok
+		case <-timer.C:
+			t.Fatalf("no SSE event within %v", waitFor)
+		}
+	}
+}
+
+// nextOf returns the next event, which must be named name.
+func (c *sseClient) nextOf(t *testing.T, name string) sseEvent {
+	t.Helper()
+	ev, ok := c.next(t)
+	if !ok {
+		t.Fatalf("SSE stream ended, want event %q", name)
+	}
+	if ev.Event != name {
+		t.Fatalf("got event %q (%s), want %q", ev.Event, ev.Data, name)
+	}
+	return ev
+}
+
+// ended waits for the server to end the stream, failing on any event but a
+// heartbeat.
+func (c *sseClient) ended(t *testing.T) {
+	t.Helper()
+	if ev, ok := c.next(t); ok {
+		t.Fatalf("got event %q (%s), want the stream to end", ev.Event, ev.Data)
+	}
+}

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// taskDoc is the part of a snapshot the tests look at.
+type taskDoc struct {
+	TaskID    string `json:"task_id"`
+	TenantID  string `json:"tenant_id"`
+	ProjectID string `json:"project_id"`
+	UserID    string `json:"user_id"`
+	Status    string `json:"status"`
+	Progress  int    `json:"progress"`
+	Version   int64  `json:"version"`
+	UpdatedAt int64  `json:"updated_at"`
+}
+
+func snapshotJSON(version int64, status string, progress int) string {
+	return fmt.Sprintf(`{"task_id":"task_1","tenant_id":"t1","project_id":"p1","user_id":"u1","status":%q,"progress":%d,"version":%d,"updated_at":1710000000000}`,
+		status, progress, version)
+}
+
+// publish posts a snapshot from loopback without an API key, as the
+// embedded mode's startup log suggests.
+func publish(t *testing.T, base string, version int64, status string, progress int) {
+	t.Helper()
+	resp, body := httpDo(t, http.MethodPost, base+"/v1/publish", "", snapshotJSON(version, status, progress))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("publish v%d: %d %s", version, resp.StatusCode, body)
+	}
+	var res struct {
+		Written bool   `json:"written"`
+		TaskID  string `json:"task_id"`
+		Version int64  `json:"version"`
+	}
+	decode(t, body, &res)
+	if !res.Written || res.TaskID != "task_1" || res.Version != version {
+		t.Fatalf("publish v%d answered %s", version, body)
+	}
+}
+
+// wantTask reads the next event and checks it is task_1 at version.
+func wantTask(t *testing.T, c *sseClient, version int64, status string, progress int) {
+	t.Helper()
+	ev := c.nextOf(t, "task")
+	if ev.ID == "" {
+		t.Errorf("task event v%d has no id: line", version)
+	}
+	var got taskDoc
+	decode(t, []byte(ev.Data), &got)
+	want := taskDoc{TaskID: "task_1", TenantID: "t1", ProjectID: "p1", UserID: "u1", Status: status, Progress: progress, Version: version, UpdatedAt: 1710000000000}
+	if got != want {
+		t.Fatalf("task event %+v, want %+v", got, want)
+	}
+}
+
+func demoToken(t *testing.T, base string) string {
+	t.Helper()
+	resp, body := httpDo(t, http.MethodGet, base+"/demo/token?tenant=t1&user=u1", "", "")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /demo/token: %d %s", resp.StatusCode, body)
+	}
+	var tok struct {
+		Token    string `json:"token"`
+		TenantID string `json:"tenant_id"`
+		UserID   string `json:"user_id"`
+	}
+	decode(t, body, &tok)
+	if tok.Token == "" || tok.TenantID != "t1" || tok.UserID != "u1" {
+		t.Fatalf("GET /demo/token answered %s", body)
+	}
+	return tok.Token
+}
+
+func wantHealthy(t *testing.T, base string) {
+	t.Helper()
+	if resp, body := httpDo(t, http.MethodGet, base+"/healthz", "", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /healthz: %d %s", resp.StatusCode, body)
+	}
+}
+
+// wantDrained checks the stream tells the client when to come back and
+// then ends.
+func wantDrained(t *testing.T, c *sseClient) {
+	t.Helper()
+	ev := c.nextOf(t, "reconnect")
+	var rc struct {
+		AfterMS int `json:"after_ms"`
+	}
+	decode(t, []byte(ev.Data), &rc)
+	if rc.AfterMS <= 0 || rc.AfterMS > 5000 || ev.Retry != rc.AfterMS {
+		t.Errorf("reconnect after_ms %d retry %d, want equal and in (0, 5000] (--reconnect-after 5s)", rc.AfterMS, ev.Retry)
+	}
+	c.ended(t)
+}
+
+// TestBinaryEmbeddedModeDeliversPublish runs the README's quick start: the
+// built binary with no configuration serves the embedded mode, hands out
+// demo tokens, streams a task published over HTTP and drains on SIGTERM.
+func TestBinaryEmbeddedModeDeliversPublish(t *testing.T) {
+	p := startBinary(t)
+	wantHealthy(t, p.URL)
+
+	// The startup log says how the node runs and how to feed it.
+	log := p.log.String()
+	for _, want := range []string{
+		"embedded mode",
+		p.URL + "/demo/token?tenant=t1&user=u1",
+		p.URL + "/v1/events?task=task_1",
+		"curl -X POST " + p.URL + "/v1/publish",
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("startup log lacks %q", want)
+		}
+	}
+
+	tok := demoToken(t, p.URL)
+	c := openSSE(t, p.URL, "/v1/events?task=task_1", tok)
+	hello := c.nextOf(t, "hello")
+	var h struct {
+		ConnID string `json:"conn_id"`
+	}
+	decode(t, []byte(hello.Data), &h)
+	if h.ConnID == "" || hello.Retry <= 0 {
+		t.Errorf("hello %s retry %d, want a conn_id and a retry", hello.Data, hello.Retry)
+	}
+	var nf struct {
+		Code   string `json:"code"`
+		TaskID string `json:"task_id"`
+	}
+	decode(t, []byte(c.nextOf(t, "error").Data), &nf)
+	if nf.Code != "not_found" || nf.TaskID != "task_1" {
+		t.Fatalf("error event %+v, want not_found for task_1", nf)
+	}
+
+	// The task does not exist yet but stays watched.
+	publish(t, p.URL, 1, "RUNNING", 45)
+	wantTask(t, c, 1, "RUNNING", 45)
+	publish(t, p.URL, 2, "SUCCEEDED", 100)
+	wantTask(t, c, 2, "SUCCEEDED", 100)
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	wantDrained(t, c)
+	if code := p.waitExit(t); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+	for _, want := range []string{`msg=draining`, `msg=stopped`} {
+		if !strings.Contains(p.log.String(), want) {
+			t.Errorf("shutdown log lacks %q", want)
+		}
+	}
+}
+
+// TestBinaryRefusesDemoTokenWhenSecretConfigured: an embedded node with a
+// configured secret protects something real, so it hands out no tokens and
+// does not advertise /demo/token.
+func TestBinaryRefusesDemoTokenWhenSecretConfigured(t *testing.T) {
+	p := startBinary(t, "--jwt-secret", "s3cret")
+	wantHealthy(t, p.URL)
+
+	resp, body := httpDo(t, http.MethodGet, p.URL+"/demo/token?tenant=t1&user=u1", "", "")
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET /demo/token: %d %s, want 404", resp.StatusCode, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("Content-Type %q, want JSON", ct)
+	}
+	var e struct{ Error, Message string }
+	decode(t, body, &e)
+	if e.Error != "not_found" || e.Message == "" {
+		t.Errorf("body %s, want a not_found JSON error", body)
+	}
+	if log := p.log.String(); !strings.Contains(log, "embedded mode") || strings.Contains(log, "/demo/token") {
+		t.Errorf("startup log should say embedded and not offer /demo/token:\n%s", log)
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.waitExit(t); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+}
+
+// TestRunDrainsOnSignal runs run in this process (so the race detector
+// watches the startup and drain paths) and stops it with SIGTERM, which
+// run's signal.NotifyContext catches once it has logged the address.
+func TestRunDrainsOnSignal(t *testing.T) {
+	log := newLogBuffer()
+	returned := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(returned)
+		runErr = run([]string{"--listen", "127.0.0.1:0", "--node-name", "in-process", "--reconnect-after", "1s"},
+			func(string) string { return "" }, log)
+	}()
+	serving := false
+	t.Cleanup(func() {
+		select {
+		case <-returned:
+		default:
+			if serving { // run catches the signal; before that it would kill the tests
+				syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
+				select {
+				case <-returned:
+				case <-time.After(waitFor):
+				}
+			}
+			t.Error("run still running at the end of the test")
+		}
+		if t.Failed() {
+			t.Logf("run log:\n%s", log)
+		}
+	})
+	base := "http://" + log.wait(t, servingRE, returned)[1]
+	serving = true
+	wantHealthy(t, base)
+	c := openSSE(t, base, "/v1/events?task=task_1", demoToken(t, base))
+	c.nextOf(t, "hello")
+	c.nextOf(t, "error")
+	publish(t, base, 1, "RUNNING", 45)
+	wantTask(t, c, 1, "RUNNING", 45)
+
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ev := c.nextOf(t, "reconnect")
+	if ev.Retry <= 0 || ev.Retry > 1000 {
+		t.Errorf("reconnect retry %d, want in (0, 1000] (--reconnect-after 1s)", ev.Retry)
+	}
+	c.ended(t)
+	select {
+	case <-returned:
+	case <-time.After(waitFor):
+		t.Fatalf("run still running %v after the signal", waitFor)
+	}
+	if runErr != nil {
+		t.Fatalf("run: %v", runErr)
+	}
+	if !strings.Contains(log.String(), "msg=stopped") {
+		t.Error("run returned without logging stopped")
+	}
+}
