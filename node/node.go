@@ -160,6 +160,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Metrics:    promhttp.Handler(),
 		Logger:     cfg.Logger,
 	})
+	// Made here, not in Serve, so Shutdown from another goroutine always
+	// finds it.
+	n.srv = &http.Server{
+		Handler:           n.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+	}
 	ok = true
 	return n, nil
 }
@@ -188,15 +197,9 @@ func (n *Node) Store() *snapshot.Store { return n.store }
 // Hub is the node's hub.
 func (n *Node) Hub() *hub.Hub { return n.hub }
 
-// Serve accepts connections on l until Shutdown or Close.
+// Serve accepts connections on l until Shutdown or Close. Serve after
+// Shutdown returns at once.
 func (n *Node) Serve(l net.Listener) error {
-	n.srv = &http.Server{
-		Handler:           n.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
-	}
 	err := n.srv.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

@@ -54,7 +54,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 25*time.Second, "idle time after which a heartbeat is written")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "a client slower than this per write is disconnected")
 	fs.DurationVar(&c.Retry, "sse-retry", 2*time.Second, "base SSE reconnect delay (each connection adds up to 50% jitter)")
-	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "how long shutdown spends closing connections")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 10*time.Second, "how long shutdown spends closing connections")
 	fs.DurationVar(&c.ReconnectAfter, "reconnect-after", 5*time.Second, "clients of a draining node reconnect after a random delay up to this")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")

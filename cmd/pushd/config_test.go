@@ -141,7 +141,7 @@ func TestDefaultsAreEmbedded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Embedded() || c.Listen != ":8080" || c.LogFormat != "text" || c.LogLevel != "info" || c.DrainTimeout != 30*time.Second {
+	if !c.Embedded() || c.Listen != ":8080" || c.LogFormat != "text" || c.LogLevel != "info" || c.DrainTimeout != 10*time.Second {
 		t.Fatalf("defaults %+v", c)
 	}
 	if got := c.originPatterns(); got != nil {

@@ -62,8 +62,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		return err
 	}
 	n.LogStartup(l.Addr().String())
-	for _, h := range n.Hints(l.Addr().String()) {
-		fmt.Fprintln(stderr, "  "+h)
+	if cfg.LogFormat == "text" { // plain lines would break a JSON log stream
+		for _, h := range n.Hints(l.Addr().String()) {
+			fmt.Fprintln(stderr, "  "+h)
+		}
 	}
 
 	served := make(chan error, 1)
