@@ -362,7 +362,8 @@ func (s *server) readyz(c echo.Context) error {
 			return fail(http.StatusServiceUnavailable, httperr.Unavailable, err.Error())
 		}
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready", "mode": s.cfg.Hub.Mode()})
+	mode, reason := s.cfg.Hub.Mode()
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready", "mode": mode, "reason": reason})
 }
 
 // demoToken hands out tokens for the demo page. It is only routed in the

@@ -137,22 +137,18 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 
 	if needBus {
 		release, err := h.cfg.Bus.Subscribe(ctx, c.TenantID)
-		if err != nil {
-			if ctx.Err() != nil {
-				return rejected, ctx.Err()
-			}
-			// The bus is down: the snapshots below are still current, and the
-			// node's polling mode keeps them fresh until the bus returns.
-			h.log.Warn("bus subscribe failed", "tenant", c.TenantID, "err", err)
-		} else {
-			c.mu.Lock()
-			if c.closed || c.busRelease != nil {
-				c.mu.Unlock()
+		switch {
+		case err == nil:
+			if !c.setBus(release) {
 				release()
-			} else {
-				c.busRelease = release
-				c.mu.Unlock()
 			}
+		case ctx.Err() != nil:
+			return rejected, ctx.Err()
+		default:
+			// The bus is down: the snapshots below are still current, and
+			// the poll loop keeps them fresh and retries the subscription.
+			h.log.Warn("bus subscribe failed; polling this connection", "tenant", c.TenantID, "err", err)
+			h.needBus(c)
 		}
 	}
 
@@ -204,8 +200,21 @@ func (c *Conn) offerList(snaps []*snapshot.Snapshot, err error) error {
 	return nil
 }
 
-// refreshScopes re-reads the connection's project and user listings.
-func (c *Conn) refreshScopes() {
+// setBus hands the connection its bus reference; false means it has one
+// already or is closed, and the caller releases release.
+func (c *Conn) setBus(release func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.busRelease != nil {
+		return false
+	}
+	c.busRelease = release
+	return true
+}
+
+// refreshScopes re-reads the connection's project and user listings and
+// reports whether every read succeeded.
+func (c *Conn) refreshScopes() bool {
 	h := c.hub
 	c.mu.Lock()
 	projects := keysOf(c.projects)
@@ -213,12 +222,16 @@ func (c *Conn) refreshScopes() {
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(h.ctx, h.cfg.FetchTimeout)
 	defer cancel()
+	ok := true
 	for _, id := range projects {
-		c.offerList(h.cfg.Source.ListProject(ctx, c.TenantID, id))
+		if c.offerList(h.cfg.Source.ListProject(ctx, c.TenantID, id)) != nil {
+			ok = false
+		}
 	}
-	if user {
-		c.offerList(h.cfg.Source.ListUser(ctx, c.TenantID, c.UserID))
+	if user && c.offerList(h.cfg.Source.ListUser(ctx, c.TenantID, c.UserID)) != nil {
+		ok = false
 	}
+	return ok
 }
 
 // Unsubscribe stops watching tasks and projects. Pending snapshots of tasks
@@ -469,6 +482,7 @@ func (c *Conn) Close() {
 		c.writeMu.Lock()
 		c.sink = nil
 		c.writeMu.Unlock()
+		h.forgetConn(c)
 		if release != nil {
 			release()
 		}

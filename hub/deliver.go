@@ -117,23 +117,29 @@ func (h *Hub) deliver(k key, it dispatchItem, targets []*Conn) []*Conn {
 		h.stats.DroppedTenant.Add(1)
 		return targets
 	}
+	return h.offerToWatchers(snap, targets)
+}
+
+// offerToWatchers offers s to every local connection of its tenant that
+// watches it: by task, by project or by user. targets is scratch space.
+func (h *Hub) offerToWatchers(s *snapshot.Snapshot, targets []*Conn) []*Conn {
 	h.mu.RLock()
-	for c := range h.byTask[k] {
+	for c := range h.byTask[key{s.TenantID, s.TaskID}] {
 		targets = append(targets, c)
 	}
-	if snap.ProjectID != "" {
-		for c := range h.byProject[key{k.tenant, snap.ProjectID}] {
+	if s.ProjectID != "" {
+		for c := range h.byProject[key{s.TenantID, s.ProjectID}] {
 			targets = append(targets, c)
 		}
 	}
-	if snap.UserID != "" {
-		for c := range h.byUser[key{k.tenant, snap.UserID}] {
+	if s.UserID != "" {
+		for c := range h.byUser[key{s.TenantID, s.UserID}] {
 			targets = append(targets, c)
 		}
 	}
 	h.mu.RUnlock()
 	for _, c := range targets {
-		c.offer(snap) // a connection listed twice gets it once: offer drops equal versions
+		c.offer(s) // a connection listed twice gets it once: offer drops equal versions
 	}
 	clear(targets)
 	return targets

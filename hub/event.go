@@ -12,7 +12,7 @@ const (
 	KindError                     // Code, Message, TaskID or ProjectID
 	KindHeartbeat                 // nothing; keeps idle connections alive
 	KindReconnect                 // AfterMS: reconnect after this delay; the connection closes next
-	KindHello                     // ConnID, Node, Mode, HeartbeatMS: the first event of every connection
+	KindHello                     // ConnID, Node, Mode, Reason, HeartbeatMS: the first event of every connection
 	KindAck                       // AckID, Rejected: written after the snapshots the request queued
 )
 

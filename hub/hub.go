@@ -26,6 +26,7 @@ type Source interface {
 	Get(ctx context.Context, taskID string, atLeast int64) (*snapshot.Snapshot, error)
 	ListProject(ctx context.Context, tenantID, projectID string) ([]*snapshot.Snapshot, error)
 	ListUser(ctx context.Context, tenantID, userID string) ([]*snapshot.Snapshot, error)
+	Reload(ctx context.Context, taskIDs []string) (map[string]*snapshot.Snapshot, error)
 	Observe(taskID string, version int64)
 }
 
@@ -56,6 +57,13 @@ type Config struct {
 	// MaxSubscriptions bounds the tasks plus projects one connection watches;
 	// zero means 200.
 	MaxSubscriptions int
+	// PollInterval is how often watched tasks are re-read while the bus
+	// cannot be trusted (polling mode); each wait is jittered by ±20 %.
+	// Zero means 2s.
+	PollInterval time.Duration
+	// MaxPollBackoff caps the wait between polls while no source answers;
+	// zero means 30s.
+	MaxPollBackoff time.Duration
 	// MaxControl bounds queued non-task events (errors) per connection; past
 	// it the connection is closed as a slow client. Zero means 256.
 	MaxControl int
@@ -79,6 +87,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxSubscriptions <= 0 {
 		c.MaxSubscriptions = 200
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 2 * time.Second
+	}
+	if c.MaxPollBackoff <= 0 {
+		c.MaxPollBackoff = 30 * time.Second
 	}
 	if c.MaxControl <= 0 {
 		c.MaxControl = 256
@@ -116,7 +130,11 @@ type Hub struct {
 	closing   bool
 	empty     chan struct{} // closed when closing and the last connection leaves
 
-	mode atomic.Value // string
+	modeMu     sync.Mutex // guards mode and modeReason
+	mode       string
+	modeReason string
+
+	poll poller
 
 	runq     workQueue[*Conn] // connections with something to write
 	dispatch dispatchQueue    // tasks to re-read and deliver
@@ -124,7 +142,10 @@ type Hub struct {
 	stats Stats
 }
 
-var _ fanout.Handler = (*Hub)(nil)
+var (
+	_ fanout.Handler     = (*Hub)(nil)
+	_ fanout.LossHandler = (*Hub)(nil)
+)
 
 // New starts a hub. Close or Shutdown stops it.
 func New(cfg Config) *Hub {
@@ -138,7 +159,8 @@ func New(cfg Config) *Hub {
 		byUser:    make(map[key]connSet),
 		scoped:    make(map[string]int),
 	}
-	h.mode.Store(ModePush)
+	h.mode = ModePush
+	h.poll.init()
 	h.runq.init()
 	h.dispatch.init()
 	for range cfg.Writers {
@@ -150,18 +172,34 @@ func New(cfg Config) *Hub {
 		go h.dispatchLoop()
 	}
 	h.wg.Add(1)
+	go h.pollLoop()
+	h.wg.Add(1)
 	go h.tickLoop()
 	return h
 }
 
-// Mode is the node's current delivery mode, ModePush or ModePolling.
-func (h *Hub) Mode() string { return h.mode.Load().(string) }
+// Mode is the node's current delivery mode, ModePush or ModePolling, and
+// why.
+func (h *Hub) Mode() (mode, reason string) {
+	h.modeMu.Lock()
+	defer h.modeMu.Unlock()
+	return h.mode, h.modeReason
+}
 
-// SetMode records the node's mode and tells every connection when it changes.
+// SetMode records the node's mode and tells every connection when it or
+// its reason changes.
 func (h *Hub) SetMode(mode, reason string) {
-	if h.mode.Swap(mode) == mode {
+	h.modeMu.Lock()
+	if h.mode == mode && h.modeReason == reason {
+		h.modeMu.Unlock()
 		return
 	}
+	if h.mode != mode {
+		h.stats.ModeSwitches.Add(1)
+		h.log.Info("mode changed", "mode", mode, "reason", reason)
+	}
+	h.mode, h.modeReason = mode, reason
+	h.modeMu.Unlock()
 	ev := Event{Kind: KindMode, Mode: mode, Reason: reason}
 	for _, c := range h.allConns() {
 		c.sendControl(ev)
@@ -194,7 +232,8 @@ func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()
 	h.stats.Opened.Add(1)
-	c.sendControl(Event{Kind: KindHello, ConnID: c.ID, Node: h.cfg.NodeName, Mode: h.Mode(),
+	mode, reason := h.Mode()
+	c.sendControl(Event{Kind: KindHello, ConnID: c.ID, Node: h.cfg.NodeName, Mode: mode, Reason: reason,
 		HeartbeatMS: h.cfg.HeartbeatInterval.Milliseconds()})
 	return c, nil
 }
@@ -240,32 +279,12 @@ func (h *Hub) Notify(n fanout.Notification) {
 	h.dispatch.push(key{n.TenantID, n.TaskID}, n.Version, n.ProjectID, n.UserID)
 }
 
-// Resync re-reads every task the tenant's connections watch: the bus may have
-// lost notifications while its subscription was down.
+// Resync re-reads every task the tenant's connections watch, bypassing
+// caches: the bus may have lost notifications while its subscription was
+// down. It only schedules the work, so the bus's loop never waits.
 func (h *Hub) Resync(tenantID string) {
 	h.stats.Resyncs.Add(1)
-	h.mu.RLock()
-	var tasks []string
-	for k := range h.byTask {
-		if k.tenant == tenantID {
-			tasks = append(tasks, k.id)
-		}
-	}
-	var scoped []*Conn
-	if h.scoped[tenantID] > 0 {
-		for c := range h.conns {
-			if c.TenantID == tenantID {
-				scoped = append(scoped, c)
-			}
-		}
-	}
-	h.mu.RUnlock()
-	for _, id := range tasks {
-		h.dispatch.push(key{tenantID, id}, 0, "", "")
-	}
-	for _, c := range scoped {
-		c.refreshScopes()
-	}
+	h.poll.resync(tenantID)
 }
 
 // Close stops the hub at once: every connection is closed and the hub's
@@ -346,6 +365,10 @@ type Stats struct {
 	WriteErrors     atomic.Int64
 	Heartbeats      atomic.Int64
 	DispatchNoWatch atomic.Int64 // notifications no local connection watches
+	ModeSwitches    atomic.Int64 // push ↔ polling
+	Polls           atomic.Int64 // rounds of re-reading every watched task
+	PollErrors      atomic.Int64 // rounds in which no source answered for some tasks
+	BusRetries      atomic.Int64 // bus subscriptions retried after failing
 }
 
 // Stats returns the hub's live counters.

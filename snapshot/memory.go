@@ -105,6 +105,11 @@ func (m *MemoryStore) list(index map[scope]map[string]*Snapshot, sc scope) []*Sn
 	return out[:min(len(out), MaxList)]
 }
 
+// Reload is GetMany: a MemoryStore has no cache to bypass.
+func (m *MemoryStore) Reload(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error) {
+	return m.GetMany(ctx, taskIDs)
+}
+
 // Observe does nothing: a MemoryStore has no cache to make stale.
 func (m *MemoryStore) Observe(string, int64) {}
 

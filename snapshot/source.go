@@ -15,6 +15,9 @@ type Source interface {
 	// GetMany returns the snapshots of the tasks that exist, keyed by id;
 	// absent tasks are missing from the map.
 	GetMany(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error)
+	// Reload is GetMany bypassing in-process caches, for resync and polling:
+	// a copy cached while notifications were lost may be stale.
+	Reload(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error)
 	// ListProject returns the current snapshots of a project's tasks.
 	ListProject(ctx context.Context, tenantID, projectID string) ([]*Snapshot, error)
 	// ListUser returns the current snapshots of a user's tasks.

@@ -400,6 +400,17 @@ func (s *Store) markMissing(id string) {
 // accepts at most MaxMany ids; more fail with ErrInvalidID, like a bad id,
 // before any I/O.
 func (s *Store) GetMany(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error) {
+	return s.getMany(ctx, taskIDs, true)
+}
+
+// Reload is GetMany without the in-process caches: resync and polling use
+// it, because a copy cached while notifications were being lost may be
+// stale. What it reads still refreshes the caches.
+func (s *Store) Reload(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error) {
+	return s.getMany(ctx, taskIDs, false)
+}
+
+func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map[string]*Snapshot, error) {
 	if len(taskIDs) > MaxMany {
 		return nil, fmt.Errorf("get many: %d ids, at most %d: %w", len(taskIDs), MaxMany, ErrInvalidID)
 	}
@@ -416,6 +427,10 @@ func (s *Store) GetMany(ctx context.Context, taskIDs []string) (map[string]*Snap
 			continue
 		}
 		seen[id] = true
+		if !cached {
+			rest = append(rest, id)
+			continue
+		}
 		if snap, ok := s.tasks.get(id); ok {
 			s.stats.cacheHits.Add(1)
 			out[id] = snap

@@ -1,0 +1,256 @@
+package hub
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/pushd/pushd/snapshot"
+)
+
+// Reasons given with a mode change.
+const (
+	ReasonPubSubDown   = "pubsub_down"         // the bus lost its subscription; polling until it is back
+	ReasonUnavailable  = "sources_unavailable" // neither Redis nor PostgreSQL answers; clients keep their last state
+	ReasonRestored     = "restored"            // the bus is back and everything was re-read once
+	reloadBatch        = snapshot.MaxMany
+	busRetryTimeout    = 2 * time.Second
+	refreshRoundBudget = 30 * time.Second
+)
+
+// poller is the state shared between the bus's callbacks, connections and
+// the poll loop. The loop is the only goroutine that reads sources for it;
+// everyone else records what is needed and wakes it, so the bus's reading
+// loop never waits.
+type poller struct {
+	wake chan struct{} // cap 1
+
+	mu       sync.Mutex // guards the fields below
+	polling  bool       // the bus cannot be trusted: re-read on a timer
+	restored bool       // the bus came back: re-read everything once, then push
+	tenants  map[string]struct{}
+	needBus  map[*Conn]struct{} // connections whose bus subscription failed
+}
+
+func (p *poller) init() {
+	p.wake = make(chan struct{}, 1)
+	p.tenants = make(map[string]struct{})
+	p.needBus = make(map[*Conn]struct{})
+}
+
+func (p *poller) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *poller) resync(tenant string) {
+	p.mu.Lock()
+	p.tenants[tenant] = struct{}{}
+	p.mu.Unlock()
+	p.signal()
+}
+
+// Lost switches the node to polling: the bus's subscription cannot be
+// trusted, so watched tasks are re-read on a timer until it is restored.
+func (h *Hub) Lost(err error) {
+	h.log.Warn("bus lost; polling", "err", err)
+	h.poll.mu.Lock()
+	h.poll.polling, h.poll.restored = true, false
+	h.poll.mu.Unlock()
+	h.poll.signal()
+}
+
+// Restored switches the node back to push once everything watched was
+// re-read; the bus's per-tenant Resyncs cover what changed since.
+func (h *Hub) Restored() {
+	h.log.Info("bus restored; resyncing")
+	h.poll.mu.Lock()
+	h.poll.polling, h.poll.restored = false, true
+	h.poll.mu.Unlock()
+	h.poll.signal()
+}
+
+// needBus records a connection whose bus subscription failed; the poll loop
+// retries it, and polls its tasks meanwhile.
+func (h *Hub) needBus(c *Conn) {
+	h.poll.mu.Lock()
+	h.poll.needBus[c] = struct{}{}
+	h.poll.mu.Unlock()
+	h.poll.signal()
+}
+
+func (h *Hub) forgetConn(c *Conn) {
+	h.poll.mu.Lock()
+	delete(h.poll.needBus, c)
+	h.poll.mu.Unlock()
+}
+
+// pollLoop re-reads watched tasks: all of them on every tick while polling,
+// everything once after the bus is restored, a tenant's after its Resync.
+func (h *Hub) pollLoop() {
+	defer h.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var failures int
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-h.poll.wake:
+		case <-timer.C:
+		}
+		p := &h.poll
+		p.mu.Lock()
+		polling, restored := p.polling, p.restored
+		p.restored = false
+		tenants := p.tenants
+		p.tenants = make(map[string]struct{})
+		waiting := len(p.needBus) > 0
+		p.mu.Unlock()
+
+		if waiting {
+			// Connections the bus still refuses are polled meanwhile.
+			for _, t := range h.retryBus() {
+				tenants[t] = struct{}{}
+			}
+		}
+		switch {
+		case polling:
+			if h.isPush() { // tell clients before a round that may be slow
+				h.SetMode(ModePolling, ReasonPubSubDown)
+			}
+			h.stats.Polls.Add(1)
+			if h.refresh(nil) {
+				failures = 0
+				h.SetMode(ModePolling, ReasonPubSubDown)
+			} else {
+				failures++
+				h.stats.PollErrors.Add(1)
+				h.SetMode(ModePolling, ReasonUnavailable)
+			}
+		case restored:
+			h.refresh(nil)
+			failures = 0
+			h.SetMode(ModePush, ReasonRestored)
+		case len(tenants) > 0:
+			h.refresh(tenants)
+		}
+
+		p.mu.Lock()
+		again := p.polling || len(p.needBus) > 0
+		p.mu.Unlock()
+		if again {
+			timer.Reset(h.pollWait(failures))
+		}
+	}
+}
+
+func (h *Hub) isPush() bool {
+	mode, _ := h.Mode()
+	return mode == ModePush
+}
+
+// pollWait is the jittered interval, doubled per round in which no source
+// answered, up to MaxPollBackoff.
+func (h *Hub) pollWait(failures int) time.Duration {
+	d := h.cfg.PollInterval
+	for range min(failures, 16) {
+		d *= 2
+		if d >= h.cfg.MaxPollBackoff {
+			d = h.cfg.MaxPollBackoff
+			break
+		}
+	}
+	return d*4/5 + rand.N(d*2/5+1)
+}
+
+// refresh re-reads the tasks watched by the given tenants' connections (all
+// tenants when nil), bypassing caches, in batches, and offers what it read:
+// the outboxes drop what did not move. It reports whether every read
+// succeeded.
+func (h *Hub) refresh(tenants map[string]struct{}) bool {
+	ctx, cancel := context.WithTimeout(h.ctx, refreshRoundBudget)
+	defer cancel()
+	h.mu.RLock()
+	seen := make(map[string]struct{})
+	var ids []string
+	for k := range h.byTask {
+		if _, ok := tenants[k.tenant]; tenants != nil && !ok {
+			continue
+		}
+		if _, ok := seen[k.id]; !ok {
+			seen[k.id] = struct{}{}
+			ids = append(ids, k.id)
+		}
+	}
+	var scoped []*Conn
+	for c := range h.conns {
+		if _, ok := tenants[c.TenantID]; tenants != nil && !ok {
+			continue
+		}
+		c.mu.Lock()
+		if len(c.projects) > 0 || c.userScope {
+			scoped = append(scoped, c)
+		}
+		c.mu.Unlock()
+	}
+	h.mu.RUnlock()
+
+	ok := true
+	var targets []*Conn
+	for i := 0; i < len(ids); i += reloadBatch {
+		batch := ids[i:min(i+reloadBatch, len(ids))]
+		snaps, err := h.cfg.Source.Reload(ctx, batch)
+		if err != nil {
+			ok = false
+			h.log.Debug("reload failed", "tasks", len(batch), "err", err)
+			if ctx.Err() != nil {
+				return false
+			}
+			continue
+		}
+		for _, s := range snaps {
+			targets = h.offerToWatchers(s, targets[:0])
+		}
+	}
+	for _, c := range scoped {
+		if !c.refreshScopes() {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// retryBus subscribes the connections whose bus subscription failed, and
+// re-reads their tenants' tasks once subscribed: changes published before
+// the subscription was confirmed were not heard. It returns the tenants of
+// the connections still without one.
+func (h *Hub) retryBus() (failed []string) {
+	h.poll.mu.Lock()
+	conns := make([]*Conn, 0, len(h.poll.needBus))
+	for c := range h.poll.needBus {
+		conns = append(conns, c)
+	}
+	h.poll.mu.Unlock()
+	for _, c := range conns {
+		h.stats.BusRetries.Add(1)
+		ctx, cancel := context.WithTimeout(h.ctx, busRetryTimeout)
+		release, err := h.cfg.Bus.Subscribe(ctx, c.TenantID)
+		cancel()
+		if err != nil {
+			failed = append(failed, c.TenantID)
+			continue
+		}
+		h.forgetConn(c)
+		if !c.setBus(release) {
+			release()
+			continue
+		}
+		h.poll.resync(c.TenantID)
+	}
+	return failed
+}
