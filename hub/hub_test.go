@@ -25,8 +25,8 @@ type recorder struct {
 	closed  chan hub.CloseReason
 	gate    chan struct{}
 	entered chan struct{} // with gate: told each time a Write starts waiting
-	writes atomic.Int64
-	once   sync.Once
+	writes  atomic.Int64
+	once    sync.Once
 }
 
 func newRecorder() *recorder {
