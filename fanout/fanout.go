@@ -99,15 +99,44 @@ type Handler interface {
 	Resync(tenantID string)
 }
 
-// LossHandler may also be implemented by a Handler that wants to hear when a
-// bus lost its connection. Lost is called from the reading loop, once per
-// outage, when the first failure after a healthy period is seen: until
-// Resync(tenant) is called for a tenant, its notifications may be missed, so
-// the handler polls what it watches (DESIGN.md, "Modes and failures"). A bus
-// may also call Resync without a Lost first, when its client reconnected
-// without the reading loop seeing the failure.
+// LossHandler may also be implemented by a Handler that wants to hear when
+// a bus's subscription stops being trustworthy and when it works again, to
+// switch between push and polling (DESIGN.md, "Modes and failures"). Its
+// methods are called from the bus's reading loop, as Handler's are, one call
+// at a time, and must not block.
+//
+// For one outage the calls come in this order:
+//
+//  1. Lost(err), once, at the first failure after a healthy period: the
+//     connection or its dial failed (also at Start, when Redis is down from
+//     the beginning), a ping went unanswered, or the bus did not hear its own
+//     liveness message back (err then says "liveness"). From then on any
+//     tenant's notifications may be missed: poll what is watched.
+//  2. Restored(), once, at the first message read after Lost: go-redis has
+//     redialed and re-sent SUBSCRIBE for every channel. No Notify is called
+//     between Lost and Restored; Notify may resume right after Restored.
+//  3. Resync(tenant), for each tenant whose subscription had been confirmed
+//     before, as its confirmation arrives on the new connection; changes
+//     published after that reach Notify. Resyncs of several tenants come in
+//     no particular order, and Notify calls may come between them.
+//
+// A tenant subscribed for the first time during an outage gets no Resync (its
+// Subscribe returns at its confirmation, or fails); a tenant whose last
+// reference was released during an outage may get none. If the connection
+// fails again before every Resync arrived, Lost comes again and the missing
+// Resyncs follow the next Restored. Restored never comes without a Lost
+// before it. Resync may also come without Lost and Restored: when a Subscribe
+// or a linger's UNSUBSCRIBE finds the connection broken, go-redis redials and
+// resubscribes on its own, before the reading loop sees any failure.
 type LossHandler interface {
+	// Lost says the bus's subscription cannot be trusted any more
+	// (connection failed, pong or liveness missing). Called once per outage.
 	Lost(err error)
+	// Restored says the Pub/Sub connection works again after a Lost: go-redis
+	// has redialed and re-sent SUBSCRIBE for every channel; Resync(tenant)
+	// follows for each tenant as its confirmation arrives. Called once per
+	// outage, after Lost.
+	Restored()
 }
 
 // Bus is a node's subscription to the notifications of the tenants its

@@ -30,21 +30,27 @@ func TestMain(m *testing.M) {
 // not a claim about speed.
 const waitFor = 15 * time.Second
 
-// recorder is a Handler that hands what it hears to buffered channels.
-// Notify and Resync never block: past the buffer they count an overflow,
-// which the test reports.
+// recorder is a Handler and LossHandler that hands what it hears to
+// buffered channels. Its methods never block: past the buffer they count an
+// overflow, which the test reports. events has every Lost ("lost"),
+// Restored ("restored") and Resync ("resync:<tenant>") in the order of the
+// calls.
 type recorder struct {
 	notes    chan Notification
 	resyncs  chan string
 	lost     chan error
+	restored chan struct{}
+	events   chan string
 	overflow atomic.Int64
 }
 
 func newRecorder(t *testing.T) *recorder {
 	r := &recorder{
-		notes:   make(chan Notification, 4096),
-		resyncs: make(chan string, 4096),
-		lost:    make(chan error, 64),
+		notes:    make(chan Notification, 4096),
+		resyncs:  make(chan string, 4096),
+		lost:     make(chan error, 64),
+		restored: make(chan struct{}, 64),
+		events:   make(chan string, 4096),
 	}
 	t.Cleanup(func() {
 		if n := r.overflow.Load(); n > 0 {
@@ -54,28 +60,30 @@ func newRecorder(t *testing.T) *recorder {
 	return r
 }
 
-func (r *recorder) Notify(n Notification) {
+// put sends v on ch without blocking, counting an overflow if ch is full.
+func put[T any](r *recorder, ch chan<- T, v T) {
 	select {
-	case r.notes <- n:
+	case ch <- v:
 	default:
 		r.overflow.Add(1)
 	}
 }
 
+func (r *recorder) Notify(n Notification) { put(r, r.notes, n) }
+
 func (r *recorder) Resync(tenantID string) {
-	select {
-	case r.resyncs <- tenantID:
-	default:
-		r.overflow.Add(1)
-	}
+	put(r, r.resyncs, tenantID)
+	put(r, r.events, "resync:"+tenantID)
 }
 
 func (r *recorder) Lost(err error) {
-	select {
-	case r.lost <- err:
-	default:
-		r.overflow.Add(1)
-	}
+	put(r, r.lost, err)
+	put(r, r.events, "lost")
+}
+
+func (r *recorder) Restored() {
+	put(r, r.restored, struct{}{})
+	put(r, r.events, "restored")
 }
 
 // next returns the next value of ch, failing the test after waitFor.

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ var ErrClosed = errors.New("fanout: bus closed")
 var (
 	errNotStarted = errors.New("fanout: bus not started")
 	errNoPong     = errors.New("fanout: pubsub connection silent: ping unanswered")
+	errNoLiveness = errors.New("fanout: pubsub subscription silent: liveness message not heard back")
 )
 
 // RedisConfig configures a RedisBus. Only Client is required.
@@ -44,6 +46,19 @@ type RedisConfig struct {
 	// means the connection is dead: it is replaced. That needs the client's
 	// write deadlines (any WriteTimeout but -2). Zero means 5s.
 	PingInterval time.Duration
+	// LivenessInterval is how often the bus PUBLISHes on a channel of its
+	// own (keys.Names.Liveness, via Client, the normal command path) and
+	// expects to hear it back on its Pub/Sub connection: that proves the
+	// subscription delivers, where a ping only proves the connection
+	// answers. Zero means 1s; negative disables the liveness check.
+	LivenessInterval time.Duration
+	// LivenessTimeout is how long the bus may go without hearing its own
+	// liveness message before it declares the subscription dead, drops the
+	// connection and reports Lost; the redial resubscribes everything. The
+	// clock starts when Redis acknowledges a liveness PUBLISH, so failing
+	// PUBLISHes (the command path down or saturated) never condemn a
+	// subscription that may be fine. Zero means 3 × LivenessInterval.
+	LivenessTimeout time.Duration
 	// Logger receives the bus's logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -54,6 +69,12 @@ func (c RedisConfig) withDefaults() RedisConfig {
 	}
 	if c.PingInterval <= 0 {
 		c.PingInterval = 5 * time.Second
+	}
+	if c.LivenessInterval == 0 {
+		c.LivenessInterval = time.Second
+	}
+	if c.LivenessInterval > 0 && c.LivenessTimeout <= 0 {
+		c.LivenessTimeout = 3 * c.LivenessInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -86,6 +107,14 @@ const malformedLogEvery = 10 * time.Second
 // the bus calls Handler.Resync for it. A notification heard for a tenant
 // nobody references (lingering, or unsubscribed a moment ago) is delivered
 // all the same; the handler ignores what nobody watches.
+//
+// Pings only prove that the connection answers. To prove that the
+// subscription delivers, the bus also subscribes a channel of its own (before
+// any tenant's, and for its whole life) and a liveness goroutine PUBLISHes
+// on it through Client every LivenessInterval. When a PUBLISH Redis
+// acknowledged stays unheard for LivenessTimeout while the connection was
+// healthy, the liveness goroutine drops the connection; the reading loop then
+// sees its receive fail, reports Lost, and go-redis redials.
 type RedisBus struct {
 	cfg    RedisConfig // defaults applied
 	log    *slog.Logger
@@ -100,9 +129,35 @@ type RedisBus struct {
 	// afterUnsubscribe, when set by a test, is called after a lingering
 	// tenant's UNSUBSCRIBE was written (or failed).
 	afterUnsubscribe func(tenantID string)
+	// afterLivenessPublish and afterLivenessHeard, when set by a test before
+	// Start, are called by the liveness goroutine after each PUBLISH, and by
+	// the reading loop after each liveness message heard.
+	afterLivenessPublish func(err error)
+	afterLivenessHeard   func()
+
+	// Liveness. liveChannel never changes; it is empty when the check is
+	// disabled.
+	liveChannel string
+	liveReady   chan struct{} // closed once the loop wrote the liveness SUBSCRIBE (or failed to)
+	liveDone    chan struct{} // closed when the liveness goroutine returns
+	epoch       time.Time     // origin of since()
+	// heardAt is since() when the loop last heard a liveness message or
+	// restored the connection (its first successful receive after a
+	// failure, or ever), and 0 while the connection is down or was dropped.
+	// The loop sets it; a failure and a liveness drop clear it. The liveness
+	// goroutine drops only a connection it saw healthy and unheard, with a
+	// compare-and-swap: it never fires on a connection heard or restored
+	// since it looked, nor again while the loop is down or redialing.
+	heardAt atomic.Int64
+	// dropMu makes a liveness drop (clearing heardAt, setting dropErr and
+	// dropping the connection) one step for the reading loop, which takes
+	// dropErr under it once it sees dropPending.
+	dropMu      sync.Mutex
+	dropErr     error       // guarded by dropMu
+	dropPending atomic.Bool // dropErr is set
 
 	// Owned by the reading loop.
-	down          bool // the last receive failed; cleared by the next success
+	down          bool // the last receive failed, and Lost was reported; cleared by the next success
 	malformedLog  time.Time
 	malformedSeen int // dropped since the last log line
 
@@ -144,6 +199,7 @@ func (e *tenantSub) fail(err error) {
 
 type redisCounters struct {
 	received, malformed, subscribes, unsubscribes, resyncs, failures atomic.Int64
+	livenessSent, livenessHeard, livenessFailures                    atomic.Int64
 	malformedBy                                                      [len(malformedReasons)]atomic.Int64
 }
 
@@ -155,13 +211,18 @@ type RedisStats struct {
 	Subscribes   int64            // SUBSCRIBE commands the bus sent (go-redis's resubscriptions excluded)
 	Unsubscribes int64            // UNSUBSCRIBE commands the bus sent
 	Resyncs      int64            // Handler.Resync calls
-	Failures     int64            // failed receives and pings (each outage counts at least one)
+	Failures     int64            // failed receives and pings, and liveness drops (each outage counts at least one)
+
+	LivenessSent     int64 // liveness PUBLISHes Redis acknowledged
+	LivenessHeard    int64 // liveness messages heard back (never counted in Received)
+	LivenessFailures int64 // liveness PUBLISHes that failed (expected while Redis is down)
 }
 
 var _ Bus = (*RedisBus)(nil)
 
-// NewRedisBus returns a bus on cfg.Client. It does no I/O: the Pub/Sub
-// connection is dialled by the reading loop that Start begins.
+// NewRedisBus returns a bus on cfg.Client, with a random liveness channel of
+// its own. It does no I/O: the Pub/Sub connection is dialled by the reading
+// loop that Start begins.
 func NewRedisBus(cfg RedisConfig) *RedisBus {
 	if cfg.Client == nil {
 		panic("fanout: RedisConfig.Client is required")
@@ -171,15 +232,25 @@ func NewRedisBus(cfg RedisConfig) *RedisBus {
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &RedisBus{
-		cfg:    cfg,
-		log:    cfg.Logger.With("component", "fanout"),
-		ps:     cfg.Client.Subscribe(ctx), // no channel: no I/O yet
-		ctx:    ctx,
-		cancel: cancel,
-		done:   make(chan struct{}),
-		subs:   make(map[string]*tenantSub),
+	b := &RedisBus{
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "fanout"),
+		ps:        cfg.Client.Subscribe(ctx), // no channel: no I/O yet
+		ctx:       ctx,
+		cancel:    cancel,
+		done:      make(chan struct{}),
+		liveReady: make(chan struct{}),
+		liveDone:  make(chan struct{}),
+		epoch:     time.Now(),
+		subs:      make(map[string]*tenantSub),
 	}
+	if cfg.LivenessInterval > 0 {
+		b.liveChannel = cfg.Names.Liveness(fmt.Sprintf("%016x", rand.Uint64()))
+	} else {
+		close(b.liveReady)
+		close(b.liveDone)
+	}
+	return b
 }
 
 // Start begins the reading loop, delivering to h. It must be called once,
@@ -198,6 +269,9 @@ func (b *RedisBus) Start(h Handler) {
 	}
 	b.started = true
 	go b.run(h)
+	if b.liveChannel != "" {
+		go b.liveness()
+	}
 }
 
 // Subscribe takes a reference on tenantID's notifications. The first
@@ -215,6 +289,9 @@ func (b *RedisBus) Subscribe(ctx context.Context, tenantID string) (release func
 		return nil, fmt.Errorf("subscribe %q: %w", tenantID, snapshot.ErrInvalidID)
 	}
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := b.awaitLiveReady(ctx); err != nil {
 		return nil, err
 	}
 	for {
@@ -270,6 +347,33 @@ func (b *RedisBus) Subscribe(ctx context.Context, tenantID string) (release func
 			release()
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// awaitLiveReady returns once the reading loop wrote the liveness SUBSCRIBE,
+// so that it precedes every tenant's.
+func (b *RedisBus) awaitLiveReady(ctx context.Context) error {
+	select {
+	case <-b.liveReady:
+		return nil
+	default:
+	}
+	b.mu.Lock()
+	closed, started := b.closed, b.started
+	b.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case !started:
+		return errNotStarted
+	}
+	select {
+	case <-b.liveReady:
+		return nil
+	case <-b.ctx.Done():
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -390,8 +494,9 @@ func (b *RedisBus) expire(e *tenantSub, gen uint64) {
 }
 
 // Close stops the reading loop, closes the Pub/Sub connection and waits for
-// the loop and any linger timer running. Subscribe calls still waiting
-// return ErrClosed. Close is idempotent.
+// the loop, the liveness goroutine and any linger timer running. A liveness
+// PUBLISH in flight is waited for; the client's timeouts bound it. Subscribe
+// calls still waiting return ErrClosed. Close is idempotent.
 func (b *RedisBus) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -410,6 +515,7 @@ func (b *RedisBus) Close() error {
 	err := b.ps.Close()
 	if started {
 		<-b.done
+		<-b.liveDone
 	}
 	b.timers.Wait()
 	if err != nil {
@@ -428,6 +534,10 @@ func (b *RedisBus) Stats() RedisStats {
 		Unsubscribes: b.stats.unsubscribes.Load(),
 		Resyncs:      b.stats.resyncs.Load(),
 		Failures:     b.stats.failures.Load(),
+
+		LivenessSent:     b.stats.livenessSent.Load(),
+		LivenessHeard:    b.stats.livenessHeard.Load(),
+		LivenessFailures: b.stats.livenessFailures.Load(),
 	}
 	for i, r := range malformedReasons {
 		s.MalformedBy[r] = b.stats.malformedBy[i].Load()
@@ -453,6 +563,17 @@ func (b *RedisBus) Subscribed() []string {
 // run is the reading loop: the only reader of the Pub/Sub connection.
 func (b *RedisBus) run(h Handler) {
 	defer close(b.done)
+	if b.liveChannel != "" {
+		// Before any tenant's SUBSCRIBE (Subscribe waits for liveReady). If
+		// the write fails, go-redis still keeps the channel in the set it
+		// subscribes after a redial; but it may already have redialed without
+		// it, so make sure the next receive dials afresh.
+		if err := b.ps.Subscribe(b.ctx, b.liveChannel); err != nil {
+			b.log.Debug("liveness subscribe failed", "err", err)
+			b.dropConn()
+		}
+		close(b.liveReady)
+	}
 	var (
 		pinged  bool // a ping is unanswered and nothing was heard since
 		backoff time.Duration
@@ -461,6 +582,19 @@ func (b *RedisBus) run(h Handler) {
 		msg, err := b.ps.ReceiveTimeout(b.ctx, b.cfg.PingInterval)
 		if b.ctx.Err() != nil {
 			return
+		}
+		if b.dropPending.Load() {
+			// The liveness goroutine dropped the connection. Whatever this
+			// receive returned, the subscription was not trusted: a message
+			// read before the drop, or on a connection dialled since without
+			// a failure being seen, is dropped with its connection (a
+			// confirmation comes again on the next one), so the outage is
+			// reported, and ends, as any other.
+			lerr := b.takeDrop()
+			if err == nil {
+				b.dropConn()
+			}
+			err = lerr
 		}
 		if err != nil {
 			if isTimeout(err) {
@@ -486,20 +620,136 @@ func (b *RedisBus) run(h Handler) {
 			continue
 		}
 		pinged, backoff = false, 0
+		if b.heardAt.Load() == 0 {
+			b.heardAt.Store(b.since()) // healthy: a fresh start for the liveness check
+		}
 		if b.down {
 			b.down = false
 			b.log.Info("pubsub connection restored")
+			if lh, ok := h.(LossHandler); ok {
+				lh.Restored() // down implies Lost was reported
+			}
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
+			if b.liveChannel != "" && m.Channel == b.liveChannel {
+				b.heard()
+				continue
+			}
 			b.deliver(h, m)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			if m.Kind == "subscribe" && m.Channel != b.liveChannel {
 				b.confirm(h, m.Channel)
 			}
 		case *redis.Pong:
 		}
 	}
+}
+
+// takeDrop returns the error of a liveness drop, once the drop is complete.
+func (b *RedisBus) takeDrop() error {
+	b.dropMu.Lock()
+	defer b.dropMu.Unlock()
+	err := b.dropErr
+	b.dropErr = nil
+	b.dropPending.Store(false)
+	return err
+}
+
+// heard records a liveness message.
+func (b *RedisBus) heard() {
+	b.stats.livenessHeard.Add(1)
+	b.heardAt.Store(b.since())
+	if f := b.afterLivenessHeard; f != nil {
+		f()
+	}
+}
+
+// since returns the time since the bus was made, on the monotonic clock;
+// never 0.
+func (b *RedisBus) since() int64 { return max(int64(time.Since(b.epoch)), 1) }
+
+// liveness is the liveness goroutine: it PUBLISHes on the bus's liveness
+// channel every LivenessInterval (jittered), and drops a healthy connection
+// on which a PUBLISH that Redis acknowledged stays unheard for
+// LivenessTimeout. A PUBLISH that fails says nothing about the subscription
+// (the pings watch the connection itself): it is counted, and starts no
+// clock.
+func (b *RedisBus) liveness() {
+	defer close(b.liveDone)
+	var (
+		seq uint64
+		// The oldest acknowledged PUBLISH not known to be heard back: when it
+		// was sent and when Redis acknowledged it (since()); sentAt is 0 if
+		// there is none.
+		sentAt, ackedAt int64
+		failing         bool // the last PUBLISH failed
+	)
+	timeout := int64(b.cfg.LivenessTimeout)
+	timer := time.NewTimer(b.livenessDelay())
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-b.ctx.Done():
+			return
+		}
+		heard := b.heardAt.Load()
+		if sentAt != 0 && heard >= sentAt {
+			sentAt = 0 // heard something sent since, or restored since
+		}
+		if sentAt != 0 && heard != 0 && b.since()-ackedAt > timeout {
+			b.livenessLost(heard, fmt.Errorf("%w within %v", errNoLiveness, b.cfg.LivenessTimeout))
+			sentAt = 0
+		}
+
+		seq++
+		start := b.since()
+		ctx, cancel := context.WithTimeout(b.ctx, b.cfg.LivenessTimeout)
+		err := b.cfg.Client.Publish(ctx, b.liveChannel, strconv.FormatUint(seq, 10)).Err()
+		cancel()
+		if b.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			b.stats.livenessFailures.Add(1)
+			if !failing {
+				b.log.Debug("liveness publish failing", "err", err)
+			}
+		} else {
+			b.stats.livenessSent.Add(1)
+			if sentAt == 0 {
+				sentAt, ackedAt = start, b.since()
+			}
+		}
+		failing = err != nil
+		if f := b.afterLivenessPublish; f != nil {
+			f(err)
+		}
+		timer.Reset(b.livenessDelay())
+	}
+}
+
+// livenessDelay returns LivenessInterval ± 10 %, so nodes do not publish in
+// step.
+func (b *RedisBus) livenessDelay() time.Duration {
+	d := b.cfg.LivenessInterval
+	return d - d/10 + rand.N(d/5+1)
+}
+
+// livenessLost drops the connection, if nothing was heard since heard (a
+// heardAt the caller loaded), for the reading loop to report err as the
+// loss. The loop's receive fails as the connection is closed under it; if it
+// was not reading, it finds dropPending at its next receive.
+func (b *RedisBus) livenessLost(heard int64, err error) {
+	b.dropMu.Lock()
+	defer b.dropMu.Unlock()
+	if !b.heardAt.CompareAndSwap(heard, 0) {
+		return // heard or restored since, or down: the loop knows already
+	}
+	b.dropErr = err
+	b.dropPending.Store(true)
+	b.dropConn()
 }
 
 // dropConn makes go-redis close the Pub/Sub connection, if it has one, so
@@ -517,6 +767,7 @@ func (b *RedisBus) dropConn() {
 // logged and reported to h.
 func (b *RedisBus) failed(h Handler, err error) {
 	b.stats.failures.Add(1)
+	b.heardAt.Store(0)
 	if b.down {
 		b.log.Debug("pubsub connection still down", "err", err)
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -296,8 +297,9 @@ func TestRedisBusOneConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(channels) != tenants || len(b.Subscribed()) != tenants {
-		t.Fatalf("%d channels on the server, %d tenants on the bus, want %d", len(channels), len(b.Subscribed()), tenants)
+	// Every tenant's channel, and the bus's liveness channel.
+	if len(channels) != tenants+1 || !slices.Contains(channels, b.liveChannel) || len(b.Subscribed()) != tenants {
+		t.Fatalf("%d channels on the server, %d tenants on the bus, want %d and the liveness channel", len(channels), len(b.Subscribed()), tenants)
 	}
 	if s := b.Stats(); s.Subscribes != tenants {
 		t.Fatalf("Subscribes = %d, want %d", s.Subscribes, tenants)
@@ -340,6 +342,9 @@ func TestRedisBusResyncAfterRestart(t *testing.T) {
 			t.Fatalf("no resync of %s: %v", tenant, resynced)
 		}
 	}
+	// In order: Lost, Restored, then each tenant's Resync.
+	expectOutage(t, r, tenants...)
+	next(t, r.restored, "restore")
 	for _, tenant := range tenants {
 		if n := publish(t, client, keys.Names{}.Channel(tenant), note("task", 2)); n != 1 {
 			t.Fatalf("PUBLISH after the restart reached %d subscribers, want 1", n)
@@ -357,6 +362,7 @@ func TestRedisBusResyncAfterRestart(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 	none(t, r.resyncs, "resync")
+	none(t, r.events, "event")
 }
 
 // A connection that goes silent (Redis paused, so a ping stays unanswered)

@@ -30,6 +30,11 @@ func (n Names) Stream(tenantID string) string {
 	return n.Prefix + "stream:task-events:{" + tenantID + "}"
 }
 
+// Liveness is the Pub/Sub channel on which one bus publishes to itself, to
+// check that its subscription still delivers. id is the bus's own, random
+// per bus; the braces are a Redis Cluster hash tag.
+func (n Names) Liveness(id string) string { return n.Prefix + "pushd.liveness.{" + id + "}" }
+
 // TenantFromChannel returns the tenant a channel name belongs to, and false
 // when the name is not a change channel of this prefix.
 func (n Names) TenantFromChannel(channel string) (string, bool) {
