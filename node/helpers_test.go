@@ -338,6 +338,21 @@ func (c *wsClient) next(t *testing.T) map[string]json.RawMessage {
 	}
 }
 
+// nextAny returns the next message, whatever its type.
+func (c *wsClient) nextAny(t *testing.T) map[string]json.RawMessage {
+	t.Helper()
+	select {
+	case m, ok := <-c.msgs:
+		if !ok {
+			t.Fatalf("WebSocket ended: %v", c.err)
+		}
+		return m
+	case <-time.After(waitFor):
+		t.Fatal("no WebSocket message within", waitFor)
+		return nil
+	}
+}
+
 func (c *wsClient) nextOf(t *testing.T, typ string) map[string]json.RawMessage {
 	t.Helper()
 	m := c.next(t)

@@ -43,8 +43,12 @@ type Config struct {
 	OriginPatterns []string
 
 	Heartbeat    time.Duration // zero: the hub's default
-	WriteTimeout time.Duration // zero: the transports' default
-	SSERetry     time.Duration // zero: the SSE default
+	PollInterval time.Duration // polling mode's re-read interval; zero: the hub's default (2s)
+	// LivenessInterval is how often the bus checks its subscription by
+	// publishing to itself; zero: the bus's default (1s).
+	LivenessInterval time.Duration
+	WriteTimeout     time.Duration // zero: the transports' default
+	SSERetry         time.Duration // zero: the SSE default
 	// ReconnectAfter bounds the random delay draining clients wait before
 	// reconnecting; zero means 5s.
 	ReconnectAfter time.Duration
@@ -139,14 +143,14 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		names := keys.Names{Prefix: cfg.KeyPrefix}
 		n.store = snapshot.NewStore(snapshot.Config{Redis: n.rdb, DB: n.pool, Names: names, Logger: cfg.Logger})
-		n.bus = fanout.NewRedisBus(fanout.RedisConfig{Client: n.rdb, Names: names, Logger: cfg.Logger})
+		n.bus = fanout.NewRedisBus(fanout.RedisConfig{Client: n.rdb, Names: names, LivenessInterval: cfg.LivenessInterval, Logger: cfg.Logger})
 		source = n.store
 		publisher = fanout.NewRedisPublisher(n.rdb, names)
 		ready = n.ready
 	}
 
 	n.hub = hub.New(hub.Config{
-		Source: source, Bus: n.bus, HeartbeatInterval: cfg.Heartbeat,
+		Source: source, Bus: n.bus, HeartbeatInterval: cfg.Heartbeat, PollInterval: cfg.PollInterval,
 		NodeName: cfg.NodeName, Logger: cfg.Logger,
 	})
 	n.bus.Start(n.hub)

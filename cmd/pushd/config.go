@@ -23,6 +23,7 @@ type config struct {
 	NodeName       string
 	Origins        string
 	Heartbeat      time.Duration
+	PollInterval   time.Duration
 	WriteTimeout   time.Duration
 	Retry          time.Duration
 	DrainTimeout   time.Duration
@@ -52,6 +53,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.NodeName, "node-name", host, "name shown in hello and metrics")
 	fs.StringVar(&c.Origins, "allowed-origins", "", "comma-separated origin patterns allowed to open WebSockets besides the server's own host")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 25*time.Second, "idle time after which a heartbeat is written")
+	fs.DurationVar(&c.PollInterval, "poll-interval", 2*time.Second, "while Pub/Sub is down, how often watched tasks are re-read (jittered)")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "a client slower than this per write is disconnected")
 	fs.DurationVar(&c.Retry, "sse-retry", 2*time.Second, "base SSE reconnect delay (each connection adds up to 50% jitter)")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 10*time.Second, "how long shutdown spends closing connections")

@@ -44,6 +44,7 @@ var flagCases = map[string]flagCase{
 	"node-name":       {"env-node", "flag-node", func(c config) string { return c.NodeName }},
 	"allowed-origins": {"env.example", "flag.example", func(c config) string { return c.Origins }},
 	"heartbeat":       {"7s", "8s", func(c config) string { return dur(c.Heartbeat) }},
+	"poll-interval":   {"3s", "4s", func(c config) string { return dur(c.PollInterval) }},
 	"write-timeout":   {"3s", "4s", func(c config) string { return dur(c.WriteTimeout) }},
 	"sse-retry":       {"1.5s", "2.5s", func(c config) string { return dur(c.Retry) }},
 	"drain-timeout":   {"1m0s", "2m0s", func(c config) string { return dur(c.DrainTimeout) }},

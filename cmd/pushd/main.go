@@ -50,7 +50,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		RedisURL: cfg.RedisURL, KeyPrefix: cfg.KeyPrefix, DatabaseURL: cfg.DatabaseURL,
 		JWTSecret: []byte(cfg.JWTSecret), JWTPublicKeyPEM: pem, JWTAlgorithm: cfg.JWTAlgorithm,
 		APIKey: cfg.APIKey, NodeName: cfg.NodeName, OriginPatterns: cfg.originPatterns(),
-		Heartbeat: cfg.Heartbeat, WriteTimeout: cfg.WriteTimeout, SSERetry: cfg.Retry,
+		Heartbeat: cfg.Heartbeat, PollInterval: cfg.PollInterval, WriteTimeout: cfg.WriteTimeout, SSERetry: cfg.Retry,
 		ReconnectAfter: cfg.ReconnectAfter, Logger: log,
 	})
 	if err != nil {

@@ -1,0 +1,507 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/node"
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/testenv"
+)
+
+// privateCluster is a redis-server of the test's own (it may be killed) and
+// the package's database.
+type privateCluster struct {
+	rs  *testenv.RedisServer
+	rdb *redis.Client
+	pg  testenv.Postgres
+}
+
+func newPrivateCluster(t *testing.T) *privateCluster {
+	t.Helper()
+	rs := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	return &privateCluster{rs: rs, rdb: rdb, pg: testenv.Database(t)}
+}
+
+func (c *privateCluster) config() node.Config {
+	return node.Config{RedisURL: c.rs.URL, DatabaseURL: c.pg.URL, PollInterval: 300 * time.Millisecond, LivenessInterval: 200 * time.Millisecond}
+}
+
+// write is the Task State Service: PostgreSQL first, then Redis and the
+// hint (skipped while Redis is down, as a real service would fail there).
+func (c *privateCluster) write(t *testing.T, task string, version int64, announce bool) {
+	t.Helper()
+	c.pg.InsertTask(t, testenv.Task{ID: task, TenantID: "t1", ProjectID: "p1", UserID: "u1", Status: "RUNNING", Progress: int(version), Version: version})
+	if !announce {
+		return
+	}
+	if _, err := fanout.NewRedisPublisher(c.rdb, keys.Names{}).Publish(context.Background(), parseDoc(t, doc(task, "t1", version, "RUNNING"))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setSilently stores a version in Redis without announcing it: a change
+// whose notification was lost.
+func (c *privateCluster) setSilently(t *testing.T, task string, version int64) {
+	t.Helper()
+	c.pg.InsertTask(t, testenv.Task{ID: task, TenantID: "t1", ProjectID: "p1", UserID: "u1", Status: "RUNNING", Progress: int(version), Version: version})
+	if _, err := snapshot.Write(context.Background(), c.rdb, keys.Names{}, parseDoc(t, doc(task, "t1", version, "RUNNING")), 0, "", nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// watcher is an SSE or WebSocket client that checks versions only go up.
+type watcher struct {
+	name string
+	mode func(t *testing.T) string                     // next mode event's mode, skipping tasks
+	task func(t *testing.T) (*snapshot.Snapshot, bool) // next task, or false for a mode event
+}
+
+func sseWatcher(cl *sseClient) *watcher {
+	return &watcher{name: "sse",
+		mode: func(t *testing.T) string {
+			for {
+				ev := cl.next(t)
+				if ev.Event == "mode" {
+					var m struct{ Mode string }
+					json.Unmarshal([]byte(ev.Data), &m)
+					return m.Mode
+				}
+			}
+		},
+		task: func(t *testing.T) (*snapshot.Snapshot, bool) {
+			for {
+				ev := cl.next(t)
+				switch ev.Event {
+				case "task":
+					return parseDoc(t, ev.Data), true
+				case "mode":
+					return nil, false
+				}
+			}
+		},
+	}
+}
+
+func wsWatcher(cl *wsClient) *watcher {
+	return &watcher{name: "ws",
+		mode: func(t *testing.T) string {
+			for {
+				m := cl.nextAny(t)
+				if msgType(m) == "mode" {
+					var s string
+					json.Unmarshal(m["mode"], &s)
+					return s
+				}
+			}
+		},
+		task: func(t *testing.T) (*snapshot.Snapshot, bool) {
+			for {
+				m := cl.nextAny(t)
+				switch msgType(m) {
+				case "task":
+					return parseDoc(t, string(m["task"])), true
+				case "mode":
+					return nil, false
+				}
+			}
+		},
+	}
+}
+
+// waitVersion reads until the task reaches version want, failing if any
+// version goes backwards or past it.
+func (w *watcher) waitVersion(t *testing.T, want int64, last *int64) {
+	t.Helper()
+	for *last < want {
+		s, ok := w.task(t)
+		if !ok {
+			continue
+		}
+		if s.Version <= *last {
+			t.Fatalf("%s: version went from %d to %d", w.name, *last, s.Version)
+		}
+		*last = s.Version
+	}
+	if *last != want {
+		t.Fatalf("%s: got version %d, want %d", w.name, *last, want)
+	}
+}
+
+func (w *watcher) waitMode(t *testing.T, want string) {
+	t.Helper()
+	for {
+		if got := w.mode(t); got == want {
+			return
+		}
+	}
+}
+
+func watchers(t *testing.T, s *server, task string) ([]*watcher, []int64) {
+	t.Helper()
+	tok := token(t, "t1", "u1")
+	var ws []*watcher
+	for range 3 {
+		ws = append(ws, sseWatcher(openSSE(t, s.URL, tok, "task="+task)))
+		w := openWS(t, s.URL, tok)
+		w.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{task}})
+		ws = append(ws, wsWatcher(w))
+	}
+	return ws, make([]int64, len(ws))
+}
+
+func TestRedisKilledClientsPollThenConverge(t *testing.T) {
+	c := newPrivateCluster(t)
+	s := startNode(t, c.config())
+	task := testenv.UniqueID("task")
+	c.write(t, task, 1, true)
+	ws, last := watchers(t, s, task)
+	for i, w := range ws {
+		w.waitVersion(t, 1, &last[i])
+	}
+
+	killed := time.Now()
+	c.rs.Stop()
+	for _, w := range ws {
+		w.waitMode(t, "polling")
+	}
+	t.Logf("every client in polling mode %v after Redis was killed", time.Since(killed).Round(time.Millisecond))
+
+	// The Task State Service keeps writing PostgreSQL during the outage.
+	written := time.Now()
+	c.write(t, task, 2, false)
+	for i, w := range ws {
+		w.waitVersion(t, 2, &last[i])
+	}
+	t.Logf("a change in PostgreSQL reached every client %v later (poll interval %v)", time.Since(written).Round(time.Millisecond), c.config().PollInterval)
+	resp, _ := httpDo(t, http.MethodGet, s.URL+"/readyz", "", "")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz %d while PostgreSQL answers", resp.StatusCode)
+	}
+
+	c.rs.Start() // empty: Redis keeps nothing on disk
+	for _, w := range ws {
+		w.waitMode(t, "push")
+	}
+	c.write(t, task, 3, true)
+	for i, w := range ws {
+		w.waitVersion(t, 3, &last[i])
+	}
+}
+
+func TestPubSubKilledChangeInTheGapArrivesByResync(t *testing.T) {
+	c := newPrivateCluster(t)
+	s := startNode(t, c.config())
+	task := testenv.UniqueID("task")
+	c.write(t, task, 1, true)
+	ws, last := watchers(t, s, task)
+	for i, w := range ws {
+		w.waitVersion(t, 1, &last[i])
+	}
+	// A change whose notification is lost, then the subscription killed:
+	// only the resync after the resubscription can bring it.
+	c.setSilently(t, task, 2)
+	if n, err := c.rdb.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result(); err != nil || n == 0 {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %d %v", n, err)
+	}
+	for i, w := range ws {
+		w.waitVersion(t, 2, &last[i])
+	}
+	c.write(t, task, 3, true)
+	for i, w := range ws {
+		w.waitVersion(t, 3, &last[i])
+	}
+}
+
+func TestHalfOpenSubscriptionIsDetectedByLiveness(t *testing.T) {
+	c := newPrivateCluster(t)
+	proxy := testenv.StartProxy(t, c.rs.Addr)
+	cfg := c.config()
+	cfg.RedisURL = "redis://" + proxy.Addr + "/0"
+	s := startNode(t, cfg)
+	task := testenv.UniqueID("task")
+	c.write(t, task, 1, true)
+	ws, last := watchers(t, s, task)
+	for i, w := range ws {
+		w.waitVersion(t, 1, &last[i])
+	}
+	// The link goes silent: no error, no close, nothing moves. New
+	// connections pass, so a node that notices and redials recovers.
+	proxy.Stall()
+	c.setSilently(t, task, 2) // a change the stalled subscription cannot carry
+	for i, w := range ws {
+		w.waitVersion(t, 2, &last[i])
+	}
+	c.write(t, task, 3, true)
+	for i, w := range ws {
+		w.waitVersion(t, 3, &last[i])
+	}
+}
+
+func TestPostgresUnreachableRedisKeepsServing(t *testing.T) {
+	c := newPrivateCluster(t)
+	u, err := url.Parse(c.pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.StartProxy(t, u.Host)
+	u.Host = proxy.Addr
+	cfg := c.config()
+	cfg.DatabaseURL = u.String()
+	s := startNode(t, cfg)
+	task := testenv.UniqueID("task")
+	c.write(t, task, 1, true)
+	ws, last := watchers(t, s, task)
+	for i, w := range ws {
+		w.waitVersion(t, 1, &last[i])
+	}
+	proxy.Drop()
+	c.write(t, task, 2, true) // the test writes PostgreSQL directly, not through the proxy
+	for i, w := range ws {
+		w.waitVersion(t, 2, &last[i])
+	}
+	if resp, body := httpDo(t, http.MethodGet, s.URL+"/readyz", "", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz %d %s with Redis up", resp.StatusCode, body)
+	}
+	// A new client still gets the current state.
+	late := sseWatcher(openSSE(t, s.URL, token(t, "t1", "u1"), "task="+task))
+	var lateLast int64
+	late.waitVersion(t, 2, &lateLast)
+}
+
+func TestReconnectStormWithColdRedisQueriesEachTaskOnce(t *testing.T) {
+	c := newPrivateCluster(t)
+	s := startNode(t, c.config())
+	const tasks, clients = 100, 2000
+	ids := make([]string, tasks)
+	for i := range ids {
+		ids[i] = testenv.UniqueID("task")
+		c.write(t, ids[i], 1, false) // in PostgreSQL only: Redis is cold
+	}
+	tok := token(t, "t1", "u1")
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	start := make(chan struct{})
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if err := storm(s.URL, tok, ids[i%tasks]); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := s.Store().Stats()
+	t.Logf("%d clients over %d tasks: %d PostgreSQL queries, %d Redis reads, %d write-backs", clients, tasks, st.DBQueries, st.RedisReads, st.WriteBacks)
+	if st.DBQueries > tasks {
+		t.Fatalf("%d PostgreSQL queries for %d tasks, want at most one per task", st.DBQueries, tasks)
+	}
+}
+
+// storm connects one SSE client and waits for the task's version 1. It
+// reports errors instead of failing, as it runs outside the test goroutine.
+func storm(base, tok, task string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/events?task="+task, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := stormClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	buf := make([]byte, 0, 4096)
+	chunk := make([]byte, 4096)
+	for !strings.Contains(string(buf), `"version":1,`) {
+		n, err := resp.Body.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		if err != nil {
+			return fmt.Errorf("task %s: %w after %q", task, err, buf)
+		}
+	}
+	return nil
+}
+
+var stormClient = &http.Client{Transport: &http.Transport{
+	DialContext:       (&net.Dialer{Timeout: 30 * time.Second}).DialContext,
+	DisableKeepAlives: true,
+}}
+
+func TestDrainSpreadsClosesAndClientsMoveToAnotherNode(t *testing.T) {
+	c := newPrivateCluster(t)
+	cfg := c.config()
+	cfg.ReconnectAfter = 500 * time.Millisecond
+	a := startNode(t, cfg)
+	b := startNode(t, c.config())
+	task := testenv.UniqueID("task")
+	c.write(t, task, 1, true)
+
+	const n = 1000
+	tok := token(t, "t1", "u1")
+	type result struct {
+		ended  time.Time
+		cursor string
+		err    error
+	}
+	results := make(chan result, n)
+	ready := make(chan error, n)
+	for range n {
+		go func() {
+			ended, cursor, err := drainClient(a.URL, tok, task, ready)
+			results <- result{ended, cursor, err}
+		}()
+	}
+	for range n {
+		if err := <-ready; err != nil {
+			t.Fatal(err)
+		}
+	}
+	const drain = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	go a.Shutdown(ctx)
+	c.write(t, task, 2, true) // changes during the drain
+
+	var ends []time.Time
+	var cursors []string
+	for range n {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		ends = append(ends, r.ended)
+		cursors = append(cursors, r.cursor)
+	}
+	sort.Slice(ends, func(i, j int) bool { return ends[i].Before(ends[j]) })
+	spread := ends[n-1].Sub(ends[0])
+	t.Logf("%d closes spread over %v of a %v drain", n, spread.Round(time.Millisecond), drain)
+	if spread < drain/4 {
+		t.Fatalf("closes spread over %v, want at least a quarter of the %v drain period: a ramp, not a wall", spread, drain)
+	}
+	// Each client reconnects elsewhere with its cursor and converges.
+	for i, cur := range cursors[:100] {
+		cl := openSSE(t, b.URL, tok, "task="+task, "Last-Event-ID", cur)
+		if got := cl.nextTask(t); got.Version != 2 {
+			t.Fatalf("client %d converged on version %d, want 2", i, got.Version)
+		}
+		cl.Close()
+	}
+}
+
+// drainClient streams until the server ends the stream, and returns when it
+// ended and the last event id it saw.
+func drainClient(base, tok, task string, ready chan<- error) (time.Time, string, error) {
+	req, _ := http.NewRequest(http.MethodGet, base+"/v1/events?task="+task, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := stormClient.Do(req)
+	if err != nil {
+		ready <- err
+		return time.Time{}, "", err
+	}
+	defer resp.Body.Close()
+	var cursor string
+	var pending []byte
+	chunk := make([]byte, 4096)
+	signalled := false
+	for {
+		n, err := resp.Body.Read(chunk)
+		pending = append(pending, chunk[:n]...)
+		for {
+			i := strings.Index(string(pending), "\n")
+			if i < 0 {
+				break
+			}
+			line := string(pending[:i])
+			pending = pending[i+1:]
+			if id, ok := strings.CutPrefix(line, "id: "); ok {
+				cursor = id
+				if !signalled {
+					signalled = true
+					ready <- nil
+				}
+			}
+		}
+		if err != nil {
+			if !signalled {
+				ready <- fmt.Errorf("stream ended before the first task: %w", err)
+				return time.Time{}, "", err
+			}
+			return time.Now(), cursor, nil
+		}
+	}
+}
+
+func TestBothSourcesDownClientsKeepStateAndAreTold(t *testing.T) {
+	c := newPrivateCluster(t)
+	u, err := url.Parse(c.pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.StartProxy(t, u.Host)
+	u.Host = proxy.Addr
+	cfg := c.config()
+	cfg.DatabaseURL = u.String()
+	s := startNode(t, cfg)
+	task := testenv.UniqueID("task")
+	c.write(t, task, 1, true)
+	cl := openSSE(t, s.URL, token(t, "t1", "u1"), "task="+task)
+	if v := cl.nextTask(t).Version; v != 1 {
+		t.Fatalf("version %d", v)
+	}
+
+	c.rs.Stop()
+	proxy.Drop()
+	for {
+		ev := cl.next(t)
+		if ev.Event == "task" {
+			t.Fatalf("a task event while no source answers: %s", ev.Data)
+		}
+		if ev.Event == "mode" && strings.Contains(ev.Data, `"sources_unavailable"`) {
+			break
+		}
+	}
+	resp, body := httpDo(t, http.MethodGet, s.URL+"/readyz", "", "")
+	wantError(t, resp, body, http.StatusServiceUnavailable, "unavailable")
+
+	// Back up, with a change made meanwhile: the client converges.
+	c.write(t, task, 2, false)
+	proxy.Pass()
+	c.rs.Start()
+	for {
+		ev := cl.next(t)
+		if ev.Event == "task" {
+			if v := parseDoc(t, ev.Data).Version; v != 2 {
+				t.Fatalf("version %d after recovery, want 2", v)
+			}
+			break
+		}
+	}
+	if resp, body := httpDo(t, http.MethodGet, s.URL+"/readyz", "", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz %d %s after recovery", resp.StatusCode, body)
+	}
+}
