@@ -22,6 +22,7 @@ import (
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/metrics"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/sse"
 	"github.com/pushd/pushd/ws"
@@ -58,15 +59,16 @@ type Config struct {
 
 // Node is a running pushd node.
 type Node struct {
-	cfg     Config
-	log     *slog.Logger
-	handler http.Handler
-	hub     *hub.Hub
-	bus     fanout.Bus
-	rdb     *redis.Client
-	pool    *pgxpool.Pool
-	store   *snapshot.Store
-	srv     *http.Server
+	cfg      Config
+	log      *slog.Logger
+	handler  http.Handler
+	hub      *hub.Hub
+	bus      fanout.Bus
+	redisBus *fanout.RedisBus // nil in the embedded mode
+	rdb      *redis.Client
+	pool     *pgxpool.Pool
+	store    *snapshot.Store
+	srv      *http.Server
 
 	// DemoSecret is the random HS256 secret of an embedded node started
 	// without one; tokens for it come from GET /demo/token.
@@ -143,7 +145,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		names := keys.Names{Prefix: cfg.KeyPrefix}
 		n.store = snapshot.NewStore(snapshot.Config{Redis: n.rdb, DB: n.pool, Names: names, Logger: cfg.Logger})
-		n.bus = fanout.NewRedisBus(fanout.RedisConfig{Client: n.rdb, Names: names, LivenessInterval: cfg.LivenessInterval, Logger: cfg.Logger})
+		n.redisBus = fanout.NewRedisBus(fanout.RedisConfig{Client: n.rdb, Names: names, LivenessInterval: cfg.LivenessInterval, Logger: cfg.Logger})
+		n.bus = n.redisBus
 		source = n.store
 		publisher = fanout.NewRedisPublisher(n.rdb, names)
 		ready = n.ready
@@ -161,8 +164,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		APIKey:     cfg.APIKey,
 		Ready:      ready,
 		DemoSigner: demoSigner,
-		Metrics:    promhttp.Handler(),
-		Logger:     cfg.Logger,
+		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.redisBus}),
+			promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}),
+		Logger: cfg.Logger,
 	})
 	// Made here, not in Serve, so Shutdown from another goroutine always
 	// finds it.

@@ -1,0 +1,153 @@
+// Package metrics exposes a node's counters to Prometheus. It reads the
+// counters the hub, the snapshot store and the bus already keep, at scrape
+// time, so the delivery path pays nothing for being measured.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// Sources are what a node measures. Hub is required; Store and Bus are nil
+// in the embedded mode.
+type Sources struct {
+	Hub   *hub.Hub
+	Store *snapshot.Store
+	Bus   *fanout.RedisBus
+}
+
+// NewRegistry returns a registry with the Go runtime and process
+// collectors and the node's own metrics.
+func NewRegistry(s Sources) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&collector{s: s},
+	)
+	return reg
+}
+
+type metric struct {
+	desc *prometheus.Desc
+	typ  prometheus.ValueType
+}
+
+func counter(name, help string, labels ...string) metric {
+	return metric{prometheus.NewDesc("pushd_"+name, help, labels, nil), prometheus.CounterValue}
+}
+
+func gauge(name, help string, labels ...string) metric {
+	return metric{prometheus.NewDesc("pushd_"+name, help, labels, nil), prometheus.GaugeValue}
+}
+
+var (
+	connections   = gauge("connections", "Open client connections (SSE and WebSocket).")
+	mode          = gauge("mode", "1 for the node's current delivery mode: push (notifications over Pub/Sub) or polling (Pub/Sub down).", "mode")
+	modeSwitches  = counter("mode_switches_total", "Switches between push and polling.")
+	opened        = counter("connections_opened_total", "Connections opened.")
+	notifications = counter("notifications_total", "Change notifications heard.")
+	fetches       = counter("notification_fetches_total", "Snapshot reads made for notifications (one per notified task however many watch it).")
+	fetchErrors   = counter("notification_fetch_errors_total", "Snapshot reads for notifications that failed.")
+	delivered     = counter("deliveries_total", "Task snapshots written to clients.")
+	conflated     = counter("conflated_total", "Pending snapshots replaced by a newer version before a slow client took them.")
+	dropped       = counter("dropped_total", "Snapshots not delivered, by reason: stale (not newer than what the client has) or tenant (another tenant's).", "reason")
+	disconnects   = counter("disconnects_total", "Connections the server ended, by reason: slow_client (a write failed or timed out) or token_expired.", "reason")
+	heartbeats    = counter("heartbeats_total", "Heartbeats written to idle connections.")
+	polls         = counter("polls_total", "Polling rounds (re-reading every watched task while Pub/Sub is down).")
+	pollErrors    = counter("poll_errors_total", "Polling rounds in which no source answered for some tasks.")
+	resyncs       = counter("resyncs_total", "Tenants re-read after their subscription was re-established.")
+	busRetries    = counter("bus_subscribe_retries_total", "Bus subscriptions retried after failing.")
+
+	snapReads    = counter("snapshot_reads_total", "Snapshots answered, by source: cache (in process), redis, postgres.", "source")
+	redisReads   = counter("redis_reads_total", "Read round trips to Redis (GET and MGET).")
+	redisErrors  = counter("redis_read_errors_total", "Redis reads that failed (the store then fell back to PostgreSQL).")
+	pgQueries    = counter("postgres_queries_total", "PostgreSQL fallback queries sent.")
+	pgErrors     = counter("postgres_errors_total", "PostgreSQL fallback queries that failed.")
+	pgRejected   = counter("postgres_rejected_total", "Reads refused because the cap on concurrent PostgreSQL queries stayed full too long.")
+	negativeHits = counter("negative_cache_hits_total", "Reads answered \"not found\" by a negative cache.")
+	writeBacks   = counter("writebacks_total", "Snapshots read from PostgreSQL and written back to Redis.")
+
+	pubsubReceived  = counter("pubsub_received_total", "Pub/Sub messages heard.")
+	pubsubMalformed = counter("pubsub_malformed_total", "Pub/Sub messages dropped as malformed, by reason.", "reason")
+	pubsubFailures  = counter("pubsub_failures_total", "Pub/Sub connection failures (failed receives, missing pongs, liveness drops).")
+	livenessSent    = counter("liveness_sent_total", "Liveness messages the node published to itself.")
+	livenessHeard   = counter("liveness_heard_total", "Liveness messages heard back.")
+
+	all = []metric{connections, mode, modeSwitches, opened, notifications, fetches, fetchErrors, delivered, conflated,
+		dropped, disconnects, heartbeats, polls, pollErrors, resyncs, busRetries,
+		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
+		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard}
+)
+
+type collector struct{ s Sources }
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range all {
+		ch <- m.desc
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	emit := func(m metric, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.typ, v, labels...)
+	}
+	h := c.s.Hub
+	st := h.Stats()
+	emit(connections, float64(h.Len()))
+	current, _ := h.Mode()
+	for _, m := range []string{hub.ModePush, hub.ModePolling} {
+		emit(mode, boolf(m == current), m)
+	}
+	emit(modeSwitches, float64(st.ModeSwitches.Load()))
+	emit(opened, float64(st.Opened.Load()))
+	emit(notifications, float64(st.Notifications.Load()))
+	emit(fetches, float64(st.Fetches.Load()))
+	emit(fetchErrors, float64(st.FetchErrors.Load()))
+	emit(delivered, float64(st.Delivered.Load()))
+	emit(conflated, float64(st.Conflated.Load()))
+	emit(dropped, float64(st.DroppedStale.Load()), "stale")
+	emit(dropped, float64(st.DroppedTenant.Load()), "tenant")
+	emit(disconnects, float64(st.WriteErrors.Load()+st.SlowClosed.Load()), "slow_client")
+	emit(disconnects, float64(st.ExpiredClosed.Load()), "token_expired")
+	emit(heartbeats, float64(st.Heartbeats.Load()))
+	emit(polls, float64(st.Polls.Load()))
+	emit(pollErrors, float64(st.PollErrors.Load()))
+	emit(resyncs, float64(st.Resyncs.Load()))
+	emit(busRetries, float64(st.BusRetries.Load()))
+
+	if c.s.Store != nil {
+		ss := c.s.Store.Stats()
+		emit(snapReads, float64(ss.CacheHits), "cache")
+		emit(snapReads, float64(ss.RedisHits), "redis")
+		emit(snapReads, float64(ss.DBQueries-ss.DBErrors), "postgres")
+		emit(redisReads, float64(ss.RedisReads))
+		emit(redisErrors, float64(ss.RedisErrors))
+		emit(pgQueries, float64(ss.DBQueries))
+		emit(pgErrors, float64(ss.DBErrors))
+		emit(pgRejected, float64(ss.DBRejected))
+		emit(negativeHits, float64(ss.NegativeHits))
+		emit(writeBacks, float64(ss.WriteBacks))
+	}
+	if c.s.Bus != nil {
+		bs := c.s.Bus.Stats()
+		emit(pubsubReceived, float64(bs.Received))
+		for reason, n := range bs.MalformedBy {
+			emit(pubsubMalformed, float64(n), reason)
+		}
+		emit(pubsubFailures, float64(bs.Failures))
+		emit(livenessSent, float64(bs.LivenessSent))
+		emit(livenessHeard, float64(bs.LivenessHeard))
+	}
+}
+
+func boolf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
