@@ -58,6 +58,9 @@ type Config struct {
 	// MaxDBQueries caps concurrent PostgreSQL queries, so a Redis outage
 	// cannot stampede the database. Zero means 8.
 	MaxDBQueries int
+	// DBQueueWait is how long a read waits for one of the MaxDBQueries
+	// slots before failing with ErrUnavailable. Zero means 1s.
+	DBQueueWait time.Duration
 	// ListCacheTTL is how long ListProject and ListUser results are cached.
 	// Zero means 1s; negative disables the cache.
 	ListCacheTTL time.Duration
@@ -83,6 +86,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxDBQueries <= 0 {
 		c.MaxDBQueries = 8
+	}
+	if c.DBQueueWait <= 0 {
+		c.DBQueueWait = time.Second
 	}
 	if c.ListCacheTTL == 0 {
 		c.ListCacheTTL = time.Second

@@ -23,16 +23,22 @@ var (
 )
 
 // query runs one statement of the queries above and calls each for every
-// row, holding one of MaxDBQueries slots. A slot is waited for while ctx
-// lasts (a fetch's ctx ends after FetchTimeout); then the query is rejected
-// with ErrUnavailable.
+// row, holding one of MaxDBQueries slots. A slot is waited for at most
+// DBQueueWait (and while ctx lasts); then the query is rejected with
+// ErrUnavailable, so a storm queues briefly instead of piling up.
 func (s *Store) query(ctx context.Context, sql string, args []any, each func(*Snapshot)) error {
 	select {
 	case s.sem <- struct{}{}:
 	default:
+		wait := time.NewTimer(s.cfg.DBQueueWait)
 		select {
 		case s.sem <- struct{}{}:
+			wait.Stop()
+		case <-wait.C:
+			s.stats.dbRejected.Add(1)
+			return fmt.Errorf("%w: %d postgres queries in flight for %v", ErrUnavailable, cap(s.sem), s.cfg.DBQueueWait)
 		case <-ctx.Done():
+			wait.Stop()
 			s.stats.dbRejected.Add(1)
 			return fmt.Errorf("%w: %d postgres queries in flight: %w", ErrUnavailable, cap(s.sem), ctx.Err())
 		}
