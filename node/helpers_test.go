@@ -42,6 +42,9 @@ func startNode(t *testing.T, cfg node.Config) *server {
 	if cfg.NodeName == "" {
 		cfg.NodeName = "node-" + testenv.RandomSuffix(2)
 	}
+	if cfg.DisconnectCheck == 0 {
+		cfg.DisconnectCheck = 100 * time.Millisecond // tests wait for cleanups; production checks every 5s
+	}
 	n, err := node.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -50,6 +50,9 @@ type Config struct {
 	LivenessInterval time.Duration
 	WriteTimeout     time.Duration // zero: the transports' default
 	SSERetry         time.Duration // zero: the SSE default
+	// DisconnectCheck is how often SSE connections held without a goroutine
+	// are checked for a client that went away; zero: the SSE default (5s).
+	DisconnectCheck time.Duration
 	// ReconnectAfter bounds the random delay draining clients wait before
 	// reconnecting; zero means 5s.
 	ReconnectAfter time.Duration
@@ -63,6 +66,7 @@ type Node struct {
 	log      *slog.Logger
 	handler  http.Handler
 	hub      *hub.Hub
+	sse      *sse.Handler
 	bus      fanout.Bus
 	redisBus *fanout.RedisBus // nil in the embedded mode
 	rdb      *redis.Client
@@ -157,9 +161,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		NodeName: cfg.NodeName, Logger: cfg.Logger,
 	})
 	n.bus.Start(n.hub)
+	n.sse = sse.New(sse.Config{Hub: n.hub, Retry: cfg.SSERetry, WriteTimeout: cfg.WriteTimeout,
+		CheckInterval: cfg.DisconnectCheck, Logger: cfg.Logger})
 	n.handler = api.New(api.Config{
 		Hub: n.hub, Source: source, Publisher: publisher, Auth: verifier,
-		SSE:        sse.New(sse.Config{Hub: n.hub, Retry: cfg.SSERetry, WriteTimeout: cfg.WriteTimeout, Logger: cfg.Logger}),
+		SSE:        n.sse,
 		WS:         ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout, PingInterval: cfg.Heartbeat, Logger: cfg.Logger}),
 		APIKey:     cfg.APIKey,
 		Ready:      ready,
@@ -239,6 +245,9 @@ func (n *Node) Close() {
 	}
 	if n.hub != nil {
 		n.hub.Close()
+	}
+	if n.sse != nil {
+		n.sse.Close() // after the hub: it closes what the hub ended
 	}
 	if n.bus != nil {
 		n.bus.Close()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +79,64 @@ func TestSlowReaderDoesNotDelayOthers(t *testing.T) {
 			t.Fatalf("slow client not disconnected: %d connections, %d write errors", s.Hub().Len(), st.WriteErrors.Load())
 		}
 		time.Sleep(20 * time.Millisecond) // polling the hub while the write deadline runs out
+	}
+}
+
+// rawSSE opens an SSE request on a bare socket, so the client side holds no
+// goroutine, and reads until the first task event.
+func rawSSE(t *testing.T, base, tok, query string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "GET /v1/events?%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", query, tok)
+	conn.SetReadDeadline(time.Now().Add(waitFor))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("raw SSE: %v %v", resp, err)
+	}
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("raw SSE: %v", err)
+		}
+		if strings.HasPrefix(line, "event: task") {
+			return conn
+		}
+	}
+}
+
+func TestIdleSSEConnectionsHoldNoGoroutine(t *testing.T) {
+	c := newCluster(t)
+	s := startNode(t, c.config())
+	task := testenv.UniqueID("task")
+	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))
+	tok := token(t, "t1", "u1")
+	rawSSE(t, s.URL, tok, "task="+task) // warm up the node's own goroutines (reaper, bus)
+	before := runtime.NumGoroutine()
+	const n = 300
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		conns[i] = rawSSE(t, s.URL, tok, "task="+task)
+	}
+	if after := runtime.NumGoroutine(); after-before > 10 {
+		t.Fatalf("%d more goroutines for %d idle SSE connections; they should hold none", after-before, n)
+	}
+	// They are all live: a change reaches every one.
+	c.goPublish(t, doc(task, "t1", 2, "RUNNING"))
+	for _, conn := range conns {
+		br := bufio.NewReader(conn)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(line, `"version":2,`) {
+				break
+			}
+		}
 	}
 }

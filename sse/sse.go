@@ -4,15 +4,12 @@
 package sse
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/pushd/pushd/hub"
@@ -34,13 +31,22 @@ type Config struct {
 	SubscribeTimeout time.Duration
 	// MaxTasks bounds the task and project parameters of one request; zero means 100.
 	MaxTasks int
+	// CheckInterval is how often taken-over connections are checked for a
+	// client that went away (one non-blocking peek per connection); between
+	// checks, the next write notices. Zero means 5s.
+	CheckInterval time.Duration
+	// NoHijack keeps every connection in its handler goroutine, as HTTP/2
+	// streams are; for comparison and debugging.
+	NoHijack bool
 	Logger   *slog.Logger // nil means slog.Default()
 }
 
-// Handler serves the EventSource stream.
+// Handler serves the EventSource stream. Close releases the connections it
+// took over.
 type Handler struct {
-	cfg Config
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	reaper *reaper
 }
 
 // New returns a Handler.
@@ -57,11 +63,21 @@ func New(cfg Config) *Handler {
 	if cfg.MaxTasks <= 0 {
 		cfg.MaxTasks = 100
 	}
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = 5 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Handler{cfg: cfg, log: cfg.Logger}
+	h := &Handler{cfg: cfg, log: cfg.Logger}
+	h.reaper = newReaper(cfg.CheckInterval, cfg.Logger)
+	return h
 }
+
+// Close closes every connection the handler took over and stops its
+// goroutine. Call it after the hub was shut down or closed. It is
+// idempotent.
+func (h *Handler) Close() { h.reaper.close() }
 
 var allowedParams = map[string]bool{
 	"task": true, "project": true, "scope": true, "last_event_id": true, "access_token": true,
@@ -113,52 +129,43 @@ func truncate(s string, n int) string {
 }
 
 // Serve streams to an authenticated client. The caller has authenticated p
-// and checked the method.
+// and checked the method. On HTTP/1.1 the connection is taken over after
+// its headers and held by the hub with no goroutine of its own; HTTP/2
+// streams, which cannot be taken over, keep the handler's goroutine.
 func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal) {
 	sub, code, msg := h.ParseRequest(r)
 	if code != "" {
 		httperr.Write(w, http.StatusBadRequest, code, msg)
 		return
 	}
-	if h.cfg.Hub.Draining() {
+	if h.cfg.Hub.Draining() || h.reaper.stopped() {
 		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down; reconnect")
 		return
 	}
-	rc := http.NewResponseController(w)
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("X-Accel-Buffering", "no") // nginx must not buffer the stream
-	w.WriteHeader(http.StatusOK)
-	rc.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
-	if err := rc.Flush(); err != nil {
-		return
+	if r.ProtoMajor == 1 && !h.cfg.NoHijack {
+		if conn, ok := hijack(w); ok {
+			h.serveHijacked(conn, p, sub)
+			return
+		}
 	}
+	h.serveParked(w, r, p, sub)
+}
 
-	retry := h.cfg.Retry + rand.N(h.cfg.Retry/2+1)
-	s := &sink{w: w, rc: rc, timeout: h.cfg.WriteTimeout, retry: retry, done: make(chan struct{})}
-	c, err := h.cfg.Hub.Open(p, s)
-	if err != nil { // draining since the check above; nobody else writes yet
-		s.Write([]hub.Event{{Kind: hub.KindError, Code: hub.CodeShuttingDown, Message: "the node is shutting down; reconnect"}})
-		return
-	}
-	defer c.Close()
-	log := h.log.With("conn", c.ID, "tenant", p.TenantID)
-
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.SubscribeTimeout)
+// subscribe runs the connection's initial subscription and reports what
+// was refused as error events.
+func (h *Handler) subscribe(ctx context.Context, c *hub.Conn, sub hub.Subscription) {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.SubscribeTimeout)
 	rejected, err := c.Subscribe(ctx, sub)
 	cancel()
 	if err != nil && !errors.Is(err, context.Canceled) {
-		log.Debug("subscribe ended", "err", err)
+		h.log.Debug("subscribe ended", "conn", c.ID, "tenant", c.TenantID, "err", err)
 	}
 	for _, rj := range rejected {
 		c.Send(hub.Event{Kind: hub.KindError, Code: rj.Code, TaskID: rj.TaskID, ProjectID: rj.ProjectID, Message: rejectionMessage(rj.Code)})
 	}
-	select {
-	case <-r.Context().Done():
-	case <-s.done:
-	}
 }
+
+func (h *Handler) retry() time.Duration { return h.cfg.Retry + rand.N(h.cfg.Retry/2+1) }
 
 func rejectionMessage(code string) string {
 	switch code {
@@ -172,97 +179,4 @@ func rejectionMessage(code string) string {
 		return "the current state could not be read; it will be sent when it changes"
 	}
 	return code
-}
-
-// sink writes events to one SSE response. The hub calls Write from one
-// writer at a time; the fields below are owned by that writer.
-type sink struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
-	retry   time.Duration
-
-	versions map[string]int64 // delivered versions, for the id: cursor
-
-	closeOnce sync.Once
-	done      chan struct{} // closed when the hub ends the connection
-}
-
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-func (s *sink) Write(events []hub.Event) error {
-	b := bufPool.Get().(*bytes.Buffer)
-	defer func() {
-		if b.Cap() <= 64<<10 {
-			b.Reset()
-			bufPool.Put(b)
-		}
-	}()
-	for i := range events {
-		s.render(b, &events[i])
-	}
-	s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
-	if _, err := s.w.Write(b.Bytes()); err != nil {
-		return err
-	}
-	return s.rc.Flush()
-}
-
-func (s *sink) render(b *bytes.Buffer, ev *hub.Event) {
-	switch ev.Kind {
-	case hub.KindTask:
-		if s.versions == nil {
-			s.versions = make(map[string]int64)
-		}
-		s.versions[ev.Snapshot.TaskID] = ev.Snapshot.Version
-		b.WriteString("event: task\nid: ")
-		b.Write(encodeCursor(b.AvailableBuffer(), s.versions, ev.Snapshot.TaskID))
-		b.WriteString("\ndata: ")
-		b.Write(ev.Snapshot.JSON())
-		b.WriteString("\n\n")
-	case hub.KindHello:
-		b.WriteString("retry: ")
-		b.WriteString(strconv.FormatInt(s.retry.Milliseconds(), 10))
-		b.WriteString("\n")
-		writeJSON(b, "hello", struct {
-			ConnID      string `json:"conn_id"`
-			Node        string `json:"node"`
-			Mode        string `json:"mode"`
-			HeartbeatMS int64  `json:"heartbeat_ms"`
-		}{ev.ConnID, ev.Node, ev.Mode, ev.HeartbeatMS})
-	case hub.KindMode:
-		writeJSON(b, "mode", struct {
-			Mode   string `json:"mode"`
-			Reason string `json:"reason,omitempty"`
-		}{ev.Mode, ev.Reason})
-	case hub.KindError:
-		writeJSON(b, "error", struct {
-			Code      string `json:"code"`
-			Message   string `json:"message,omitempty"`
-			TaskID    string `json:"task_id,omitempty"`
-			ProjectID string `json:"project_id,omitempty"`
-		}{ev.Code, ev.Message, ev.TaskID, ev.ProjectID})
-	case hub.KindHeartbeat:
-		b.WriteString(": hb\n\n")
-	case hub.KindReconnect:
-		// EventSource waits retry ms before reconnecting once the stream ends.
-		b.WriteString("retry: ")
-		b.WriteString(strconv.Itoa(ev.AfterMS))
-		b.WriteString("\n")
-		writeJSON(b, "reconnect", struct {
-			AfterMS int `json:"after_ms"`
-		}{ev.AfterMS})
-	}
-}
-
-func writeJSON(b *bytes.Buffer, event string, v any) {
-	b.WriteString("event: ")
-	b.WriteString(event)
-	b.WriteString("\ndata: ")
-	json.NewEncoder(b).Encode(v) // ends with the newline that closes the data line
-	b.WriteString("\n")
-}
-
-func (s *sink) Closed(hub.CloseReason) {
-	s.closeOnce.Do(func() { close(s.done) })
 }

@@ -1,0 +1,94 @@
+package sse
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"sync"
+
+	"github.com/pushd/pushd/hub"
+)
+
+// encoder renders events as text/event-stream. It belongs to one
+// connection and is used by whichever writer holds the connection.
+type encoder struct {
+	retry    int64            // ms, sent with hello
+	versions map[string]int64 // delivered versions, for the id: cursor
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBuf keeps a burst's large buffer from being pooled forever.
+const maxPooledBuf = 64 << 10
+
+func getBuf() *bytes.Buffer { return bufPool.Get().(*bytes.Buffer) }
+
+func putBuf(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBuf {
+		b.Reset()
+		bufPool.Put(b)
+	}
+}
+
+// render appends every event to b.
+func (e *encoder) render(b *bytes.Buffer, events []hub.Event) {
+	for i := range events {
+		e.renderOne(b, &events[i])
+	}
+}
+
+func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
+	switch ev.Kind {
+	case hub.KindTask:
+		if e.versions == nil {
+			e.versions = make(map[string]int64, 1)
+		}
+		e.versions[ev.Snapshot.TaskID] = ev.Snapshot.Version
+		b.WriteString("event: task\nid: ")
+		b.Write(encodeCursor(b.AvailableBuffer(), e.versions, ev.Snapshot.TaskID))
+		b.WriteString("\ndata: ")
+		b.Write(ev.Snapshot.JSON())
+		b.WriteString("\n\n")
+	case hub.KindHello:
+		b.WriteString("retry: ")
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), e.retry, 10))
+		b.WriteString("\n")
+		writeJSON(b, "hello", struct {
+			ConnID      string `json:"conn_id"`
+			Node        string `json:"node"`
+			Mode        string `json:"mode"`
+			Reason      string `json:"reason,omitempty"`
+			HeartbeatMS int64  `json:"heartbeat_ms"`
+		}{ev.ConnID, ev.Node, ev.Mode, ev.Reason, ev.HeartbeatMS})
+	case hub.KindMode:
+		writeJSON(b, "mode", struct {
+			Mode   string `json:"mode"`
+			Reason string `json:"reason,omitempty"`
+		}{ev.Mode, ev.Reason})
+	case hub.KindError:
+		writeJSON(b, "error", struct {
+			Code      string `json:"code"`
+			Message   string `json:"message,omitempty"`
+			TaskID    string `json:"task_id,omitempty"`
+			ProjectID string `json:"project_id,omitempty"`
+		}{ev.Code, ev.Message, ev.TaskID, ev.ProjectID})
+	case hub.KindHeartbeat:
+		b.WriteString(": hb\n\n")
+	case hub.KindReconnect:
+		// EventSource waits retry ms before reconnecting once the stream ends.
+		b.WriteString("retry: ")
+		b.WriteString(strconv.Itoa(ev.AfterMS))
+		b.WriteString("\n")
+		writeJSON(b, "reconnect", struct {
+			AfterMS int `json:"after_ms"`
+		}{ev.AfterMS})
+	}
+}
+
+func writeJSON(b *bytes.Buffer, event string, v any) {
+	b.WriteString("event: ")
+	b.WriteString(event)
+	b.WriteString("\ndata: ")
+	json.NewEncoder(b).Encode(v) // ends with the newline that closes the data line
+	b.WriteString("\n")
+}
