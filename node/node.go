@@ -166,7 +166,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.handler = api.New(api.Config{
 		Hub: n.hub, Source: source, Publisher: publisher, Auth: verifier,
 		SSE:        n.sse,
-		WS:         ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout, PingInterval: cfg.Heartbeat, Logger: cfg.Logger}),
+		WS:         ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout, Logger: cfg.Logger}),
 		APIKey:     cfg.APIKey,
 		Ready:      ready,
 		DemoSigner: demoSigner,

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/pushd/pushd/testenv"
 )
@@ -138,5 +141,53 @@ func TestIdleSSEConnectionsHoldNoGoroutine(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+func TestIdleWebSocketConnectionsHoldOneGoroutine(t *testing.T) {
+	c := newCluster(t)
+	s := startNode(t, c.config())
+	task := testenv.UniqueID("task")
+	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))
+	tok := token(t, "t1", "u1")
+	warm := openWS(t, s.URL, tok)
+	warm.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{task}})
+	warm.nextTask(t)
+	before := runtime.NumGoroutine()
+	const n = 100
+	for range n {
+		w := openWS(t, s.URL, tok)
+		w.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{task}})
+		w.nextTask(t)
+		w.nextOf(t, "ack")
+	}
+	// Each connection costs the test's client one reader goroutine and the
+	// server one: its reader. Nothing is parked for writing or pinging.
+	if per := float64(runtime.NumGoroutine()-before) / n; per > 2.1 {
+		t.Fatalf("%.2f goroutines per WebSocket connection (client and server together), want 2", per)
+	}
+}
+
+func TestUnresponsiveWebSocketPeerIsClosedAfterPing(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.Heartbeat = 100 * time.Millisecond
+	cfg.WriteTimeout = 500 * time.Millisecond
+	s := startNode(t, cfg)
+	// A peer that never reads never answers pings.
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	u := "ws" + strings.TrimPrefix(s.URL, "http") + "/v1/ws?access_token=" + token(t, "t1", "u1")
+	conn, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{"pushd.v1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	deadline := time.Now().Add(waitFor)
+	for s.Hub().Stats().Opened.Load() == 0 || s.Hub().Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a peer that answers no ping was not closed")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the hub while the ping times out
 	}
 }

@@ -42,8 +42,6 @@ type Config struct {
 	ReadLimit int64
 	// WriteTimeout bounds each write; zero means 10s.
 	WriteTimeout time.Duration
-	// PingInterval is how often a protocol ping checks the peer; zero means 25s.
-	PingInterval time.Duration
 	// MaxBadMessages is how many malformed requests in a row end the
 	// connection with 1008; zero means 10.
 	MaxBadMessages int
@@ -65,9 +63,6 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
-	}
-	if cfg.PingInterval <= 0 {
-		cfg.PingInterval = 25 * time.Second
 	}
 	if cfg.MaxBadMessages <= 0 {
 		cfg.MaxBadMessages = 10
@@ -111,7 +106,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 	}
 	wc.SetReadLimit(h.cfg.ReadLimit)
 
-	s := &sink{wc: wc, timeout: h.cfg.WriteTimeout, done: make(chan struct{})}
+	s := &sink{wc: wc, timeout: h.cfg.WriteTimeout}
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil {
 		wc.Close(websocket.StatusServiceRestart, "node shutting down")
@@ -119,45 +114,22 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 	}
 	log := h.log.With("conn", c.ID, "tenant", p.TenantID)
 
-	// The reader is the connection's second goroutine: coder/websocket needs
-	// a reader for control frames (pongs, close) anyway.
+	// This goroutine is the connection's only one: it reads requests, and
+	// coder/websocket needs a reader for pongs and close frames anyway.
+	// Writes come from the hub's writers; pings from its heartbeats.
 	ctx, cancel := context.WithCancel(context.Background())
-	readerDone := make(chan error, 1)
-	go func() { readerDone <- h.readLoop(ctx, wc, c, log) }()
-
-	ping := time.NewTicker(h.cfg.PingInterval)
-	code, reason := websocket.StatusNormalClosure, ""
-loop:
-	for {
-		select {
-		case err := <-readerDone:
-			readerDone = nil
-			code, reason = closeFor(err)
-			break loop
-		case <-s.done:
-			code, reason = closeForReason(s.reason)
-			break loop
-		case <-ping.C:
-			pctx, pcancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
-			err := wc.Ping(pctx)
-			pcancel()
-			if err != nil {
-				log.Debug("ping failed", "err", err)
-				code, reason = websocket.StatusGoingAway, "ping timeout"
-				break loop
-			}
-		}
-	}
-	ping.Stop()
+	err = h.readLoop(ctx, wc, c, log)
 	c.Close() // no hub writes after this returns
+	code, reason := closeFor(err)
+	if r, ended := s.ended(); ended {
+		code, reason = closeForReason(r) // the sink is closing it with this code
+	}
 	if code >= 0 {
 		wc.Close(code, reason)
 	}
 	wc.CloseNow()
 	cancel()
-	if readerDone != nil {
-		<-readerDone
-	}
+	s.wg.Wait() // pings and the close the hub asked for
 }
 
 // readLoop reads client requests until the connection fails. Its error
@@ -293,15 +265,20 @@ type sink struct {
 	wc      *websocket.Conn
 	timeout time.Duration
 
-	closeOnce sync.Once
-	reason    hub.CloseReason // set before done is closed
-	done      chan struct{}
+	wg     sync.WaitGroup // pings and closes in flight; Serve waits for them
+	mu     sync.Mutex     // guards the fields below
+	reason hub.CloseReason
+	ending bool
 }
 
 func (s *sink) Write(events []hub.Event) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	for i := range events {
+		if events[i].Kind == hub.KindHeartbeat {
+			s.ping()
+			continue
+		}
 		b, ok := render(&events[i])
 		if !ok {
 			continue
@@ -313,11 +290,45 @@ func (s *sink) Write(events []hub.Event) error {
 	return nil
 }
 
+// ping checks an idle peer with a protocol ping. coder/websocket's Ping
+// waits for the pong, which the connection's reader delivers; a short-lived
+// goroutine waits for it so no writer does. A peer that does not answer
+// within the write timeout is closed.
+func (s *sink) ping() {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		defer cancel()
+		if err := s.wc.Ping(ctx); err != nil {
+			s.wc.CloseNow() // the reader fails, and Serve cleans up
+		}
+	}()
+}
+
+// Closed closes the WebSocket with the code for reason. The close handshake
+// waits for the peer, so it runs in its own short-lived goroutine: Closed
+// is called under the hub's locks and must not block.
 func (s *sink) Closed(r hub.CloseReason) {
-	s.closeOnce.Do(func() {
-		s.reason = r
-		close(s.done)
-	})
+	s.mu.Lock()
+	if s.ending {
+		s.mu.Unlock()
+		return
+	}
+	s.ending, s.reason = true, r
+	s.mu.Unlock()
+	code, reason := closeForReason(r)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.wc.Close(code, reason)
+	}()
+}
+
+func (s *sink) ended() (hub.CloseReason, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason, s.ending
 }
 
 // render encodes one server message; heartbeats have none (protocol pings
