@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -101,9 +100,9 @@ func (h *Hub) deliver(k key, it dispatchItem, targets []*Conn) []*Conn {
 		h.stats.DispatchNoWatch.Add(1)
 		return targets
 	}
-	ctx, cancel := context.WithTimeout(h.ctx, h.cfg.FetchTimeout)
-	snap, err := h.cfg.Source.Get(ctx, k.id, it.version)
-	cancel()
+	// No per-read timeout here: the source bounds its own fetches, and a
+	// context per notification would be the delivery path's only allocation.
+	snap, err := h.cfg.Source.Get(h.ctx, k.id, it.version)
 	h.stats.Fetches.Add(1)
 	if err != nil {
 		if !errors.Is(err, snapshot.ErrNotFound) {

@@ -56,7 +56,7 @@ func (q *workQueue[T]) close() {
 // waits.
 type dispatchQueue struct {
 	mu      sync.Mutex
-	pending map[key]*dispatchItem
+	pending map[key]dispatchItem // by value: a notification allocates nothing here
 	q       workQueue[key]
 }
 
@@ -66,7 +66,7 @@ type dispatchItem struct {
 }
 
 func (d *dispatchQueue) init() {
-	d.pending = make(map[key]*dispatchItem)
+	d.pending = make(map[key]dispatchItem)
 	d.q.init()
 }
 
@@ -82,10 +82,11 @@ func (d *dispatchQueue) push(k key, version int64, projectID, userID string) {
 		if it.userID != userID {
 			it.userID = ""
 		}
+		d.pending[k] = it
 		d.mu.Unlock()
 		return
 	}
-	d.pending[k] = &dispatchItem{version: version, projectID: projectID, userID: userID}
+	d.pending[k] = dispatchItem{version: version, projectID: projectID, userID: userID}
 	d.mu.Unlock()
 	d.q.push(k)
 }
@@ -99,7 +100,7 @@ func (d *dispatchQueue) pop() (key, dispatchItem, bool) {
 	it := d.pending[k]
 	delete(d.pending, k)
 	d.mu.Unlock()
-	return k, *it, true
+	return k, it, true
 }
 
 func (d *dispatchQueue) close() { d.q.close() }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +41,28 @@ type Snapshot struct {
 	UpdatedAt int64 // Unix milliseconds
 
 	raw []byte
+
+	encoded [MaxEncodings]atomic.Pointer[[]byte] // see Encoded
+}
+
+// Slots of Encoded, one per wire format that wraps a whole snapshot.
+const (
+	EncodingWebSocket = iota // {"type":"task","task":<document>}
+	MaxEncodings
+)
+
+// Encoded returns encode(s), computed once per snapshot and slot and then
+// shared: a version is encoded once however many connections receive it.
+// Concurrent first calls may each encode; one result wins.
+func (s *Snapshot) Encoded(slot int, encode func(*Snapshot) []byte) []byte {
+	if p := s.encoded[slot].Load(); p != nil {
+		return *p
+	}
+	b := encode(s)
+	if s.encoded[slot].CompareAndSwap(nil, &b) {
+		return b
+	}
+	return *s.encoded[slot].Load()
 }
 
 // MaxSize bounds a snapshot document.
@@ -112,7 +135,8 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
-	*s = *p
+	s.TaskID, s.TenantID, s.ProjectID, s.UserID = p.TaskID, p.TenantID, p.ProjectID, p.UserID
+	s.Status, s.Version, s.UpdatedAt, s.raw = p.Status, p.Version, p.UpdatedAt, p.raw
 	return nil
 }
 

@@ -25,7 +25,7 @@ func TestParseKeepsDocumentVerbatim(t *testing.T) {
 		Status: "RUNNING", Version: 18, UpdatedAt: 1710000000000}
 	if s.TaskID != want.TaskID || s.TenantID != want.TenantID || s.ProjectID != want.ProjectID ||
 		s.UserID != want.UserID || s.Status != want.Status || s.Version != want.Version || s.UpdatedAt != want.UpdatedAt {
-		t.Errorf("fields = %+v, want %+v", *s, want)
+		t.Errorf("fields = %+v, want %+v", s, &want)
 	}
 	// Forwarded inside other JSON (encoding/json compacts what
 	// MarshalJSON returns, hence the one space fewer).
@@ -87,7 +87,7 @@ func TestParseRejects(t *testing.T) {
 		t.Error("UnmarshalJSON accepted version 0")
 	}
 	if err := json.Unmarshal([]byte(`{"task_id":"a","tenant_id":"t","version":7}`), &s); err != nil || s.Version != 7 {
-		t.Errorf("UnmarshalJSON = %+v, %v", s, err)
+		t.Errorf("UnmarshalJSON = %+v, %v", &s, err)
 	}
 }
 

@@ -331,16 +331,21 @@ func (s *sink) ended() (hub.CloseReason, bool) {
 	return s.reason, s.ending
 }
 
+// taskFrame is the message carrying a snapshot, built once per version.
+func taskFrame(s *snapshot.Snapshot) []byte {
+	b := make([]byte, 0, len(s.JSON())+24)
+	b = append(b, `{"type":"task","task":`...)
+	b = append(b, s.JSON()...)
+	return append(b, '}')
+}
+
 // render encodes one server message; heartbeats have none (protocol pings
 // keep WebSockets alive).
 func render(ev *hub.Event) ([]byte, bool) {
 	var v any
 	switch ev.Kind {
 	case hub.KindTask:
-		b := make([]byte, 0, len(ev.Snapshot.JSON())+24)
-		b = append(b, `{"type":"task","task":`...)
-		b = append(b, ev.Snapshot.JSON()...)
-		return append(b, '}'), true
+		return ev.Snapshot.Encoded(snapshot.EncodingWebSocket, taskFrame), true
 	case hub.KindHello:
 		v = struct {
 			Type        string `json:"type"`

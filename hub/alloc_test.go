@@ -1,0 +1,66 @@
+package hub_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// TestSteadyStateDeliveryDoesNotAllocate guards the delivery path: a
+// notification for a watched task, the snapshot read, the outbox, the
+// writer, the sink. Once a connection has delivered a task, delivering its
+// next version must not allocate (the snapshot itself is the publisher's).
+func TestSteadyStateDeliveryDoesNotAllocate(t *testing.T) {
+	store := &seqSource{MemoryStore: snapshot.NewMemoryStore()}
+	bus := fanout.NewMemoryBus()
+	h := hub.New(hub.Config{Source: store, Bus: bus, Writers: 1, Dispatchers: 1})
+	bus.Start(h)
+	defer bus.Close()
+	defer h.Close()
+	d := discard{n: make(chan struct{}, 1)}
+	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const runs = 200
+	snaps := make([]*snapshot.Snapshot, runs+20)
+	for i := range snaps {
+		snaps[i] = snap(t, "t1", "task_a", int64(i+1))
+	}
+	store.SetIfNewer(context.Background(), snaps[0])
+	store.cur.Store(snaps[0])
+	if _, err := c.Subscribe(context.Background(), hub.Subscription{Tasks: []string{"task_a"}}); err != nil {
+		t.Fatal(err)
+	}
+	<-d.n
+	next := 1
+	deliver := func() {
+		s := snaps[next]
+		next++
+		store.cur.Store(s)
+		h.Notify(fanout.Notification{TenantID: "t1", TaskID: "task_a", Version: s.Version})
+		<-d.n
+	}
+	for range 10 { // warm up: maps and slices reach their steady size
+		deliver()
+	}
+	if allocs := testing.AllocsPerRun(runs, deliver); allocs > 0 {
+		t.Fatalf("%.1f allocations per delivery in the steady state, want 0", allocs)
+	}
+}
+
+// seqSource answers Get with the snapshot the test set last, so the guard
+// measures the hub and not the store's write path.
+type seqSource struct {
+	*snapshot.MemoryStore
+	cur atomic.Pointer[snapshot.Snapshot]
+}
+
+func (s *seqSource) Get(context.Context, string, int64) (*snapshot.Snapshot, error) {
+	return s.cur.Load(), nil
+}
