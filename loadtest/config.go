@@ -1,0 +1,233 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// scenarios in the order -quick runs them.
+var scenarios = []string{"idle", "fanout", "churn", "storm", "outage"}
+
+// config is one run's settings. Zero values of the scenario figures (conns,
+// tasks, rate, ...) take the scenario's defaults in withDefaults.
+type config struct {
+	Scenario  string
+	Transport string
+	Quick     bool
+
+	Conns     int
+	Tasks     int
+	Tenants   int
+	Rate      float64 // updates/s over all tasks
+	Duration  time.Duration
+	ChurnRate float64 // connections closed and opened per second
+	Outage    time.Duration
+	Settle    time.Duration // longest wait for convergence
+
+	Workers     int
+	PerWorker   int
+	Ramp        float64 // new connections per second, over all workers
+	Sources     int     // loopback source addresses 127.0.0.2 and up
+	Publishers  int     // publisher goroutines, each owning a share of the tasks
+	PGWrites    string  // auto, always, fallback, off
+	StormJitter time.Duration
+
+	DatabaseURL string
+	RedisServer string
+	ServerBin   string
+	ServerSrc   string // head or worktree
+	Repo        string
+	ServerArgs  []string
+	ServerEnv   []string
+
+	Out     string
+	Verbose bool
+
+	// Command is the command line, for the result.
+	Command string
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Scenario, "scenario", "", "idle, fanout, churn, storm or outage (with -quick: empty runs every one)")
+	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws (with -quick and no -transport: both)")
+	fs.BoolVar(&c.Quick, "quick", false, "a smoke run of every scenario at small scale (200 connections, 5 s)")
+	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000)")
+	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500)")
+	fs.IntVar(&c.Tenants, "tenants", 10, "tenants the tasks are spread over")
+	fs.Float64Var(&c.Rate, "rate", 0, "updates published per second, spread evenly over the tasks (default: fanout 1000, churn 200, outage 200)")
+	fs.DurationVar(&c.Duration, "duration", 0, "how long updates flow (default 20s)")
+	fs.Float64Var(&c.ChurnRate, "churn-rate", 0, "churn: connections closed and as many opened per second (default 200)")
+	fs.DurationVar(&c.Outage, "outage", 5*time.Second, "outage: how long Redis stays down")
+	fs.DurationVar(&c.Settle, "settle", 10*time.Second, "longest wait for every connection to hold its task's last version")
+	fs.IntVar(&c.Workers, "workers", 0, "worker processes (default conns / per-worker, rounded up)")
+	fs.IntVar(&c.PerWorker, "per-worker", 5000, "most connections one worker holds (one process may hold 20000 open files)")
+	fs.Float64Var(&c.Ramp, "ramp", 2000, "connections opened per second, over all workers")
+	fs.IntVar(&c.Sources, "sources", 16, "loopback source addresses to dial from (127.0.0.2 and up)")
+	fs.IntVar(&c.Publishers, "publishers", 16, "publisher goroutines (publishes in flight)")
+	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always, fallback (only when Redis fails), off; auto is always for churn, fallback for outage and storm, off otherwise")
+	fs.DurationVar(&c.StormJitter, "storm-jitter", 0, "storm: each client waits a random delay up to this before reconnecting (0: all at once)")
+	fs.StringVar(&c.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server on which a database of the run's own is created and dropped")
+	fs.StringVar(&c.RedisServer, "redis-server", "redis-server", "redis-server binary for the private Redis")
+	fs.StringVar(&c.ServerBin, "server-bin", "", "a pushd binary to run instead of building one")
+	fs.StringVar(&c.ServerSrc, "server-src", "head", "what to build pushd from: head (the committed tree, via git archive) or worktree (the working tree)")
+	fs.StringVar(&c.Repo, "repo", "", "the pushd repository (default: the module root of the current directory)")
+	serverArgs := fs.String("server-args", "", "extra pushd flags, space-separated (they win over the loadtest's own)")
+	serverEnv := fs.String("server-env", "", "extra pushd environment, KEY=VAL,KEY=VAL (GOMAXPROCS, GOGC, GOMEMLIMIT, ...)")
+	fs.StringVar(&c.Out, "out", "", "write the JSON result here (with -quick: a JSON array of every run)")
+	fs.BoolVar(&c.Verbose, "v", false, "log progress to stderr")
+	fs.Bool("worker", false, "run as a worker (internal)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: loadtest -scenario idle|fanout|churn|storm|outage [-transport sse|ws] [flags]\n       loadtest -quick\n\n")
+		fs.VisitAll(func(f *flag.Flag) {
+			if f.Name == "worker" {
+				return
+			}
+			fmt.Fprintf(fs.Output(), "  -%s\n    \t%s", f.Name, f.Usage)
+			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" && f.DefValue != "false" {
+				fmt.Fprintf(fs.Output(), " (default %q)", f.DefValue)
+			}
+			fmt.Fprintln(fs.Output())
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.Quick && !set["transport"] {
+		c.Transport = ""
+	}
+	c.ServerArgs = strings.Fields(*serverArgs)
+	for kv := range strings.SplitSeq(*serverEnv, ",") {
+		if kv = strings.TrimSpace(kv); kv != "" {
+			if !strings.Contains(kv, "=") {
+				return c, fmt.Errorf("-server-env: %q is not KEY=VAL", kv)
+			}
+			c.ServerEnv = append(c.ServerEnv, kv)
+		}
+	}
+	if c.Scenario == "" && !c.Quick {
+		return c, fmt.Errorf("-scenario is required (idle, fanout, churn, storm, outage), or -quick")
+	}
+	if c.Scenario != "" && !validScenario(c.Scenario) {
+		return c, fmt.Errorf("-scenario %q: want one of %s", c.Scenario, strings.Join(scenarios, ", "))
+	}
+	if c.Transport != "" && c.Transport != "sse" && c.Transport != "ws" {
+		return c, fmt.Errorf("-transport %q: want sse or ws", c.Transport)
+	}
+	switch c.PGWrites {
+	case "auto", "always", "fallback", "off":
+	default:
+		return c, fmt.Errorf("-pg-writes %q: want auto, always, fallback or off", c.PGWrites)
+	}
+	if c.ServerSrc != "head" && c.ServerSrc != "worktree" {
+		return c, fmt.Errorf("-server-src %q: want head or worktree", c.ServerSrc)
+	}
+	if c.PerWorker <= 0 || c.Ramp <= 0 || c.Sources <= 0 || c.Sources > 250 || c.Publishers <= 0 || c.Tenants <= 0 {
+		return c, fmt.Errorf("-per-worker, -ramp, -publishers and -tenants must be positive, -sources 1 to 250")
+	}
+	c.Command = commandLine(args)
+	return c, nil
+}
+
+func validScenario(s string) bool {
+	for _, v := range scenarios {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// withDefaults fills the scenario's defaults into what the flags left zero.
+func (c config) withDefaults() config {
+	type defaults struct {
+		conns, tasks int
+		rate, churn  float64
+	}
+	full := map[string]defaults{
+		"idle":   {15000, 0, 0, 0},
+		"fanout": {10000, 1000, 1000, 0},
+		"churn":  {2000, 1000, 200, 200},
+		"storm":  {10000, 1000, 0, 0},
+		"outage": {2000, 500, 200, 0},
+	}
+	quick := map[string]defaults{
+		"idle":   {200, 0, 0, 0},
+		"fanout": {200, 20, 100, 0},
+		"churn":  {200, 50, 50, 40},
+		"storm":  {200, 20, 0, 0},
+		"outage": {200, 20, 50, 0},
+	}
+	d := full[c.Scenario]
+	if c.Quick {
+		d = quick[c.Scenario]
+	}
+	if c.Conns <= 0 {
+		c.Conns = d.conns
+	}
+	if c.Tasks <= 0 {
+		c.Tasks = d.tasks
+		if c.Tasks == 0 || c.Tasks > c.Conns {
+			c.Tasks = c.Conns
+		}
+	}
+	if c.Rate <= 0 {
+		c.Rate = d.rate
+	}
+	if c.ChurnRate <= 0 {
+		c.ChurnRate = d.churn
+	}
+	if c.Duration <= 0 {
+		c.Duration = 20 * time.Second
+		if c.Quick {
+			c.Duration = 5 * time.Second
+		}
+	}
+	if c.Quick && c.Outage == 5*time.Second {
+		c.Outage = 2 * time.Second
+	}
+	if c.Workers <= 0 {
+		c.Workers = (c.Conns + c.PerWorker - 1) / c.PerWorker
+	}
+	if c.Workers < 1 {
+		c.Workers = 1
+	}
+	if c.PGWrites == "auto" {
+		switch c.Scenario {
+		case "churn":
+			c.PGWrites = "always"
+		case "outage", "storm":
+			c.PGWrites = "fallback"
+		default:
+			c.PGWrites = "off"
+		}
+	}
+	return c
+}
+
+// commandLine is how the run was started, for the result and the table.
+func commandLine(args []string) string {
+	name := "go run ./loadtest"
+	if exe, err := os.Executable(); err == nil && !strings.Contains(exe, "go-build") {
+		name = "loadtest"
+	}
+	parts := []string{name}
+	for _, a := range args {
+		if strings.ContainsAny(a, " \t'\"") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}

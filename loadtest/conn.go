@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// conn is one client: it reads its stream, checks every version against the
+// ones it saw, records latencies, and reconnects when the stream ends, as
+// EventSource does (SSE with Last-Event-ID, WebSocket with "since").
+type conn struct {
+	w     *worker
+	id    int
+	task  int32
+	token string
+	slot  int // index in w.conns, guarded by w.connsMu
+
+	// Owned by the run goroutine.
+	phys      int64  // the newest version on the current physical connection
+	gotFirst  bool   // a task event arrived on the current physical connection
+	dialStart int64  // Unix ns when the current physical connection was dialed
+	cursor    []byte // SSE: the last id: field, sent as Last-Event-ID
+
+	last        atomic.Int64 // the newest version seen, over reconnects
+	convergedAt atomic.Int64 // Unix ns when it first held the expected version, 0 if not yet
+	wakeJitter  atomic.Int64 // ns to wait after a wake before reconnecting
+	status      atomic.Int32 // connState
+
+	mu      sync.Mutex
+	closing bool      // guarded by mu
+	closer  io.Closer // the current physical connection, guarded by mu
+}
+
+type connState int32
+
+const (
+	stateDialing connState = iota
+	stateOpen
+	stateWaiting // waiting to reconnect
+	stateClosed
+)
+
+func (c *conn) state() string {
+	switch connState(c.status.Load()) {
+	case stateDialing:
+		return "dialing"
+	case stateOpen:
+		return "open"
+	case stateWaiting:
+		return "waiting to reconnect"
+	}
+	return "closed"
+}
+
+func (c *conn) target() int64 {
+	p := c.w.targets.Load()
+	if p == nil || int(c.task) >= len(*p) {
+		return 0
+	}
+	return (*p)[c.task]
+}
+
+// setCloser records the physical connection so close can end it; it
+// reports false when the client is closing, and then closes cl itself.
+func (c *conn) setCloser(cl io.Closer) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		cl.Close()
+		return false
+	}
+	c.closer = cl
+	return true
+}
+
+// close ends the client for good.
+func (c *conn) close() {
+	c.mu.Lock()
+	c.closing = true
+	cl := c.closer
+	c.closer = nil
+	c.mu.Unlock()
+	if cl != nil {
+		cl.Close()
+	}
+	c.w.removeConn(c)
+}
+
+func (c *conn) isClosing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing
+}
+
+// statusError is a handshake the server refused.
+type statusError struct{ code int }
+
+func (e statusError) Error() string { return "status " + strconv.Itoa(e.code) }
+
+// run connects and reconnects until close. first, if not nil, is called
+// once with the outcome of the first attempt.
+func (c *conn) run(first func(error)) {
+	defer c.status.Store(int32(stateClosed))
+	attempt := 0
+	for {
+		c.status.Store(int32(stateDialing))
+		c.dialStart = time.Now().UnixNano()
+		c.phys, c.gotFirst = 0, false
+		var err error
+		established := false
+		if c.w.transport == "ws" {
+			established, err = c.sessionWS(&first)
+		} else {
+			established, err = c.sessionSSE(&first)
+		}
+		if first != nil {
+			first(err)
+			first = nil
+		}
+		if c.isClosing() {
+			return
+		}
+		c.w.countErr(errKind(err, established))
+		c.w.reconnects.Add(1)
+		if established {
+			attempt = 0 // the stream ended: reconnect at once
+			continue
+		}
+		c.status.Store(int32(stateWaiting))
+		if !c.backoff(attempt) {
+			return
+		}
+		attempt++
+	}
+}
+
+// backoff waits before another attempt: 100 ms doubling up to 1 s, with
+// jitter, or until the controller wakes every waiting client.
+func (c *conn) backoff(attempt int) bool {
+	d := min(100*time.Millisecond<<min(attempt, 4), time.Second)
+	d = d/2 + rand.N(d/2+1)
+	wake := *c.w.wake.Load()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wake:
+		if j := c.wakeJitter.Load(); j > 0 {
+			time.Sleep(time.Duration(j)) // the jitter a client is asked to wait; not synchronization
+		}
+	}
+	return !c.isClosing()
+}
+
+func errKind(err error, established bool) string {
+	var se statusError
+	switch {
+	case err == nil || errors.Is(err, io.EOF):
+		if established {
+			return "stream_end"
+		}
+		return "eof_before_stream"
+	case errors.As(err, &se):
+		return "status_" + strconv.Itoa(se.code)
+	case established:
+		if code := websocket.CloseStatus(err); code != -1 {
+			return "ws_close_" + strconv.Itoa(int(code))
+		}
+		return "stream_error"
+	}
+	return "dial_error"
+}
+
+// opened marks the first successful handshake of a physical connection.
+func (c *conn) opened(first *func(error)) {
+	c.status.Store(int32(stateOpen))
+	c.w.opened.Add(1)
+	if *first != nil {
+		(*first)(nil)
+		*first = nil
+	}
+}
+
+// onTask handles one task snapshot read at recv (Unix ns).
+func (c *conn) onTask(data []byte, recv int64) {
+	v, ok := jsonInt(data, `"version":`)
+	if !ok {
+		c.w.countErr("malformed_task")
+		return
+	}
+	sent, ok := jsonInt(data, `"sent_ns":`)
+	if !ok {
+		// A snapshot pushd built from a PostgreSQL row carries no unknown
+		// fields: fall back to updated_at, in ms.
+		ms, _ := jsonInt(data, `"updated_at":`)
+		sent = ms * 1_000_000
+	}
+	if v <= c.phys {
+		c.w.regression(c, c.phys, v, "same connection")
+	} else {
+		c.phys = v
+		switch last := c.last.Load(); {
+		case v < last:
+			c.w.regression(c, last, v, "after reconnect")
+		case v == last:
+			c.w.resumeRepeats.Add(1)
+		default:
+			c.last.Store(v)
+		}
+	}
+	p := c.w.phase.Load()
+	s := &p.shards[c.id%len(p.shards)]
+	s.mu.Lock()
+	s.deliveries++
+	if !c.gotFirst {
+		s.connects++
+		recordUS(s.connect, recv-c.dialStart)
+	}
+	if sent >= c.dialStart {
+		recordUS(s.latency, recv-sent)
+	} else {
+		s.catchUp++
+	}
+	s.mu.Unlock()
+	c.gotFirst = true
+	if t := c.target(); t > 0 && c.last.Load() >= t {
+		c.convergedAt.CompareAndSwap(0, recv)
+	}
+}
+
+func (c *conn) onMode(data []byte, recv int64) {
+	if m, ok := jsonString(data, `"mode":"`); ok {
+		c.w.sawMode(m, recv)
+	}
+}
+
+func (c *conn) onError(data []byte) {
+	code, _ := jsonString(data, `"code":"`)
+	c.w.countErr("error_event_" + code)
+}
+
+// jsonInt reads the integer after key in a JSON document. The loadtest's
+// own snapshots have each key once; pushd forwards them verbatim.
+func jsonInt(b []byte, key string) (int64, bool) {
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return 0, false
+	}
+	b = b[i+len(key):]
+	for len(b) > 0 && b[0] == ' ' {
+		b = b[1:]
+	}
+	var n int64
+	j := 0
+	for ; j < len(b) && b[j] >= '0' && b[j] <= '9'; j++ {
+		n = n*10 + int64(b[j]-'0')
+	}
+	return n, j > 0
+}
+
+func jsonString(b []byte, key string) (string, bool) {
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return "", false
+	}
+	b = b[i+len(key):]
+	j := bytes.IndexByte(b, '"')
+	if j < 0 {
+		return "", false
+	}
+	return string(b[:j]), true
+}
+
+func (c *conn) String() string { return fmt.Sprintf("conn %d (%s)", c.id, taskID(int(c.task))) }

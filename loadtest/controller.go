@@ -1,0 +1,481 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// workerProc is the controller's handle on one worker process.
+type workerProc struct {
+	idx  int
+	proc *proc
+
+	inMu  sync.Mutex
+	in    *json.Encoder
+	stdin io.Closer
+
+	replies chan reply // everything but progress and log lines
+
+	progMu sync.Mutex
+	prog   reply
+	fresh  bool // prog arrived after the last expect
+}
+
+func startWorker(idx int, stderr io.Writer) (*workerProc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "-worker")
+	cmd.Env = append(os.Environ(), workerEnv+"=1")
+	cmd.Stderr = stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	p, err := startProc("worker "+strconv.Itoa(idx), cmd)
+	if err != nil {
+		return nil, err
+	}
+	w := &workerProc{idx: idx, proc: p, in: json.NewEncoder(stdin), stdin: stdin, replies: make(chan reply, 64)}
+	go w.read(stdout, stderr)
+	return w, nil
+}
+
+func (w *workerProc) read(r io.Reader, stderr io.Writer) {
+	defer close(w.replies)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 256<<20)
+	for sc.Scan() {
+		var rp reply
+		if err := json.Unmarshal(sc.Bytes(), &rp); err != nil {
+			fmt.Fprintf(stderr, "loadtest: worker %d: bad reply: %v\n", w.idx, err)
+			continue
+		}
+		switch rp.Type {
+		case "progress":
+			w.progMu.Lock()
+			w.prog, w.fresh = rp, true
+			w.progMu.Unlock()
+		case "log":
+			fmt.Fprintln(stderr, "loadtest:", rp.Msg)
+		default:
+			w.replies <- rp
+		}
+	}
+}
+
+func (w *workerProc) send(cmd command) error {
+	w.inMu.Lock()
+	defer w.inMu.Unlock()
+	if err := w.in.Encode(cmd); err != nil {
+		return fmt.Errorf("worker %d: %w", w.idx, err)
+	}
+	return nil
+}
+
+// await returns the next reply, which must be of type want.
+func (w *workerProc) await(ctx context.Context, want string, timeout time.Duration) (reply, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case rp, ok := <-w.replies:
+		if !ok {
+			return rp, fmt.Errorf("worker %d exited (%v)", w.idx, w.proc.err)
+		}
+		if rp.Type != want {
+			return rp, fmt.Errorf("worker %d: got %q, want %q", w.idx, rp.Type, want)
+		}
+		return rp, nil
+	case <-t.C:
+		return reply{}, fmt.Errorf("worker %d: no %q within %v", w.idx, want, timeout)
+	case <-ctx.Done():
+		return reply{}, ctx.Err()
+	}
+}
+
+func (w *workerProc) quit() {
+	w.send(command{Cmd: "quit"})
+	w.stdin.Close()
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-w.proc.done:
+	case <-t.C:
+		w.proc.kill()
+	}
+}
+
+// run is one scenario's world: the servers, the publisher, the workers and
+// the result being filled in.
+type run struct {
+	cfg     config
+	res     *result
+	stderr  io.Writer
+	start   time.Time
+	tmp     string
+	redis   *redisServer
+	db      *database
+	server  *pushdServer
+	rdb     *redis.Client
+	pub     *publisher
+	samp    *sampler
+	workers []*workerProc
+	secret  []byte
+}
+
+func (r *run) logf(format string, args ...any) {
+	if r.cfg.Verbose {
+		fmt.Fprintf(r.stderr, "loadtest: %6.2fs %s/%s: %s\n", time.Since(r.start).Seconds(), r.cfg.Scenario, r.cfg.Transport, fmt.Sprintf(format, args...))
+	}
+}
+
+// all sends cmd to every worker (made per worker by mk, or cmd as is) and
+// waits for each one's reply of type want.
+func (r *run) all(ctx context.Context, mk func(i int) command, want string, timeout time.Duration) ([]reply, error) {
+	for i, w := range r.workers {
+		if err := w.send(mk(i)); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]reply, len(r.workers))
+	for i, w := range r.workers {
+		rp, err := w.await(ctx, want, timeout)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = rp
+	}
+	return out, nil
+}
+
+func (r *run) broadcast(cmd command) error {
+	for _, w := range r.workers {
+		if err := w.send(cmd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *run) phase(ctx context.Context, name string) error {
+	_, err := r.all(ctx, func(int) command { return command{Cmd: "phase", Phase: name} }, "phased", 10*time.Second)
+	r.logf("phase %s", name)
+	return err
+}
+
+// connectAll opens every connection, ramped, and waits until each holds its
+// task's current version.
+func (r *run) connectAll(ctx context.Context) error {
+	n := len(r.workers)
+	per := (r.cfg.Conns + n - 1) / n
+	started := time.Now()
+	timeout := time.Duration(float64(r.cfg.Conns)/r.cfg.Ramp*2*float64(time.Second)) + time.Minute
+	replies, err := r.all(ctx, func(i int) command {
+		first := i * per
+		return command{Cmd: "open", First: first, Count: max(0, min(per, r.cfg.Conns-first)), Tasks: r.cfg.Tasks, Rate: r.cfg.Ramp / float64(n)}
+	}, "opened", timeout)
+	if err != nil {
+		return err
+	}
+	opened, failed := 0, 0
+	for _, rp := range replies {
+		opened += rp.Opened
+		failed += rp.Failed
+	}
+	r.logf("opened %d connections (%d failed at first) in %v", opened, failed, time.Since(started).Round(time.Millisecond))
+	if failed > 0 {
+		r.res.warn("%d of %d connections failed their first attempt (they retried)", failed, r.cfg.Conns)
+	}
+	conv, live, _, err := r.converge(ctx, r.pub.lastVersions(), r.cfg.Settle+time.Duration(r.cfg.Conns/1000)*time.Second)
+	if err != nil {
+		return err
+	}
+	r.res.fig("connect_all_s", time.Since(started).Seconds(), "s", false)
+	if conv < live {
+		return fmt.Errorf("only %d of %d connections got their task's snapshot after connecting", conv, live)
+	}
+	return nil
+}
+
+// converge sets the expected versions and waits until every live connection
+// holds at least them, or timeout. at is when the last one got there.
+func (r *run) converge(ctx context.Context, versions []int64, timeout time.Duration) (conv, live int, at time.Time, err error) {
+	if err := r.expect(versions); err != nil {
+		return 0, 0, time.Time{}, err
+	}
+	return r.waitConverged(ctx, timeout)
+}
+
+func (r *run) expect(versions []int64) error {
+	for _, w := range r.workers {
+		w.progMu.Lock()
+		w.fresh = false
+		w.progMu.Unlock()
+	}
+	return r.broadcast(command{Cmd: "expect", Versions: versions})
+}
+
+func (r *run) waitConverged(ctx context.Context, timeout time.Duration) (conv, live int, at time.Time, err error) {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	lastLog := time.Now()
+	for {
+		conv, live = 0, 0
+		var atNs int64
+		fresh := true
+		for _, w := range r.workers {
+			w.progMu.Lock()
+			fresh = fresh && w.fresh
+			conv += w.prog.Converged
+			live += w.prog.Live
+			atNs = max(atNs, w.prog.ConvergedAtNs)
+			w.progMu.Unlock()
+		}
+		at = time.Unix(0, atNs)
+		if fresh && conv >= live {
+			return conv, live, at, nil
+		}
+		if time.Now().After(deadline) {
+			return conv, live, at, nil
+		}
+		if time.Since(lastLog) > 2*time.Second {
+			r.logf("converged %d/%d", conv, live)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return conv, live, at, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// final waits for every connection to hold its task's last version and
+// collects the workers' reports.
+func (r *run) final(ctx context.Context) (*merged, error) {
+	started := time.Now()
+	conv, live, _, err := r.converge(ctx, r.pub.lastVersions(), r.cfg.Settle)
+	if err != nil {
+		return nil, err
+	}
+	r.logf("final convergence %d/%d after %v", conv, live, time.Since(started).Round(time.Millisecond))
+	replies, err := r.all(ctx, func(int) command { return command{Cmd: "report"} }, "report", 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	m := mergeReports(replies)
+	r.res.setConvergence(m)
+	return m, nil
+}
+
+func (r *run) mark() cpuMark {
+	m := cpuMark{at: time.Now(), self: procCPU(os.Getpid())}
+	if p := r.server.current(); p != nil {
+		m.server = procCPU(p.pid())
+	}
+	for _, w := range r.workers {
+		m.workers += procCPU(w.proc.pid())
+	}
+	if r.redis.proc != nil && !r.redis.proc.exited() {
+		m.redis = procCPU(r.redis.proc.pid())
+	}
+	m.machineBusy, m.machineTotal = machineCPU()
+	return m
+}
+
+func (r *run) scrape(ctx context.Context) metrics {
+	m, err := scrape(ctx, r.server.baseURL())
+	if err != nil {
+		r.logf("scrape: %v", err)
+		return metrics{}
+	}
+	return m
+}
+
+// runAll builds the server once and runs what cfg asks: one scenario, or
+// with -quick every scenario for each transport. ok is false when a run
+// did not converge or saw a regression.
+func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool, err error) {
+	redis.SetLogger(quietRedis{})
+	if soft, hard, err := raiseNoFile(); err != nil {
+		fmt.Fprintf(stderr, "loadtest: raise RLIMIT_NOFILE: %v\n", err)
+	} else if soft < uint64(cfg.PerWorker+1000) {
+		fmt.Fprintf(stderr, "loadtest: RLIMIT_NOFILE is %d (hard %d): a worker cannot hold %d connections\n", soft, hard, cfg.PerWorker)
+	}
+	tmp, err := os.MkdirTemp("", "pushd-loadtest-")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(tmp)
+	bin, commit, err := buildServer(ctx, cfg, tmp)
+	if err != nil {
+		return false, err
+	}
+	var runs []config
+	scen := scenarios
+	if cfg.Scenario != "" {
+		scen = []string{cfg.Scenario}
+	}
+	transports := []string{cfg.Transport}
+	if cfg.Transport == "" {
+		transports = []string{"sse", "ws"}
+	}
+	for _, s := range scen {
+		for _, t := range transports {
+			c := cfg
+			c.Scenario, c.Transport = s, t
+			runs = append(runs, c.withDefaults())
+		}
+	}
+	fmt.Fprintln(stdout, tableHeader)
+	ok = true
+	var results []*result
+	for i, c := range runs {
+		dir := filepath.Join(tmp, fmt.Sprintf("run%d", i))
+		os.MkdirAll(dir, 0o755)
+		res, err := runOne(ctx, c, bin, commit, dir, stderr)
+		if err != nil {
+			res.fail("%v", err)
+		}
+		res.report(stderr)
+		fmt.Fprintln(stdout, res.row())
+		results = append(results, res)
+		ok = ok && res.OK
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if cfg.Out != "" {
+		var v any = results[0]
+		if cfg.Quick {
+			v = results
+		}
+		b, _ := json.MarshalIndent(v, "", "  ")
+		if err := os.WriteFile(cfg.Out, append(b, '\n'), 0o644); err != nil {
+			return false, err
+		}
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	return ok, nil
+}
+
+// runOne sets up the servers and workers of one run, runs its scenario and
+// tears everything down, whatever happened.
+func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.Writer) (res *result, err error) {
+	res = newResult(cfg, commit)
+	r := &run{cfg: cfg, res: res, stderr: stderr, start: time.Now(), tmp: dir, secret: []byte(randomHex(32))}
+	defer func() { res.finish(r) }()
+
+	rport, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	r.redis = &redisServer{bin: cfg.RedisServer, dir: dir, port: rport}
+	if err := r.redis.start(ctx); err != nil {
+		return res, err
+	}
+	defer func() { r.redis.proc.kill() }()
+
+	if r.db, err = createDatabase(ctx, cfg.DatabaseURL); err != nil {
+		return res, err
+	}
+	defer r.db.drop()
+	if err := r.db.insertTasks(ctx, cfg.Tasks, cfg.Tenants, time.Now()); err != nil {
+		return res, err
+	}
+
+	sport, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	args := []string{"--listen", "127.0.0.1:" + strconv.Itoa(sport), "--redis-url", r.redis.url(),
+		"--database-url", r.db.url, "--jwt-secret", string(r.secret), "--log-level", "warn", "--node-name", "loadtest"}
+	if cfg.Scenario == "storm" {
+		args = append(args, "--drain-timeout", "2s")
+	}
+	args = append(args, cfg.ServerArgs...)
+	r.server = &pushdServer{bin: bin, args: args, env: cfg.ServerEnv, port: sport, logDir: dir}
+	res.Server.Args = args[len(args)-len(cfg.ServerArgs):]
+	res.Server.Env = cfg.ServerEnv
+	if _, err := r.server.start(ctx); err != nil {
+		return res, err
+	}
+	defer r.server.kill()
+
+	r.rdb = redis.NewClient(&redis.Options{Addr: r.redis.addr(), PoolSize: cfg.Publishers + 8, MaxRetries: -1,
+		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	defer r.rdb.Close()
+	r.pub = newPublisher(r.rdb, r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers)
+
+	sctx, stopSampler := context.WithCancel(ctx)
+	r.samp = &sampler{server: r.server, start: r.start}
+	var sampling sync.WaitGroup
+	sampling.Go(func() { r.samp.run(sctx) })
+	defer func() { stopSampler(); sampling.Wait() }()
+
+	var sources []string
+	for i := range cfg.Sources {
+		sources = append(sources, "127.0.0."+strconv.Itoa(2+i))
+	}
+	defer func() {
+		for _, w := range r.workers {
+			w.quit()
+		}
+	}()
+	for i := range cfg.Workers {
+		w, err := startWorker(i, stderr)
+		if err != nil {
+			return res, err
+		}
+		r.workers = append(r.workers, w)
+	}
+	if _, err := r.all(ctx, func(i int) command {
+		return command{Cmd: "init", URL: r.server.baseURL(), Transport: cfg.Transport, Secret: r.secret,
+			Sources: sources, Tenants: cfg.Tenants, Worker: i}
+	}, "ready", 30*time.Second); err != nil {
+		return res, err
+	}
+
+	// Every task starts with one snapshot, published before anyone connects.
+	r.pub.each(ctx)
+	if s := r.pub.stats(); s.Stored != int64(cfg.Tasks) {
+		return res, fmt.Errorf("initial publish: %s (%s)", s, s.LastError)
+	}
+	r.logf("started: redis :%d, database %s, pushd :%d, %d workers", rport, r.db.name, sport, cfg.Workers)
+
+	scenario := map[string]func(context.Context, *run) error{
+		"idle": runIdle, "fanout": runFanout, "churn": runChurn, "storm": runStorm, "outage": runOutage,
+	}[cfg.Scenario]
+	if err := scenario(ctx, r); err != nil {
+		if tail := r.server.logTail(); tail != "" {
+			err = fmt.Errorf("%w\npushd log:\n%s", err, tail)
+		}
+		return res, err
+	}
+	return res, nil
+}
+
+// quietRedis drops go-redis's own log lines: a Redis killed on purpose would
+// otherwise print one per failed dial. The publisher counts its errors.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}

@@ -1,0 +1,393 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/db"
+)
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// proc is a child process the controller owns: killed when the run ends or
+// the controller dies.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when it exited
+	err  error         // its exit, once done is closed
+}
+
+func startProc(name string, cmd *exec.Cmd) (*proc, error) {
+	cmd.SysProcAttr = childAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill sends SIGKILL and waits for the exit.
+func (p *proc) kill() {
+	if p == nil {
+		return
+	}
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// stop sends SIGTERM, waits up to timeout, then kills.
+func (p *proc) stop(timeout time.Duration) {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		p.kill()
+	}
+}
+
+// redisServer is the run's private redis-server: no persistence, so a
+// restart comes back empty.
+type redisServer struct {
+	bin  string
+	dir  string
+	port int
+	proc *proc
+}
+
+func (r *redisServer) url() string  { return "redis://127.0.0.1:" + strconv.Itoa(r.port) + "/0" }
+func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+
+func (r *redisServer) start(ctx context.Context) error {
+	cmd := exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.dir,
+		"--logfile", filepath.Join(r.dir, "redis.log"), "--maxclients", "10000")
+	p, err := startProc("redis-server", cmd)
+	if err != nil {
+		return err
+	}
+	r.proc = p
+	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1})
+	defer c.Close()
+	return waitFor(ctx, 10*time.Second, p, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return c.Ping(pctx).Err() == nil
+	})
+}
+
+// waitFor polls ready every 10 ms until it holds, the process exits or the
+// time is up. It is polling a server that is starting: there is nothing to
+// wait on.
+func waitFor(ctx context.Context, timeout time.Duration, p *proc, ready func() bool) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ready() {
+			return nil
+		}
+		if p != nil && p.exited() {
+			return fmt.Errorf("%s exited at start: %v", p.name, p.err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %v", p.name, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// database is a PostgreSQL database of the run's own, dropped at the end.
+type database struct {
+	name  string
+	url   string
+	admin *pgxpool.Pool
+	pool  *pgxpool.Pool
+}
+
+func createDatabase(ctx context.Context, adminURL string) (*database, error) {
+	admin, err := pgxpool.New(ctx, adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("-database-url: %w", err)
+	}
+	if err := admin.Ping(ctx); err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("PostgreSQL at %s: %w", adminURL, err)
+	}
+	d := &database{name: "pushd_loadtest_" + randomHex(6), admin: admin}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+d.name); err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("create database: %w", err)
+	}
+	u, _ := url.Parse(adminURL)
+	u.Path = "/" + d.name
+	d.url = u.String()
+	cfg, err := pgxpool.ParseConfig(d.url)
+	if err == nil {
+		cfg.MaxConns = 32
+		d.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	}
+	if err == nil {
+		err = db.Migrate(ctx, d.pool)
+	}
+	if err != nil {
+		d.drop()
+		return nil, fmt.Errorf("database %s: %w", d.name, err)
+	}
+	return d, nil
+}
+
+// drop closes the pools and drops the database, whoever is still connected.
+func (d *database) drop() {
+	if d == nil {
+		return
+	}
+	if d.pool != nil {
+		d.pool.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+d.name+" WITH (FORCE)")
+	d.admin.Close()
+}
+
+// insertTasks writes every task's row at version 1, as the Task State
+// Service created them.
+func (d *database) insertTasks(ctx context.Context, tasks, tenants int, at time.Time) error {
+	rows := make([][]any, tasks)
+	for i := range rows {
+		rows[i] = []any{taskID(i), tenantOf(i, tenants), projectOf(i, tenants), userOf(i, tenants),
+			"QUEUED", int32(0), "queued", "veo", "veo-3", int32(i % 50), int64(1), at}
+	}
+	_, err := d.pool.CopyFrom(ctx, pgx.Identifier{"generation_tasks"},
+		[]string{"id", "tenant_id", "project_id", "user_id", "status", "progress", "stage", "provider", "model", "queue_position", "version", "updated_at"},
+		pgx.CopyFromRows(rows))
+	if err != nil {
+		return fmt.Errorf("insert tasks: %w", err)
+	}
+	return nil
+}
+
+// pushdServer is the node under test, started and restarted on one port.
+type pushdServer struct {
+	bin    string
+	args   []string
+	env    []string
+	port   int
+	logDir string
+	starts int
+
+	mu   sync.Mutex
+	proc *proc // guarded by mu
+	log  *os.File
+}
+
+func (s *pushdServer) baseURL() string { return "http://127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *pushdServer) current() *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+// start runs the server and returns once it answers /healthz: the time it
+// first did.
+func (s *pushdServer) start(ctx context.Context) (time.Time, error) {
+	s.starts++
+	logf, err := os.Create(filepath.Join(s.logDir, fmt.Sprintf("pushd.%d.log", s.starts)))
+	if err != nil {
+		return time.Time{}, err
+	}
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.Env = append(os.Environ(), s.env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	p, err := startProc("pushd", cmd)
+	if err != nil {
+		logf.Close()
+		return time.Time{}, err
+	}
+	s.mu.Lock()
+	s.proc, s.log = p, logf
+	s.mu.Unlock()
+	client := &http.Client{Timeout: time.Second}
+	var up time.Time
+	err = waitFor(ctx, 30*time.Second, p, func() bool {
+		resp, err := client.Get(s.baseURL() + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		up = time.Now()
+		return resp.StatusCode == http.StatusOK
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w; log: %s", err, s.logTail())
+	}
+	return up, nil
+}
+
+// startAccepting starts the server and returns the moment its port first
+// accepted a connection, polled every 2 ms.
+func (s *pushdServer) startAccepting(ctx context.Context) (time.Time, error) {
+	accepted := make(chan time.Time, 1)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(s.port), 100*time.Millisecond)
+			if err == nil {
+				accepted <- time.Now()
+				c.Close()
+				return
+			}
+			select {
+			case <-pctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	if _, err := s.start(ctx); err != nil {
+		return time.Time{}, err
+	}
+	select {
+	case t := <-accepted:
+		return t, nil
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
+
+func (s *pushdServer) logTail() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.log == nil {
+		return ""
+	}
+	b, _ := os.ReadFile(s.log.Name())
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// stop sends SIGTERM and waits for the drain to end.
+func (s *pushdServer) stop(timeout time.Duration) {
+	p := s.current()
+	if p == nil {
+		return
+	}
+	p.stop(timeout)
+	s.mu.Lock()
+	if s.log != nil {
+		s.log.Close()
+	}
+	s.mu.Unlock()
+}
+
+func (s *pushdServer) kill() {
+	if p := s.current(); p != nil {
+		p.kill()
+	}
+}
+
+// buildServer builds pushd once for the whole invocation and names the
+// commit it was built from.
+func buildServer(ctx context.Context, cfg config, tmp string) (bin, commit string, err error) {
+	repo := cfg.Repo
+	if repo == "" {
+		out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+		if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
+			return "", "", fmt.Errorf("cannot find the pushd module (run from the repository or pass -repo): %v", err)
+		}
+		repo = filepath.Dir(strings.TrimSpace(string(out)))
+	}
+	git := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, "git", append([]string{"-C", repo}, args...)...).Output()
+		return strings.TrimSpace(string(out)), err
+	}
+	commit, _ = git("rev-parse", "--short", "HEAD")
+	if cfg.ServerBin != "" {
+		if commit != "" {
+			commit += " (prebuilt " + filepath.Base(cfg.ServerBin) + ")"
+		}
+		return cfg.ServerBin, commit, nil
+	}
+	src := repo
+	if cfg.ServerSrc == "head" {
+		if commit == "" {
+			return "", "", fmt.Errorf("-server-src head needs a git repository at %s", repo)
+		}
+		src = filepath.Join(tmp, "src")
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return "", "", err
+		}
+		tarball := filepath.Join(tmp, "src.tar")
+		if _, err := git("archive", "-o", tarball, "HEAD"); err != nil {
+			return "", "", fmt.Errorf("git archive: %w", err)
+		}
+		if out, err := exec.CommandContext(ctx, "tar", "-xf", tarball, "-C", src).CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("tar: %v: %s", err, out)
+		}
+	} else if st, _ := git("status", "--porcelain", "--", ".", ":!loadtest", ":!docs"); st != "" {
+		commit += "+worktree"
+	}
+	bin = filepath.Join(tmp, "pushd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pushd")
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("build pushd: %v: %s", err, out)
+	}
+	return bin, commit, nil
+}

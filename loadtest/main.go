@@ -1,0 +1,56 @@
+// Command loadtest measures pushd the way its users will: thousands of SSE or
+// WebSocket clients spread over several worker processes and loopback source
+// addresses, a publisher doing what the Task State Service does, and the
+// server, its Redis and its database started privately for the run.
+//
+//	go run ./loadtest -scenario fanout -transport sse -conns 10000 -tasks 1000 -rate 1000 -duration 20s
+//	go run ./loadtest -quick            # every scenario at small scale, both transports
+//
+// Scenarios: idle (memory per connection), fanout (latency, deliveries/s,
+// convergence), churn (connections opening and closing under load), storm
+// (every client reconnecting to a restarted node with Redis cold), outage
+// (Redis killed and restarted under load). Each run writes a JSON result
+// (-out) and prints a markdown table row for docs/BENCHMARKS.md; it exits
+// non-zero when a connection did not converge or saw a version go backwards.
+//
+// The controller re-executes itself with -worker for each worker process;
+// workers read commands as JSON lines on stdin and answer on stdout.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// workerEnv marks a re-executed worker process. The test binary checks it in
+// TestMain, since it cannot take a -worker flag of its own.
+const workerEnv = "PUSHD_LOADTEST_WORKER"
+
+func main() {
+	if os.Getenv(workerEnv) == "1" || (len(os.Args) > 1 && os.Args[1] == "-worker") {
+		os.Exit(workerMain(os.Stdin, os.Stdout))
+	}
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ok, err := runAll(ctx, cfg, os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(1)
+	}
+	if !ok {
+		os.Exit(1)
+	}
+}

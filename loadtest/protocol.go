@@ -1,0 +1,146 @@
+package main
+
+import (
+	"strconv"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// The controller and its workers talk JSON lines: commands on the worker's
+// stdin, replies on its stdout.
+
+// command is one controller → worker message; Cmd says which fields matter.
+type command struct {
+	Cmd string `json:"cmd"` // init, open, phase, expect, churn, wake, report, quit
+
+	// init
+	URL       string   `json:"url,omitempty"`
+	Transport string   `json:"transport,omitempty"`
+	Secret    []byte   `json:"secret,omitempty"`
+	Sources   []string `json:"sources,omitempty"`
+	Tenants   int      `json:"tenants,omitempty"`
+	Worker    int      `json:"worker,omitempty"`
+
+	// open: connections First..First+Count-1, connection i watching task
+	// i mod Tasks, at Rate per second. churn: Rate per second, over Tasks.
+	First int     `json:"first,omitempty"`
+	Count int     `json:"count,omitempty"`
+	Tasks int     `json:"tasks,omitempty"`
+	Rate  float64 `json:"rate,omitempty"`
+
+	// phase: deliveries from now on are recorded under Phase.
+	Phase string `json:"phase,omitempty"`
+
+	// expect: the version each task should end at, indexed by task; a
+	// connection counts as converged once it holds at least that version.
+	Versions []int64 `json:"versions,omitempty"`
+
+	// wake: clients waiting to reconnect do so now, each after a random
+	// delay up to JitterNs.
+	JitterNs int64 `json:"jitter_ns,omitempty"`
+}
+
+// reply is one worker → controller message.
+type reply struct {
+	Type string `json:"type"` // ready, opened, progress, report, churned, log
+
+	// opened
+	Opened int `json:"opened,omitempty"`
+	Failed int `json:"failed,omitempty"`
+
+	// progress: connections holding at least their expected version, of
+	// Live, and when the last of them got there (Unix ns).
+	Converged     int   `json:"converged,omitempty"`
+	Live          int   `json:"live,omitempty"`
+	ConvergedAtNs int64 `json:"converged_at_ns,omitempty"`
+
+	Report *workerReport `json:"report,omitempty"`
+	Msg    string        `json:"msg,omitempty"`
+}
+
+// workerReport is what one worker saw, merged by the controller.
+type workerReport struct {
+	Live          int                     `json:"live"`      // connections alive (not closed by churn)
+	Converged     int                     `json:"converged"` // live connections holding exactly the expected version
+	Behind        int                     `json:"behind"`    // holding an older version (or none)
+	Ahead         int                     `json:"ahead"`     // holding a newer version than the controller published (a bug in the loadtest)
+	NotConverged  []string                `json:"not_converged,omitempty"`
+	Regressions   int64                   `json:"regressions"` // a version <= one already seen on the same connection, or < one seen before a reconnect
+	RegressionEx  []string                `json:"regression_examples,omitempty"`
+	ResumeRepeats int64                   `json:"resume_repeats"` // the version already held, sent again after a reconnect (allowed)
+	Reconnects    int64                   `json:"reconnects"`
+	Opened        int64                   `json:"opened"` // physical connections established
+	ChurnClosed   int64                   `json:"churn_closed"`
+	Errors        map[string]int64        `json:"errors,omitempty"`
+	Phases        map[string]*phaseReport `json:"phases"`
+	ModeEvents    map[string]*modeSeen    `json:"mode_events,omitempty"`
+	Goroutines    int                     `json:"goroutines"`
+}
+
+// phaseReport is the deliveries received while a phase was current.
+type phaseReport struct {
+	Deliveries int64  `json:"deliveries"`
+	CatchUp    int64  `json:"catch_up"` // snapshots published before the connection existed: no latency
+	Latency    string `json:"latency"`  // encoded HdrHistogram, µs
+	Connects   int64  `json:"connects"`
+	Connect    string `json:"connect"` // encoded HdrHistogram of dial → first snapshot, µs
+}
+
+// modeSeen is when clients received a mode event.
+type modeSeen struct {
+	Count   int64 `json:"count"`
+	FirstNs int64 `json:"first_ns"`
+	LastNs  int64 `json:"last_ns"`
+}
+
+// The histograms: 1 µs to 60 s, 3 significant digits.
+const (
+	histMin = 1
+	histMax = 60_000_000
+	histSig = 3
+)
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, histMax, histSig) }
+
+func encodeHist(h *hdrhistogram.Histogram) string {
+	b, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+func decodeHist(s string) *hdrhistogram.Histogram {
+	if s == "" {
+		return newHist()
+	}
+	h, err := hdrhistogram.Decode([]byte(s))
+	if err != nil {
+		return newHist()
+	}
+	return h
+}
+
+// recordUS records d nanoseconds in µs, clamped to the histogram's range.
+func recordUS(h *hdrhistogram.Histogram, ns int64) {
+	us := ns / 1000
+	if us < histMin {
+		us = histMin
+	}
+	if us > histMax {
+		us = histMax
+	}
+	h.RecordValue(us)
+}
+
+// Task i's ids. Users and projects belong to one tenant each: i mod
+// (tenants*k) mod tenants is i mod tenants.
+func taskID(i int) string { return "lt_" + strconv.Itoa(i) }
+
+func tenantOf(i, tenants int) string { return "t" + strconv.Itoa(i%tenants) }
+
+func userIndex(i, tenants int) int { return i % (tenants * 20) }
+
+func userOf(i, tenants int) string { return "u" + strconv.Itoa(userIndex(i, tenants)) }
+
+func projectOf(i, tenants int) string { return "p" + strconv.Itoa(i%(tenants*5)) }

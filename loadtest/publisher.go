@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// publisher does what the Task State Service does after a change: write the
+// snapshot to Redis and announce it, in one round trip
+// (fanout.RedisPublisher), with several publishes in flight. Each task
+// belongs to one of its goroutines, so a task's versions are written in
+// order. pgMode says when it also writes the PostgreSQL row: always (before
+// Redis, as the service of record would), fallback (only when Redis failed,
+// so the truth survives an outage) or off.
+type publisher struct {
+	pub     *fanout.RedisPublisher
+	pg      *pgxpool.Pool
+	pgMode  string
+	tasks   int
+	tenants int
+	shards  int
+
+	versions  []int64        // next version to write - 1, per task; owned by the task's shard
+	published []atomic.Int64 // newest version stored (Redis, or PostgreSQL when Redis failed), per task
+
+	attempts  atomic.Int64
+	stored    atomic.Int64
+	stale     atomic.Int64
+	redisErrs atomic.Int64
+	pgWrites  atomic.Int64
+	pgErrs    atomic.Int64
+	lost      atomic.Int64 // changes neither Redis nor PostgreSQL took
+
+	errMu   sync.Mutex
+	lastErr string
+}
+
+func newPublisher(rdb *redis.Client, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards int) *publisher {
+	return &publisher{
+		pub: fanout.NewRedisPublisher(rdb, keys.Names{}), pg: pg, pgMode: pgMode,
+		tasks: tasks, tenants: tenants, shards: shards,
+		versions:  make([]int64, tasks),
+		published: make([]atomic.Int64, tasks),
+	}
+}
+
+// lastVersions is the newest stored version of every task.
+func (p *publisher) lastVersions() []int64 {
+	out := make([]int64, p.tasks)
+	for i := range out {
+		out[i] = p.published[i].Load()
+	}
+	return out
+}
+
+// setAll records that every task is at version v, written outside the
+// publisher (the storm's PostgreSQL update).
+func (p *publisher) setAll(v int64) {
+	for i := range p.versions {
+		p.versions[i] = v
+		p.published[i].Store(v)
+	}
+}
+
+var (
+	stages    = []string{"queued", "preprocessing", "provider_submitted", "provider_generating", "upscaling", "post_processing"}
+	providers = []string{"veo", "kling", "runway", "luma"}
+	models    = []string{"veo-3", "kling-2.1", "gen-4", "ray-2"}
+)
+
+// doc is task i's snapshot at version v, about 350 bytes, with sent_ns, an
+// extra field pushd forwards untouched.
+func (p *publisher) doc(b []byte, i int, v int64, now time.Time) []byte {
+	status, stage, progress, queue := "RUNNING", stages[1+int(v)%(len(stages)-1)], int(v%100), -1
+	if v == 1 {
+		status, stage, progress, queue = "QUEUED", "queued", 0, i%50
+	}
+	b = append(b, `{"task_id":"`...)
+	b = append(b, taskID(i)...)
+	b = append(b, `","tenant_id":"`...)
+	b = append(b, tenantOf(i, p.tenants)...)
+	b = append(b, `","project_id":"`...)
+	b = append(b, projectOf(i, p.tenants)...)
+	b = append(b, `","user_id":"`...)
+	b = append(b, userOf(i, p.tenants)...)
+	b = append(b, `","status":"`...)
+	b = append(b, status...)
+	b = append(b, `","progress":`...)
+	b = strconv.AppendInt(b, int64(progress), 10)
+	b = append(b, `,"stage":"`...)
+	b = append(b, stage...)
+	b = append(b, `","provider":"`...)
+	b = append(b, providers[i%len(providers)]...)
+	b = append(b, `","model":"`...)
+	b = append(b, models[i%len(models)]...)
+	b = append(b, `","queue_position":`...)
+	if queue >= 0 {
+		b = strconv.AppendInt(b, int64(queue), 10)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"preview_asset_id":null,"output_asset_id":null,"error_code":null,"version":`...)
+	b = strconv.AppendInt(b, v, 10)
+	b = append(b, `,"updated_at":`...)
+	b = strconv.AppendInt(b, now.UnixMilli(), 10)
+	b = append(b, `,"sent_ns":`...)
+	b = strconv.AppendInt(b, now.UnixNano(), 10)
+	b = append(b, `,"attempt":1,"eta_ms":`...)
+	b = strconv.AppendInt(b, int64(100-progress)*900, 10)
+	b = append(b, `,"region":"us-east1","worker_pool":"gpu-h100-pool-`...)
+	b = strconv.AppendInt(b, int64(i%16), 10)
+	b = append(b, `","duration_s":8,"resolution":"1080p"}`...)
+	return b
+}
+
+// publish writes task i's next version.
+func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
+	v := p.versions[i] + 1
+	p.versions[i] = v
+	p.attempts.Add(1)
+	now := time.Now()
+	buf = p.doc(buf[:0], i, v, now)
+	snap, err := snapshot.Parse(buf)
+	if err != nil {
+		p.fail("parse: " + err.Error())
+		p.lost.Add(1)
+		return buf
+	}
+	pgDone := false
+	if p.pgMode == "always" {
+		pgDone = p.writeRow(ctx, i, v, snap.Status, now)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	written, err := p.pub.Publish(pctx, snap)
+	cancel()
+	switch {
+	case err != nil:
+		p.redisErrs.Add(1)
+		p.fail(err.Error())
+		if p.pgMode == "fallback" {
+			pgDone = p.writeRow(ctx, i, v, snap.Status, now)
+		}
+		if !pgDone {
+			p.lost.Add(1)
+			return buf
+		}
+	case !written:
+		p.stale.Add(1)
+	}
+	p.stored.Add(1)
+	p.published[i].Store(v)
+	return buf
+}
+
+func (p *publisher) writeRow(ctx context.Context, i int, v int64, status string, at time.Time) bool {
+	if p.pg == nil {
+		return false
+	}
+	_, err := p.pg.Exec(ctx, `UPDATE generation_tasks SET version = $2, status = $3, progress = $4, stage = $5, queue_position = NULL, updated_at = $6
+		WHERE id = $1 AND version < $2`, taskID(i), v, status, int32(v%100), stages[1+int(v)%(len(stages)-1)], at)
+	if err != nil {
+		p.pgErrs.Add(1)
+		p.fail("postgres: " + err.Error())
+		return false
+	}
+	p.pgWrites.Add(1)
+	return true
+}
+
+func (p *publisher) fail(msg string) {
+	p.errMu.Lock()
+	p.lastErr = msg
+	p.errMu.Unlock()
+}
+
+// each publishes every task once, as fast as the shards go.
+func (p *publisher) each(ctx context.Context) {
+	var wg sync.WaitGroup
+	for s := range p.shards {
+		wg.Go(func() {
+			buf := make([]byte, 0, 512)
+			for i := s; i < p.tasks; i += p.shards {
+				if ctx.Err() != nil {
+					return
+				}
+				buf = p.publish(ctx, i, buf)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// pubRun is what one timed run achieved.
+type pubRun struct {
+	Asked     int64   `json:"asked"`
+	Sent      int64   `json:"sent"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"per_second"`
+	MaxLagMS  float64 `json:"max_schedule_lag_ms"` // how far the dispatcher fell behind the schedule
+}
+
+// run publishes rate updates per second for d, round-robin over the tasks
+// (update k goes to task k mod tasks at start + k/rate), until d passes or
+// ctx ends.
+func (p *publisher) run(ctx context.Context, rate float64, d time.Duration) pubRun {
+	chans := make([]chan int, p.shards)
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	for s := range chans {
+		ch := make(chan int, 1024)
+		chans[s] = ch
+		wg.Go(func() {
+			buf := make([]byte, 0, 512)
+			for i := range ch {
+				buf = p.publish(ctx, i, buf)
+				sent.Add(1)
+			}
+		})
+	}
+	start := time.Now()
+	total := int64(rate * d.Seconds())
+	tick := time.NewTicker(time.Millisecond)
+	var k int64
+	var maxLag time.Duration
+loop:
+	for k < total {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-tick.C:
+		}
+		due := min(int64(rate*time.Since(start).Seconds()), total)
+		for ; k < due; k++ {
+			i := int(k % int64(p.tasks))
+			chans[i%p.shards] <- i
+		}
+		if lag := time.Since(start) - time.Duration(float64(k)/rate*float64(time.Second)); lag > maxLag {
+			maxLag = lag
+		}
+	}
+	tick.Stop()
+	for _, ch := range chans {
+		close(ch)
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	return pubRun{Asked: total, Sent: sent.Load(), Seconds: el, PerSecond: float64(sent.Load()) / el, MaxLagMS: float64(maxLag.Microseconds()) / 1000}
+}
+
+// pubStats is the publisher's whole run.
+type pubStats struct {
+	Attempts    int64  `json:"attempts"`
+	Stored      int64  `json:"stored"`
+	Stale       int64  `json:"stale"`
+	RedisErrors int64  `json:"redis_errors"`
+	PGWrites    int64  `json:"pg_writes"`
+	PGErrors    int64  `json:"pg_errors"`
+	Lost        int64  `json:"lost"`
+	LastError   string `json:"last_error,omitempty"`
+}
+
+func (p *publisher) stats() pubStats {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	return pubStats{Attempts: p.attempts.Load(), Stored: p.stored.Load(), Stale: p.stale.Load(),
+		RedisErrors: p.redisErrs.Load(), PGWrites: p.pgWrites.Load(), PGErrors: p.pgErrs.Load(),
+		Lost: p.lost.Load(), LastError: p.lastErr}
+}
+
+func (s pubStats) String() string {
+	return fmt.Sprintf("%d published, %d redis errors, %d pg writes, %d lost", s.Stored, s.RedisErrors, s.PGWrites, s.Lost)
+}

@@ -1,0 +1,415 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// result is one run, written as JSON with -out and as a markdown row.
+type result struct {
+	Scenario   string  `json:"scenario"`
+	Transport  string  `json:"transport"`
+	Conns      int     `json:"conns"`
+	Tasks      int     `json:"tasks"`
+	Tenants    int     `json:"tenants"`
+	Workers    int     `json:"workers"`
+	Rate       float64 `json:"rate,omitempty"`
+	ChurnRate  float64 `json:"churn_rate,omitempty"`
+	Duration   string  `json:"duration,omitempty"`
+	Outage     string  `json:"outage,omitempty"`
+	Quick      bool    `json:"quick,omitempty"`
+	Commit     string  `json:"commit"`
+	Command    string  `json:"command"`
+	Started    string  `json:"started"`
+	ElapsedSec float64 `json:"elapsed_s"`
+	Machine    machine `json:"machine"`
+	Server     struct {
+		Args []string `json:"extra_args,omitempty"`
+		Env  []string `json:"env,omitempty"`
+	} `json:"server"`
+
+	OK       bool     `json:"ok"`
+	Problems []string `json:"problems,omitempty"` // what made it fail
+	Warnings []string `json:"warnings,omitempty"`
+
+	Figures       []figure                   `json:"figures"`
+	Latencies     map[string]*latencySummary `json:"latencies_ms,omitempty"`
+	Convergence   *convergence               `json:"convergence,omitempty"`
+	CPU           *cpuUse                    `json:"cpu,omitempty"`
+	Publish       *pubRun                    `json:"publish,omitempty"`
+	Publisher     *pubStats                  `json:"publisher,omitempty"`
+	ClientCounts  map[string]int64           `json:"client_counts,omitempty"`
+	ServerMetrics map[string]float64         `json:"server_metrics,omitempty"`
+	Samples       []sample                   `json:"samples,omitempty"`
+
+	started time.Time
+	inTable []string // figure names shown in the markdown row, in order
+}
+
+type machine struct {
+	CPUs         int    `json:"cpus"`
+	Model        string `json:"model"`
+	MemGB        int    `json:"mem_gb"`
+	Go           string `json:"go"`
+	LoadAvgStart string `json:"loadavg_start"`
+	LoadAvgEnd   string `json:"loadavg_end"`
+}
+
+type figure struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit,omitempty"`
+}
+
+type latencySummary struct {
+	Count int64   `json:"count"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	P999  float64 `json:"p999"`
+	Max   float64 `json:"max"`
+	Mean  float64 `json:"mean"`
+}
+
+type convergence struct {
+	Converged     int      `json:"converged"`
+	Live          int      `json:"live"`
+	Behind        int      `json:"behind"`
+	Ahead         int      `json:"ahead"`
+	NotConverged  []string `json:"not_converged,omitempty"`
+	Regressions   int64    `json:"regressions"`
+	RegressionEx  []string `json:"regression_examples,omitempty"`
+	ResumeRepeats int64    `json:"resume_repeats"`
+	Reconnects    int64    `json:"reconnects"`
+	Errors        int64    `json:"errors"`
+}
+
+func newResult(cfg config, commit string) *result {
+	r := &result{
+		Scenario: cfg.Scenario, Transport: cfg.Transport, Conns: cfg.Conns, Tasks: cfg.Tasks, Tenants: cfg.Tenants,
+		Workers: cfg.Workers, Quick: cfg.Quick, Commit: commit, Command: cfg.Command,
+		started: time.Now(), Latencies: map[string]*latencySummary{},
+	}
+	r.Started = r.started.UTC().Format(time.RFC3339)
+	switch cfg.Scenario {
+	case "fanout", "churn", "outage":
+		r.Rate = cfg.Rate
+		r.Duration = cfg.Duration.String()
+	}
+	if cfg.Scenario == "churn" {
+		r.ChurnRate = cfg.ChurnRate
+	}
+	if cfg.Scenario == "outage" {
+		r.Outage = cfg.Outage.String()
+	}
+	if cfg.Quick && !strings.Contains(r.Command, "-scenario") {
+		r.Command += fmt.Sprintf(" # run: -scenario %s -transport %s", cfg.Scenario, cfg.Transport)
+	}
+	r.Machine = machine{CPUs: runtime.NumCPU(), Model: cpuModel(), MemGB: memGB(), Go: runtime.Version(), LoadAvgStart: loadAvg()}
+	return r
+}
+
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "model name"); ok {
+			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+		}
+	}
+	return ""
+}
+
+func memGB() int {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return (kb + 512*1024) / (1024 * 1024)
+		}
+	}
+	return 0
+}
+
+func (r *result) fig(name string, v float64, unit string, inTable bool) {
+	r.Figures = append(r.Figures, figure{name, v, unit})
+	if inTable {
+		r.inTable = append(r.inTable, name)
+	}
+}
+
+func (r *result) latency(name string, h *hdrhistogram.Histogram, inTable bool) {
+	ms := func(us int64) float64 { return float64(us) / 1000 }
+	r.Latencies[name] = &latencySummary{
+		Count: h.TotalCount(), P50: ms(h.ValueAtQuantile(50)), P90: ms(h.ValueAtQuantile(90)),
+		P99: ms(h.ValueAtQuantile(99)), P999: ms(h.ValueAtQuantile(99.9)), Max: ms(h.Max()), Mean: h.Mean() / 1000,
+	}
+	if inTable {
+		r.inTable = append(r.inTable, "latency:"+name)
+	}
+}
+
+func (r *result) warn(format string, args ...any) {
+	r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...))
+}
+
+func (r *result) fail(format string, args ...any) {
+	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+}
+
+// informational client counts: expected in their scenarios, not errors.
+var notErrors = map[string]bool{"stream_end": true, "reconnect_event": true, "ws_close_1012": true}
+
+func (r *result) setConvergence(m *merged) {
+	c := &convergence{
+		Converged: m.Converged, Live: m.Live, Behind: m.Behind, Ahead: m.Ahead, NotConverged: m.NotConverged,
+		Regressions: m.Regressions, RegressionEx: m.RegressionEx, ResumeRepeats: m.ResumeRepeats,
+		Reconnects: m.Reconnects, Errors: m.errorCount(),
+	}
+	r.Convergence = c
+	r.ClientCounts = m.Errors
+}
+
+// finish fills what every run reports and decides whether it passed.
+func (r *result) finish(rn *run) {
+	r.ElapsedSec = time.Since(r.started).Seconds()
+	r.Machine.LoadAvgEnd = loadAvg()
+	if rn.samp != nil {
+		r.Samples = rn.samp.all()
+	}
+	if rn.pub != nil {
+		s := rn.pub.stats()
+		r.Publisher = &s
+		if s.Lost > 0 {
+			r.warn("publisher: %d changes were stored nowhere (%s)", s.Lost, s.LastError)
+		}
+	}
+	c := r.Convergence
+	switch {
+	case c == nil:
+		if len(r.Problems) == 0 {
+			r.fail("no convergence report")
+		}
+	default:
+		if c.Regressions > 0 {
+			r.fail("%d REGRESSIONS: a client saw a version go backwards (%s)", c.Regressions, strings.Join(c.RegressionEx, "; "))
+		}
+		if c.Live == 0 {
+			r.fail("no live connections at the end")
+		} else if c.Converged < c.Live {
+			r.fail("NOT CONVERGED: %d of %d connections hold their task's last version (%d behind, %d ahead; %s)",
+				c.Converged, c.Live, c.Behind, c.Ahead, strings.Join(c.NotConverged, "; "))
+		}
+	}
+	r.OK = len(r.Problems) == 0
+}
+
+// report prints the run for a person, failures loudly.
+func (r *result) report(w io.Writer) {
+	fmt.Fprintf(w, "\n== %s %s: %d conns, %d tasks (commit %s, %.0fs)\n", r.Scenario, r.Transport, r.Conns, r.Tasks, r.Commit, r.ElapsedSec)
+	for _, f := range r.Figures {
+		fmt.Fprintf(w, "   %-28s %s\n", f.Name, fmtValue(f.Value, f.Unit))
+	}
+	names := make([]string, 0, len(r.Latencies))
+	for n := range r.Latencies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		l := r.Latencies[n]
+		fmt.Fprintf(w, "   %-28s n=%d p50 %s p90 %s p99 %s p99.9 %s max %s\n", n+" latency", l.Count,
+			fmtMS(l.P50), fmtMS(l.P90), fmtMS(l.P99), fmtMS(l.P999), fmtMS(l.Max))
+	}
+	if c := r.Convergence; c != nil {
+		fmt.Fprintf(w, "   converged %d/%d, regressions %d, resume repeats %d, reconnects %d, client errors %d\n",
+			c.Converged, c.Live, c.Regressions, c.ResumeRepeats, c.Reconnects, c.Errors)
+	}
+	if len(r.ClientCounts) > 0 {
+		fmt.Fprintf(w, "   client counts: %v\n", r.ClientCounts)
+	}
+	if r.CPU != nil {
+		fmt.Fprintf(w, "   cpu over %.1fs: server %.2f, loadgen %.2f, redis %.2f cores; machine %.0f%% busy; loadavg %s → %s\n",
+			r.CPU.Seconds, r.CPU.Server, r.CPU.LoadGen, r.CPU.Redis, r.CPU.MachineBusy, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd)
+	}
+	if r.Publisher != nil {
+		fmt.Fprintf(w, "   publisher: %s\n", r.Publisher)
+	}
+	for _, s := range r.Warnings {
+		fmt.Fprintf(w, "   warning: %s\n", s)
+	}
+	if !r.OK {
+		fmt.Fprintf(w, "\n!!!!!!!! FAIL %s %s !!!!!!!!\n", r.Scenario, r.Transport)
+		for _, p := range r.Problems {
+			fmt.Fprintf(w, "!!! %s\n", p)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+const tableHeader = "| scenario | transport | conns | tasks | figures | converged | regressions | commit | command |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+
+// row is the run as a markdown table row for docs/BENCHMARKS.md.
+func (r *result) row() string {
+	var figs []string
+	for _, name := range r.inTable {
+		if n, ok := strings.CutPrefix(name, "latency:"); ok {
+			if l := r.Latencies[n]; l != nil {
+				figs = append(figs, fmt.Sprintf("%s p50 %s, p99 %s, p99.9 %s, max %s", strings.ReplaceAll(n, "_", " "), fmtMS(l.P50), fmtMS(l.P99), fmtMS(l.P999), fmtMS(l.Max)))
+			}
+			continue
+		}
+		for _, f := range r.Figures {
+			if f.Name == name {
+				figs = append(figs, strings.ReplaceAll(f.Name, "_", " ")+" "+fmtValue(f.Value, f.Unit))
+				break
+			}
+		}
+	}
+	if !r.OK {
+		figs = append(figs, "**FAIL: "+strings.Join(r.Problems, "; ")+"**")
+	}
+	conv, regs := "-", "-"
+	if c := r.Convergence; c != nil {
+		conv = fmt.Sprintf("%s/%s", thousands(float64(c.Converged)), thousands(float64(c.Live)))
+		regs = strconv.FormatInt(c.Regressions, 10)
+	}
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | `%s` |", r.Scenario, r.Transport,
+		thousands(float64(r.Conns)), thousands(float64(r.Tasks)), strings.Join(figs, "; "), conv, regs, r.Commit, r.Command)
+}
+
+func fmtMS(ms float64) string {
+	switch {
+	case ms < 10:
+		return fmt.Sprintf("%.2f ms", ms)
+	case ms < 100:
+		return fmt.Sprintf("%.1f ms", ms)
+	}
+	return thousands(ms) + " ms"
+}
+
+func fmtValue(v float64, unit string) string {
+	switch unit {
+	case "/s":
+		return thousands(v) + "/s"
+	case "s":
+		return fmt.Sprintf("%.2f s", v)
+	case "cores":
+		return fmt.Sprintf("%.2f cores", v)
+	case "%":
+		return fmt.Sprintf("%.0f %%", v)
+	case "":
+		if v == float64(int64(v)) {
+			return thousands(v)
+		}
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.1f %s", v, unit)
+}
+
+// thousands formats v rounded to an integer with comma separators.
+func thousands(v float64) string {
+	n := int64(v + 0.5)
+	if v < 0 {
+		n = int64(v - 0.5)
+	}
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
+
+// merged is every worker's report added up.
+type merged struct {
+	workerReport
+	phases map[string]*mergedPhase
+}
+
+type mergedPhase struct {
+	Deliveries, CatchUp, Connects int64
+	Latency, Connect              *hdrhistogram.Histogram
+}
+
+func (m *merged) phase(name string) *mergedPhase {
+	if p := m.phases[name]; p != nil {
+		return p
+	}
+	return &mergedPhase{Latency: newHist(), Connect: newHist()}
+}
+
+func (m *merged) errorCount() int64 {
+	var n int64
+	for k, v := range m.Errors {
+		if !notErrors[k] {
+			n += v
+		}
+	}
+	return n
+}
+
+func mergeReports(replies []reply) *merged {
+	m := &merged{phases: map[string]*mergedPhase{}}
+	m.Errors = map[string]int64{}
+	m.ModeEvents = map[string]*modeSeen{}
+	for _, rp := range replies {
+		w := rp.Report
+		if w == nil {
+			continue
+		}
+		m.Live += w.Live
+		m.Converged += w.Converged
+		m.Behind += w.Behind
+		m.Ahead += w.Ahead
+		m.Regressions += w.Regressions
+		m.ResumeRepeats += w.ResumeRepeats
+		m.Reconnects += w.Reconnects
+		m.Opened += w.Opened
+		m.ChurnClosed += w.ChurnClosed
+		m.Goroutines += w.Goroutines
+		if len(m.NotConverged) < 10 {
+			m.NotConverged = append(m.NotConverged, w.NotConverged...)
+		}
+		if len(m.RegressionEx) < 10 {
+			m.RegressionEx = append(m.RegressionEx, w.RegressionEx...)
+		}
+		for k, v := range w.Errors {
+			m.Errors[k] += v
+		}
+		for k, v := range w.ModeEvents {
+			s := m.ModeEvents[k]
+			if s == nil {
+				cp := *v
+				m.ModeEvents[k] = &cp
+				continue
+			}
+			s.Count += v.Count
+			s.FirstNs = min(s.FirstNs, v.FirstNs)
+			s.LastNs = max(s.LastNs, v.LastNs)
+		}
+		for name, p := range w.Phases {
+			mp := m.phases[name]
+			if mp == nil {
+				mp = &mergedPhase{Latency: newHist(), Connect: newHist()}
+				m.phases[name] = mp
+			}
+			mp.Deliveries += p.Deliveries
+			mp.CatchUp += p.CatchUp
+			mp.Connects += p.Connects
+			mp.Latency.Merge(decodeHist(p.Latency))
+			mp.Connect.Merge(decodeHist(p.Connect))
+		}
+	}
+	return m
+}

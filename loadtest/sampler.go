@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times; 100 on every
+// Linux this runs on.
+const clockTicks = 100
+
+// procRSS is a process's resident set in KB, from /proc/<pid>/status.
+func procRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// procCPU is a process's user plus system time in clock ticks.
+func procCPU(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + s
+}
+
+// machineCPU is the whole machine's busy and total ticks, from /proc/stat.
+func machineCPU() (busy, total int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i >= 8 { // guest times are already in user and nice
+			break
+		}
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total
+}
+
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// metrics is one scrape of /metrics: series (name with labels, as written)
+// to value.
+type metrics map[string]float64
+
+var metricsClient = &http.Client{Timeout: 2 * time.Second}
+
+func scrape(ctx context.Context, base string) (metrics, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	resp, err := metricsClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return parseMetrics(resp.Body), nil
+}
+
+func parseMetrics(r io.Reader) metrics {
+	m := metrics{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		m[line[:i]] = v
+	}
+	return m
+}
+
+// sample is the server as seen every 500 ms.
+type sample struct {
+	T           float64 `json:"t"` // seconds since the run started
+	RSSKB       int64   `json:"rss_kb"`
+	CPUSeconds  float64 `json:"cpu_s"`
+	Goroutines  float64 `json:"goroutines"`
+	Connections float64 `json:"connections"`
+	Deliveries  float64 `json:"deliveries"`
+	PGQueries   float64 `json:"pg_queries"`
+	Polling     bool    `json:"polling,omitempty"`
+}
+
+// sampler records the server every 500 ms, following it across restarts.
+type sampler struct {
+	server *pushdServer
+	start  time.Time
+
+	mu      sync.Mutex
+	samples []sample // guarded by mu
+}
+
+func (s *sampler) run(ctx context.Context) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s.take(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *sampler) take(ctx context.Context) sample {
+	sm := sample{T: time.Since(s.start).Seconds()}
+	p := s.server.current()
+	if p == nil || p.exited() {
+		return sm
+	}
+	sm.RSSKB = procRSS(p.pid())
+	sm.CPUSeconds = float64(procCPU(p.pid())) / clockTicks
+	if m, err := scrape(ctx, s.server.baseURL()); err == nil {
+		sm.Goroutines = m["go_goroutines"]
+		sm.Connections = m["pushd_connections"]
+		sm.Deliveries = m["pushd_deliveries_total"]
+		sm.PGQueries = m["pushd_postgres_queries_total"]
+		sm.Polling = m[`pushd_mode{mode="polling"}`] == 1
+	}
+	s.mu.Lock()
+	s.samples = append(s.samples, sm)
+	s.mu.Unlock()
+	return sm
+}
+
+func (s *sampler) all() []sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sample(nil), s.samples...)
+}
+
+// settled takes n samples 500 ms apart and returns the smallest RSS and
+// goroutine count: the server at rest, as near to after a GC as can be seen
+// from outside.
+func (s *sampler) settled(ctx context.Context, n int) (rssKB int64, goroutines float64) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	rssKB, goroutines = -1, -1
+	for i := range n {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+		sm := s.take(ctx)
+		if rssKB < 0 || (sm.RSSKB > 0 && sm.RSSKB < rssKB) {
+			rssKB = sm.RSSKB
+		}
+		if goroutines < 0 || (sm.Goroutines > 0 && sm.Goroutines < goroutines) {
+			goroutines = sm.Goroutines
+		}
+	}
+	return rssKB, goroutines
+}
+
+// cpuMark is the CPU time of everything the run measures, at one moment.
+type cpuMark struct {
+	at           time.Time
+	server       int64
+	workers      int64
+	redis        int64
+	self         int64
+	machineBusy  int64
+	machineTotal int64
+}
+
+// cpuUse is CPU time between two marks, in cores.
+type cpuUse struct {
+	Seconds     float64 `json:"seconds"`
+	Server      float64 `json:"server_cores"`
+	LoadGen     float64 `json:"loadgen_cores"` // workers and the controller (publisher)
+	Redis       float64 `json:"redis_cores"`
+	MachineBusy float64 `json:"machine_busy_pct"`
+}
+
+func (a cpuMark) to(b cpuMark) cpuUse {
+	el := b.at.Sub(a.at).Seconds()
+	if el <= 0 {
+		return cpuUse{}
+	}
+	cores := func(t int64) float64 { return float64(t) / clockTicks / el }
+	u := cpuUse{Seconds: el, Server: cores(b.server - a.server), LoadGen: cores(b.workers - a.workers + b.self - a.self), Redis: cores(b.redis - a.redis)}
+	if t := b.machineTotal - a.machineTotal; t > 0 {
+		u.MachineBusy = 100 * float64(b.machineBusy-a.machineBusy) / float64(t)
+	}
+	return u
+}

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// runIdle measures what an idle connection costs the server: RSS and
+// goroutines before anyone connects and after every connection holds its
+// snapshot and the server has settled.
+func runIdle(ctx context.Context, r *run) error {
+	rssBefore, gBefore := r.samp.settled(ctx, 4)
+	if err := r.connectAll(ctx); err != nil {
+		return err
+	}
+	if err := sleepCtx(ctx, 3*time.Second); err != nil { // let the server settle: there is no forced GC from outside
+		return err
+	}
+	rssAfter, gAfter := r.samp.settled(ctx, 6)
+	n := float64(r.cfg.Conns)
+	r.res.fig("rss_before_mb", float64(rssBefore)/1024, "MB", false)
+	r.res.fig("rss_after_mb", float64(rssAfter)/1024, "MB", true)
+	r.res.fig("rss_per_conn_kb", float64(rssAfter-rssBefore)/n, "KB/conn", true)
+	r.res.fig("goroutines_before", gBefore, "", false)
+	r.res.fig("goroutines_after", gAfter, "", false)
+	r.res.fig("goroutines_per_conn", (gAfter-gBefore)/n, "goroutines/conn", true)
+	m, err := r.final(ctx)
+	if err != nil {
+		return err
+	}
+	r.res.latency("connect", m.phase("ramp").Connect, true)
+	return nil
+}
+
+// runFanout publishes rate updates/s for duration to connected clients and
+// measures delivery latency, deliveries/s and the server's CPU.
+func runFanout(ctx context.Context, r *run) error {
+	if err := r.connectAll(ctx); err != nil {
+		return err
+	}
+	if err := r.phase(ctx, "measure"); err != nil {
+		return err
+	}
+	before, m0 := r.mark(), r.scrape(ctx)
+	pr := r.pub.run(ctx, r.cfg.Rate, r.cfg.Duration)
+	after, m1 := r.mark(), r.scrape(ctx)
+	if err := r.phase(ctx, "drain"); err != nil {
+		return err
+	}
+	cpu := before.to(after)
+	r.res.CPU = &cpu
+	r.res.Publish = &pr
+	m, err := r.final(ctx)
+	if err != nil {
+		return err
+	}
+	meas := m.phase("measure")
+	lat := meas.Latency.Clone()
+	lat.Merge(m.phase("drain").Latency)
+	r.res.latency("delivery", lat, true)
+	watchers := float64(r.cfg.Conns) / float64(r.cfg.Tasks)
+	r.res.fig("deliveries_per_s", float64(meas.Deliveries)/cpu.Seconds, "/s", true)
+	r.res.fig("deliveries_asked_per_s", r.cfg.Rate*watchers, "/s", true)
+	r.res.fig("server_deliveries_per_s", (m1["pushd_deliveries_total"]-m0["pushd_deliveries_total"])/cpu.Seconds, "/s", false)
+	r.res.fig("publishes_per_s", pr.PerSecond, "/s", false)
+	r.res.fig("server_cores", cpu.Server, "cores", true)
+	r.res.fig("loadgen_cores", cpu.LoadGen, "cores", false)
+	r.res.fig("redis_cores", cpu.Redis, "cores", false)
+	r.res.fig("machine_busy_pct", cpu.MachineBusy, "%", false)
+	r.res.fig("conflated", m1["pushd_conflated_total"]-m0["pushd_conflated_total"], "", false)
+	if rss := lastRSS(r); rss > 0 {
+		r.res.fig("server_rss_mb", float64(rss)/1024, "MB", false)
+	}
+	return nil
+}
+
+// runChurn keeps connections opening and closing while updates flow.
+func runChurn(ctx context.Context, r *run) error {
+	if err := r.connectAll(ctx); err != nil {
+		return err
+	}
+	rss0, g0 := r.samp.settled(ctx, 2)
+	m0 := r.scrape(ctx)
+	if err := r.phase(ctx, "churn"); err != nil {
+		return err
+	}
+	before := r.mark()
+	done := make(chan pubRun, 1)
+	go func() { done <- r.pub.run(ctx, r.cfg.Rate, r.cfg.Duration) }()
+	if _, err := r.all(ctx, func(int) command {
+		return command{Cmd: "churn", Rate: r.cfg.ChurnRate / float64(len(r.workers)), Tasks: r.cfg.Tasks}
+	}, "churning", 10*time.Second); err != nil {
+		return err
+	}
+	pr := <-done
+	if _, err := r.all(ctx, func(int) command { return command{Cmd: "churn"} }, "churning", 30*time.Second); err != nil {
+		return err
+	}
+	after := r.mark()
+	if err := r.phase(ctx, "drain"); err != nil {
+		return err
+	}
+	cpu := before.to(after)
+	r.res.CPU, r.res.Publish = &cpu, &pr
+	m, err := r.final(ctx)
+	if err != nil {
+		return err
+	}
+	rss1, g1 := r.samp.settled(ctx, 2)
+	m1 := r.scrape(ctx)
+	ch := m.phase("churn")
+	r.res.latency("connect", ch.Connect, true)
+	lat := ch.Latency.Clone()
+	lat.Merge(m.phase("drain").Latency)
+	r.res.latency("delivery", lat, false)
+	r.res.fig("churned_per_s", float64(m.ChurnClosed)/cpu.Seconds, "/s", true)
+	r.res.fig("opened_total", m1["pushd_connections_opened_total"]-m0["pushd_connections_opened_total"], "", false)
+	r.res.fig("errors", float64(m.errorCount()), "", true)
+	r.res.fig("rss_drift_mb", float64(rss1-rss0)/1024, "MB", true)
+	r.res.fig("goroutine_drift", g1-g0, "", true)
+	r.res.fig("server_cores", cpu.Server, "cores", false)
+	r.res.fig("loadgen_cores", cpu.LoadGen, "cores", false)
+	return nil
+}
+
+// runStorm restarts the node with Redis flushed and every task changed in
+// PostgreSQL meanwhile, and measures how long every client takes to
+// reconnect and converge, and how many PostgreSQL queries that took.
+func runStorm(ctx context.Context, r *run) error {
+	if err := r.connectAll(ctx); err != nil {
+		return err
+	}
+	if err := r.phase(ctx, "storm"); err != nil {
+		return err
+	}
+	stopping := time.Now()
+	r.server.stop(30 * time.Second)
+	r.logf("server stopped after %v", time.Since(stopping).Round(time.Millisecond))
+	r.res.fig("drain_s", time.Since(stopping).Seconds(), "s", false)
+	if err := r.rdb.FlushAll(ctx).Err(); err != nil {
+		return fmt.Errorf("flushall: %w", err)
+	}
+	// The Task State Service changed every task while the node was down.
+	if _, err := r.db.pool.Exec(ctx, `UPDATE generation_tasks SET version = 2, status = 'RUNNING', progress = 2,
+		stage = 'provider_generating', queue_position = NULL, updated_at = now()`); err != nil {
+		return fmt.Errorf("update tasks: %w", err)
+	}
+	r.pub.setAll(2)
+	if err := r.expect(r.pub.lastVersions()); err != nil {
+		return err
+	}
+	before := r.mark()
+	up, err := r.server.startAccepting(ctx)
+	if err != nil {
+		return err
+	}
+	if err := r.broadcast(command{Cmd: "wake", JitterNs: int64(r.cfg.StormJitter)}); err != nil {
+		return err
+	}
+	conv, live, at, err := r.waitConverged(ctx, max(r.cfg.Settle, 30*time.Second))
+	if err != nil {
+		return err
+	}
+	after := r.mark()
+	cpu := before.to(after)
+	r.res.CPU = &cpu
+	if conv == live {
+		r.res.fig("converge_s", at.Sub(up).Seconds(), "s", true)
+	} else {
+		r.res.warn("storm: %d of %d clients converged", conv, live)
+	}
+	met := r.scrape(ctx)
+	m, err := r.final(ctx)
+	if err != nil {
+		return err
+	}
+	r.res.latency("reconnect", m.phase("storm").Connect, true)
+	q := met["pushd_postgres_queries_total"]
+	r.res.fig("pg_queries", q, "", false)
+	r.res.fig("pg_queries_per_task", q/float64(r.cfg.Tasks), "queries/task", true)
+	r.res.fig("pg_rejected", met["pushd_postgres_rejected_total"], "", true)
+	r.res.fig("unavailable_errors", float64(m.Errors["error_event_unavailable"]+m.Errors["rejected_unavailable"]), "", false)
+	r.res.fig("server_cores", cpu.Server, "cores", false)
+	r.res.ServerMetrics = pick(met, "pushd_postgres_queries_total", "pushd_postgres_rejected_total", "pushd_writebacks_total",
+		`pushd_snapshot_reads_total{source="cache"}`, `pushd_snapshot_reads_total{source="redis"}`, `pushd_snapshot_reads_total{source="postgres"}`,
+		"pushd_redis_reads_total", "pushd_connections")
+	return nil
+}
+
+// runOutage kills Redis under load, keeps publishing to PostgreSQL while it
+// is down, restarts it empty, and measures the switch to polling, what
+// clients saw meanwhile and how fast everything converged after.
+func runOutage(ctx context.Context, r *run) error {
+	if err := r.connectAll(ctx); err != nil {
+		return err
+	}
+	if err := r.phase(ctx, "before"); err != nil {
+		return err
+	}
+	warm := min(3*time.Second, r.cfg.Duration/4)
+	total := max(r.cfg.Duration, warm+r.cfg.Outage+2*time.Second)
+	done := make(chan pubRun, 1)
+	before := r.mark()
+	go func() { done <- r.pub.run(ctx, r.cfg.Rate, total) }()
+	if err := sleepCtx(ctx, warm); err != nil {
+		return err
+	}
+
+	killed := time.Now()
+	r.redis.proc.kill()
+	if err := r.phase(ctx, "outage"); err != nil {
+		return err
+	}
+	if t, ok := r.waitMode(ctx, "polling", r.cfg.Outage); ok {
+		r.res.fig("to_polling_s", t.Sub(killed).Seconds(), "s", true)
+	} else {
+		r.res.warn("outage: the server did not report polling within %v", r.cfg.Outage)
+	}
+	if err := sleepCtx(ctx, time.Until(killed.Add(r.cfg.Outage))); err != nil {
+		return err
+	}
+
+	if err := r.redis.start(ctx); err != nil {
+		return fmt.Errorf("restart redis: %w", err)
+	}
+	restarted := time.Now()
+	if err := r.phase(ctx, "recovery"); err != nil {
+		return err
+	}
+	r.logf("redis back after %v", restarted.Sub(killed).Round(time.Millisecond))
+	// Every client must catch up with what was written during the outage.
+	caught := r.pub.lastVersions()
+	if err := r.expect(caught); err != nil {
+		return err
+	}
+	if t, ok := r.waitMode(ctx, "push", 30*time.Second); ok {
+		r.res.fig("to_push_s", t.Sub(restarted).Seconds(), "s", false)
+	} else {
+		r.res.warn("outage: the server did not report push within 30s of Redis coming back")
+	}
+	conv, live, at, err := r.waitConverged(ctx, max(r.cfg.Settle, 30*time.Second))
+	if err != nil {
+		return err
+	}
+	if conv == live {
+		r.res.fig("catch_up_s", max(0, at.Sub(restarted).Seconds()), "s", true)
+	} else {
+		r.res.warn("outage: %d of %d clients caught up with the outage's writes", conv, live)
+	}
+	pr := <-done
+	after := r.mark()
+	if err := r.phase(ctx, "drain"); err != nil {
+		return err
+	}
+	cpu := before.to(after)
+	r.res.CPU, r.res.Publish = &cpu, &pr
+	m, err := r.final(ctx)
+	if err != nil {
+		return err
+	}
+	r.res.latency("before", m.phase("before").Latency, false)
+	r.res.latency("outage_staleness", m.phase("outage").Latency, true)
+	r.res.latency("recovery", m.phase("recovery").Latency, false)
+	if s, ok := m.ModeEvents["polling"]; ok {
+		r.res.fig("clients_polling_first_s", time.Unix(0, s.FirstNs).Sub(killed).Seconds(), "s", false)
+		r.res.fig("clients_polling_last_s", time.Unix(0, s.LastNs).Sub(killed).Seconds(), "s", false)
+	}
+	ps := r.pub.stats()
+	r.res.fig("pg_fallback_writes", float64(ps.PGWrites), "", false)
+	r.res.fig("redis_errors", float64(ps.RedisErrors), "", false)
+	return nil
+}
+
+// waitMode polls the server's pushd_mode every 25 ms until it reports mode.
+func (r *run) waitMode(ctx context.Context, mode string, timeout time.Duration) (time.Time, bool) {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		m, err := scrape(ctx, r.server.baseURL())
+		if err == nil && m[`pushd_mode{mode="`+mode+`"}`] == 1 {
+			return time.Now(), true
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, false
+		case <-tick.C:
+		}
+	}
+	return time.Time{}, false
+}
+
+// sleepCtx waits d, the length of a phase of the scenario.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func lastRSS(r *run) int64 {
+	s := r.samp.all()
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i].RSSKB > 0 {
+			return s[i].RSSKB
+		}
+	}
+	return 0
+}
+
+func pick(m metrics, names ...string) map[string]float64 {
+	out := map[string]float64{}
+	for _, n := range names {
+		if v, ok := m[n]; ok {
+			out[n] = v
+		}
+	}
+	return out
+}

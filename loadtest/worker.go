@@ -1,0 +1,484 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/pushd/pushd/auth"
+)
+
+// workerMain runs a worker: it holds client connections and answers the
+// controller's commands until stdin closes or it is told to quit.
+func workerMain(in io.Reader, out io.Writer) int {
+	raiseNoFile()
+	w := &worker{out: json.NewEncoder(out)}
+	w.setPhase("ramp")
+	w.wake.Store(newWake())
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var cmd command
+		if err := json.Unmarshal(sc.Bytes(), &cmd); err != nil {
+			w.logf("bad command: %v", err)
+			continue
+		}
+		if cmd.Cmd == "quit" {
+			break
+		}
+		w.handle(cmd)
+	}
+	w.stopProgress()
+	w.stopChurn()
+	w.closeAll()
+	return 0
+}
+
+// worker holds connections. Its fields are set by init before any
+// connection exists and read-only afterwards, except where noted.
+type worker struct {
+	outMu sync.Mutex
+	out   *json.Encoder
+
+	url       string // http://host:port
+	transport string
+	tenants   int
+	signer    *auth.Signer
+	dialers   []*net.Dialer
+	clients   []*http.Client // per source, for WebSocket handshakes
+	index     int
+
+	tokMu  sync.Mutex
+	tokens map[int]string // by user index
+
+	connsMu sync.Mutex
+	conns   []*conn      // live connections, in no order
+	nextID  atomic.Int64 // ids of connections opened by churn
+
+	phase   atomic.Pointer[phase]
+	phaseMu sync.Mutex
+	phases  map[string]*phase // every phase so far, guarded by phaseMu
+
+	targets atomic.Pointer[[]int64] // expected version per task
+
+	wake atomic.Pointer[chan struct{}] // closed to wake clients waiting to reconnect
+
+	regressions   atomic.Int64
+	resumeRepeats atomic.Int64
+	reconnects    atomic.Int64
+	opened        atomic.Int64
+	churnClosed   atomic.Int64
+
+	errMu    sync.Mutex
+	errs     map[string]int64
+	regExMu  sync.Mutex
+	regEx    []string
+	modeMu   sync.Mutex
+	modeSeen map[string]*modeSeen
+
+	progressStop chan struct{} // owned by the command loop
+	progressDone chan struct{}
+	churnStop    chan struct{}
+	churnDone    chan struct{}
+}
+
+func newWake() *chan struct{} { c := make(chan struct{}); return &c }
+
+func (w *worker) send(r reply) {
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	w.out.Encode(r)
+}
+
+func (w *worker) logf(format string, args ...any) {
+	w.send(reply{Type: "log", Msg: fmt.Sprintf("worker %d: ", w.index) + fmt.Sprintf(format, args...)})
+}
+
+func (w *worker) handle(cmd command) {
+	switch cmd.Cmd {
+	case "init":
+		w.init(cmd)
+		w.send(reply{Type: "ready"})
+	case "open":
+		go w.open(cmd)
+	case "phase":
+		w.setPhase(cmd.Phase)
+		w.send(reply{Type: "phased"})
+	case "expect":
+		w.expect(cmd.Versions)
+	case "churn":
+		w.stopChurn()
+		if cmd.Rate > 0 {
+			w.startChurn(cmd)
+		}
+		w.send(reply{Type: "churning"})
+	case "wake":
+		w.wakeAll(time.Duration(cmd.JitterNs))
+	case "report":
+		w.stopProgress()
+		w.send(reply{Type: "report", Report: w.report()})
+	default:
+		w.logf("unknown command %q", cmd.Cmd)
+	}
+}
+
+func (w *worker) init(cmd command) {
+	w.url = cmd.URL
+	w.transport = cmd.Transport
+	w.tenants = max(cmd.Tenants, 1)
+	w.signer = auth.NewSigner(cmd.Secret)
+	w.index = cmd.Worker
+	w.tokens = map[int]string{}
+	w.errs = map[string]int64{}
+	w.modeSeen = map[string]*modeSeen{}
+	w.nextID.Store(int64(cmd.Worker+1) * 1_000_000_000)
+	for _, s := range cmd.Sources {
+		d := &net.Dialer{
+			LocalAddr: &net.TCPAddr{IP: net.ParseIP(s)},
+			Control:   bindNoPort,
+			Timeout:   10 * time.Second,
+			KeepAlive: -1,
+		}
+		w.dialers = append(w.dialers, d)
+		w.clients = append(w.clients, &http.Client{Transport: &http.Transport{
+			DialContext:         d.DialContext,
+			MaxIdleConnsPerHost: 1,
+			IdleConnTimeout:     time.Second,
+		}})
+	}
+	if len(w.dialers) == 0 {
+		d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: -1}
+		w.dialers = []*net.Dialer{d}
+		w.clients = []*http.Client{{Transport: &http.Transport{DialContext: d.DialContext}}}
+	}
+}
+
+// token returns a token of the user of task i.
+func (w *worker) token(task int) string {
+	u := userIndex(task, w.tenants)
+	w.tokMu.Lock()
+	defer w.tokMu.Unlock()
+	if t, ok := w.tokens[u]; ok {
+		return t
+	}
+	t, err := w.signer.Sign(auth.Principal{TenantID: tenantOf(task, w.tenants), UserID: userOf(task, w.tenants), ExpiresAt: time.Now().Add(12 * time.Hour)})
+	if err != nil {
+		w.logf("sign: %v", err)
+	}
+	w.tokens[u] = t
+	return t
+}
+
+func (w *worker) countErr(kind string) {
+	w.errMu.Lock()
+	w.errs[kind]++
+	w.errMu.Unlock()
+}
+
+func (w *worker) regression(c *conn, from, to int64, kind string) {
+	w.regressions.Add(1)
+	w.regExMu.Lock()
+	if len(w.regEx) < 10 {
+		w.regEx = append(w.regEx, fmt.Sprintf("%s: conn %d task %s: version %d after %d", kind, c.id, taskID(int(c.task)), to, from))
+	}
+	w.regExMu.Unlock()
+}
+
+func (w *worker) sawMode(mode string, now int64) {
+	w.modeMu.Lock()
+	m := w.modeSeen[mode]
+	if m == nil {
+		m = &modeSeen{FirstNs: now}
+		w.modeSeen[mode] = m
+	}
+	m.Count++
+	m.LastNs = now
+	w.modeMu.Unlock()
+}
+
+// open ramps connections First..First+Count-1 at Rate per second and answers
+// "opened" once each has made its first attempt.
+func (w *worker) open(cmd command) {
+	var wg sync.WaitGroup
+	var ok, failed atomic.Int64
+	start := time.Now()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < cmd.Count; {
+		due := min(int(cmd.Rate*time.Since(start).Seconds())+1, cmd.Count)
+		for ; i < due; i++ {
+			id := cmd.First + i
+			c := w.newConn(id, id%cmd.Tasks)
+			wg.Add(1)
+			go c.run(func(err error) {
+				if err != nil {
+					failed.Add(1)
+				} else {
+					ok.Add(1)
+				}
+				wg.Done()
+			})
+		}
+		if i < cmd.Count {
+			<-tick.C
+		}
+	}
+	wg.Wait()
+	w.send(reply{Type: "opened", Opened: int(ok.Load()), Failed: int(failed.Load())})
+}
+
+func (w *worker) newConn(id, task int) *conn {
+	c := &conn{w: w, id: id, task: int32(task), token: w.token(task)}
+	w.connsMu.Lock()
+	c.slot = len(w.conns)
+	w.conns = append(w.conns, c)
+	w.connsMu.Unlock()
+	return c
+}
+
+// removeConn takes c out of the live set.
+func (w *worker) removeConn(c *conn) {
+	w.connsMu.Lock()
+	defer w.connsMu.Unlock()
+	i := c.slot
+	if i < 0 || i >= len(w.conns) || w.conns[i] != c {
+		return
+	}
+	last := w.conns[len(w.conns)-1]
+	w.conns[i] = last
+	last.slot = i
+	w.conns = w.conns[:len(w.conns)-1]
+	c.slot = -1
+}
+
+func (w *worker) snapshotConns() []*conn {
+	w.connsMu.Lock()
+	defer w.connsMu.Unlock()
+	return append([]*conn(nil), w.conns...)
+}
+
+func (w *worker) closeAll() {
+	for _, c := range w.snapshotConns() {
+		c.close()
+	}
+}
+
+// startChurn closes a random connection and opens a new one, Rate times a
+// second, until stopChurn.
+func (w *worker) startChurn(cmd command) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	w.churnStop, w.churnDone = stop, done
+	go func() {
+		defer close(done)
+		start := time.Now()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		n := 0
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			due := int(cmd.Rate * time.Since(start).Seconds())
+			for ; n < due; n++ {
+				w.connsMu.Lock()
+				var victim *conn
+				if len(w.conns) > 0 {
+					victim = w.conns[rand.IntN(len(w.conns))]
+				}
+				w.connsMu.Unlock()
+				if victim != nil {
+					victim.close()
+					w.churnClosed.Add(1)
+				}
+				id := int(w.nextID.Add(1))
+				c := w.newConn(id, rand.IntN(cmd.Tasks))
+				go c.run(nil)
+			}
+		}
+	}()
+}
+
+func (w *worker) stopChurn() {
+	if w.churnStop != nil {
+		close(w.churnStop)
+		<-w.churnDone
+		w.churnStop, w.churnDone = nil, nil
+	}
+}
+
+func (w *worker) wakeAll(jitter time.Duration) {
+	next := newWake()
+	old := w.wake.Swap(next)
+	if jitter > 0 {
+		for _, c := range w.snapshotConns() {
+			c.wakeJitter.Store(int64(rand.N(jitter)))
+		}
+	}
+	close(*old)
+}
+
+// phase is where deliveries are recorded while it is current. Histograms
+// are sharded by connection to keep thousands of readers off one lock.
+type phase struct {
+	name   string
+	shards [8]phaseShard
+}
+
+type phaseShard struct {
+	mu         sync.Mutex
+	latency    *hdrhistogram.Histogram
+	connect    *hdrhistogram.Histogram
+	deliveries int64
+	catchUp    int64
+	connects   int64
+	_          [40]byte // keep shards on separate cache lines
+}
+
+func (w *worker) setPhase(name string) {
+	w.phaseMu.Lock()
+	defer w.phaseMu.Unlock()
+	if w.phases == nil {
+		w.phases = map[string]*phase{}
+	}
+	p := w.phases[name]
+	if p == nil {
+		p = &phase{name: name}
+		for i := range p.shards {
+			p.shards[i].latency = newHist()
+			p.shards[i].connect = newHist()
+		}
+		w.phases[name] = p
+	}
+	w.phase.Store(p)
+}
+
+// expect sets the version every task should reach and reports progress
+// every 100 ms until the next report.
+func (w *worker) expect(versions []int64) {
+	w.stopProgress()
+	w.targets.Store(&versions)
+	now := time.Now().UnixNano()
+	for _, c := range w.snapshotConns() {
+		c.convergedAt.Store(0)
+		if t := c.target(); t > 0 && c.last.Load() >= t {
+			c.convergedAt.CompareAndSwap(0, now)
+		}
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	w.progressStop, w.progressDone = stop, done
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			w.send(w.progress())
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+func (w *worker) stopProgress() {
+	if w.progressStop != nil {
+		close(w.progressStop)
+		<-w.progressDone
+		w.progressStop, w.progressDone = nil, nil
+	}
+}
+
+func (w *worker) progress() reply {
+	r := reply{Type: "progress"}
+	for _, c := range w.snapshotConns() {
+		r.Live++
+		if at := c.convergedAt.Load(); at != 0 {
+			r.Converged++
+			r.ConvergedAtNs = max(r.ConvergedAtNs, at)
+		}
+	}
+	return r
+}
+
+func (w *worker) report() *workerReport {
+	r := &workerReport{
+		Regressions:   w.regressions.Load(),
+		ResumeRepeats: w.resumeRepeats.Load(),
+		Reconnects:    w.reconnects.Load(),
+		Opened:        w.opened.Load(),
+		ChurnClosed:   w.churnClosed.Load(),
+		Errors:        map[string]int64{},
+		Phases:        map[string]*phaseReport{},
+		ModeEvents:    map[string]*modeSeen{},
+		Goroutines:    runtime.NumGoroutine(),
+	}
+	for _, c := range w.snapshotConns() {
+		r.Live++
+		t, last := c.target(), c.last.Load()
+		switch {
+		case t == 0 || last == t:
+			r.Converged++
+			continue
+		case last < t:
+			r.Behind++
+		default:
+			r.Ahead++
+		}
+		if len(r.NotConverged) < 10 {
+			r.NotConverged = append(r.NotConverged, fmt.Sprintf("conn %d task %s: holds %d, want %d (%s)", c.id, taskID(int(c.task)), last, t, c.state()))
+		}
+	}
+	w.errMu.Lock()
+	for k, v := range w.errs {
+		r.Errors[k] = v
+	}
+	w.errMu.Unlock()
+	w.regExMu.Lock()
+	r.RegressionEx = append(r.RegressionEx, w.regEx...)
+	w.regExMu.Unlock()
+	w.modeMu.Lock()
+	for k, v := range w.modeSeen {
+		cp := *v
+		r.ModeEvents[k] = &cp
+	}
+	w.modeMu.Unlock()
+	w.phaseMu.Lock()
+	names := make([]string, 0, len(w.phases))
+	for n := range w.phases {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := w.phases[n]
+		lat, con := newHist(), newHist()
+		pr := &phaseReport{}
+		for i := range p.shards {
+			s := &p.shards[i]
+			s.mu.Lock()
+			lat.Merge(s.latency)
+			con.Merge(s.connect)
+			pr.Deliveries += s.deliveries
+			pr.CatchUp += s.catchUp
+			pr.Connects += s.connects
+			s.mu.Unlock()
+		}
+		pr.Latency, pr.Connect = encodeHist(lat), encodeHist(con)
+		r.Phases[n] = pr
+	}
+	w.phaseMu.Unlock()
+	return r
+}
