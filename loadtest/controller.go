@@ -280,7 +280,7 @@ func (r *run) final(ctx context.Context) (*merged, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := mergeReports(replies)
+	m := mergeReports(r.cfg.Scenario, replies)
 	r.res.setConvergence(m)
 	return m, nil
 }

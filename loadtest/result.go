@@ -334,7 +334,8 @@ func thousands(v float64) string {
 // merged is every worker's report added up.
 type merged struct {
 	workerReport
-	phases map[string]*mergedPhase
+	scenario string
+	phases   map[string]*mergedPhase
 }
 
 type mergedPhase struct {
@@ -349,18 +350,24 @@ func (m *merged) phase(name string) *mergedPhase {
 	return &mergedPhase{Latency: newHist(), Connect: newHist()}
 }
 
+// expectedIn are client counts a scenario causes on purpose: in a storm,
+// attempts refused while the node restarts.
+var expectedIn = map[string]map[string]bool{
+	"storm": {"dial_error": true, "status_503": true, "eof_before_stream": true},
+}
+
 func (m *merged) errorCount() int64 {
 	var n int64
 	for k, v := range m.Errors {
-		if !notErrors[k] {
+		if !notErrors[k] && !expectedIn[m.scenario][k] {
 			n += v
 		}
 	}
 	return n
 }
 
-func mergeReports(replies []reply) *merged {
-	m := &merged{phases: map[string]*mergedPhase{}}
+func mergeReports(scenario string, replies []reply) *merged {
+	m := &merged{scenario: scenario, phases: map[string]*mergedPhase{}}
 	m.Errors = map[string]int64{}
 	m.ModeEvents = map[string]*modeSeen{}
 	for _, rp := range replies {

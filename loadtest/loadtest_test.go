@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain is also the worker: the controller re-executes the test binary,
+// which cannot take a -worker flag of its own, with PUSHD_LOADTEST_WORKER=1.
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "1" {
+		os.Exit(workerMain(os.Stdin, os.Stdout))
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var (
+	serverOnce   sync.Once
+	serverBin    string
+	serverCommit string
+	serverErr    error
+	serverDir    string
+)
+
+// pushdBinary builds pushd from the working tree once per test binary,
+// without -race: the server is what runs fast here, the loadtest is what is
+// tested.
+func pushdBinary(t *testing.T) (bin, commit string) {
+	t.Helper()
+	serverOnce.Do(func() {
+		serverDir, serverErr = os.MkdirTemp("", "pushd-loadtest-test-")
+		if serverErr != nil {
+			return
+		}
+		cfg := config{Repo: "..", ServerSrc: "worktree"}
+		serverBin, serverCommit, serverErr = buildServer(context.Background(), cfg, serverDir)
+	})
+	if serverErr != nil {
+		t.Fatal(serverErr)
+	}
+	return serverBin, serverCommit
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// tinyConfig is a scenario at test scale: 50 connections, one worker, 2 s.
+func tinyConfig(scenario, transport string) config {
+	return config{
+		Scenario: scenario, Transport: transport,
+		Conns: 50, Tasks: 10, Tenants: 3, Rate: 50, Duration: 2 * time.Second, ChurnRate: 20, Outage: time.Second,
+		Settle: 10 * time.Second, Workers: 1, PerWorker: 5000, Ramp: 1000, Sources: 4, Publishers: 4, PGWrites: "auto",
+		DatabaseURL: env("PUSHD_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
+		RedisServer: "redis-server",
+		ServerArgs:  []string{"--poll-interval", "200ms", "--drain-timeout", "1s"},
+		Command:     "go test ./loadtest/",
+	}.withDefaults()
+}
+
+// logWriter sends a run's progress lines to the test log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func runTiny(t *testing.T, cfg config) *result {
+	t.Helper()
+	bin, commit := pushdBinary(t)
+	if cfg.Scenario == "idle" {
+		cfg.Tasks = cfg.Conns
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := runOne(ctx, cfg, bin, commit, t.TempDir(), logWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	res.report(&buf)
+	t.Log(buf.String())
+	t.Log(res.row())
+	c := res.Convergence
+	if c == nil {
+		t.Fatal("no convergence report")
+	}
+	if c.Regressions != 0 {
+		t.Errorf("%d regressions: %v", c.Regressions, c.RegressionEx)
+	}
+	if c.Live != cfg.Conns || c.Converged != c.Live {
+		t.Errorf("converged %d of %d live connections (want %d): %v", c.Converged, c.Live, cfg.Conns, c.NotConverged)
+	}
+	if !res.OK {
+		t.Errorf("run failed: %v", res.Problems)
+	}
+	if len(res.Samples) == 0 || res.Samples[len(res.Samples)-1].RSSKB == 0 {
+		t.Error("no samples of the server")
+	}
+	return res
+}
+
+func figureOf(t *testing.T, res *result, name string) float64 {
+	t.Helper()
+	for _, f := range res.Figures {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	t.Fatalf("no figure %q in %+v", name, res.Figures)
+	return 0
+}
+
+func TestScenarios(t *testing.T) {
+	for _, transport := range []string{"sse", "ws"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			t.Run("idle", func(t *testing.T) {
+				res := runTiny(t, tinyConfig("idle", transport))
+				if g := figureOf(t, res, "goroutines_after"); g <= 0 {
+					t.Errorf("goroutines after connecting: %v", g)
+				}
+				figureOf(t, res, "rss_per_conn_kb")
+			})
+			t.Run("fanout", func(t *testing.T) {
+				res := runTiny(t, tinyConfig("fanout", transport))
+				// 50 updates/s over 10 tasks watched by 5 connections each.
+				if d := figureOf(t, res, "deliveries_per_s"); d < 100 {
+					t.Errorf("%v deliveries/s, want about 250", d)
+				}
+				if l := res.Latencies["delivery"]; l == nil || l.Count == 0 {
+					t.Errorf("no delivery latencies: %+v", l)
+				}
+			})
+			t.Run("churn", func(t *testing.T) {
+				res := runTiny(t, tinyConfig("churn", transport))
+				if n := figureOf(t, res, "churned_per_s"); n <= 0 {
+					t.Errorf("churned %v/s", n)
+				}
+				if l := res.Latencies["connect"]; l == nil || l.Count == 0 {
+					t.Errorf("no connect latencies: %+v", l)
+				}
+			})
+			t.Run("storm", func(t *testing.T) {
+				res := runTiny(t, tinyConfig("storm", transport))
+				figureOf(t, res, "converge_s")
+				if q := figureOf(t, res, "pg_queries"); q == 0 {
+					t.Error("the restarted server read nothing from PostgreSQL: Redis was not cold")
+				}
+				if res.Convergence.Reconnects < int64(res.Conns) {
+					t.Errorf("%d reconnects for %d clients", res.Convergence.Reconnects, res.Conns)
+				}
+			})
+			t.Run("outage", func(t *testing.T) {
+				res := runTiny(t, tinyConfig("outage", transport))
+				figureOf(t, res, "to_polling_s")
+				figureOf(t, res, "catch_up_s")
+				if res.Publisher.PGWrites == 0 {
+					t.Error("the publisher wrote no PostgreSQL row while Redis was down")
+				}
+			})
+		})
+	}
+	t.Cleanup(func() {
+		if serverDir != "" {
+			os.RemoveAll(serverDir)
+		}
+	})
+}
+
+// TestReadSSE parses a stream with every field the loadtest reads, a
+// multi-line data field and a line longer than the reader's buffer.
+func TestReadSSE(t *testing.T) {
+	w := &worker{errs: map[string]int64{}, modeSeen: map[string]*modeSeen{}}
+	w.setPhase("p")
+	c := &conn{w: w, task: 3}
+	long := strings.Repeat("x", 9000)
+	stream := "retry: 2000\n" +
+		"event: hello\ndata: {\"conn_id\":\"c1\"}\n\n" +
+		": hb\n\n" +
+		"event: task\r\nid: lt_3=4\r\ndata: {\"task_id\":\"lt_3\",\"version\":4,\r\ndata: \"sent_ns\":1,\"pad\":\"" + long + "\"}\r\n\r\n" +
+		"event: mode\ndata: {\"mode\":\"polling\",\"reason\":\"pubsub_down\"}\n\n" +
+		"event: task\nid: lt_3=3\ndata: {\"task_id\":\"lt_3\",\"version\":3,\"sent_ns\":1}\n\n" +
+		"event: error\ndata: {\"code\":\"not_found\",\"task_id\":\"lt_9\"}\n\n"
+	err := c.readSSE(bufio.NewReaderSize(strings.NewReader(stream), 4096))
+	if err == nil || !strings.Contains(err.Error(), "EOF") {
+		t.Fatalf("readSSE: %v, want EOF", err)
+	}
+	if got := c.last.Load(); got != 4 {
+		t.Errorf("last version %d, want 4", got)
+	}
+	if string(c.cursor) != "lt_3=3" {
+		t.Errorf("cursor %q", c.cursor)
+	}
+	if n := w.regressions.Load(); n != 1 {
+		t.Errorf("%d regressions, want 1 (version 3 after 4)", n)
+	}
+	if w.errs["error_event_not_found"] != 1 || w.modeSeen["polling"] == nil {
+		t.Errorf("errors %v, modes %v", w.errs, w.modeSeen)
+	}
+}
+
+func TestParseMetrics(t *testing.T) {
+	m := parseMetrics(strings.NewReader("# HELP go_goroutines x\n# TYPE go_goroutines gauge\ngo_goroutines 42\npushd_mode{mode=\"polling\"} 1\npushd_deliveries_total 1.5e+06\n"))
+	if m["go_goroutines"] != 42 || m[`pushd_mode{mode="polling"}`] != 1 || m["pushd_deliveries_total"] != 1.5e6 {
+		t.Errorf("parsed %v", m)
+	}
+}
