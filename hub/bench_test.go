@@ -2,6 +2,9 @@ package hub_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pushd/pushd/fanout"
@@ -45,5 +48,61 @@ func BenchmarkDelivery(b *testing.B) {
 		store.SetIfNewer(context.Background(), snaps[i+1])
 		h.Notify(fanout.Notification{TenantID: "t1", TaskID: "task_a", Version: int64(i + 2)})
 		<-d.n
+	}
+}
+
+// countSink counts task events and signals when a target is reached.
+type countSink struct {
+	n, target *atomic.Int64
+	done      chan struct{}
+}
+
+func (s countSink) Write(evs []hub.Event) error {
+	for _, ev := range evs {
+		if ev.Kind == hub.KindTask && s.n.Add(1) == s.target.Load() {
+			s.done <- struct{}{}
+		}
+	}
+	return nil
+}
+func (countSink) Closed(hub.CloseReason) {}
+
+// BenchmarkFanout is one notification delivered to every one of n
+// connections watching the task: ns/op is per notification.
+func BenchmarkFanout(b *testing.B) {
+	for _, n := range []int{10, 100, 1000, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			store := &seqSource{MemoryStore: snapshot.NewMemoryStore()}
+			bus := fanout.NewMemoryBus()
+			h := hub.New(hub.Config{Source: store, Bus: bus})
+			bus.Start(h)
+			defer bus.Close()
+			defer h.Close()
+			var count, target atomic.Int64
+			sink := countSink{n: &count, target: &target, done: make(chan struct{}, 1)}
+			snaps := make([]*snapshot.Snapshot, b.N+1)
+			for i := range snaps {
+				snaps[i] = snap(b, "t1", "task_a", int64(i+1))
+			}
+			store.cur.Store(snaps[0])
+			for range n {
+				c, _ := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, sink)
+				defer c.Close()
+				c.Subscribe(context.Background(), hub.Subscription{Tasks: []string{"task_a"}})
+			}
+			for count.Load() < int64(n) {
+				runtime.Gosched()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 1; i <= b.N; i++ {
+				count.Store(0)
+				target.Store(int64(n))
+				store.cur.Store(snaps[i])
+				h.Notify(fanout.Notification{TenantID: "t1", TaskID: "task_a", Version: int64(i + 1)})
+				<-sink.done
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/delivery")
+		})
 	}
 }
