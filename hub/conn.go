@@ -368,8 +368,7 @@ func (c *Conn) scheduleLocked() {
 // version delivered so nothing older or equal is queued after it.
 func (c *Conn) takeLocked(buf []Event) []Event {
 	buf = append(buf, c.control...)
-	clear(c.control)
-	c.control = c.control[:0]
+	c.control = nil // rare (hello, errors, modes): an idle connection keeps no slice
 	for _, id := range c.order {
 		s := c.pending[id]
 		delete(c.pending, id)
@@ -385,8 +384,7 @@ func (c *Conn) takeLocked(buf []Event) []Event {
 	clear(c.order)
 	c.order = c.order[:0]
 	buf = append(buf, c.trailer...)
-	clear(c.trailer)
-	c.trailer = c.trailer[:0]
+	c.trailer = nil
 	if c.reconnect > 0 {
 		buf = append(buf, Event{Kind: KindReconnect, AfterMS: c.reconnect})
 		c.reconnect = 0

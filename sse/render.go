@@ -7,13 +7,34 @@ import (
 	"sync"
 
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/snapshot"
 )
 
 // encoder renders events as text/event-stream. It belongs to one
 // connection and is used by whichever writer holds the connection.
 type encoder struct {
-	retry    int64            // ms, sent with hello
-	versions map[string]int64 // delivered versions, for the id: cursor
+	retry int64 // ms, sent with hello
+	// The delivered versions, for the id: cursor. Most connections watch
+	// one task, so the first is kept inline and the map is made only for a
+	// second.
+	oneTask    string
+	oneVersion int64
+	versions   map[string]int64
+}
+
+// cursor records s as delivered and appends the connection's cursor to b.
+func (e *encoder) cursor(b []byte, s *snapshot.Snapshot) []byte {
+	if e.versions == nil && (e.oneTask == "" || e.oneTask == s.TaskID) {
+		e.oneTask, e.oneVersion = s.TaskID, s.Version
+		b = append(b, e.oneTask...)
+		b = append(b, '=')
+		return strconv.AppendInt(b, e.oneVersion, 10)
+	}
+	if e.versions == nil {
+		e.versions = map[string]int64{e.oneTask: e.oneVersion}
+	}
+	e.versions[s.TaskID] = s.Version
+	return encodeCursor(b, e.versions, s.TaskID)
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -40,12 +61,8 @@ func (e *encoder) render(b *bytes.Buffer, events []hub.Event) {
 func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 	switch ev.Kind {
 	case hub.KindTask:
-		if e.versions == nil {
-			e.versions = make(map[string]int64, 1)
-		}
-		e.versions[ev.Snapshot.TaskID] = ev.Snapshot.Version
 		b.WriteString("event: task\nid: ")
-		b.Write(encodeCursor(b.AvailableBuffer(), e.versions, ev.Snapshot.TaskID))
+		b.Write(e.cursor(b.AvailableBuffer(), ev.Snapshot))
 		b.WriteString("\ndata: ")
 		b.Write(ev.Snapshot.JSON())
 		b.WriteString("\n\n")

@@ -1,0 +1,67 @@
+package sse
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/snapshot"
+)
+
+func taskEvent(t *testing.T, task string, version int64) hub.Event {
+	t.Helper()
+	s, err := snapshot.Parse(fmt.Appendf(nil, `{"task_id":%q,"tenant_id":"t1","version":%d}`, task, version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hub.Event{Kind: hub.KindTask, Snapshot: s}
+}
+
+// lastID returns the id: of the last event in b.
+func lastID(b *bytes.Buffer) string {
+	id := ""
+	for line := range strings.SplitSeq(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, "id: "); ok {
+			id = v
+		}
+	}
+	return id
+}
+
+func TestCursorCarriesEveryDeliveredVersion(t *testing.T) {
+	var e encoder
+	var b bytes.Buffer
+	e.render(&b, []hub.Event{taskEvent(t, "a", 1), taskEvent(t, "a", 3)})
+	if id := lastID(&b); id != "a=3" {
+		t.Fatalf("one task: id %q, want a=3", id)
+	}
+	e.render(&b, []hub.Event{taskEvent(t, "b", 7)})
+	got := parseCursor(lastID(&b))
+	if len(got) != 2 || got["a"] != 3 || got["b"] != 7 {
+		t.Fatalf("two tasks: cursor %v, want a=3 and b=7", got)
+	}
+}
+
+func TestCursorBeyondTheBoundNamesOnlyItsTask(t *testing.T) {
+	var e encoder
+	var b bytes.Buffer
+	for i := range maxCursorTasks + 1 {
+		e.render(&b, []hub.Event{taskEvent(t, fmt.Sprintf("t%d", i), 1)})
+	}
+	got := parseCursor(lastID(&b))
+	if len(got) != 1 || got[fmt.Sprintf("t%d", maxCursorTasks)] != 1 {
+		t.Fatalf("cursor %v, want only the last task", got)
+	}
+}
+
+func TestParseCursorIgnoresGarbage(t *testing.T) {
+	got := parseCursor("a=1,b=x,c d=2,=3,e=-1,f=5,noequals," + strings.Repeat("z", 10))
+	if len(got) != 2 || got["a"] != 1 || got["f"] != 5 {
+		t.Fatalf("got %v, want a=1 and f=5", got)
+	}
+	if parseCursor(strings.Repeat("a=1,", maxCursorLen)) != nil {
+		t.Fatal("an oversized cursor was parsed")
+	}
+}
