@@ -39,13 +39,14 @@ type config struct {
 	DatabaseURL string
 	RedisServer string
 	ServerBin   string
-	ServerSrc   string // head or worktree
+	ServerSrc   string // head, worktree, or a git revision
 	Repo        string
 	ServerArgs  []string
 	ServerEnv   []string
 
-	Out     string
-	Verbose bool
+	Out            string
+	Verbose        bool
+	ProfileWorkers string
 
 	// Command is the command line, for the result.
 	Command string
@@ -76,12 +77,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server on which a database of the run's own is created and dropped")
 	fs.StringVar(&c.RedisServer, "redis-server", "redis-server", "redis-server binary for the private Redis")
 	fs.StringVar(&c.ServerBin, "server-bin", "", "a pushd binary to run instead of building one")
-	fs.StringVar(&c.ServerSrc, "server-src", "head", "what to build pushd from: head (the committed tree, via git archive) or worktree (the working tree)")
+	fs.StringVar(&c.ServerSrc, "server-src", "head", "what to build pushd from: head (the committed tree, via git archive), a git revision, or worktree (the working tree, with whatever is uncommitted)")
 	fs.StringVar(&c.Repo, "repo", "", "the pushd repository (default: the module root of the current directory)")
 	serverArgs := fs.String("server-args", "", "extra pushd flags, space-separated (they win over the loadtest's own)")
 	serverEnv := fs.String("server-env", "", "extra pushd environment, KEY=VAL,KEY=VAL (GOMAXPROCS, GOGC, GOMEMLIMIT, ...)")
 	fs.StringVar(&c.Out, "out", "", "write the JSON result here (with -quick: a JSON array of every run)")
 	fs.BoolVar(&c.Verbose, "v", false, "log progress to stderr")
+	fs.StringVar(&c.ProfileWorkers, "profile-workers", "", "write each worker's CPU profile to this directory")
 	fs.Bool("worker", false, "run as a worker (internal)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: loadtest -scenario idle|fanout|churn|storm|outage [-transport sse|ws] [flags]\n       loadtest -quick\n\n")
@@ -130,8 +132,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	default:
 		return c, fmt.Errorf("-pg-writes %q: want auto, always, fallback or off", c.PGWrites)
 	}
-	if c.ServerSrc != "head" && c.ServerSrc != "worktree" {
-		return c, fmt.Errorf("-server-src %q: want head or worktree", c.ServerSrc)
+	if c.ServerSrc == "" {
+		return c, fmt.Errorf("-server-src: want head, worktree or a git revision")
 	}
 	if c.PerWorker <= 0 || c.Ramp <= 0 || c.Sources <= 0 || c.Sources > 250 || c.Publishers <= 0 || c.Tenants <= 0 {
 		return c, fmt.Errorf("-per-worker, -ramp, -publishers and -tenants must be positive, -sources 1 to 250")

@@ -32,13 +32,17 @@ type workerProc struct {
 	fresh  bool // prog arrived after the last expect
 }
 
-func startWorker(idx int, stderr io.Writer) (*workerProc, error) {
+func startWorker(idx int, profileDir string, stderr io.Writer) (*workerProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(exe, "-worker")
 	cmd.Env = append(os.Environ(), workerEnv+"=1")
+	if profileDir != "" {
+		abs, _ := filepath.Abs(profileDir)
+		cmd.Env = append(cmd.Env, profileEnv+"="+abs)
+	}
 	cmd.Stderr = stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -442,7 +446,7 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		}
 	}()
 	for i := range cfg.Workers {
-		w, err := startWorker(i, stderr)
+		w, err := startWorker(i, cfg.ProfileWorkers, stderr)
 		if err != nil {
 			return res, err
 		}

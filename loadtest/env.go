@@ -357,7 +357,14 @@ func buildServer(ctx context.Context, cfg config, tmp string) (bin, commit strin
 		out, err := exec.CommandContext(ctx, "git", append([]string{"-C", repo}, args...)...).Output()
 		return strings.TrimSpace(string(out)), err
 	}
-	commit, _ = git("rev-parse", "--short", "HEAD")
+	rev := "HEAD"
+	if cfg.ServerSrc != "head" && cfg.ServerSrc != "worktree" {
+		rev = cfg.ServerSrc
+	}
+	commit, err = git("rev-parse", "--short", rev+"^{commit}")
+	if err != nil && rev != "HEAD" {
+		return "", "", fmt.Errorf("-server-src %q: not a revision of %s", rev, repo)
+	}
 	if cfg.ServerBin != "" {
 		if commit != "" {
 			commit += " (prebuilt " + filepath.Base(cfg.ServerBin) + ")"
@@ -365,16 +372,16 @@ func buildServer(ctx context.Context, cfg config, tmp string) (bin, commit strin
 		return cfg.ServerBin, commit, nil
 	}
 	src := repo
-	if cfg.ServerSrc == "head" {
+	if cfg.ServerSrc != "worktree" {
 		if commit == "" {
-			return "", "", fmt.Errorf("-server-src head needs a git repository at %s", repo)
+			return "", "", fmt.Errorf("-server-src %s needs a git repository at %s", cfg.ServerSrc, repo)
 		}
 		src = filepath.Join(tmp, "src")
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			return "", "", err
 		}
 		tarball := filepath.Join(tmp, "src.tar")
-		if _, err := git("archive", "-o", tarball, "HEAD"); err != nil {
+		if _, err := git("archive", "-o", tarball, commit); err != nil {
 			return "", "", fmt.Errorf("git archive: %w", err)
 		}
 		if out, err := exec.CommandContext(ctx, "tar", "-xf", tarball, "-C", src).CombinedOutput(); err != nil {

@@ -61,6 +61,9 @@ type machine struct {
 	Go           string `json:"go"`
 	LoadAvgStart string `json:"loadavg_start"`
 	LoadAvgEnd   string `json:"loadavg_end"`
+	// BusyBeforePct is how busy the machine was in the half second before
+	// the run started anything: other work sharing the cores.
+	BusyBeforePct float64 `json:"busy_before_pct"`
 }
 
 type figure struct {
@@ -114,6 +117,11 @@ func newResult(cfg config, commit string) *result {
 		r.Command += fmt.Sprintf(" # run: -scenario %s -transport %s", cfg.Scenario, cfg.Transport)
 	}
 	r.Machine = machine{CPUs: runtime.NumCPU(), Model: cpuModel(), MemGB: memGB(), Go: runtime.Version(), LoadAvgStart: loadAvg()}
+	b0, t0 := machineCPU()
+	time.Sleep(500 * time.Millisecond) // a measurement window, not synchronization
+	if b1, t1 := machineCPU(); t1 > t0 {
+		r.Machine.BusyBeforePct = 100 * float64(b1-b0) / float64(t1-t0)
+	}
 	return r
 }
 
@@ -235,9 +243,10 @@ func (r *result) report(w io.Writer) {
 		fmt.Fprintf(w, "   client counts: %v\n", r.ClientCounts)
 	}
 	if r.CPU != nil {
-		fmt.Fprintf(w, "   cpu over %.1fs: server %.2f, loadgen %.2f, redis %.2f cores; machine %.0f%% busy; loadavg %s → %s\n",
-			r.CPU.Seconds, r.CPU.Server, r.CPU.LoadGen, r.CPU.Redis, r.CPU.MachineBusy, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd)
+		fmt.Fprintf(w, "   cpu over %.1fs: server %.2f, loadgen %.2f, redis %.2f cores; machine %.0f%% busy\n",
+			r.CPU.Seconds, r.CPU.Server, r.CPU.LoadGen, r.CPU.Redis, r.CPU.MachineBusy)
 	}
+	fmt.Fprintf(w, "   machine: %.0f%% busy before the run; loadavg %s → %s\n", r.Machine.BusyBeforePct, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd)
 	if r.Publisher != nil {
 		fmt.Fprintf(w, "   publisher: %s\n", r.Publisher)
 	}
@@ -309,6 +318,9 @@ func fmtValue(v float64, unit string) string {
 			return thousands(v)
 		}
 		return fmt.Sprintf("%.2f", v)
+	}
+	if v != 0 && v < 1 && v > -1 {
+		return fmt.Sprintf("%.3f %s", v, unit)
 	}
 	return fmt.Sprintf("%.1f %s", v, unit)
 }

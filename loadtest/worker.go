@@ -8,7 +8,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -18,6 +21,10 @@ import (
 
 	"github.com/pushd/pushd/auth"
 )
+
+// profileEnv names a directory where each worker writes a CPU profile of
+// its run (-profile-workers).
+const profileEnv = "PUSHD_LOADTEST_PROFILE"
 
 // workerMain runs a worker: it holds client connections and answers the
 // controller's commands until stdin closes or it is told to quit.
@@ -38,6 +45,12 @@ func workerMain(in io.Reader, out io.Writer) int {
 			break
 		}
 		w.handle(cmd)
+		if cmd.Cmd == "init" && os.Getenv(profileEnv) != "" {
+			f, err := os.Create(filepath.Join(os.Getenv(profileEnv), fmt.Sprintf("worker%d.cpu.pprof", w.index)))
+			if err == nil && pprof.StartCPUProfile(f) == nil {
+				defer func() { pprof.StopCPUProfile(); f.Close() }()
+			}
+		}
 	}
 	w.stopProgress()
 	w.stopChurn()
