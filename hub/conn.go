@@ -76,13 +76,12 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	var tasks, projects []string
 	user := false
 
-	h.mu.Lock()
 	c.mu.Lock()
 	if c.closed || c.ending {
 		c.mu.Unlock()
-		h.mu.Unlock()
 		return nil, ErrClosed
 	}
+	// Indexed while c.mu is held, so a concurrent Close sees every entry.
 	room := h.cfg.MaxSubscriptions - len(c.tasks) - len(c.projects)
 	for _, id := range s.Tasks {
 		switch {
@@ -94,7 +93,7 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 		default:
 			room--
 			c.tasks = add(c.tasks, id)
-			h.byTask[key{c.TenantID, id}] = addConn(h.byTask[key{c.TenantID, id}], c)
+			h.idx.add(byTask, key{c.TenantID, id}, c)
 			tasks = append(tasks, id)
 		}
 	}
@@ -108,19 +107,19 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 		default:
 			room--
 			if len(c.projects) == 0 && !c.userScope {
-				h.scoped[c.TenantID]++
+				h.idx.addScoped(c.TenantID, 1)
 			}
 			c.projects = add(c.projects, id)
-			h.byProject[key{c.TenantID, id}] = addConn(h.byProject[key{c.TenantID, id}], c)
+			h.idx.add(byProject, key{c.TenantID, id}, c)
 			projects = append(projects, id)
 		}
 	}
 	if s.User && !c.userScope && c.UserID != "" {
 		if len(c.projects) == 0 {
-			h.scoped[c.TenantID]++
+			h.idx.addScoped(c.TenantID, 1)
 		}
 		c.userScope = true
-		h.byUser[key{c.TenantID, c.UserID}] = addConn(h.byUser[key{c.TenantID, c.UserID}], c)
+		h.idx.add(byUser, key{c.TenantID, c.UserID}, c)
 		user = true
 	}
 	for id, v := range s.Since {
@@ -133,7 +132,6 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	}
 	needBus := c.busRelease == nil
 	c.mu.Unlock()
-	h.mu.Unlock()
 
 	if needBus {
 		release, err := h.cfg.Bus.Subscribe(ctx, c.TenantID)
@@ -238,25 +236,26 @@ func (c *Conn) refreshScopes() bool {
 // no longer watched are dropped.
 func (c *Conn) Unsubscribe(tasks, projects []string) {
 	h := c.hub
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
 	for _, id := range tasks {
 		if has(c.tasks, id) {
 			delete(c.tasks, id)
-			removeConn(h.byTask, key{c.TenantID, id}, c)
+			h.idx.remove(byTask, key{c.TenantID, id}, c)
 		}
 	}
 	hadScope := len(c.projects) > 0 || c.userScope
 	for _, id := range projects {
 		if has(c.projects, id) {
 			delete(c.projects, id)
-			removeConn(h.byProject, key{c.TenantID, id}, c)
+			h.idx.remove(byProject, key{c.TenantID, id}, c)
 		}
 	}
 	if hadScope && len(c.projects) == 0 && !c.userScope {
-		h.dropScoped(c.TenantID)
+		h.idx.addScoped(c.TenantID, -1)
 	}
 	kept := c.order[:0]
 	for _, id := range c.order {
@@ -268,12 +267,6 @@ func (c *Conn) Unsubscribe(tasks, projects []string) {
 	}
 	clear(c.order[len(kept):])
 	c.order = kept
-}
-
-func (h *Hub) dropScoped(tenant string) {
-	if h.scoped[tenant]--; h.scoped[tenant] <= 0 {
-		delete(h.scoped, tenant)
-	}
 }
 
 // watchesLocked reports whether the connection still wants s.
@@ -453,16 +446,16 @@ func (c *Conn) Close() {
 		c.mu.Lock()
 		c.closed = true
 		for id := range c.tasks {
-			removeConn(h.byTask, key{c.TenantID, id}, c)
+			h.idx.remove(byTask, key{c.TenantID, id}, c)
 		}
 		for id := range c.projects {
-			removeConn(h.byProject, key{c.TenantID, id}, c)
+			h.idx.remove(byProject, key{c.TenantID, id}, c)
 		}
 		if c.userScope {
-			removeConn(h.byUser, key{c.TenantID, c.UserID}, c)
+			h.idx.remove(byUser, key{c.TenantID, c.UserID}, c)
 		}
 		if len(c.projects) > 0 || c.userScope {
-			h.dropScoped(c.TenantID)
+			h.idx.addScoped(c.TenantID, -1)
 		}
 		c.pending, c.order, c.control, c.trailer = nil, nil, nil, nil
 		release := c.busRelease
@@ -510,20 +503,4 @@ func keysOf(m map[string]struct{}) []string {
 		out = append(out, k)
 	}
 	return out
-}
-
-func addConn(s connSet, c *Conn) connSet {
-	if s == nil {
-		s = make(connSet)
-	}
-	s[c] = struct{}{}
-	return s
-}
-
-func removeConn(idx map[key]connSet, k key, c *Conn) {
-	s := idx[k]
-	delete(s, c)
-	if len(s) == 0 {
-		delete(idx, k)
-	}
 }

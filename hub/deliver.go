@@ -122,21 +122,13 @@ func (h *Hub) deliver(k key, it dispatchItem, targets []*Conn) []*Conn {
 // offerToWatchers offers s to every local connection of its tenant that
 // watches it: by task, by project or by user. targets is scratch space.
 func (h *Hub) offerToWatchers(s *snapshot.Snapshot, targets []*Conn) []*Conn {
-	h.mu.RLock()
-	for c := range h.byTask[key{s.TenantID, s.TaskID}] {
-		targets = append(targets, c)
-	}
+	targets = h.idx.collect(byTask, key{s.TenantID, s.TaskID}, targets)
 	if s.ProjectID != "" {
-		for c := range h.byProject[key{s.TenantID, s.ProjectID}] {
-			targets = append(targets, c)
-		}
+		targets = h.idx.collect(byProject, key{s.TenantID, s.ProjectID}, targets)
 	}
 	if s.UserID != "" {
-		for c := range h.byUser[key{s.TenantID, s.UserID}] {
-			targets = append(targets, c)
-		}
+		targets = h.idx.collect(byUser, key{s.TenantID, s.UserID}, targets)
 	}
-	h.mu.RUnlock()
 	for _, c := range targets {
 		c.offer(s) // a connection listed twice gets it once: offer drops equal versions
 	}
@@ -147,18 +139,16 @@ func (h *Hub) offerToWatchers(s *snapshot.Snapshot, targets []*Conn) []*Conn {
 // watched reports whether any local connection may want the task, so
 // notifications nobody here watches cost no read.
 func (h *Hub) watched(k key, it dispatchItem) bool {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if len(h.byTask[k]) > 0 {
+	if h.idx.has(byTask, k) {
 		return true
 	}
-	if h.scoped[k.tenant] == 0 {
+	if !h.idx.scopedIn(k.tenant) {
 		return false
 	}
 	if it.projectID == "" || it.userID == "" {
 		return true // the notification does not say; the snapshot will
 	}
-	return len(h.byProject[key{k.tenant, it.projectID}]) > 0 || len(h.byUser[key{k.tenant, it.userID}]) > 0
+	return h.idx.has(byProject, key{k.tenant, it.projectID}) || h.idx.has(byUser, key{k.tenant, it.userID})
 }
 
 // tickLoop writes heartbeats to idle connections and ends connections whose

@@ -121,14 +121,12 @@ type Hub struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // writers, dispatchers, ticker
 
-	mu        sync.RWMutex // guards the indexes and conns
-	conns     map[*Conn]struct{}
-	byTask    map[key]connSet
-	byProject map[key]connSet
-	byUser    map[key]connSet
-	scoped    map[string]int // per tenant, connections watching a project or a user
-	closing   bool
-	empty     chan struct{} // closed when closing and the last connection leaves
+	idx index // who watches what, sharded
+
+	mu      sync.RWMutex // guards conns, closing and empty
+	conns   map[*Conn]struct{}
+	closing bool
+	empty   chan struct{} // closed when closing and the last connection leaves
 
 	modeMu     sync.Mutex // guards mode and modeReason
 	mode       string
@@ -153,12 +151,9 @@ func New(cfg Config) *Hub {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Hub{
 		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		conns:     make(map[*Conn]struct{}),
-		byTask:    make(map[key]connSet),
-		byProject: make(map[key]connSet),
-		byUser:    make(map[key]connSet),
-		scoped:    make(map[string]int),
+		conns: make(map[*Conn]struct{}),
 	}
+	h.idx.init()
 	h.mode = ModePush
 	h.poll.init()
 	h.runq.init()

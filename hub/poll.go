@@ -175,19 +175,9 @@ func (h *Hub) pollWait(failures int) time.Duration {
 func (h *Hub) refresh(tenants map[string]struct{}) bool {
 	ctx, cancel := context.WithTimeout(h.ctx, refreshRoundBudget)
 	defer cancel()
-	h.mu.RLock()
-	seen := make(map[string]struct{})
-	var ids []string
-	for k := range h.byTask {
-		if _, ok := tenants[k.tenant]; tenants != nil && !ok {
-			continue
-		}
-		if _, ok := seen[k.id]; !ok {
-			seen[k.id] = struct{}{}
-			ids = append(ids, k.id)
-		}
-	}
+	ids := h.idx.tasks(tenants)
 	var scoped []*Conn
+	h.mu.RLock()
 	for c := range h.conns {
 		if _, ok := tenants[c.TenantID]; tenants != nil && !ok {
 			continue
