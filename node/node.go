@@ -131,6 +131,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redis url: %w", err)
 		}
+		// Fail fast while Redis is down: the store falls back to PostgreSQL
+		// and the hub to polling, so a retried dial only delays them. Our
+		// contexts bound every read (the store gives Redis a share of its
+		// fetch timeout), which go-redis honours only when told to.
+		opt.DialerRetries = 1
+		opt.ContextTimeoutEnabled = true
 		n.rdb = redis.NewClient(opt)
 		if cfg.DatabaseURL != "" {
 			pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
