@@ -28,8 +28,7 @@ type workerProc struct {
 	replies chan reply // everything but progress and log lines
 
 	progMu sync.Mutex
-	prog   reply
-	fresh  bool // prog arrived after the last expect
+	prog   reply // the latest progress, of any expectation
 }
 
 func startWorker(idx int, profileDir string, stderr io.Writer) (*workerProc, error) {
@@ -74,7 +73,7 @@ func (w *workerProc) read(r io.Reader, stderr io.Writer) {
 		switch rp.Type {
 		case "progress":
 			w.progMu.Lock()
-			w.prog, w.fresh = rp, true
+			w.prog = rp
 			w.progMu.Unlock()
 		case "log":
 			fmt.Fprintln(stderr, "loadtest:", rp.Msg)
@@ -141,6 +140,8 @@ type run struct {
 	samp    *sampler
 	workers []*workerProc
 	secret  []byte
+
+	expectSeq int64 // the latest expect command's Seq
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -227,12 +228,8 @@ func (r *run) converge(ctx context.Context, versions []int64, timeout time.Durat
 }
 
 func (r *run) expect(versions []int64) error {
-	for _, w := range r.workers {
-		w.progMu.Lock()
-		w.fresh = false
-		w.progMu.Unlock()
-	}
-	return r.broadcast(command{Cmd: "expect", Versions: versions})
+	r.expectSeq++
+	return r.broadcast(command{Cmd: "expect", Versions: versions, Seq: r.expectSeq})
 }
 
 func (r *run) waitConverged(ctx context.Context, timeout time.Duration) (conv, live int, at time.Time, err error) {
@@ -246,7 +243,7 @@ func (r *run) waitConverged(ctx context.Context, timeout time.Duration) (conv, l
 		fresh := true
 		for _, w := range r.workers {
 			w.progMu.Lock()
-			fresh = fresh && w.fresh
+			fresh = fresh && w.prog.Seq == r.expectSeq
 			conv += w.prog.Converged
 			live += w.prog.Live
 			atNs = max(atNs, w.prog.ConvergedAtNs)
@@ -362,10 +359,7 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 	for i, c := range runs {
 		dir := filepath.Join(tmp, fmt.Sprintf("run%d", i))
 		os.MkdirAll(dir, 0o755)
-		res, err := runOne(ctx, c, bin, commit, dir, stderr)
-		if err != nil {
-			res.fail("%v", err)
-		}
+		res, _ := runOne(ctx, c, bin, commit, dir, stderr) // an error is in res.Problems
 		res.report(stderr)
 		fmt.Fprintln(stdout, res.row())
 		results = append(results, res)
@@ -395,7 +389,12 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.Writer) (res *result, err error) {
 	res = newResult(cfg, commit)
 	r := &run{cfg: cfg, res: res, stderr: stderr, start: time.Now(), tmp: dir, secret: []byte(randomHex(32))}
-	defer func() { res.finish(r) }()
+	defer func() {
+		if err != nil {
+			res.fail("%v", err)
+		}
+		res.finish(r)
+	}()
 
 	rport, err := freePort()
 	if err != nil {

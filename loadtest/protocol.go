@@ -34,6 +34,9 @@ type command struct {
 	// expect: the version each task should end at, indexed by task; a
 	// connection counts as converged once it holds at least that version.
 	Versions []int64 `json:"versions,omitempty"`
+	// Seq numbers expect commands; progress replies carry the Seq of the
+	// expectation they measure, so a late reply to an older one is ignored.
+	Seq int64 `json:"seq,omitempty"`
 
 	// wake: clients waiting to reconnect do so now, each after a random
 	// delay up to JitterNs.
@@ -53,6 +56,7 @@ type reply struct {
 	Converged     int   `json:"converged,omitempty"`
 	Live          int   `json:"live,omitempty"`
 	ConvergedAtNs int64 `json:"converged_at_ns,omitempty"`
+	Seq           int64 `json:"seq,omitempty"`
 
 	Report *workerReport `json:"report,omitempty"`
 	Msg    string        `json:"msg,omitempty"`

@@ -232,9 +232,39 @@ func (a cpuMark) to(b cpuMark) cpuUse {
 		return cpuUse{}
 	}
 	cores := func(t int64) float64 { return float64(t) / clockTicks / el }
-	u := cpuUse{Seconds: el, Server: cores(b.server - a.server), LoadGen: cores(b.workers - a.workers + b.self - a.self), Redis: cores(b.redis - a.redis)}
+	u := cpuUse{Seconds: el, Server: cores(b.server - a.server), LoadGen: cores(b.workers - a.workers + b.self - a.self), Redis: cores(max(0, b.redis-a.redis))}
 	if t := b.machineTotal - a.machineTotal; t > 0 {
 		u.MachineBusy = 100 * float64(b.machineBusy-a.machineBusy) / float64(t)
 	}
 	return u
 }
+
+// tcpExt reads counters of /proc/net/netstat's TcpExt lines: machine-wide,
+// so other work on the machine adds to them.
+func tcpExt(names ...string) map[string]int64 {
+	b, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(string(b), "\n")
+	out := map[string]int64{}
+	for i := 0; i+1 < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "TcpExt:") || !strings.HasPrefix(lines[i+1], "TcpExt:") {
+			continue
+		}
+		keys, vals := strings.Fields(lines[i])[1:], strings.Fields(lines[i+1])[1:]
+		for j, k := range keys {
+			for _, n := range names {
+				if k == n && j < len(vals) {
+					out[k], _ = strconv.ParseInt(vals[j], 10, 64)
+				}
+			}
+		}
+		break
+	}
+	return out
+}
+
+// listenCounters are the accept-queue overflows and SYN retransmissions a
+// connection storm causes.
+var listenCounters = []string{"ListenOverflows", "ListenDrops", "TCPSynRetrans"}

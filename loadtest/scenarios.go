@@ -156,7 +156,7 @@ func runStorm(ctx context.Context, r *run) error {
 	if err := r.expect(r.pub.lastVersions()); err != nil {
 		return err
 	}
-	before := r.mark()
+	before, tcp0 := r.mark(), tcpExt(listenCounters...)
 	up, err := r.server.startAccepting(ctx)
 	if err != nil {
 		return err
@@ -168,9 +168,13 @@ func runStorm(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	after := r.mark()
+	after, tcp1 := r.mark(), tcpExt(listenCounters...)
 	cpu := before.to(after)
 	r.res.CPU = &cpu
+	// Machine-wide counters: an accept queue that overflowed makes clients
+	// retransmit their SYN after 1 s, then 3 s.
+	r.res.fig("listen_overflows", float64(tcp1["ListenOverflows"]-tcp0["ListenOverflows"]), "", false)
+	r.res.fig("syn_retransmits", float64(tcp1["TCPSynRetrans"]-tcp0["TCPSynRetrans"]), "", false)
 	if conv == live {
 		r.res.fig("converge_s", at.Sub(up).Seconds(), "s", true)
 	} else {

@@ -129,7 +129,7 @@ func (w *worker) handle(cmd command) {
 		w.setPhase(cmd.Phase)
 		w.send(reply{Type: "phased"})
 	case "expect":
-		w.expect(cmd.Versions)
+		w.expect(cmd.Versions, cmd.Seq)
 	case "churn":
 		w.stopChurn()
 		if cmd.Rate > 0 {
@@ -380,7 +380,7 @@ func (w *worker) setPhase(name string) {
 
 // expect sets the version every task should reach and reports progress
 // every 100 ms until the next report.
-func (w *worker) expect(versions []int64) {
+func (w *worker) expect(versions []int64, seq int64) {
 	w.stopProgress()
 	w.targets.Store(&versions)
 	now := time.Now().UnixNano()
@@ -397,7 +397,9 @@ func (w *worker) expect(versions []int64) {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			w.send(w.progress())
+			p := w.progress()
+			p.Seq = seq
+			w.send(p)
 			select {
 			case <-stop:
 				return
