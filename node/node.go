@@ -67,6 +67,7 @@ type Node struct {
 	handler  http.Handler
 	hub      *hub.Hub
 	sse      *sse.Handler
+	ws       *ws.Handler
 	bus      fanout.Bus
 	redisBus *fanout.RedisBus // nil in the embedded mode
 	rdb      *redis.Client
@@ -167,12 +168,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		NodeName: cfg.NodeName, Logger: cfg.Logger,
 	})
 	n.bus.Start(n.hub)
+	n.ws = ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout, Logger: cfg.Logger})
 	n.sse = sse.New(sse.Config{Hub: n.hub, Retry: cfg.SSERetry, WriteTimeout: cfg.WriteTimeout,
 		CheckInterval: cfg.DisconnectCheck, Logger: cfg.Logger})
 	n.handler = api.New(api.Config{
 		Hub: n.hub, Source: source, Publisher: publisher, Auth: verifier,
 		SSE:        n.sse,
-		WS:         ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout, Logger: cfg.Logger}),
+		WS:         n.ws,
 		APIKey:     cfg.APIKey,
 		Ready:      ready,
 		DemoSigner: demoSigner,
@@ -254,6 +256,9 @@ func (n *Node) Close() {
 	}
 	if n.sse != nil {
 		n.sse.Close() // after the hub: it closes what the hub ended
+	}
+	if n.ws != nil {
+		n.ws.Wait() // the hub ended every connection; their readers finish
 	}
 	if n.bus != nil {
 		n.bus.Close()

@@ -54,6 +54,10 @@ type Config struct {
 type Handler struct {
 	cfg Config
 	log *slog.Logger
+	wg  sync.WaitGroup // one per connection: its reader
+
+	mu      sync.Mutex
+	waiting bool // Wait was called: no new connection goroutines
 }
 
 // New returns a Handler.
@@ -112,13 +116,29 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		wc.Close(websocket.StatusServiceRestart, "node shutting down")
 		return
 	}
-	log := h.log.With("conn", c.ID, "tenant", p.TenantID)
+	// The connection gets one goroutine of its own, its reader; the
+	// handler's goroutine returns, taking its stack (grown deep by the
+	// HTTP and routing layers) with it. coder/websocket needs a reader for
+	// pongs and close frames anyway. Writes come from the hub's writers,
+	// pings from its heartbeats.
+	h.mu.Lock()
+	if h.waiting { // the node is stopping
+		h.mu.Unlock()
+		c.Close()
+		wc.Close(websocket.StatusGoingAway, "node stopping")
+		return
+	}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go h.run(wc, c, s)
+}
 
-	// This goroutine is the connection's only one: it reads requests, and
-	// coder/websocket needs a reader for pongs and close frames anyway.
-	// Writes come from the hub's writers; pings from its heartbeats.
+// run reads the connection's requests until it ends, then closes it.
+func (h *Handler) run(wc *websocket.Conn, c *hub.Conn, s *sink) {
+	defer h.wg.Done()
+	log := h.log.With("conn", c.ID, "tenant", c.TenantID)
 	ctx, cancel := context.WithCancel(context.Background())
-	err = h.readLoop(ctx, wc, c, log)
+	err := h.readLoop(ctx, wc, c, log)
 	c.Close() // no hub writes after this returns
 	code, reason := closeFor(err)
 	if r, ended := s.ended(); ended {
@@ -130,6 +150,16 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 	wc.CloseNow()
 	cancel()
 	s.wg.Wait() // pings and the close the hub asked for
+}
+
+// Wait waits for every connection's goroutine. Connections end when the hub
+// ends them or their clients go, so call it after the hub's Shutdown or
+// Close.
+func (h *Handler) Wait() {
+	h.mu.Lock()
+	h.waiting = true
+	h.mu.Unlock()
+	h.wg.Wait()
 }
 
 // readLoop reads client requests until the connection fails. Its error
