@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"go.uber.org/goleak"
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/node"
@@ -21,17 +19,7 @@ import (
 	"github.com/pushd/pushd/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // cluster is the shared Redis (a prefix of this test's own), the package's
 // database, and nodes configured against both.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/pushd/pushd/db"
 	"github.com/pushd/pushd/keys"
@@ -288,4 +289,19 @@ func (p Postgres) InsertTask(t testing.TB, task Task) {
 // UniqueID returns an id with the given prefix that no other test uses.
 func UniqueID(prefix string) string {
 	return strings.TrimSuffix(prefix, "_") + "_" + RandomSuffix(5)
+}
+
+// Main runs a package's tests, drops its database, then fails the run if a
+// goroutine outlived the tests. The leak check comes after Cleanup because
+// the database pool's goroutines end only there. Use it as TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
