@@ -243,8 +243,8 @@ func (r *result) report(w io.Writer) {
 		fmt.Fprintf(w, "   client counts: %v\n", r.ClientCounts)
 	}
 	if r.CPU != nil {
-		fmt.Fprintf(w, "   cpu over %.1fs: server %.2f, loadgen %.2f, redis %.2f cores; machine %.0f%% busy\n",
-			r.CPU.Seconds, r.CPU.Server, r.CPU.LoadGen, r.CPU.Redis, r.CPU.MachineBusy)
+		fmt.Fprintf(w, "   cpu over %.1fs: server %.2f, loadgen %.2f, redis %.2f, other %.2f cores; machine %.0f%% busy\n",
+			r.CPU.Seconds, r.CPU.Server, r.CPU.LoadGen, r.CPU.Redis, r.CPU.OtherCores, r.CPU.MachineBusy)
 	}
 	fmt.Fprintf(w, "   machine: %.0f%% busy before the run; loadavg %s → %s\n", r.Machine.BusyBeforePct, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd)
 	if r.Publisher != nil {

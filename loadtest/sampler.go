@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,6 +225,9 @@ type cpuUse struct {
 	LoadGen     float64 `json:"loadgen_cores"` // workers and the controller (publisher)
 	Redis       float64 `json:"redis_cores"`
 	MachineBusy float64 `json:"machine_busy_pct"`
+	// OtherCores is the machine's busy time not spent by the server, the
+	// load generator or Redis: PostgreSQL, and other work on the machine.
+	OtherCores float64 `json:"other_cores"`
 }
 
 func (a cpuMark) to(b cpuMark) cpuUse {
@@ -235,6 +239,7 @@ func (a cpuMark) to(b cpuMark) cpuUse {
 	u := cpuUse{Seconds: el, Server: cores(b.server - a.server), LoadGen: cores(b.workers - a.workers + b.self - a.self), Redis: cores(max(0, b.redis-a.redis))}
 	if t := b.machineTotal - a.machineTotal; t > 0 {
 		u.MachineBusy = 100 * float64(b.machineBusy-a.machineBusy) / float64(t)
+		u.OtherCores = max(0, u.MachineBusy/100*float64(runtime.NumCPU())-u.Server-u.LoadGen-u.Redis)
 	}
 	return u
 }

@@ -74,6 +74,7 @@ func runFanout(ctx context.Context, r *run) error {
 	r.res.fig("loadgen_cores", cpu.LoadGen, "cores", false)
 	r.res.fig("redis_cores", cpu.Redis, "cores", false)
 	r.res.fig("machine_busy_pct", cpu.MachineBusy, "%", false)
+	r.res.fig("other_cores", cpu.OtherCores, "cores", false)
 	r.res.fig("conflated", m1["pushd_conflated_total"]-m0["pushd_conflated_total"], "", false)
 	if rss := lastRSS(r); rss > 0 {
 		r.res.fig("server_rss_mb", float64(rss)/1024, "MB", false)
