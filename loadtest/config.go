@@ -72,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.Ramp, "ramp", 2000, "connections opened per second, over all workers")
 	fs.IntVar(&c.Sources, "sources", 16, "loopback source addresses to dial from (127.0.0.2 and up)")
 	fs.IntVar(&c.Publishers, "publishers", 16, "publisher goroutines (publishes in flight)")
-	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always, fallback (only when Redis fails), off; auto is always for churn, fallback for outage and storm, off otherwise")
+	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always (the row first, then Redis, as the Task State Service does), fallback (only when Redis fails), off; auto is off for idle, always otherwise")
 	fs.DurationVar(&c.StormJitter, "storm-jitter", 0, "storm: each client waits a random delay up to this before reconnecting (0: all at once)")
 	fs.StringVar(&c.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server on which a database of the run's own is created and dropped")
 	fs.StringVar(&c.RedisServer, "redis-server", "redis-server", "redis-server binary for the private Redis")
@@ -206,12 +206,12 @@ func (c config) withDefaults() config {
 		c.Workers = 1
 	}
 	if c.PGWrites == "auto" {
-		switch c.Scenario {
-		case "churn":
-			c.PGWrites = "always"
-		case "outage", "storm":
-			c.PGWrites = "fallback"
-		default:
+		// pushd reads PostgreSQL, the fact source, whenever Redis answers
+		// older than a notification announced (a read that raced the
+		// write): a publisher that leaves the rows behind Redis can leave
+		// watchers stale, which the convergence check reports.
+		c.PGWrites = "always"
+		if c.Scenario == "idle" {
 			c.PGWrites = "off"
 		}
 	}

@@ -6,14 +6,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/keys"
 )
 
 // workerProc is the controller's handle on one worker process.
@@ -291,6 +296,20 @@ func (r *run) final(ctx context.Context) (*merged, error) {
 		r.res.fig("loadgen_rss_per_conn_kb", float64(rss)/float64(m.Live), "KB/conn", false)
 	}
 	r.res.fig("loadgen_goroutines_per_conn", float64(m.Goroutines)/float64(max(m.Live, 1)), "goroutines/conn", false)
+	final := r.scrape(ctx)
+	if r.res.ServerMetrics == nil {
+		r.res.ServerMetrics = map[string]float64{}
+	}
+	for k, v := range final {
+		if strings.HasPrefix(k, "pushd_") {
+			if _, ok := r.res.ServerMetrics[k]; !ok {
+				r.res.ServerMetrics[k] = v
+			}
+		}
+	}
+	if m.Converged < m.Live {
+		r.diagnose(ctx, m.StuckTasks)
+	}
 	return m, nil
 }
 
@@ -490,3 +509,29 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// diagnose says, for a few tasks whose watchers did not converge, which
+// version each layer holds: what was published, what Redis stores, and what
+// the server answers on GET /v1/tasks/{id} (its read path, caches included).
+func (r *run) diagnose(ctx context.Context, tasks []int) {
+	want := r.pub.lastVersions()
+	for i, t := range tasks {
+		if i == 3 {
+			break
+		}
+		id := taskID(t)
+		var inRedis, fromAPI int64 = -1, -1
+		if b, err := r.rdb.Get(ctx, keys.Names{}.Snapshot(id)).Bytes(); err == nil {
+			inRedis, _ = jsonInt(b, `"version":`)
+		}
+		tok, _ := auth.NewSigner(r.secret).Sign(auth.Principal{TenantID: tenantOf(t, r.cfg.Tenants), UserID: userOf(t, r.cfg.Tenants), ExpiresAt: time.Now().Add(time.Hour)})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.server.baseURL()+"/v1/tasks/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if resp, err := metricsClient.Do(req); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			fromAPI, _ = jsonInt(b, `"version":`)
+		}
+		r.res.warn("task %s did not reach its watchers: published v%d, Redis holds v%d, GET /v1/tasks/%s answers v%d", id, want[t], inRedis, id, fromAPI)
+	}
+}

@@ -69,7 +69,8 @@ type workerReport struct {
 	Behind        int                     `json:"behind"`    // holding an older version (or none)
 	Ahead         int                     `json:"ahead"`     // holding a newer version than the controller published (a bug in the loadtest)
 	NotConverged  []string                `json:"not_converged,omitempty"`
-	Regressions   int64                   `json:"regressions"` // a version <= one already seen on the same connection, or < one seen before a reconnect
+	StuckTasks    []int                   `json:"stuck_tasks,omitempty"` // tasks of connections that did not converge, at most 10
+	Regressions   int64                   `json:"regressions"`           // a version <= one already seen on the same connection, or < one seen before a reconnect
 	RegressionEx  []string                `json:"regression_examples,omitempty"`
 	ResumeRepeats int64                   `json:"resume_repeats"` // the version already held, sent again after a reconnect (allowed)
 	Reconnects    int64                   `json:"reconnects"`

@@ -16,13 +16,13 @@ import (
 	"github.com/pushd/pushd/snapshot"
 )
 
-// publisher does what the Task State Service does after a change: write the
-// snapshot to Redis and announce it, in one round trip
-// (fanout.RedisPublisher), with several publishes in flight. Each task
-// belongs to one of its goroutines, so a task's versions are written in
-// order. pgMode says when it also writes the PostgreSQL row: always (before
-// Redis, as the service of record would), fallback (only when Redis failed,
-// so the truth survives an outage) or off.
+// publisher does what the Task State Service does after a change: update
+// the PostgreSQL row, then write the snapshot to Redis and announce it in one
+// round trip (fanout.RedisPublisher), with several publishes in flight. Each
+// task belongs to one of its goroutines, so a task's versions are written in
+// order. pgMode says when it writes the row: always (before Redis, as the
+// service of record does), fallback (only when Redis failed, so the truth
+// survives an outage) or off (rows stay at version 1).
 type publisher struct {
 	pub     *fanout.RedisPublisher
 	pg      *pgxpool.Pool
@@ -81,10 +81,10 @@ var (
 
 // doc is task i's snapshot at version v, about 350 bytes, with sent_ns, an
 // extra field pushd forwards untouched.
-func (p *publisher) doc(b []byte, i int, v int64, now time.Time) []byte {
-	status, stage, progress, queue := "RUNNING", stages[1+int(v)%(len(stages)-1)], int(v%100), -1
+func (p *publisher) doc(b []byte, i int, v int64, updated, sent time.Time) []byte {
+	status, stage, progress, queue := statusOf(v), stages[1+int(v)%(len(stages)-1)], int(v%100), -1
 	if v == 1 {
-		status, stage, progress, queue = "QUEUED", "queued", 0, i%50
+		stage, progress, queue = "queued", 0, i%50
 	}
 	b = append(b, `{"task_id":"`...)
 	b = append(b, taskID(i)...)
@@ -113,9 +113,9 @@ func (p *publisher) doc(b []byte, i int, v int64, now time.Time) []byte {
 	b = append(b, `,"preview_asset_id":null,"output_asset_id":null,"error_code":null,"version":`...)
 	b = strconv.AppendInt(b, v, 10)
 	b = append(b, `,"updated_at":`...)
-	b = strconv.AppendInt(b, now.UnixMilli(), 10)
+	b = strconv.AppendInt(b, updated.UnixMilli(), 10)
 	b = append(b, `,"sent_ns":`...)
-	b = strconv.AppendInt(b, now.UnixNano(), 10)
+	b = strconv.AppendInt(b, sent.UnixNano(), 10)
 	b = append(b, `,"attempt":1,"eta_ms":`...)
 	b = strconv.AppendInt(b, int64(100-progress)*900, 10)
 	b = append(b, `,"region":"us-east1","worker_pool":"gpu-h100-pool-`...)
@@ -129,17 +129,18 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 	v := p.versions[i] + 1
 	p.versions[i] = v
 	p.attempts.Add(1)
-	now := time.Now()
-	buf = p.doc(buf[:0], i, v, now)
+	changed := time.Now()
+	pgDone := false
+	if p.pgMode == "always" {
+		pgDone = p.writeRow(ctx, i, v, changed)
+	}
+	// Latency counts from here: the row is written, the snapshot goes out.
+	buf = p.doc(buf[:0], i, v, changed, time.Now())
 	snap, err := snapshot.Parse(buf)
 	if err != nil {
 		p.fail("parse: " + err.Error())
 		p.lost.Add(1)
 		return buf
-	}
-	pgDone := false
-	if p.pgMode == "always" {
-		pgDone = p.writeRow(ctx, i, v, snap.Status, now)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	written, err := p.pub.Publish(pctx, snap)
@@ -149,7 +150,7 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 		p.redisErrs.Add(1)
 		p.fail(err.Error())
 		if p.pgMode == "fallback" {
-			pgDone = p.writeRow(ctx, i, v, snap.Status, now)
+			pgDone = p.writeRow(ctx, i, v, changed)
 		}
 		if !pgDone {
 			p.lost.Add(1)
@@ -163,12 +164,23 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 	return buf
 }
 
-func (p *publisher) writeRow(ctx context.Context, i int, v int64, status string, at time.Time) bool {
+// statusOf is the status of a task at version v: queued when created, then
+// running.
+func statusOf(v int64) string {
+	if v == 1 {
+		return "QUEUED"
+	}
+	return "RUNNING"
+}
+
+// writeRow updates task i's row to version v, as the Task State Service
+// does before it refreshes Redis.
+func (p *publisher) writeRow(ctx context.Context, i int, v int64, at time.Time) bool {
 	if p.pg == nil {
 		return false
 	}
 	_, err := p.pg.Exec(ctx, `UPDATE generation_tasks SET version = $2, status = $3, progress = $4, stage = $5, queue_position = NULL, updated_at = $6
-		WHERE id = $1 AND version < $2`, taskID(i), v, status, int32(v%100), stages[1+int(v)%(len(stages)-1)], at)
+		WHERE id = $1 AND version < $2`, taskID(i), v, statusOf(v), int32(v%100), stages[1+int(v)%(len(stages)-1)], at)
 	if err != nil {
 		p.pgErrs.Add(1)
 		p.fail("postgres: " + err.Error())

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -399,6 +400,11 @@ func mergeReports(scenario string, replies []reply) *merged {
 		m.Goroutines += w.Goroutines
 		if len(m.NotConverged) < 10 {
 			m.NotConverged = append(m.NotConverged, w.NotConverged...)
+		}
+		for _, t := range w.StuckTasks {
+			if len(m.StuckTasks) < 10 && !slices.Contains(m.StuckTasks, t) {
+				m.StuckTasks = append(m.StuckTasks, t)
+			}
 		}
 		if len(m.RegressionEx) < 10 {
 			m.RegressionEx = append(m.RegressionEx, w.RegressionEx...)

@@ -193,9 +193,6 @@ func runStorm(ctx context.Context, r *run) error {
 	r.res.fig("pg_rejected", met["pushd_postgres_rejected_total"], "", true)
 	r.res.fig("unavailable_errors", float64(m.Errors["error_event_unavailable"]+m.Errors["rejected_unavailable"]), "", false)
 	r.res.fig("server_cores", cpu.Server, "cores", false)
-	r.res.ServerMetrics = pick(met, "pushd_postgres_queries_total", "pushd_postgres_rejected_total", "pushd_writebacks_total",
-		`pushd_snapshot_reads_total{source="cache"}`, `pushd_snapshot_reads_total{source="redis"}`, `pushd_snapshot_reads_total{source="postgres"}`,
-		"pushd_redis_reads_total", "pushd_connections")
 	return nil
 }
 
@@ -325,14 +322,4 @@ func lastRSS(r *run) int64 {
 		}
 	}
 	return 0
-}
-
-func pick(m metrics, names ...string) map[string]float64 {
-	out := map[string]float64{}
-	for _, n := range names {
-		if v, ok := m[n]; ok {
-			out[n] = v
-		}
-	}
-	return out
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -452,6 +453,9 @@ func (w *worker) report() *workerReport {
 			r.Behind++
 		default:
 			r.Ahead++
+		}
+		if len(r.StuckTasks) < 10 && !slices.Contains(r.StuckTasks, int(c.task)) {
+			r.StuckTasks = append(r.StuckTasks, int(c.task))
 		}
 		if len(r.NotConverged) < 10 {
 			r.NotConverged = append(r.NotConverged, fmt.Sprintf("conn %d task %s: holds %d, want %d (%s)", c.id, taskID(int(c.task)), last, t, c.state()))
