@@ -275,7 +275,7 @@ func runOutage(ctx context.Context, r *run) error {
 		r.res.fig("clients_polling_last_s", time.Unix(0, s.LastNs).Sub(killed).Seconds(), "s", false)
 	}
 	ps := r.pub.stats()
-	r.res.fig("pg_fallback_writes", float64(ps.PGWrites), "", false)
+	r.res.fig("pg_rows_written", float64(ps.PGWrites), "", false)
 	r.res.fig("redis_errors", float64(ps.RedisErrors), "", false)
 	return nil
 }
