@@ -245,23 +245,45 @@ func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*Snapsho
 			return nil, ErrNotFound
 		}
 	}
-	snap, err := shared(ctx, s, &s.flights, taskID, func(ctx context.Context) (*Snapshot, error) {
-		return s.fetch(ctx, taskID, atLeast, false)
-	})
-	if atLeast <= 0 || s.db == nil {
-		return snap, err
+	fetch := func(dbOnly bool) func(context.Context) (*Snapshot, error) {
+		return func(ctx context.Context) (*Snapshot, error) { return s.fetch(ctx, taskID, atLeast, dbOnly) }
 	}
-	if err == nil && snap.Version >= atLeast {
-		return snap, nil
+	snap, err := shared(ctx, s, &s.flights, taskID, fetch(false))
+	if atLeast <= 0 || (err == nil && snap.Version >= atLeast) {
+		return snap, err
 	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	// The shared fetch may have started before the version was written, or
-	// read a Redis that lost it: ask PostgreSQL, the fact source.
-	return shared(ctx, s, &s.dbFlights, taskID, func(ctx context.Context) (*Snapshot, error) {
-		return s.fetch(ctx, taskID, atLeast, true)
-	})
+	// The flight this call joined may have started before the announced
+	// version was written. One that starts now cannot have: the write
+	// happened before the notification that brought us here. Read Redis
+	// again before troubling PostgreSQL, which may lag Redis.
+	if again, err2 := shared(ctx, s, &s.flights, taskID, fetch(false)); err2 == nil {
+		snap, err = newest(snap, again), nil
+		if snap.Version >= atLeast {
+			return snap, nil
+		}
+	}
+	// Redis lost the write (evicted, or restarted empty): ask PostgreSQL,
+	// the fact source.
+	if s.db != nil {
+		if row, err3 := shared(ctx, s, &s.dbFlights, taskID, fetch(true)); err3 == nil {
+			snap, err = newest(snap, row), nil
+		}
+	}
+	// The newest version found, even if older than announced: delivering
+	// it is better than nothing, and the next change or resync brings the
+	// rest.
+	return snap, err
+}
+
+// newest returns the newer of two snapshots, either of which may be nil.
+func newest(a, b *Snapshot) *Snapshot {
+	if a == nil || (b != nil && b.NewerThan(a.Version)) {
+		return b
+	}
+	return a
 }
 
 // shared runs fetch once for every concurrent caller with the same key in g.
