@@ -97,7 +97,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down; reconnect")
 		return
 	}
-	wc, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	wc, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{Subprotocol},
 		OriginPatterns: h.cfg.OriginPatterns,
 	})
