@@ -186,11 +186,18 @@ func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn,
 		bad = 0
 		switch req.Op {
 		case "subscribe":
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			rejected, err := c.Subscribe(sctx, hub.Subscription{
-				Tasks: req.Tasks, Projects: req.Projects, User: req.Scope == "user", Since: req.Since,
+			sub := hub.Subscription{Tasks: req.Tasks, Projects: req.Projects, User: req.Scope == "user", Since: req.Since}
+			var rejected []hub.Rejection
+			var err error
+			// The initial reads go deep (Redis, PostgreSQL); a short-lived
+			// goroutine takes that stack, so the reader's stays small for
+			// the connection's idle life. The reader waits: requests are
+			// handled in order.
+			shallow(func() {
+				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				rejected, err = c.Subscribe(sctx, sub)
 			})
-			cancel()
 			if err != nil {
 				if errors.Is(err, hub.ErrClosed) || ctx.Err() != nil {
 					return err
@@ -205,6 +212,16 @@ func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn,
 			c.Send(hub.Event{Kind: hub.KindAck, AckID: req.ID})
 		}
 	}
+}
+
+// shallow runs f on a fresh goroutine and waits for it.
+func shallow(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
 }
 
 var (
