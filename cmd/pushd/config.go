@@ -28,6 +28,7 @@ type config struct {
 	Retry          time.Duration
 	DrainTimeout   time.Duration
 	ReconnectAfter time.Duration
+	DebugListen    string
 	LogLevel       string
 	LogFormat      string
 }
@@ -58,6 +59,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.Retry, "sse-retry", 2*time.Second, "base SSE reconnect delay (each connection adds up to 50% jitter)")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 10*time.Second, "how long shutdown spends closing connections")
 	fs.DurationVar(&c.ReconnectAfter, "reconnect-after", 5*time.Second, "clients of a draining node reconnect after a random delay up to this")
+	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {

@@ -49,6 +49,7 @@ var flagCases = map[string]flagCase{
 	"sse-retry":       {"1.5s", "2.5s", func(c config) string { return dur(c.Retry) }},
 	"drain-timeout":   {"1m0s", "2m0s", func(c config) string { return dur(c.DrainTimeout) }},
 	"reconnect-after": {"9s", "11s", func(c config) string { return dur(c.ReconnectAfter) }},
+	"debug-listen":    {"127.0.0.1:1", "127.0.0.1:2", func(c config) string { return c.DebugListen }},
 	"log-level":       {"debug", "warn", func(c config) string { return c.LogLevel }},
 	"log-format":      {"json", "text", func(c config) string { return c.LogFormat }},
 }

@@ -11,6 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -68,6 +70,18 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		}
 	}
 
+	if cfg.DebugListen != "" {
+		dl, err := net.Listen("tcp", cfg.DebugListen)
+		if err != nil {
+			l.Close()
+			n.Close()
+			return fmt.Errorf("debug listen: %w", err)
+		}
+		defer dl.Close()
+		// Profiles are for operators on a private address, never the public one.
+		go http.Serve(dl, debugMux())
+		log.Info("pprof serving", "addr", dl.Addr().String())
+	}
 	served := make(chan error, 1)
 	go func() { served <- n.Serve(l) }()
 	select {
@@ -87,6 +101,16 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+func debugMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 func newLogger(cfg config, w io.Writer) (*slog.Logger, error) {
