@@ -174,44 +174,52 @@ func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn,
 		if typ != websocket.MessageText {
 			return errBinary
 		}
-		req, msg := h.parse(data)
-		if msg != "" {
-			bad++
-			c.Send(hub.Event{Kind: hub.KindError, Code: "bad_request", Message: msg})
-			if bad >= h.cfg.MaxBadMessages {
-				return errTooManyBad
-			}
-			continue
-		}
-		bad = 0
-		switch req.Op {
-		case "subscribe":
-			sub := hub.Subscription{Tasks: req.Tasks, Projects: req.Projects, User: req.Scope == "user", Since: req.Since}
-			var rejected []hub.Rejection
-			var err error
-			// The initial reads go deep (Redis, PostgreSQL); a short-lived
-			// goroutine takes that stack, so the reader's stays small for
-			// the connection's idle life. The reader waits: requests are
-			// handled in order.
-			shallow(func() {
-				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				rejected, err = c.Subscribe(sctx, sub)
-			})
-			if err != nil {
-				if errors.Is(err, hub.ErrClosed) || ctx.Err() != nil {
-					return err
-				}
-				log.Debug("subscribe failed", "err", err)
-				c.Send(hub.Event{Kind: hub.KindError, Code: hub.CodeUnavailable, Message: "subscribe failed; retry"})
-				continue
-			}
-			c.Send(hub.Event{Kind: hub.KindAck, AckID: req.ID, Rejected: rejected})
-		case "unsubscribe":
-			c.Unsubscribe(req.Tasks, req.Projects)
-			c.Send(hub.Event{Kind: hub.KindAck, AckID: req.ID})
+		// Decoding and handling go deep (encoding/json, then Redis and
+		// PostgreSQL for a subscribe); a short-lived goroutine takes that
+		// stack, so the reader's stays small for the connection's idle
+		// life. The reader waits: requests are handled in order.
+		var stop error
+		shallow(func() { stop = h.handle(ctx, data, c, &bad, log) })
+		if stop != nil {
+			return stop
 		}
 	}
+}
+
+// handle decodes and carries out one request. A non-nil error ends the
+// connection.
+func (h *Handler) handle(ctx context.Context, data []byte, c *hub.Conn, bad *int, log *slog.Logger) error {
+	req, msg := h.parse(data)
+	if msg != "" {
+		*bad++
+		c.Send(hub.Event{Kind: hub.KindError, Code: "bad_request", Message: msg})
+		if *bad >= h.cfg.MaxBadMessages {
+			return errTooManyBad
+		}
+		return nil
+	}
+	*bad = 0
+	switch req.Op {
+	case "subscribe":
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rejected, err := c.Subscribe(sctx, hub.Subscription{
+			Tasks: req.Tasks, Projects: req.Projects, User: req.Scope == "user", Since: req.Since,
+		})
+		cancel()
+		if err != nil {
+			if errors.Is(err, hub.ErrClosed) || ctx.Err() != nil {
+				return err
+			}
+			log.Debug("subscribe failed", "err", err)
+			c.Send(hub.Event{Kind: hub.KindError, Code: hub.CodeUnavailable, Message: "subscribe failed; retry"})
+			return nil
+		}
+		c.Send(hub.Event{Kind: hub.KindAck, AckID: req.ID, Rejected: rejected})
+	case "unsubscribe":
+		c.Unsubscribe(req.Tasks, req.Projects)
+		c.Send(hub.Event{Kind: hub.KindAck, AckID: req.ID})
+	}
+	return nil
 }
 
 // shallow runs f on a fresh goroutine and waits for it.
