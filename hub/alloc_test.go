@@ -8,7 +8,6 @@ package hub_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 
 	"github.com/pushd/pushd/fanout"
@@ -58,15 +57,4 @@ func TestSteadyStateDeliveryDoesNotAllocate(t *testing.T) {
 	if allocs := testing.AllocsPerRun(runs, deliver); allocs > 0 {
 		t.Fatalf("%.1f allocations per delivery in the steady state, want 0", allocs)
 	}
-}
-
-// seqSource answers Get with the snapshot the test set last, so the guard
-// measures the hub and not the store's write path.
-type seqSource struct {
-	*snapshot.MemoryStore
-	cur atomic.Pointer[snapshot.Snapshot]
-}
-
-func (s *seqSource) Get(context.Context, string, int64) (*snapshot.Snapshot, error) {
-	return s.cur.Load(), nil
 }

@@ -438,3 +438,14 @@ func TestShutdownTellsClientsToReconnect(t *testing.T) {
 		t.Fatalf("Open after Shutdown: %v", err)
 	}
 }
+
+// seqSource answers Get with the snapshot the test set last, so the guard
+// measures the hub and not the store's write path.
+type seqSource struct {
+	*snapshot.MemoryStore
+	cur atomic.Pointer[snapshot.Snapshot]
+}
+
+func (s *seqSource) Get(context.Context, string, int64) (*snapshot.Snapshot, error) {
+	return s.cur.Load(), nil
+}
