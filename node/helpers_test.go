@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -95,10 +93,7 @@ func parseDoc(t testing.TB, s string) *snapshot.Snapshot {
 }
 
 // sseEvent is one dispatched Server-Sent Event.
-type sseEvent struct {
-	Event, ID, Data string
-	Retry           int
-}
+type sseEvent = testenv.SSEEvent
 
 // sseClient reads an EventSource stream over a real socket.
 type sseClient struct {
@@ -145,36 +140,7 @@ func (c *sseClient) read(body io.ReadCloser) {
 	defer close(c.done)
 	defer close(c.events)
 	defer body.Close()
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	var ev sseEvent
-	var data []string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if len(data) > 0 || ev.Event != "" || ev.Retry > 0 {
-				ev.Data = strings.Join(data, "\n")
-				c.events <- ev
-			}
-			ev, data = sseEvent{}, nil
-		case strings.HasPrefix(line, ":"):
-			c.events <- sseEvent{Event: "comment", Data: line}
-		default:
-			field, value, _ := strings.Cut(line, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch field {
-			case "event":
-				ev.Event = value
-			case "id":
-				ev.ID = value
-			case "data":
-				data = append(data, value)
-			case "retry":
-				ev.Retry, _ = strconv.Atoi(value)
-			}
-		}
-	}
+	testenv.ReadSSE(body, func(ev sseEvent) { c.events <- ev })
 }
 
 // Close disconnects and waits for the reader.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,12 +12,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/testenv"
 	"go.uber.org/goleak"
 )
 
@@ -237,12 +236,8 @@ func decode(t *testing.T, b []byte, v any) {
 	}
 }
 
-// sseEvent is one dispatched Server-Sent Event; a comment line is an event
-// named "comment".
-type sseEvent struct {
-	Event, ID, Data string
-	Retry           int
-}
+// sseEvent is one dispatched Server-Sent Event.
+type sseEvent = testenv.SSEEvent
 
 // sseClient reads an EventSource stream over a real socket.
 type sseClient struct {
@@ -284,35 +279,7 @@ func (c *sseClient) read(body io.ReadCloser) {
 	defer close(c.done)
 	defer close(c.events)
 	defer body.Close()
-	sc := bufio.NewScanner(body)
-	var ev sseEvent
-	var data []string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if len(data) > 0 || ev.Event != "" {
-				ev.Data = strings.Join(data, "\n")
-				c.events <- ev
-			}
-			ev, data = sseEvent{}, nil
-		case strings.HasPrefix(line, ":"):
-			c.events <- sseEvent{Event: "comment", Data: line}
-		default:
-			field, value, _ := strings.Cut(line, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch field {
-			case "event":
-				ev.Event = value
-			case "id":
-				ev.ID = value
-			case "data":
-				data = append(data, value)
-			case "retry":
-				ev.Retry, _ = strconv.Atoi(value)
-			}
-		}
-	}
+	testenv.ReadSSE(body, func(ev sseEvent) { c.events <- ev })
 }
 
 // Close disconnects and waits for the reader.
