@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -163,20 +164,11 @@ func (s *server) authed(h func(echo.Context, hub.Principal) error) echo.HandlerF
 // which any authenticated endpoint takes).
 func onlyParams(c echo.Context, allowed ...string) error {
 	for k := range c.QueryParams() {
-		if k != "access_token" && !contains(allowed, k) {
+		if k != "access_token" && !slices.Contains(allowed, k) {
 			return fail(http.StatusBadRequest, httperr.UnknownParameter, "unknown parameter "+strconv.Quote(k))
 		}
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func etag(s *snapshot.Snapshot) string { return `"v` + strconv.FormatInt(s.Version, 10) + `"` }
@@ -252,7 +244,7 @@ func (s *server) getTasks(c echo.Context, p hub.Principal) error {
 	uniq := ids[:0]
 	for _, id := range ids {
 		if !snapshot.ValidID(id) {
-			return fail(http.StatusBadRequest, httperr.InvalidID, "invalid task id "+strconv.Quote(truncate(id, 64)))
+			return fail(http.StatusBadRequest, httperr.InvalidID, "invalid task id "+strconv.Quote(httperr.Truncate(id, 64)))
 		}
 		if !seen[id] {
 			seen[id] = true
@@ -388,11 +380,4 @@ func (s *server) demoToken(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"token": tok, "tenant_id": tenant, "user_id": user, "expires_at": exp.Unix()})
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }

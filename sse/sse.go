@@ -100,7 +100,7 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 	}
 	for _, id := range append(s.Tasks[:len(s.Tasks):len(s.Tasks)], s.Projects...) {
 		if !snapshot.ValidID(id) {
-			return s, httperr.InvalidID, "invalid id " + strconv.Quote(truncate(id, 64))
+			return s, httperr.InvalidID, "invalid id " + strconv.Quote(httperr.Truncate(id, 64))
 		}
 	}
 	switch scope := q["scope"]; {
@@ -119,13 +119,6 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 	}
 	s.Since = parseCursor(cursor)
 	return s, "", ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }
 
 // Serve streams to an authenticated client. The caller has authenticated p

@@ -253,19 +253,19 @@ func (h *Handler) parse(data []byte) (request, string) {
 	case "":
 		return req, `"op" is required`
 	default:
-		return req, fmt.Sprintf("unknown op %q", truncate(req.Op, 32))
+		return req, fmt.Sprintf("unknown op %q", httperr.Truncate(req.Op, 32))
 	}
 	if len(req.Tasks)+len(req.Projects) > h.cfg.MaxIDs || len(req.Since) > h.cfg.MaxIDs {
 		return req, fmt.Sprintf("at most %d ids per request", h.cfg.MaxIDs)
 	}
 	for _, id := range req.Tasks {
 		if !snapshot.ValidID(id) {
-			return req, fmt.Sprintf("invalid task id %q", truncate(id, 64))
+			return req, fmt.Sprintf("invalid task id %q", httperr.Truncate(id, 64))
 		}
 	}
 	for _, id := range req.Projects {
 		if !snapshot.ValidID(id) {
-			return req, fmt.Sprintf("invalid project id %q", truncate(id, 64))
+			return req, fmt.Sprintf("invalid project id %q", httperr.Truncate(id, 64))
 		}
 	}
 	if req.Scope != "" && req.Scope != "user" {
@@ -277,13 +277,8 @@ func (h *Handler) parse(data []byte) (request, string) {
 	return req, ""
 }
 
-func trimJSONError(err error) string { return truncate(strings.TrimPrefix(err.Error(), "json: "), 120) }
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
+func trimJSONError(err error) string {
+	return httperr.Truncate(strings.TrimPrefix(err.Error(), "json: "), 120)
 }
 
 // closeFor picks the close code for a reader error; -1 means the connection

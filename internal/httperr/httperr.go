@@ -48,3 +48,12 @@ func Write(w http.ResponseWriter, status int, code, message string) {
 func RetryAfter(w http.ResponseWriter, d time.Duration) {
 	w.Header().Set("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))
 }
+
+// Truncate shortens s to n bytes for an error message, marking the cut, so
+// a hostile input is never echoed whole.
+func Truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
