@@ -87,22 +87,18 @@ func (h *Hub) dispatchLoop() {
 	defer h.wg.Done()
 	var targets []*Conn
 	for {
-		k, it, ok := h.dispatch.pop()
+		k, version, ok := h.dispatch.pop()
 		if !ok {
 			return
 		}
-		targets = h.deliver(k, it, targets[:0])
+		targets = h.deliver(k, version, targets[:0])
 	}
 }
 
-func (h *Hub) deliver(k key, it dispatchItem, targets []*Conn) []*Conn {
-	if !h.watched(k, it) {
-		h.stats.DispatchNoWatch.Add(1)
-		return targets
-	}
+func (h *Hub) deliver(k key, version int64, targets []*Conn) []*Conn {
 	// No per-read timeout here: the source bounds its own fetches, and a
 	// context per notification would be the delivery path's only allocation.
-	snap, err := h.cfg.Source.Get(h.ctx, k.id, it.version)
+	snap, err := h.cfg.Source.Get(h.ctx, k.id, version)
 	h.stats.Fetches.Add(1)
 	if err != nil {
 		if !errors.Is(err, snapshot.ErrNotFound) {
@@ -138,17 +134,17 @@ func (h *Hub) offerToWatchers(s *snapshot.Snapshot, targets []*Conn) []*Conn {
 
 // watched reports whether any local connection may want the task, so
 // notifications nobody here watches cost no read.
-func (h *Hub) watched(k key, it dispatchItem) bool {
+func (h *Hub) watched(k key, projectID, userID string) bool {
 	if h.idx.has(byTask, k) {
 		return true
 	}
 	if !h.idx.scopedIn(k.tenant) {
 		return false
 	}
-	if it.projectID == "" || it.userID == "" {
+	if projectID == "" || userID == "" {
 		return true // the notification does not say; the snapshot will
 	}
-	return h.idx.has(byProject, key{k.tenant, it.projectID}) || h.idx.has(byUser, key{k.tenant, it.userID})
+	return h.idx.has(byProject, key{k.tenant, projectID}) || h.idx.has(byUser, key{k.tenant, userID})
 }
 
 // tickLoop writes heartbeats to idle connections and ends connections whose

@@ -267,11 +267,19 @@ func (h *Hub) allConns() []*Conn {
 }
 
 // Notify queues a notification for delivery. It never blocks: notifications
-// of one task that arrive while it waits collapse into the highest version.
+// of one task that arrive while it waits collapse into the highest version,
+// and those no local connection watches are not queued at all, so the queue
+// holds at most one entry per watched task. (A connection that starts
+// watching later reads the task itself after it is indexed.)
 func (h *Hub) Notify(n fanout.Notification) {
 	h.stats.Notifications.Add(1)
 	h.cfg.Source.Observe(n.TaskID, n.Version)
-	h.dispatch.push(key{n.TenantID, n.TaskID}, n.Version, n.ProjectID, n.UserID)
+	k := key{n.TenantID, n.TaskID}
+	if !h.watched(k, n.ProjectID, n.UserID) {
+		h.stats.DispatchNoWatch.Add(1)
+		return
+	}
+	h.dispatch.push(k, n.Version)
 }
 
 // Resync re-reads every task the tenant's connections watch, bypassing

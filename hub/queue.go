@@ -56,51 +56,37 @@ func (q *workQueue[T]) close() {
 // waits.
 type dispatchQueue struct {
 	mu      sync.Mutex
-	pending map[key]dispatchItem // by value: a notification allocates nothing here
+	pending map[key]int64 // the highest version announced per queued task
 	q       workQueue[key]
 }
 
-type dispatchItem struct {
-	version           int64
-	projectID, userID string // hints from the notification; "" when absent
-}
-
 func (d *dispatchQueue) init() {
-	d.pending = make(map[key]dispatchItem)
+	d.pending = make(map[key]int64)
 	d.q.init()
 }
 
-func (d *dispatchQueue) push(k key, version int64, projectID, userID string) {
+func (d *dispatchQueue) push(k key, version int64) {
 	d.mu.Lock()
-	if it, ok := d.pending[k]; ok {
-		if version > it.version {
-			it.version = version
-		}
-		if it.projectID != projectID {
-			it.projectID = "" // conflicting hints: fetch and look
-		}
-		if it.userID != userID {
-			it.userID = ""
-		}
-		d.pending[k] = it
+	if v, ok := d.pending[k]; ok {
+		d.pending[k] = max(v, version)
 		d.mu.Unlock()
 		return
 	}
-	d.pending[k] = dispatchItem{version: version, projectID: projectID, userID: userID}
+	d.pending[k] = version
 	d.mu.Unlock()
 	d.q.push(k)
 }
 
-func (d *dispatchQueue) pop() (key, dispatchItem, bool) {
+func (d *dispatchQueue) pop() (key, int64, bool) {
 	k, ok := d.q.pop()
 	if !ok {
-		return k, dispatchItem{}, false
+		return k, 0, false
 	}
 	d.mu.Lock()
-	it := d.pending[k]
+	v := d.pending[k]
 	delete(d.pending, k)
 	d.mu.Unlock()
-	return k, it, true
+	return k, v, true
 }
 
 func (d *dispatchQueue) close() { d.q.close() }
