@@ -263,6 +263,9 @@ func (n *Node) Close() {
 	if n.bus != nil {
 		n.bus.Close()
 	}
+	if n.store != nil {
+		n.store.Close() // waits for fetches callers gave up on, before their clients go
+	}
 	if n.rdb != nil {
 		n.rdb.Close()
 	}
