@@ -51,6 +51,22 @@ func (c *privateCluster) config() node.Config {
 	return node.Config{RedisURL: c.rs.URL, DatabaseURL: c.pg.URL, PollInterval: 300 * time.Millisecond, LivenessInterval: 200 * time.Millisecond}
 }
 
+// configPostgresBehindProxy is config with the node reaching PostgreSQL
+// through a fault-injecting proxy; the test itself writes PostgreSQL
+// directly.
+func (c *privateCluster) configPostgresBehindProxy(t *testing.T) (node.Config, *testenv.Proxy) {
+	t.Helper()
+	u, err := url.Parse(c.pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.StartProxy(t, u.Host)
+	u.Host = proxy.Addr
+	cfg := c.config()
+	cfg.DatabaseURL = u.String()
+	return cfg, proxy
+}
+
 // write is the Task State Service: PostgreSQL first, then Redis and the
 // hint (skipped while Redis is down, as a real service would fail there).
 func (c *privateCluster) write(t *testing.T, task string, version int64, announce bool) {
@@ -268,14 +284,7 @@ func TestHalfOpenSubscriptionIsDetectedByLiveness(t *testing.T) {
 
 func TestPostgresUnreachableRedisKeepsServing(t *testing.T) {
 	c := newPrivateCluster(t)
-	u, err := url.Parse(c.pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.StartProxy(t, u.Host)
-	u.Host = proxy.Addr
-	cfg := c.config()
-	cfg.DatabaseURL = u.String()
+	cfg, proxy := c.configPostgresBehindProxy(t)
 	s := startNode(t, cfg)
 	task := testenv.UniqueID("task")
 	c.write(t, task, 1, true)
@@ -514,14 +523,7 @@ func drainClient(base, tok, task string, ready chan<- error) (time.Time, string,
 
 func TestBothSourcesDownClientsKeepStateAndAreTold(t *testing.T) {
 	c := newPrivateCluster(t)
-	u, err := url.Parse(c.pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.StartProxy(t, u.Host)
-	u.Host = proxy.Addr
-	cfg := c.config()
-	cfg.DatabaseURL = u.String()
+	cfg, proxy := c.configPostgresBehindProxy(t)
 	s := startNode(t, cfg)
 	task := testenv.UniqueID("task")
 	c.write(t, task, 1, true)
