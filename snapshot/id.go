@@ -1,5 +1,7 @@
 package snapshot
 
+import "fmt"
+
 // MaxIDLen bounds task, tenant, project and user ids. Ids reach Redis key
 // names and log lines, so they are kept short and plain.
 const MaxIDLen = 128
@@ -21,4 +23,18 @@ func ValidID(id string) bool {
 		}
 	}
 	return true
+}
+
+// checkMany validates the ids of a GetMany before any I/O: at most MaxMany,
+// each valid.
+func checkMany(ids []string) error {
+	if len(ids) > MaxMany {
+		return fmt.Errorf("get many: %d ids, at most %d: %w", len(ids), MaxMany, ErrInvalidID)
+	}
+	for _, id := range ids {
+		if !ValidID(id) {
+			return ErrInvalidID
+		}
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 )
@@ -54,13 +53,8 @@ func (m *MemoryStore) Get(_ context.Context, taskID string, _ int64) (*Snapshot,
 // GetMany returns the snapshots of the tasks that exist, keyed by id. It
 // accepts at most MaxMany ids; more fail with ErrInvalidID.
 func (m *MemoryStore) GetMany(_ context.Context, taskIDs []string) (map[string]*Snapshot, error) {
-	if len(taskIDs) > MaxMany {
-		return nil, fmt.Errorf("get many: %d ids, at most %d: %w", len(taskIDs), MaxMany, ErrInvalidID)
-	}
-	for _, id := range taskIDs {
-		if !ValidID(id) {
-			return nil, ErrInvalidID
-		}
+	if err := checkMany(taskIDs); err != nil {
+		return nil, err
 	}
 	out := make(map[string]*Snapshot, len(taskIDs))
 	m.mu.RLock()

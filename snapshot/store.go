@@ -439,13 +439,8 @@ func (s *Store) Reload(ctx context.Context, taskIDs []string) (map[string]*Snaps
 }
 
 func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map[string]*Snapshot, error) {
-	if len(taskIDs) > MaxMany {
-		return nil, fmt.Errorf("get many: %d ids, at most %d: %w", len(taskIDs), MaxMany, ErrInvalidID)
-	}
-	for _, id := range taskIDs {
-		if !ValidID(id) {
-			return nil, ErrInvalidID
-		}
+	if err := checkMany(taskIDs); err != nil {
+		return nil, err
 	}
 	out := make(map[string]*Snapshot, len(taskIDs))
 	var rest []string
