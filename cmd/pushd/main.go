@@ -77,9 +77,16 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 			n.Close()
 			return fmt.Errorf("debug listen: %w", err)
 		}
-		defer dl.Close()
 		// Profiles are for operators on a private address, never the public one.
-		go http.Serve(dl, debugMux())
+		debugDone := make(chan struct{})
+		go func() {
+			defer close(debugDone)
+			http.Serve(dl, debugMux()) // returns once dl is closed
+		}()
+		defer func() {
+			dl.Close()
+			<-debugDone
+		}()
 		log.Info("pprof serving", "addr", dl.Addr().String())
 	}
 	served := make(chan error, 1)
