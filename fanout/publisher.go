@@ -19,18 +19,36 @@ var errNilSnapshot = errors.New("publish: nil snapshot")
 // clears the task's negative cache and, only when it stored it, PUBLISHes
 // the notification on the tenant's channel. A stale snapshot is neither
 // written nor announced, and no notification ever announces a snapshot that
-// was not stored. It is safe for concurrent use.
+// was not stored. With WithStream, the same script also appends the change
+// to the tenant's stream. It is safe for concurrent use.
 type RedisPublisher struct {
-	client redis.Scripter
-	names  keys.Names
+	client       redis.Scripter
+	names        keys.Names
+	streamMaxLen int64 // > 0: append to the tenant's stream, trimmed to about this many entries
+}
+
+// PublisherOption configures a RedisPublisher.
+type PublisherOption func(*RedisPublisher)
+
+// WithStream makes the publisher append every change it stores to the
+// tenant's Redis Stream (keys.Names.Stream), trimmed with MAXLEN ~ maxLen,
+// in the round trip that stores and announces it; maxLen <= 0 appends
+// nothing. Nodes started with streams tail these streams and resume clients
+// from them.
+func WithStream(maxLen int64) PublisherOption {
+	return func(p *RedisPublisher) { p.streamMaxLen = max(maxLen, 0) }
 }
 
 var _ Publisher = (*RedisPublisher)(nil)
 
 // NewRedisPublisher returns a publisher writing through client with the
 // given key and channel names, which must be the nodes' names.
-func NewRedisPublisher(client redis.Scripter, names keys.Names) *RedisPublisher {
-	return &RedisPublisher{client: client, names: names}
+func NewRedisPublisher(client redis.Scripter, names keys.Names, opts ...PublisherOption) *RedisPublisher {
+	p := &RedisPublisher{client: client, names: names}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
 }
 
 // Publish stores s if newer and announces it; written is false for a stale
@@ -43,7 +61,7 @@ func (p *RedisPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (wri
 	if err != nil {
 		return false, fmt.Errorf("publish %s: %w", s.TaskID, err)
 	}
-	written, err = snapshot.Write(ctx, p.client, p.names, s, 0, p.names.Channel(s.TenantID), msg)
+	written, err = snapshot.WriteStream(ctx, p.client, p.names, s, 0, p.names.Channel(s.TenantID), msg, p.streamMaxLen)
 	if err != nil {
 		return false, fmt.Errorf("publish: %w", err)
 	}

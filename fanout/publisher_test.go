@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"bytes"
+	"strconv"
 	"testing"
 
 	"github.com/pushd/pushd/testenv"
@@ -51,5 +52,48 @@ func TestRedisPublisher(t *testing.T) {
 	none(t, r.notes, "notification")
 	if s := b.Stats(); s.Malformed != 0 {
 		t.Fatalf("the publisher's notifications were malformed: %+v", s)
+	}
+}
+
+// WithStream appends each stored change to the tenant's stream in the same
+// round trip, stale ones not at all, and keeps the stream within its
+// approximate MAXLEN under a sustained load.
+func TestRedisPublisherWithStream(t *testing.T) {
+	rd := testenv.SharedRedis(t)
+	tenant := testenv.UniqueID("tenant")
+	const maxLen = 50
+	p := NewRedisPublisher(rd.Client, rd.Names, WithStream(maxLen))
+	ctx := testContext(t)
+	stream := rd.Names.Stream(tenant)
+
+	task := testenv.UniqueID("task")
+	for _, v := range []int64{3, 2, 3} {
+		if _, err := p.Publish(ctx, testSnapshot(t, tenant, task, v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rd.Client.XLen(ctx, stream).Val(); n != 1 {
+		t.Fatalf("XLEN %d after one fresh and two stale versions, want 1", n)
+	}
+
+	// Sustained load: many tasks, many versions. MAXLEN ~ trims whole
+	// macro nodes (stream-node-max-entries, 100 by default), so the stream
+	// may exceed maxLen by up to one node, never more.
+	const slack = 100
+	var maxSeen int64
+	for i := range 2000 {
+		s := testSnapshot(t, tenant, "task_"+strconv.Itoa(i%37), int64(10+i))
+		if written, err := p.Publish(ctx, s); err != nil || !written {
+			t.Fatalf("publish %d: %v, %v", i, written, err)
+		}
+		if i%50 == 0 {
+			maxSeen = max(maxSeen, rd.Client.XLen(ctx, stream).Val())
+		}
+	}
+	n := rd.Client.XLen(ctx, stream).Val()
+	maxSeen = max(maxSeen, n)
+	t.Logf("after 2001 appends with MAXLEN ~ %d: XLEN %d, at most %d seen", maxLen, n, maxSeen)
+	if maxSeen > maxLen+slack || n < maxLen {
+		t.Fatalf("XLEN reached %d (now %d), want within [%d, %d]", maxSeen, n, maxLen, maxLen+slack)
 	}
 }

@@ -30,6 +30,17 @@ func (n Names) Stream(tenantID string) string {
 	return n.Prefix + "stream:task-events:{" + tenantID + "}"
 }
 
+// StreamEpoch is the key naming the current incarnation of a tenant's
+// stream: the id of the first entry appended to it since it was (re)created.
+// The write script sets it whenever it creates the stream, so a stream that
+// Redis lost and that was created again has a new epoch, and a resume cursor
+// or a node's tail position from before the loss is recognised as stale even
+// though the new stream's ids, taken from the clock, are larger. It shares the
+// stream's hash tag.
+func (n Names) StreamEpoch(tenantID string) string {
+	return n.Prefix + "stream:task-epoch:{" + tenantID + "}"
+}
+
 // Liveness is the Pub/Sub channel on which one bus publishes to itself, to
 // check that its subscription still delivers. id is the bus's own, random
 // per bus; the braces are a Redis Cluster hash tag.

@@ -18,6 +18,12 @@ var setIfNewerLua string
 
 var setIfNewerScript = redis.NewScript(setIfNewerLua)
 
+// EventChanged is the event_type of the stream entries Write appends. A
+// writer that only holds the snapshot knows that the task changed, not why;
+// pushd reads task_id and version and ignores the type, so a Task State
+// Service appending to the stream itself may use finer types.
+const EventChanged = "task.changed"
+
 // Write stores s in Redis only if no snapshot of the task is stored or the
 // stored version is lower, clears the task's negative-cache key, and, when it
 // wrote and channel is not empty, publishes message on channel: one Lua script,
@@ -30,23 +36,38 @@ var setIfNewerScript = redis.NewScript(setIfNewerLua)
 // Redis Cluster both keys would have to share a hash slot, which the key
 // names of package keys do not give them.
 func Write(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, ttl time.Duration, channel string, message []byte) (written bool, err error) {
+	return WriteStream(ctx, rdb, names, s, ttl, channel, message, 0)
+}
+
+// WriteStream is Write that, when streamMaxLen > 0 and it wrote, also
+// appends the change to the tenant's stream (keys.Names.Stream) with XADD
+// MAXLEN ~ streamMaxLen, in the same script: a stale version appends
+// nothing, and the entry, the snapshot and the notification are one atomic
+// step. The entry's fields are task_id, version, event_type (EventChanged),
+// project_id, user_id and occurred_at (the snapshot's updated_at, Unix ms).
+// When the script creates the stream, it records the new entry's id as the
+// stream's epoch (keys.Names.StreamEpoch).
+func WriteStream(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, ttl time.Duration, channel string, message []byte, streamMaxLen int64) (written bool, err error) {
 	if s == nil || len(s.raw) == 0 {
 		return false, errors.New("snapshot write: empty snapshot")
 	}
 	if ttl <= 0 {
 		ttl = TTLWithJitter(s.Status)
 	}
-	n, err := setIfNewerScript.Run(ctx, rdb,
-		[]string{names.Snapshot(s.TaskID), names.NotFound(s.TaskID)},
-		writeArgs(s, ttl, channel, message)...,
-	).Int64()
+	ks := []string{names.Snapshot(s.TaskID), names.NotFound(s.TaskID)}
+	args := writeArgs(s, ttl, channel, message)
+	if streamMaxLen > 0 {
+		ks = append(ks, names.Stream(s.TenantID), names.StreamEpoch(s.TenantID))
+		args = append(args, streamMaxLen, s.TaskID, EventChanged, s.ProjectID, s.UserID, s.UpdatedAt)
+	}
+	n, err := setIfNewerScript.Run(ctx, rdb, ks, args...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("snapshot write %s: %w", s.TaskID, err)
 	}
 	return n == 1, nil
 }
 
-// writeArgs are the ARGV of setifnewer.lua.
+// writeArgs are the first ARGV of setifnewer.lua.
 func writeArgs(s *Snapshot, ttl time.Duration, channel string, message []byte) []any {
 	ms := max(ttl.Milliseconds(), 1)
 	return []any{s.raw, strconv.FormatInt(s.Version, 10), ms, channel, message}
