@@ -16,12 +16,17 @@ const (
 )
 
 // smallBuffers gives coder/websocket smaller buffers when it hijacks the
-// connection. If the client already sent bytes past the handshake, the
-// original reader holding them is kept.
-type smallBuffers struct{ http.ResponseWriter }
+// connection, and keeps the connection so the sink can set write deadlines
+// on it. If the client already sent bytes past the handshake, the original
+// reader holding them is kept.
+type smallBuffers struct {
+	http.ResponseWriter
+	conn *net.Conn // set by Hijack
+}
 
 func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	*s.conn = conn
 	if err != nil || brw.Reader.Buffered() > 0 || brw.Writer.Buffered() > 0 {
 		return conn, brw, err
 	}

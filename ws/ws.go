@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -97,7 +98,8 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down; reconnect")
 		return
 	}
-	wc, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
+	var nc net.Conn
+	wc, err := websocket.Accept(smallBuffers{w, &nc}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{Subprotocol},
 		OriginPatterns: h.cfg.OriginPatterns,
 	})
@@ -110,7 +112,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 	}
 	wc.SetReadLimit(h.cfg.ReadLimit)
 
-	s := &sink{wc: wc, timeout: h.cfg.WriteTimeout}
+	s := &sink{wc: wc, nc: nc, timeout: h.cfg.WriteTimeout}
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil {
 		wc.Close(websocket.StatusServiceRestart, "node shutting down")
@@ -313,6 +315,7 @@ func closeForReason(r hub.CloseReason) (websocket.StatusCode, string) {
 // at a time.
 type sink struct {
 	wc      *websocket.Conn
+	nc      net.Conn // under wc, for write deadlines
 	timeout time.Duration
 
 	wg     sync.WaitGroup // pings and closes in flight; Serve waits for them
@@ -321,9 +324,15 @@ type sink struct {
 	ending bool
 }
 
+// Write bounds the batch with a deadline on the connection rather than a
+// context: coder/websocket turns a context with a deadline into a timer, an
+// AfterFunc and a select per frame, which was an eighth of the server's CPU
+// at 80,000 deliveries/s. The deadline is cleared afterwards because the
+// library's own writes (pongs, the close frame) follow at any time.
 func (s *sink) Write(events []hub.Event) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
+	s.nc.SetWriteDeadline(time.Now().Add(s.timeout))
+	defer s.nc.SetWriteDeadline(time.Time{})
+	ctx := context.Background()
 	for i := range events {
 		if events[i].Kind == hub.KindHeartbeat {
 			s.ping()

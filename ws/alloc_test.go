@@ -1,0 +1,40 @@
+//go:build !race
+
+// The race detector changes what allocates, so allocation guards run
+// without it: scripts/test runs them in a step of their own.
+
+package ws
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// TestSteadyStateWriteDoesNotAllocate guards the WebSocket half of a
+// delivery: writing an already encoded task frame to a connection. The
+// client reads on another goroutine without allocating, so any allocation
+// counted is the server's.
+func TestSteadyStateWriteDoesNotAllocate(t *testing.T) {
+	p := newPair(t, 10*time.Second)
+	done := p.drain()
+	events := []hub.Event{taskEvent(t, 1)}
+	events[0].Snapshot.Encoded(snapshot.EncodingWebSocket, taskFrame)
+	for range 100 { // warm the client's reader and the runtime's poller
+		if err := p.sink.Write(events); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allocs := testing.AllocsPerRun(500, func() {
+		if err := p.sink.Write(events); err != nil {
+			t.Fatal(err)
+		}
+	})
+	p.client.CloseNow()
+	<-done
+	if allocs > 0 {
+		t.Fatalf("writing a task frame allocated %.2f times per write; want 0", allocs)
+	}
+}
