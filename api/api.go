@@ -45,8 +45,12 @@ type Config struct {
 	// DemoSigner, when set, serves GET /demo/token: tokens for anyone. Only
 	// the embedded mode without a configured secret or key sets it.
 	DemoSigner *auth.Signer
-	// Demo, when set, is served under /demo/.
+	// Demo, when set, is served under /demo/ (GET, and POST for its
+	// simulator), with the prefix stripped.
 	Demo http.Handler
+	// Client, when set, is served under /client/ (the JavaScript client),
+	// with the prefix stripped.
+	Client http.Handler
 	// Metrics, when set, is served at /metrics.
 	Metrics http.Handler
 	// MaxIDs bounds GET /v1/tasks?ids=; zero means 100.
@@ -95,7 +99,10 @@ func New(cfg Config) http.Handler {
 	}
 	if cfg.Demo != nil {
 		e.GET("/demo", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/demo/") })
-		e.GET("/demo/*", echo.WrapHandler(http.StripPrefix("/demo", cfg.Demo)))
+		e.Match([]string{http.MethodGet, http.MethodHead, http.MethodPost}, "/demo/*", echo.WrapHandler(http.StripPrefix("/demo", cfg.Demo)))
+	}
+	if cfg.Client != nil {
+		e.Match([]string{http.MethodGet, http.MethodHead}, "/client/*", echo.WrapHandler(http.StripPrefix("/client", cfg.Client)))
 	}
 	return e
 }

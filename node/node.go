@@ -25,6 +25,9 @@ import (
 	"github.com/pushd/pushd/metrics"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/sse"
+	"github.com/pushd/pushd/stream"
+	"github.com/pushd/pushd/web"
+	"github.com/pushd/pushd/web/sim"
 	"github.com/pushd/pushd/ws"
 )
 
@@ -57,6 +60,21 @@ type Config struct {
 	// reconnecting; zero means 5s.
 	ReconnectAfter time.Duration
 
+	// Streams appends every change published through this node to its
+	// tenant's Redis Stream, tails the streams of the tenants watched here
+	// to close Pub/Sub gaps, and resumes SSE clients from stream cursors
+	// (package stream). Needs RedisURL.
+	Streams bool
+	// StreamMaxLen trims each stream with MAXLEN ~; zero means 10000.
+	StreamMaxLen int64
+
+	// Demo serves the demo page and its task simulator at /demo/; the
+	// embedded mode always does.
+	Demo bool
+	// DemoStep is the simulator's time between two states of a task;
+	// zero: the simulator's default.
+	DemoStep time.Duration
+
 	Logger *slog.Logger // nil means slog.Default()
 }
 
@@ -70,9 +88,11 @@ type Node struct {
 	ws       *ws.Handler
 	bus      fanout.Bus
 	redisBus *fanout.RedisBus // nil in the embedded mode
+	tailer   *stream.Tailer   // nil without streams
 	rdb      *redis.Client
 	pool     *pgxpool.Pool
 	store    *snapshot.Store
+	sim      *sim.Simulator // nil unless the demo is served
 	srv      *http.Server
 
 	// DemoSecret is the random HS256 secret of an embedded node started
@@ -93,6 +113,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.DatabaseURL != "" && cfg.RedisURL == "" {
 		return nil, errors.New("a database URL needs a Redis URL")
+	}
+	if cfg.Streams && cfg.RedisURL == "" {
+		return nil, errors.New("streams need a Redis URL")
+	}
+	if cfg.StreamMaxLen <= 0 {
+		cfg.StreamMaxLen = 10000
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger}
 	ok := false
@@ -120,6 +146,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		source    snapshot.Source
 		publisher fanout.Publisher
 		ready     func(context.Context) error
+		hubBus    hub.Bus
+		hubStream hub.Stream // stays a nil interface without streams
 	)
 	if cfg.Embedded() {
 		store := snapshot.NewMemoryStore()
@@ -161,16 +189,32 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		source = n.store
 		publisher = fanout.NewRedisPublisher(n.rdb, names)
 		ready = n.ready
+		if cfg.Streams {
+			n.tailer = stream.NewTailer(stream.Config{Client: n.rdb, Names: names, Logger: cfg.Logger})
+			hubBus, hubStream = n.tailer.Subscriber(n.redisBus), n.tailer
+			publisher = fanout.NewRedisPublisher(n.rdb, names, fanout.WithStream(cfg.StreamMaxLen))
+		}
+	}
+	if hubBus == nil {
+		hubBus = n.bus
 	}
 
 	n.hub = hub.New(hub.Config{
-		Source: source, Bus: n.bus, HeartbeatInterval: cfg.Heartbeat, PollInterval: cfg.PollInterval,
+		Source: source, Bus: hubBus, Stream: hubStream, HeartbeatInterval: cfg.Heartbeat, PollInterval: cfg.PollInterval,
 		NodeName: cfg.NodeName, Logger: cfg.Logger,
 	})
 	n.bus.Start(n.hub)
+	if n.tailer != nil {
+		n.tailer.Start(n.hub)
+	}
 	n.ws = ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout, Logger: cfg.Logger})
 	n.sse = sse.New(sse.Config{Hub: n.hub, Retry: cfg.SSERetry, WriteTimeout: cfg.WriteTimeout,
 		CheckInterval: cfg.DisconnectCheck, Logger: cfg.Logger})
+	var demo http.Handler
+	if cfg.Demo || cfg.Embedded() {
+		n.sim = sim.New(sim.Config{Publisher: publisher, Step: cfg.DemoStep, Logger: cfg.Logger})
+		demo = web.Demo(web.DemoConfig{Sim: n.sim, Auth: verifier, Logger: cfg.Logger})
+	}
 	n.handler = api.New(api.Config{
 		Hub: n.hub, Source: source, Publisher: publisher, Auth: verifier,
 		SSE:        n.sse,
@@ -178,7 +222,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		APIKey:     cfg.APIKey,
 		Ready:      ready,
 		DemoSigner: demoSigner,
-		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.redisBus}),
+		Demo:       demo,
+		Client:     web.Client(),
+		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.redisBus, Stream: n.tailer}),
 			promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}),
 		Logger: cfg.Logger,
 	})
@@ -251,6 +297,9 @@ func (n *Node) Close() {
 	if n.srv != nil {
 		n.srv.Close()
 	}
+	if n.sim != nil {
+		n.sim.Close() // before the bus and store its walks publish through
+	}
 	if n.hub != nil {
 		n.hub.Close()
 	}
@@ -262,6 +311,9 @@ func (n *Node) Close() {
 	}
 	if n.bus != nil {
 		n.bus.Close()
+	}
+	if n.tailer != nil {
+		n.tailer.Close() // after the hub: its readers deliver to it
 	}
 	if n.store != nil {
 		n.store.Close() // waits for fetches callers gave up on, before their clients go
@@ -280,7 +332,7 @@ func (n *Node) LogStartup(addr string) {
 		n.log.Info("pushd serving in embedded mode (in-memory bus and store, one node)", "addr", addr, "node", n.cfg.NodeName)
 		return
 	}
-	n.log.Info("pushd serving", "addr", addr, "node", n.cfg.NodeName, "redis", true, "postgres", n.pool != nil)
+	n.log.Info("pushd serving", "addr", addr, "node", n.cfg.NodeName, "redis", true, "postgres", n.pool != nil, "streams", n.tailer != nil)
 }
 
 // Hints are the commands that feed an embedded node, for a person at a
@@ -290,7 +342,7 @@ func (n *Node) Hints(addr string) []string {
 		return nil
 	}
 	base := "http://" + displayAddr(addr)
-	var out []string
+	out := []string{"open the demo:    " + base + "/demo/"}
 	if n.DemoSecret != nil {
 		out = append(out, "get a token:      TOKEN=$(curl -s '"+base+"/demo/token?tenant=t1&user=u1' | sed 's/.*\"token\":\"\\([^\"]*\\)\".*/\\1/')")
 	}

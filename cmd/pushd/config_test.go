@@ -8,6 +8,7 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,7 @@ var flagCases = map[string]flagCase{
 	"drain-timeout":   {"1m0s", "2m0s", func(c config) string { return dur(c.DrainTimeout) }},
 	"reconnect-after": {"9s", "11s", func(c config) string { return dur(c.ReconnectAfter) }},
 	"debug-listen":    {"127.0.0.1:1", "127.0.0.1:2", func(c config) string { return c.DebugListen }},
+	"demo":            {"true", "false", func(c config) string { return strconv.FormatBool(c.Demo) }},
 	"log-level":       {"debug", "warn", func(c config) string { return c.LogLevel }},
 	"log-format":      {"json", "text", func(c config) string { return c.LogFormat }},
 }
@@ -109,7 +111,7 @@ func TestEveryFlagHasEnvTwin(t *testing.T) {
 				t.Errorf("%s=%s set %q", envName(name), fc.env, got)
 			}
 
-			args := append([]string{"--" + name, fc.flag}, needs[name]...)
+			args := append([]string{"--" + name + "=" + fc.flag}, needs[name]...) // = form: bool flags take no separate value
 			c, err = parseConfig(args, getenv, io.Discard)
 			if err != nil {
 				t.Fatalf("%v with %s=%s: %v", args, envName(name), fc.env, err)

@@ -53,7 +53,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		JWTSecret: []byte(cfg.JWTSecret), JWTPublicKeyPEM: pem, JWTAlgorithm: cfg.JWTAlgorithm,
 		APIKey: cfg.APIKey, NodeName: cfg.NodeName, OriginPatterns: cfg.originPatterns(),
 		Heartbeat: cfg.Heartbeat, PollInterval: cfg.PollInterval, WriteTimeout: cfg.WriteTimeout, SSERetry: cfg.Retry,
-		ReconnectAfter: cfg.ReconnectAfter, Logger: log,
+		ReconnectAfter: cfg.ReconnectAfter, Demo: cfg.Demo, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,159 @@
+// Type declarations of pushd.js, the browser client of pushd.
+
+/** A task snapshot as the Task State Service wrote it; unknown fields are kept. */
+export interface TaskSnapshot {
+  task_id: string;
+  tenant_id: string;
+  project_id?: string;
+  user_id?: string;
+  status: 'QUEUED' | 'RUNNING' | 'PROVIDER_SUBMITTED' | 'POST_PROCESSING' | 'SUCCEEDED' | 'FAILED' | 'CANCELED' | string;
+  progress?: number;
+  stage?: string | null;
+  provider?: string | null;
+  model?: string | null;
+  queue_position?: number | null;
+  preview_asset_id?: string | null;
+  output_asset_id?: string | null;
+  error_code?: string | null;
+  /** Only goes up; the client keeps the highest it has seen. */
+  version: number;
+  /** Unix milliseconds. */
+  updated_at?: number;
+  [field: string]: unknown;
+}
+
+export type Transport = 'sse' | 'ws';
+export type ClientState = 'idle' | 'connecting' | 'streaming' | 'polling' | 'closed';
+export type ServerMode = 'push' | 'polling';
+
+export interface ClientOptions {
+  /** The pushd server's base URL; default the page's origin. */
+  url?: string;
+  /** A token, or a function returning one (called again after a 401 or a token_expired close). */
+  token: string | (() => string | Promise<string>);
+  /** Default 'sse'. */
+  transport?: Transport;
+  tasks?: string[];
+  projects?: string[];
+  /** Watch every task of the token's user (scope=user). */
+  user?: boolean;
+  /** Backoff of reconnects: full jitter in [0, min(max, base * 2^attempt)). Defaults 500 and 30000 ms. */
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+  /** A stream without a hello this long after connecting is treated as buffered; default 10000 ms. */
+  helloTimeoutMs?: number;
+  /** Consecutive failed connections before polling; default 3. */
+  fallbackAfter?: number;
+  /** Polling interval; default 3000 ms. */
+  pollIntervalMs?: number;
+  /** While polling, how often streaming is tried again; default 30000 ms. */
+  streamRetryMs?: number;
+  /** How long a status probe of a failed stream may take; default 5000 ms. */
+  probeTimeoutMs?: number;
+  /** The server's limit of tasks and projects per connection and per poll request; default 100. */
+  maxIds?: number;
+}
+
+export interface StateDetail {
+  state: ClientState;
+  transport: Transport;
+  /** The server's mode, from hello and mode events; null before the first hello. */
+  serverMode: ServerMode | null;
+  serverReason: string;
+  /** The node that said hello last. */
+  node: string;
+  reason: string;
+}
+
+export interface TaskDetail {
+  task: TaskSnapshot;
+  /** The snapshot it replaced, if any. */
+  previous?: TaskSnapshot;
+  source: 'sse' | 'ws' | 'poll';
+}
+
+export interface ModeDetail {
+  mode: ServerMode;
+  reason: string;
+}
+
+export interface HelloDetail {
+  conn_id: string;
+  node: string;
+  mode: ServerMode;
+  heartbeat_ms: number;
+  transport: Transport;
+  /** True when this stream ended a stretch of polling. */
+  resumed: boolean;
+}
+
+export interface ReconnectingDetail {
+  delayMs: number;
+  /** Why: 'stream_error', 'ws_close_<code>', 'http_<status>', 'no_hello', 'interrupted', 'server_reconnect', 'token'. */
+  reason: string;
+  attempt: number;
+  polling: boolean;
+}
+
+/** A refused subscription, a server error message, or a client-side problem. */
+export interface ErrorDetail {
+  code: string;
+  message?: string;
+  task_id?: string;
+  project_id?: string;
+}
+
+export interface ClientStats {
+  received: number;
+  /** Snapshots dropped because the client held that version or a newer one. */
+  dropped: number;
+  reconnects: number;
+  polls: number;
+  fallbacks: number;
+}
+
+export interface PushdEventMap {
+  state: CustomEvent<StateDetail>;
+  task: CustomEvent<TaskDetail>;
+  mode: CustomEvent<ModeDetail>;
+  hello: CustomEvent<HelloDetail>;
+  reconnecting: CustomEvent<ReconnectingDetail>;
+  error: CustomEvent<ErrorDetail>;
+}
+
+export declare const State: {
+  readonly IDLE: 'idle';
+  readonly CONNECTING: 'connecting';
+  readonly STREAMING: 'streaming';
+  readonly POLLING: 'polling';
+  readonly CLOSED: 'closed';
+};
+
+export declare function isTerminal(status: string): boolean;
+export declare function fullJitter(attempt: number, baseMs: number, maxMs: number, random?: () => number): number;
+export declare function parseRetryAfter(value: string | null | undefined, now?: number): number | null;
+
+export declare class PushdClient extends EventTarget {
+  constructor(options: ClientOptions);
+  readonly state: ClientState;
+  readonly transport: Transport;
+  readonly serverMode: ServerMode | null;
+  readonly node: string;
+  /** A copy of the newest snapshot of every task held. */
+  readonly tasks: Map<string, TaskSnapshot>;
+  readonly stats: ClientStats;
+  task(id: string): TaskSnapshot | undefined;
+  start(): void;
+  close(): void;
+  subscribe(what: { tasks?: string[]; projects?: string[]; user?: boolean }): void;
+  unsubscribe(what: { tasks?: string[]; projects?: string[] }): void;
+  forget(id: string): void;
+  setTransport(transport: Transport): void;
+  /** Drops the connection as a network failure would; the client reconnects by its policy. */
+  interrupt(): void;
+
+  addEventListener<K extends keyof PushdEventMap>(type: K, listener: (ev: PushdEventMap[K]) => void, options?: boolean | AddEventListenerOptions): void;
+  addEventListener(type: string, listener: EventListenerOrEventListenerObject | null, options?: boolean | AddEventListenerOptions): void;
+  removeEventListener<K extends keyof PushdEventMap>(type: K, listener: (ev: PushdEventMap[K]) => void, options?: boolean | EventListenerOptions): void;
+  removeEventListener(type: string, listener: EventListenerOrEventListenerObject | null, options?: boolean | EventListenerOptions): void;
+}

@@ -1,0 +1,678 @@
+// pushd.js: the browser client of pushd, a real-time task status server.
+// A dependency-free ES module; the types are in pushd.d.ts beside it.
+//
+//   import { PushdClient } from '/client/pushd.js';
+//   const client = new PushdClient({ token: () => fetchToken(), projects: ['p1'] });
+//   client.addEventListener('task', (e) => render(e.detail.task));
+//   client.addEventListener('state', (e) => showState(e.detail));
+//   client.start();
+//
+// What it does, and why:
+// - Streams over SSE (EventSource) by default, or WebSocket (subprotocol
+//   pushd.v1) on request.
+// - Keeps the newest version of every task and drops anything older or
+//   equal: after a reconnect, a poll and a stream may overlap.
+// - Resumes where it left off: SSE passes the last event id as
+//   last_event_id, WebSocket sends the versions it holds as "since", so the
+//   server skips what did not move.
+// - Reconnects itself (the EventSource's own retries are not used, so one
+//   policy covers both transports): exponential backoff with full jitter;
+//   a server's reconnect hint (sent before a drain) or Retry-After on a 429
+//   sets the delay instead. An EventSource cannot see status codes, so after
+//   a connection that failed before its hello the client probes the same URL
+//   with fetch to read the status.
+// - Falls back to polling GET /v1/tasks?ids= (and a project's task list)
+//   when it cannot hold a stream: after repeated failures, or when no hello
+//   arrives in time (a proxy that buffers the response); it keeps trying to
+//   stream in the background and stops polling once a stream says hello.
+// - Reports its state ("connecting", "streaming", "polling", "idle",
+//   "closed") and the server's mode ("push" or "polling") as events.
+
+const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELED']);
+
+/** Client states, the `state` of a `state` event. */
+export const State = Object.freeze({
+  IDLE: 'idle', // nothing subscribed: no connection is needed
+  CONNECTING: 'connecting',
+  STREAMING: 'streaming',
+  POLLING: 'polling',
+  CLOSED: 'closed',
+});
+
+const DEFAULTS = {
+  url: '',
+  transport: 'sse',
+  tasks: [],
+  projects: [],
+  user: false,
+  backoffBaseMs: 500,
+  backoffMaxMs: 30000,
+  helloTimeoutMs: 10000,
+  fallbackAfter: 3,
+  pollIntervalMs: 3000,
+  streamRetryMs: 30000,
+  probeTimeoutMs: 5000,
+  maxIds: 100,
+};
+
+/** Is the status one a task never leaves? */
+export function isTerminal(status) {
+  return TERMINAL.has(status);
+}
+
+/**
+ * fullJitter is the delay before reconnect attempt `attempt` (0 first):
+ * uniform in [0, min(max, base * 2^attempt)), so a fleet of clients that
+ * lost the same node does not come back together.
+ */
+export function fullJitter(attempt, baseMs, maxMs, random = Math.random) {
+  const cap = Math.min(maxMs, baseMs * 2 ** Math.min(attempt, 30));
+  return Math.floor(random() * cap);
+}
+
+/** parseRetryAfter reads a Retry-After header (seconds or an HTTP date) as ms; null when absent or malformed. */
+export function parseRetryAfter(value, now = Date.now()) {
+  if (value == null || value === '') return null;
+  if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000;
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, at - now);
+}
+
+export class PushdClient extends EventTarget {
+  // Settings.
+  #opt;
+  #base; // the server's origin and path prefix, without a trailing slash
+
+  // What the page asked for. Terminal tasks leave #wantTasks (nothing more
+  // will come for them); held non-terminal tasks are resubscribed on every
+  // connect, so a reconnect resumes them even when the server learned of
+  // them through a project listing it can no longer produce.
+  #wantTasks = new Set();
+  #wantProjects = new Set();
+  #wantUser = false;
+
+  #tasks = new Map(); // task_id -> newest snapshot
+  #state = State.IDLE;
+  #transport;
+  #serverMode = null;
+  #serverReason = '';
+  #node = '';
+  #cursor = ''; // the last SSE event id
+  #tokenValue = null;
+  #started = false;
+
+  // The current connection attempt. Every callback checks its generation,
+  // so events of a connection the client already left are ignored.
+  #gen = 0;
+  #es = null;
+  #ws = null;
+  #wsReqID = 0;
+  #helloSeen = false;
+  #helloTimer = null;
+  #retryTimer = null;
+  #hintMs = null; // a server's reconnect hint for the next attempt
+  #attempt = 0; // reconnects since the last hello, for the backoff
+  #failures = 0; // connections that failed in a row, for the fallback
+
+  #polling = false;
+  #pollTimer = null;
+  #pollBusy = false;
+  #etags = new Map(); // poll URL -> ETag the server sent for it
+
+  #stats = { received: 0, dropped: 0, reconnects: 0, polls: 0, fallbacks: 0 };
+
+  /** @param {import('./pushd').ClientOptions} options */
+  constructor(options = {}) {
+    super();
+    // An option set to undefined keeps its default.
+    this.#opt = { ...DEFAULTS };
+    for (const [k, v] of Object.entries(options)) if (v !== undefined) this.#opt[k] = v;
+    const origin = typeof location !== 'undefined' ? location.origin : '';
+    this.#base = (this.#opt.url || origin).replace(/\/+$/, '');
+    this.#transport = this.#opt.transport === 'ws' ? 'ws' : 'sse';
+    for (const id of this.#opt.tasks) this.#wantTasks.add(id);
+    for (const id of this.#opt.projects) this.#wantProjects.add(id);
+    this.#wantUser = !!this.#opt.user;
+    this.#online = () => {
+      // The network is back: do not sit out the rest of a long backoff.
+      if (this.#retryTimer && !this.#polling) this.#reconnectNow();
+    };
+  }
+
+  #online;
+
+  get state() { return this.#state; }
+  get transport() { return this.#transport; }
+  get serverMode() { return this.#serverMode; }
+  get node() { return this.#node; }
+  /** The newest snapshot of every task the client holds. */
+  get tasks() { return new Map(this.#tasks); }
+  get stats() { return { ...this.#stats }; }
+
+  /** The newest snapshot of a task, or undefined. */
+  task(id) { return this.#tasks.get(id); }
+
+  /** Connects (or, with nothing subscribed, waits for a subscription). */
+  start() {
+    if (this.#started) return;
+    this.#started = true;
+    if (typeof addEventListener === 'function') addEventListener('online', this.#online);
+    this.#connect();
+  }
+
+  /** Closes the connection and stops every timer; the client can be started again. */
+  close() {
+    this.#started = false;
+    if (typeof removeEventListener === 'function') removeEventListener('online', this.#online);
+    this.#teardown();
+    this.#stopPolling();
+    this.#clearRetry();
+    this.#setState(State.CLOSED);
+  }
+
+  /** Adds tasks, projects or the user scope to what the client watches. */
+  subscribe({ tasks = [], projects = [], user = false } = {}) {
+    const newTasks = tasks.filter((id) => !this.#wantTasks.has(id) && !isTerminal(this.#tasks.get(id)?.status));
+    const newProjects = projects.filter((id) => !this.#wantProjects.has(id));
+    const newUser = user && !this.#wantUser;
+    if (!newTasks.length && !newProjects.length && !newUser) return;
+    newTasks.forEach((id) => {
+      this.#wantTasks.add(id);
+      this.#forgotten.delete(id);
+    });
+    newProjects.forEach((id) => this.#wantProjects.add(id));
+    if (newUser) this.#wantUser = true;
+    this.#changed({ op: 'subscribe', tasks: newTasks, projects: newProjects, user: newUser });
+  }
+
+  /** Stops watching tasks or projects. Their snapshots stay held; forget() drops them. */
+  unsubscribe({ tasks = [], projects = [] } = {}) {
+    const goneTasks = tasks.filter((id) => this.#wantTasks.delete(id) || this.#tasks.has(id));
+    const goneProjects = projects.filter((id) => this.#wantProjects.delete(id));
+    if (!goneTasks.length && !goneProjects.length) return;
+    for (const id of goneTasks) this.#forgotten.add(id);
+    this.#changed({ op: 'unsubscribe', tasks: goneTasks, projects: goneProjects });
+  }
+
+  #forgotten = new Set(); // unsubscribed tasks: not resubscribed from #tasks
+
+  /** Drops a held snapshot (after unsubscribe, so it does not come back). */
+  forget(id) { this.#tasks.delete(id); }
+
+  /** Switches between 'sse' and 'ws'; reconnects at once when they differ. */
+  setTransport(transport) {
+    const t = transport === 'ws' ? 'ws' : 'sse';
+    if (t === this.#transport) return;
+    this.#transport = t;
+    this.#cursor = ''; // an SSE cursor means nothing to another connection
+    this.#emitState();
+    if (this.#started) this.#reconnectNow();
+  }
+
+  /**
+   * Drops the current connection as a network failure would; the client
+   * then reconnects by its usual policy. For demos and tests.
+   */
+  interrupt() {
+    if (!this.#es && !this.#ws) return;
+    this.#fail(this.#gen, { reason: 'interrupted', probe: false });
+  }
+
+  // --- connections ---------------------------------------------------------
+
+  #subscription() {
+    const tasks = new Set(this.#wantTasks);
+    for (const [id, snap] of this.#tasks) {
+      if (!isTerminal(snap.status) && !this.#forgotten.has(id)) tasks.add(id);
+    }
+    const projects = [...this.#wantProjects];
+    // The server takes at most maxIds tasks and projects per connection;
+    // the explicitly wanted tasks come first.
+    const room = Math.max(0, this.#opt.maxIds - projects.length);
+    return { tasks: [...tasks].slice(0, room), projects, user: this.#wantUser };
+  }
+
+  #empty() {
+    const s = this.#subscription();
+    return !s.tasks.length && !s.projects.length && !s.user;
+  }
+
+  async #connect() {
+    this.#teardown();
+    this.#clearRetry();
+    if (!this.#started) return;
+    if (this.#empty()) {
+      this.#stopPolling();
+      this.#setState(State.IDLE);
+      return;
+    }
+    const gen = ++this.#gen;
+    if (!this.#polling) this.#setState(State.CONNECTING);
+    let token;
+    try {
+      token = await this.#token(false);
+    } catch (err) {
+      if (gen !== this.#gen) return;
+      this.#emit('error', { code: 'token', message: String(err?.message || err) });
+      this.#fail(gen, { reason: 'token', probe: false });
+      return;
+    }
+    if (gen !== this.#gen || !this.#started) return;
+    this.#helloSeen = false;
+    this.#helloTimer = setTimeout(() => {
+      if (gen !== this.#gen || this.#helloSeen) return;
+      // Headers may have arrived, but not a byte of the stream: something
+      // between us and the server buffers it. Retrying will not help soon.
+      this.#emit('error', { code: 'no_hello', message: `no hello within ${this.#opt.helloTimeoutMs} ms` });
+      this.#failures = Math.max(this.#failures, this.#opt.fallbackAfter - 1);
+      this.#fail(gen, { reason: 'no_hello', probe: false });
+    }, this.#opt.helloTimeoutMs);
+    if (this.#transport === 'ws') this.#openWS(gen, token);
+    else this.#openSSE(gen, token);
+  }
+
+  #sseURL(token, { cursor = true } = {}) {
+    const q = new URLSearchParams();
+    const s = this.#subscription();
+    s.tasks.forEach((id) => q.append('task', id));
+    s.projects.forEach((id) => q.append('project', id));
+    if (s.user) q.append('scope', 'user');
+    if (cursor && this.#cursor) q.set('last_event_id', this.#cursor);
+    q.set('access_token', token);
+    return `${this.#base}/v1/events?${q}`;
+  }
+
+  #openSSE(gen, token) {
+    const url = this.#sseURL(token);
+    const es = new EventSource(url);
+    this.#es = es;
+    const json = (e) => {
+      try {
+        return JSON.parse(e.data);
+      } catch {
+        return null;
+      }
+    };
+    es.addEventListener('hello', (e) => gen === this.#gen && this.#hello(json(e)));
+    es.addEventListener('task', (e) => {
+      if (gen !== this.#gen) return;
+      if (e.lastEventId) this.#cursor = e.lastEventId;
+      const snap = json(e);
+      if (snap) this.#offer(snap, 'sse');
+    });
+    es.addEventListener('mode', (e) => gen === this.#gen && this.#mode(json(e)));
+    es.addEventListener('reconnect', (e) => {
+      if (gen !== this.#gen) return;
+      const m = json(e);
+      this.#hint(m?.after_ms);
+    });
+    es.addEventListener('error', (e) => {
+      if (gen !== this.#gen) return;
+      if (typeof e.data === 'string') {
+        // The server's "event: error": a refused subscription, not a failure.
+        const m = json(e);
+        if (m) this.#emit('error', m);
+        return;
+      }
+      // The connection failed or ended. EventSource would retry by itself
+      // (and gives up on an HTTP error status); the client takes over.
+      this.#fail(gen, { reason: 'stream_error', probe: !this.#helloSeen, probeURL: () => this.#sseURL(token, { cursor: false }) });
+    });
+  }
+
+  #openWS(gen, token) {
+    const u = new URL(`${this.#base}/v1/ws`);
+    u.protocol = u.protocol === 'https:' ? 'wss:' : 'ws:';
+    u.searchParams.set('access_token', token);
+    let ws;
+    try {
+      ws = new WebSocket(u.toString(), 'pushd.v1');
+    } catch (err) {
+      this.#fail(gen, { reason: 'ws_error', probe: false });
+      return;
+    }
+    this.#ws = ws;
+    ws.onopen = () => {
+      if (gen !== this.#gen) return;
+      const s = this.#subscription();
+      const since = {};
+      for (const id of [...s.tasks, ...this.#heldIDs(s.tasks)].slice(0, this.#opt.maxIds)) {
+        const v = this.#tasks.get(id)?.version;
+        if (v) since[id] = v;
+      }
+      const req = { op: 'subscribe', id: ++this.#wsReqID, tasks: s.tasks, projects: s.projects };
+      if (s.user) req.scope = 'user';
+      if (Object.keys(since).length) req.since = since;
+      this.#send(req);
+    };
+    ws.onmessage = (e) => {
+      if (gen !== this.#gen || typeof e.data !== 'string') return;
+      let m;
+      try {
+        m = JSON.parse(e.data);
+      } catch {
+        return;
+      }
+      switch (m.type) {
+        case 'hello': this.#hello(m); break;
+        case 'task': if (m.task) this.#offer(m.task, 'ws'); break;
+        case 'mode': this.#mode(m); break;
+        case 'ack':
+          for (const r of m.rejected || []) this.#emit('error', r);
+          break;
+        case 'error': this.#emit('error', m); break;
+        case 'reconnect': this.#hint(m.after_ms); break;
+      }
+    };
+    ws.onclose = (e) => {
+      if (gen !== this.#gen) return;
+      if (e.code === 4001) this.#tokenValue = null; // token expired: fetch a new one
+      this.#fail(gen, {
+        reason: `ws_close_${e.code}`,
+        probe: !this.#helloSeen,
+        probeURL: () => {
+          const p = new URL(`${this.#base}/v1/ws`);
+          p.searchParams.set('access_token', token);
+          return p.toString();
+        },
+      });
+    };
+  }
+
+  // Versions of held tasks outside the subscription's task list (tasks of
+  // subscribed projects), so "since" covers them too.
+  #heldIDs(exclude) {
+    const skip = new Set(exclude);
+    return [...this.#tasks.keys()].filter((id) => !skip.has(id));
+  }
+
+  #send(msg) {
+    try {
+      this.#ws?.send(JSON.stringify(msg));
+    } catch {
+      // Not open: the next connection sends the whole subscription.
+    }
+  }
+
+  #hello(m) {
+    clearTimeout(this.#helloTimer);
+    this.#helloSeen = true;
+    this.#attempt = 0;
+    this.#failures = 0;
+    if (m) {
+      this.#node = m.node || '';
+      this.#serverMode = m.mode || null;
+      this.#serverReason = m.reason || '';
+    }
+    const wasPolling = this.#polling;
+    this.#stopPolling();
+    this.#setState(State.STREAMING);
+    this.#emit('hello', { ...m, transport: this.#transport, resumed: wasPolling });
+  }
+
+  #mode(m) {
+    if (!m) return;
+    this.#serverMode = m.mode;
+    this.#serverReason = m.reason || '';
+    this.#emit('mode', { mode: m.mode, reason: m.reason || '' });
+    this.#emitState();
+  }
+
+  #hint(afterMs) {
+    // Used when the connection ends, which the server does next.
+    if (typeof afterMs === 'number' && afterMs >= 0) this.#hintMs = afterMs;
+  }
+
+  // #fail ends the connection of generation gen and plans the next one.
+  async #fail(gen, { reason, probe, probeURL }) {
+    if (gen !== this.#gen) return;
+    const hadHello = this.#helloSeen;
+    this.#teardown();
+    this.#gen++; // late events of the failed connection are ignored
+    const mine = this.#gen;
+    let delay;
+    if (this.#hintMs != null) {
+      // The server asked us to come back after this long (a drain): not a failure.
+      delay = this.#hintMs;
+      reason = 'server_reconnect';
+      this.#hintMs = null;
+    } else {
+      if (!hadHello) this.#failures++;
+      delay = fullJitter(this.#attempt++, this.#opt.backoffBaseMs, this.#opt.backoffMaxMs);
+      if (probe && probeURL) {
+        const status = await this.#probe(probeURL());
+        if (mine !== this.#gen || !this.#started) return;
+        if (status) {
+          if (status.code === 429 && status.retryAfterMs != null) delay = Math.max(delay, status.retryAfterMs);
+          if (status.code === 401) this.#tokenValue = null;
+          reason = `http_${status.code}`;
+        }
+      }
+    }
+    if (!this.#started) return;
+    if (!this.#polling && this.#failures >= this.#opt.fallbackAfter) {
+      this.#stats.fallbacks++;
+      this.#startPolling(reason);
+    }
+    if (this.#polling) delay = Math.max(delay, this.#opt.streamRetryMs);
+    else this.#setState(State.CONNECTING);
+    this.#stats.reconnects++;
+    this.#emit('reconnecting', { delayMs: delay, reason, attempt: this.#attempt, polling: this.#polling });
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = null;
+      this.#connect();
+    }, delay);
+  }
+
+  // #probe asks for the stream's URL with fetch to learn the status an
+  // EventSource or WebSocket cannot see; it reads no body.
+  async #probe(url) {
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(), this.#opt.probeTimeoutMs);
+    try {
+      const res = await fetch(url, { signal: ctl.signal, cache: 'no-store', headers: { Accept: 'text/event-stream' } });
+      return { code: res.status, retryAfterMs: parseRetryAfter(res.headers.get('Retry-After')) };
+    } catch {
+      return null;
+    } finally {
+      clearTimeout(timer);
+      ctl.abort(); // a probe that got a stream must not hold it
+    }
+  }
+
+  #teardown() {
+    clearTimeout(this.#helloTimer);
+    this.#helloTimer = null;
+    if (this.#es) {
+      this.#es.close();
+      this.#es = null;
+    }
+    if (this.#ws) {
+      const ws = this.#ws;
+      this.#ws = null;
+      ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
+      try {
+        ws.close(1000);
+      } catch {
+        // already closing
+      }
+    }
+  }
+
+  #clearRetry() {
+    clearTimeout(this.#retryTimer);
+    this.#retryTimer = null;
+  }
+
+  #reconnectNow() {
+    this.#attempt = 0;
+    this.#gen++;
+    this.#connect();
+  }
+
+  // #changed applies a subscription change: WebSocket sends it on the open
+  // connection; SSE cannot change a stream, so it reconnects with the new
+  // set and its cursor.
+  #changed({ op, tasks, projects, user }) {
+    if (!this.#started) return;
+    if (this.#state === State.IDLE || this.#state === State.CLOSED) {
+      this.#connect();
+      return;
+    }
+    if (this.#polling) this.#pollNow();
+    if (this.#ws && this.#ws.readyState === WebSocket.OPEN && this.#helloSeen) {
+      const req = { op, id: ++this.#wsReqID, tasks, projects };
+      if (op === 'subscribe' && user) req.scope = 'user';
+      if (op === 'unsubscribe' || tasks.length || projects.length || user) this.#send(req);
+      return;
+    }
+    if (this.#es || this.#ws) {
+      this.#attempt = 0;
+      this.#connect();
+    } else if (this.#empty()) {
+      this.#connect();
+    }
+  }
+
+  // --- snapshots -------------------------------------------------------------
+
+  #offer(snap, source) {
+    if (!snap || typeof snap.task_id !== 'string' || typeof snap.version !== 'number') return;
+    this.#stats.received++;
+    const prev = this.#tasks.get(snap.task_id);
+    if (prev && prev.version >= snap.version) {
+      this.#stats.dropped++; // versions only go up
+      return;
+    }
+    if (this.#forgotten.has(snap.task_id) && !this.#inProjects(snap)) return;
+    this.#tasks.set(snap.task_id, snap);
+    if (isTerminal(snap.status) && this.#wantTasks.delete(snap.task_id) && this.#ws && this.#helloSeen) {
+      // Nothing more will come for it: stop watching, so long sessions do
+      // not fill the server's per-connection subscription limit.
+      this.#send({ op: 'unsubscribe', id: ++this.#wsReqID, tasks: [snap.task_id] });
+    }
+    this.#emit('task', { task: snap, previous: prev, source });
+  }
+
+  #inProjects(snap) {
+    return snap.project_id && this.#wantProjects.has(snap.project_id);
+  }
+
+  // --- polling ---------------------------------------------------------------
+
+  #startPolling(reason) {
+    if (this.#polling) return;
+    this.#polling = true;
+    this.#setState(State.POLLING, reason);
+    this.#pollNow();
+  }
+
+  #stopPolling() {
+    if (!this.#polling) return;
+    this.#polling = false;
+    clearTimeout(this.#pollTimer);
+    this.#pollTimer = null;
+  }
+
+  #pollNow() {
+    clearTimeout(this.#pollTimer);
+    this.#pollTimer = null;
+    this.#pollOnce();
+  }
+
+  async #pollOnce() {
+    if (!this.#polling || this.#pollBusy) return;
+    this.#pollBusy = true;
+    let wait = this.#opt.pollIntervalMs;
+    try {
+      const retryAfter = await this.#pollRound();
+      if (retryAfter != null) wait = Math.max(wait, retryAfter);
+    } finally {
+      this.#pollBusy = false;
+    }
+    if (this.#polling) this.#pollTimer = setTimeout(() => this.#pollOnce(), wait);
+  }
+
+  // #pollRound reads every watched task and project once. It returns a
+  // Retry-After in ms when the server asked to slow down.
+  async #pollRound() {
+    this.#stats.polls++;
+    let token;
+    try {
+      token = await this.#token(false);
+    } catch {
+      return null;
+    }
+    const s = this.#subscription();
+    const urls = [];
+    for (let i = 0; i < s.tasks.length; i += this.#opt.maxIds) {
+      const ids = s.tasks.slice(i, i + this.#opt.maxIds);
+      // One task has its own URL with an ETag, answered 304 when unchanged.
+      urls.push(ids.length === 1
+        ? `${this.#base}/v1/tasks/${encodeURIComponent(ids[0])}`
+        : `${this.#base}/v1/tasks?ids=${ids.map(encodeURIComponent).join(',')}`);
+    }
+    for (const p of s.projects) urls.push(`${this.#base}/v1/projects/${encodeURIComponent(p)}/tasks`);
+    let retryAfter = null;
+    await Promise.all(urls.map(async (url) => {
+      const headers = { Authorization: `Bearer ${token}` };
+      const tag = this.#etags.get(url);
+      if (tag) headers['If-None-Match'] = tag;
+      let res;
+      try {
+        res = await fetch(url, { headers, cache: 'no-store' });
+      } catch {
+        return;
+      }
+      if (res.status === 304) return;
+      if (res.status === 429) {
+        retryAfter = Math.max(retryAfter ?? 0, parseRetryAfter(res.headers.get('Retry-After')) ?? 0);
+        return;
+      }
+      if (res.status === 401) this.#tokenValue = null;
+      if (!res.ok) return;
+      const tag2 = res.headers.get('ETag');
+      if (tag2) this.#etags.set(url, tag2);
+      let body;
+      try {
+        body = await res.json();
+      } catch {
+        return;
+      }
+      if (!this.#polling) return;
+      if (Array.isArray(body?.tasks)) body.tasks.forEach((t) => this.#offer(t, 'poll'));
+      else if (body?.task_id) this.#offer(body, 'poll');
+    }));
+    return retryAfter;
+  }
+
+  // --- plumbing --------------------------------------------------------------
+
+  async #token(refresh) {
+    const t = this.#opt.token;
+    if (typeof t !== 'function') return t || '';
+    if (refresh || this.#tokenValue == null) this.#tokenValue = await t();
+    return this.#tokenValue;
+  }
+
+  #setState(state, reason = '') {
+    if (state === this.#state) return;
+    this.#state = state;
+    this.#emitState(reason);
+  }
+
+  #emitState(reason = '') {
+    this.#emit('state', {
+      state: this.#state,
+      transport: this.#transport,
+      serverMode: this.#serverMode,
+      serverReason: this.#serverReason,
+      node: this.#node,
+      reason,
+    });
+  }
+
+  #emit(type, detail) {
+    this.dispatchEvent(new CustomEvent(type, { detail }));
+  }
+}
