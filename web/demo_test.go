@@ -49,7 +49,7 @@ func checkWalkShown(t *testing.T, p *page, task string) {
 }
 
 func TestStartedTaskRunsToSucceededOnScreen(t *testing.T) {
-	n, base := startNode(t, node.Config{})
+	base := startNode(t, node.Config{}).URL
 	b := newBrowser(t)
 	for _, transport := range transports {
 		t.Run(transport, func(t *testing.T) {
@@ -69,7 +69,6 @@ func TestStartedTaskRunsToSucceededOnScreen(t *testing.T) {
 				p.fatalf("server mode %q, want push", mode)
 			}
 			p.checkNewest(base, demoToken(t, base, "t-"+transport, "demo-user"))
-			_ = n
 		})
 	}
 }

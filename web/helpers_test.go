@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,8 +33,18 @@ const demoStep = 100 * time.Millisecond
 
 var testSecret = []byte("web-test-secret-0123456789abcdef!")
 
+// testNode is a node on a real listener.
+type testNode struct {
+	*node.Node
+	URL  string
+	Name string
+
+	once   sync.Once
+	served chan error
+}
+
 // startNode runs a node on a real listener until the test ends.
-func startNode(t *testing.T, cfg node.Config) (*node.Node, string) {
+func startNode(t *testing.T, cfg node.Config) *testNode {
 	t.Helper()
 	if cfg.NodeName == "" {
 		cfg.NodeName = "node-" + testenv.RandomSuffix(2)
@@ -55,17 +66,22 @@ func startNode(t *testing.T, cfg node.Config) (*node.Node, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- n.Serve(l) }()
-	t.Cleanup(func() {
+	tn := &testNode{Node: n, URL: "http://" + l.Addr().String(), Name: cfg.NodeName, served: make(chan error, 1)}
+	go func() { tn.served <- n.Serve(l) }()
+	t.Cleanup(func() { tn.shutdown(t) })
+	return tn
+}
+
+// shutdown drains the node, as SIGTERM does; once.
+func (n *testNode) shutdown(t *testing.T) {
+	n.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		n.Shutdown(ctx)
-		if err := <-served; err != nil {
+		if err := <-n.served; err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return n, "http://" + l.Addr().String()
 }
 
 // serve runs h on a real listener of its own until the test ends: the
