@@ -44,6 +44,14 @@ type Conn struct {
 	ending     bool
 	closed     bool
 	busRelease func()
+	// Resume cursors (Subscription.Cursors, with a Stream). cursors: the
+	// transport writes them. settled: no Subscribe is reading its initial
+	// state, so the tenant's stream position holds for everything the
+	// connection watches. syncPending: write a KindSync with the position
+	// once there is one, after the tasks pending.
+	cursors     bool
+	settled     bool
+	syncPending bool
 }
 
 // Subscription is what a client asks to watch.
@@ -52,6 +60,15 @@ type Subscription struct {
 	Projects []string
 	User     bool             // every task of the connection's user
 	Since    map[string]int64 // per task, the version the client already has
+	// Resume is a cursor of the hub's Stream the client resumes from
+	// (SSE's Last-Event-ID): when the stream can replay what changed after
+	// it, only those tasks are read and sent; otherwise, or without a
+	// Stream, everything is, as for a new client.
+	Resume string
+	// Cursors asks for Stream positions on task events and a KindSync event
+	// once the initial state is complete: the transport writes them as
+	// resume cursors. Without a Stream it does nothing.
+	Cursors bool
 }
 
 // Rejection is a refused part of a subscription. Exactly one of TaskID and
@@ -131,6 +148,12 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 		}
 	}
 	needBus := c.busRelease == nil
+	// Until this Subscribe has offered the initial state, the stream
+	// position says nothing about what it adds.
+	c.settled = false
+	if s.Cursors && h.cfg.Stream != nil {
+		c.cursors = true
+	}
 	c.mu.Unlock()
 
 	if needBus {
@@ -147,6 +170,23 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 			// the poll loop keeps them fresh and retries the subscription.
 			h.log.Warn("bus subscribe failed; polling this connection", "tenant", c.TenantID, "err", err)
 			h.needBus(c)
+		}
+	}
+
+	if s.Resume != "" && h.cfg.Stream != nil {
+		changes, fallback := h.cfg.Stream.Replay(ctx, c.TenantID, s.Resume)
+		switch {
+		case fallback != "":
+			h.stats.ResumeFallbacks.Add(1)
+			h.log.Debug("resume cursor not replayable; reading everything", "conn", c.ID, "tenant", c.TenantID, "reason", fallback)
+		case c.replay(ctx, changes, tasks, projects, user) == nil:
+			h.stats.Resumes.Add(1)
+			c.settle()
+			return rejected, nil
+		case ctx.Err() != nil:
+			return rejected, ctx.Err()
+		default:
+			h.stats.ResumeFallbacks.Add(1) // reads failed: read everything below, each read reporting its own failure
 		}
 	}
 
@@ -185,7 +225,21 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 			rejected = append(rejected, Rejection{Code: CodeUnavailable})
 		}
 	}
+	c.settle()
 	return rejected, nil
+}
+
+// settle marks the connection's initial state offered: from now on the
+// tenant's stream position covers everything it watches, so its writes may
+// carry the position, and a KindSync tells the client the one it has now.
+func (c *Conn) settle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.ending || !c.cursors {
+		return
+	}
+	c.settled, c.syncPending = true, true
+	c.scheduleLocked()
 }
 
 func (c *Conn) offerList(snaps []*snapshot.Snapshot, err error) error {
@@ -359,9 +413,19 @@ func (c *Conn) scheduleLocked() {
 
 // takeLocked moves what is pending into buf for one write, marking each task
 // version delivered so nothing older or equal is queued after it.
+//
+// The stream position is read first: whatever it covers was offered to the
+// connection before this take, so it is in buf or was written already. Only
+// the last task event of buf carries it; a client that got the events
+// before it but not it still holds the previous one.
 func (c *Conn) takeLocked(buf []Event) []Event {
+	var position string
+	if c.cursors && c.settled {
+		position = c.hub.cfg.Stream.Position(c.TenantID)
+	}
 	buf = append(buf, c.control...)
 	c.control = nil // rare (hello, errors, modes): an idle connection keeps no slice
+	lastTask := -1
 	for _, id := range c.order {
 		s := c.pending[id]
 		delete(c.pending, id)
@@ -372,10 +436,21 @@ func (c *Conn) takeLocked(buf []Event) []Event {
 			c.delivered = make(map[string]int64)
 		}
 		c.delivered[id] = s.Version
+		lastTask = len(buf)
 		buf = append(buf, Event{Kind: KindTask, Snapshot: s})
 	}
 	clear(c.order)
 	c.order = c.order[:0]
+	if position != "" {
+		if lastTask >= 0 {
+			buf[lastTask].Cursor = position
+			c.syncPending = false // the task event carries it
+		}
+		if c.syncPending {
+			buf = append(buf, Event{Kind: KindSync, Cursor: position})
+			c.syncPending = false
+		}
+	}
 	buf = append(buf, c.trailer...)
 	c.trailer = nil
 	if c.reconnect > 0 {

@@ -14,14 +14,20 @@ const (
 	KindReconnect                 // AfterMS: reconnect after this delay; the connection closes next
 	KindHello                     // ConnID, Node, Mode, Reason, HeartbeatMS: the first event of every connection
 	KindAck                       // AckID, Rejected: written after the snapshots the request queued
+	KindSync                      // Cursor: the connection's state is complete as of this resume cursor
 )
 
 // Event is one thing to write to a client. Events are values built by the
 // hub and read by one transport writer; a task event's Snapshot is shared by
 // every connection that receives it and must not be modified.
 type Event struct {
-	Kind      Kind
-	Snapshot  *snapshot.Snapshot
+	Kind     Kind
+	Snapshot *snapshot.Snapshot
+	// Cursor, on a task or sync event, is the resume position (Stream's)
+	// the client holds everything up to once it has this event; "" means
+	// the transport's own cursor. Only connections that asked for cursors
+	// (Subscription.Cursors) get one.
+	Cursor    string
 	Mode      string
 	Reason    string
 	Code      string

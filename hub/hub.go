@@ -27,6 +27,7 @@ type Source interface {
 	ListProject(ctx context.Context, tenantID, projectID string) ([]*snapshot.Snapshot, error)
 	ListUser(ctx context.Context, tenantID, userID string) ([]*snapshot.Snapshot, error)
 	Reload(ctx context.Context, taskIDs []string) (map[string]*snapshot.Snapshot, error)
+	GetMany(ctx context.Context, taskIDs []string) (map[string]*snapshot.Snapshot, error)
 	Observe(taskID string, version int64)
 }
 
@@ -43,6 +44,10 @@ var ErrClosed = errors.New("hub: closed")
 type Config struct {
 	Source Source // required
 	Bus    Bus    // required
+	// Stream, when set, closes the bus's gaps from a replayable log instead
+	// of re-reading, and gives resume cursors (see Stream). Nil means none:
+	// gaps are closed by re-reading, and resume relies on Subscription.Since.
+	Stream Stream
 
 	// Writers is the number of goroutines writing to connections; zero means 32.
 	// A writer blocked on a slow client is released by WriteTimeout.
@@ -285,7 +290,14 @@ func (h *Hub) Notify(n fanout.Notification) {
 // Resync re-reads every task the tenant's connections watch, bypassing
 // caches: the bus may have lost notifications while its subscription was
 // down. It only schedules the work, so the bus's loop never waits.
+//
+// With a Stream that covers the tenant, nothing is re-read: the stream has
+// brought every change, those the bus lost included, through Apply.
 func (h *Hub) Resync(tenantID string) {
+	if h.cfg.Stream != nil && h.cfg.Stream.Covers(tenantID) {
+		h.stats.CatchUps.Add(1)
+		return
+	}
 	h.stats.Resyncs.Add(1)
 	h.poll.resync(tenantID)
 }
@@ -372,6 +384,13 @@ type Stats struct {
 	Polls           atomic.Int64 // rounds of re-reading every watched task
 	PollErrors      atomic.Int64 // rounds in which no source answered for some tasks
 	BusRetries      atomic.Int64 // bus subscriptions retried after failing
+
+	// With a Stream.
+	CatchUps        atomic.Int64 // bus gaps (a tenant's Resync, a lost bus's poll round or its restoration) closed by the stream instead of re-reading
+	StreamApplied   atomic.Int64 // changes handed to Apply
+	Resumes         atomic.Int64 // subscriptions served by replaying the stream after the client's cursor
+	ResumeTasks     atomic.Int64 // tasks those replays read and offered
+	ResumeFallbacks atomic.Int64 // resume cursors the stream could not serve: the subscription read everything
 }
 
 // Stats returns the hub's live counters.

@@ -118,7 +118,21 @@ func (h *Hub) pollLoop() {
 				tenants[t] = struct{}{}
 			}
 		}
+		// With a stream that delivers every change of every watched tenant,
+		// a lost or restored bus costs no re-read: the stream carries what
+		// the bus drops. Checked on every round, so polling starts once the
+		// stream fails too.
+		covered := h.cfg.Stream != nil && (polling || restored) && h.cfg.Stream.CoversAll()
 		switch {
+		case covered:
+			h.stats.CatchUps.Add(1)
+			if !h.isPush() {
+				h.SetMode(ModePush, ReasonRestored)
+			}
+			failures = 0
+			if len(tenants) > 0 {
+				h.refresh(tenants) // connections the bus still refuses
+			}
 		case polling:
 			if h.isPush() { // tell clients before a round that may be slow
 				h.SetMode(ModePolling, ReasonPubSubDown)

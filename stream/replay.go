@@ -1,0 +1,72 @@
+package stream
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/fanout"
+)
+
+// Replay returns the tenant's changes after cursor, oldest first, read in
+// one round trip, or the reason (Fallback*) it cannot: the caller then sends
+// the client everything, as for a new one. The tenant is the connection's,
+// from its token; a cursor never chooses the stream, and a cursor made for
+// another tenant's stream is refused by its tag. Replay needs no tail: any
+// node answers any node's cursor.
+func (t *Tailer) Replay(ctx context.Context, tenant, cursor string) ([]fanout.Notification, string) {
+	changes, reason := t.replay(ctx, tenant, cursor)
+	if reason != "" {
+		t.stats.fallback(reason)
+		return nil, reason
+	}
+	t.stats.replays.Add(1)
+	t.stats.replayed.Add(int64(len(changes)))
+	return changes, ""
+}
+
+func (t *Tailer) replay(ctx context.Context, tenant, cursor string) ([]fanout.Notification, string) {
+	p, err := decodeCursor(cursor)
+	if err != nil {
+		return nil, FallbackCorrupt
+	}
+	if p.tag != tenantTag(tenant) {
+		return nil, FallbackTenant
+	}
+	key := t.cfg.Names.Stream(tenant)
+	pipe := t.cfg.Client.Pipeline()
+	ep := pipe.Get(ctx, t.cfg.Names.StreamEpoch(tenant))
+	info := pipe.XInfoStream(ctx, key)
+	rng := pipe.XRangeN(ctx, key, "("+p.id.String(), "+", int64(t.cfg.MaxReplay)+1)
+	pipe.Exec(ctx) // each command's error is checked below
+	st, err := readState(ep, info)
+	switch {
+	case err != nil:
+		return nil, FallbackUnavailable
+	case !st.exists || !st.known || st.epoch != p.epoch:
+		// Gone, or recreated since the cursor was made: Redis lost what
+		// came between.
+		return nil, FallbackEpoch
+	case st.last.Less(p.id):
+		return nil, FallbackAhead
+	case st.lost(p.id):
+		return nil, FallbackTrimmed
+	}
+	msgs, err := rng.Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, FallbackUnavailable
+	}
+	if len(msgs) > t.cfg.MaxReplay {
+		return nil, FallbackTooMany
+	}
+	changes := make([]fanout.Notification, 0, len(msgs))
+	for _, m := range msgs {
+		if n, ok := parseEntry(tenant, m); ok {
+			changes = append(changes, n)
+		} else {
+			t.stats.malformed.Add(1)
+		}
+	}
+	return changes, ""
+}
