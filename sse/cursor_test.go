@@ -3,6 +3,8 @@ package sse
 import (
 	"bytes"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -63,5 +65,47 @@ func TestParseCursorIgnoresGarbage(t *testing.T) {
 	}
 	if parseCursor(strings.Repeat("a=1,", maxCursorLen)) != nil {
 		t.Fatal("an oversized cursor was parsed")
+	}
+}
+
+func TestStreamCursorIsWrittenAndVersionsStillKept(t *testing.T) {
+	var e encoder
+	var b bytes.Buffer
+	ev := taskEvent(t, "a", 2)
+	ev.Cursor = "s1.AAAA"
+	e.render(&b, []hub.Event{ev})
+	if id := lastID(&b); id != "s1.AAAA" {
+		t.Fatalf("id %q, want the stream cursor", id)
+	}
+	e.render(&b, []hub.Event{taskEvent(t, "b", 1)})
+	got := parseCursor(lastID(&b))
+	if len(got) != 2 || got["a"] != 2 || got["b"] != 1 {
+		t.Fatalf("versions cursor after a stream cursor: %v, want a=2 and b=1", got)
+	}
+	b.Reset()
+	e.render(&b, []hub.Event{{Kind: hub.KindSync, Cursor: "s1.BBBB"}})
+	if b.String() != "event: sync\nid: s1.BBBB\ndata: {}\n\n" {
+		t.Fatalf("sync rendered as %q", b.String())
+	}
+}
+
+func TestParseRequestSplitsCursorFormats(t *testing.T) {
+	h := New(Config{})
+	defer h.Close()
+	for _, tc := range []struct {
+		id     string
+		resume string
+		since  int
+	}{
+		{"s1.AbC_-9", "s1.AbC_-9", 0},
+		{"a=3,b=4", "", 2},
+		{"garbage", "", 0},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/v1/events?task=a&task=b", nil)
+		r.Header.Set("Last-Event-ID", tc.id)
+		sub, code, _ := h.ParseRequest(r)
+		if code != "" || sub.Resume != tc.resume || len(sub.Since) != tc.since || !sub.Cursors {
+			t.Fatalf("%q: resume %q since %v cursors %v (%s), want resume %q and %d versions", tc.id, sub.Resume, sub.Since, sub.Cursors, code, tc.resume, tc.since)
+		}
 	}
 }

@@ -22,10 +22,16 @@ type encoder struct {
 	versions   map[string]int64
 }
 
-// cursor records s as delivered and appends the connection's cursor to b.
-func (e *encoder) cursor(b []byte, s *snapshot.Snapshot) []byte {
+// cursor records s as delivered and appends the connection's cursor to b:
+// the hub's stream cursor when the event carries one, else the versions.
+// The versions are recorded either way: an event without a stream cursor
+// may follow one.
+func (e *encoder) cursor(b []byte, s *snapshot.Snapshot, streamCursor string) []byte {
 	if e.versions == nil && (e.oneTask == "" || e.oneTask == s.TaskID) {
 		e.oneTask, e.oneVersion = s.TaskID, s.Version
+		if streamCursor != "" {
+			return append(b, streamCursor...)
+		}
 		b = append(b, e.oneTask...)
 		b = append(b, '=')
 		return strconv.AppendInt(b, e.oneVersion, 10)
@@ -34,6 +40,9 @@ func (e *encoder) cursor(b []byte, s *snapshot.Snapshot) []byte {
 		e.versions = map[string]int64{e.oneTask: e.oneVersion}
 	}
 	e.versions[s.TaskID] = s.Version
+	if streamCursor != "" {
+		return append(b, streamCursor...)
+	}
 	return encodeCursor(b, e.versions, s.TaskID)
 }
 
@@ -62,7 +71,7 @@ func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 	switch ev.Kind {
 	case hub.KindTask:
 		b.WriteString("event: task\nid: ")
-		b.Write(e.cursor(b.AvailableBuffer(), ev.Snapshot))
+		b.Write(e.cursor(b.AvailableBuffer(), ev.Snapshot, ev.Cursor))
 		b.WriteString("\ndata: ")
 		b.Write(ev.Snapshot.JSON())
 		b.WriteString("\n\n")
@@ -89,6 +98,13 @@ func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 			TaskID    string `json:"task_id,omitempty"`
 			ProjectID string `json:"project_id,omitempty"`
 		}{ev.Code, ev.Message, ev.TaskID, ev.ProjectID})
+	case hub.KindSync:
+		// Only the id matters: EventSource keeps it as the Last-Event-ID it
+		// reconnects with. A browser with no listener for "sync" sees
+		// nothing.
+		b.WriteString("event: sync\nid: ")
+		b.WriteString(ev.Cursor)
+		b.WriteString("\ndata: {}\n\n")
 	case hub.KindHeartbeat:
 		b.WriteString(": hb\n\n")
 	case hub.KindReconnect:

@@ -15,6 +15,7 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/stream"
 )
 
 // Config configures a Handler; zero values have defaults.
@@ -117,7 +118,16 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 	if cursor == "" {
 		cursor = q.Get("last_event_id")
 	}
-	s.Since = parseCursor(cursor)
+	// A node with streams writes stream cursors, once it has them; the hub
+	// replays the stream after one, or reads everything when it cannot. The
+	// task=version cursors of a node without (or before) them still work,
+	// so clients keep their place across a deploy either way.
+	s.Cursors = true
+	if stream.IsCursor(cursor) {
+		s.Resume = cursor
+	} else {
+		s.Since = parseCursor(cursor)
+	}
 	return s, "", ""
 }
 
