@@ -10,14 +10,16 @@ import (
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/stream"
 )
 
 // Sources are what a node measures. Hub is required; Store and Bus are nil
-// in the embedded mode.
+// in the embedded mode, Stream without streams.
 type Sources struct {
-	Hub   *hub.Hub
-	Store *snapshot.Store
-	Bus   *fanout.RedisBus
+	Hub    *hub.Hub
+	Store  *snapshot.Store
+	Bus    *fanout.RedisBus
+	Stream *stream.Tailer
 }
 
 // NewRegistry returns a registry with the Go runtime and process
@@ -78,10 +80,25 @@ var (
 	livenessSent    = counter("liveness_sent_total", "Liveness messages the node published to itself.")
 	livenessHeard   = counter("liveness_heard_total", "Liveness messages heard back.")
 
+	streamsTailed   = gauge("streams_tailed", "Tenant streams the node tails (tenants with watchers here).")
+	streamLength    = gauge("stream_length_entries", "Entries in the streams the node tails, as of their last check: the sum, and the longest.", "stat")
+	streamEntries   = counter("stream_entries_total", "Stream entries read and delivered to the hub.")
+	streamReads     = counter("stream_reads_total", "XREAD calls, by result: ok or error.", "result")
+	streamMalformed = counter("stream_malformed_total", "Stream entries skipped for lacking a valid task_id or version.")
+	streamCatchUps  = counter("stream_catchups_total", "Pub/Sub gaps (lost subscription, resubscribed tenant) the stream closed without re-reading.")
+	tailResyncs     = counter("stream_tail_resyncs_total", "Tenants re-read because their tail could not continue, by reason: trimmed, epoch (stream recreated), backwards (stream lost), start.", "reason")
+	resumes         = counter("resumes_total", "SSE reconnects with a stream cursor that were served by replaying the stream.")
+	replayed        = counter("resume_replayed_entries_total", "Stream entries replayed for resuming clients.")
+	resumeTasks     = counter("resume_tasks_total", "Tasks read and sent to resuming clients because they moved after the cursor.")
+	resumeFallbacks = counter("resume_fallbacks_total", "Resume cursors not replayed, so the client got a full resync, by reason: corrupt, tenant, epoch, trimmed, too_many, ahead, unavailable.", "reason")
+	streamLag       = prometheus.NewDesc("pushd_stream_lag_seconds", "Time from a stream entry's append (its id) to its delivery to the node's connections' outboxes.", nil, nil)
+
 	all = []metric{connections, mode, modeSwitches, opened, notifications, fetches, fetchErrors, delivered, conflated,
 		dropped, disconnects, heartbeats, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
-		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard}
+		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard,
+		streamsTailed, streamLength, streamEntries, streamReads, streamMalformed, streamCatchUps, tailResyncs,
+		resumes, replayed, resumeTasks, resumeFallbacks}
 )
 
 type collector struct{ s Sources }
@@ -90,6 +107,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range all {
 		ch <- m.desc
 	}
+	ch <- streamLag
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -142,6 +160,31 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		emit(pubsubFailures, float64(bs.Failures))
 		emit(livenessSent, float64(bs.LivenessSent))
 		emit(livenessHeard, float64(bs.LivenessHeard))
+	}
+	if c.s.Stream != nil {
+		ts := c.s.Stream.Stats()
+		emit(streamsTailed, float64(ts.Tailed))
+		emit(streamLength, float64(ts.Length), "sum")
+		emit(streamLength, float64(ts.MaxLength), "max")
+		emit(streamEntries, float64(ts.Entries))
+		emit(streamReads, float64(ts.Reads), "ok")
+		emit(streamReads, float64(ts.ReadErrors), "error")
+		emit(streamMalformed, float64(ts.Malformed))
+		emit(streamCatchUps, float64(st.CatchUps.Load()))
+		for reason, n := range ts.TailResyncs {
+			emit(tailResyncs, float64(n), reason)
+		}
+		emit(resumes, float64(st.Resumes.Load()))
+		emit(replayed, float64(ts.Replayed))
+		emit(resumeTasks, float64(st.ResumeTasks.Load()))
+		for reason, n := range ts.ResumeFallbacks {
+			emit(resumeFallbacks, float64(n), reason)
+		}
+		buckets := make(map[float64]uint64, len(stream.LagBuckets))
+		for i, b := range stream.LagBuckets {
+			buckets[b] = uint64(ts.LagBuckets[i])
+		}
+		ch <- prometheus.MustNewConstHistogram(streamLag, uint64(ts.LagCount), ts.LagSum.Seconds(), buckets)
 	}
 }
 
