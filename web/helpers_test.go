@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -231,7 +232,7 @@ func (p *page) install() {
 				if (!c.dataset.version || keys.has(k)) continue;
 				keys.add(k);
 				window.__seen.push({id: c.dataset.taskId, status: c.dataset.status, version: Number(c.dataset.version),
-					width: c.querySelector('.fill').style.width, conn: conn.dataset.state});
+					width: c.querySelector('.fill').style.width, conn: conn.dataset.state, mode: conn.dataset.serverMode});
 			}
 		};
 		record();
@@ -245,7 +246,8 @@ type seen struct {
 	ID      string `json:"id"`
 	Status  string `json:"status"`
 	Width   string `json:"width"`
-	Conn    string `json:"conn"`
+	Conn    string `json:"conn"` // the client's state when it was shown
+	Mode    string `json:"mode"` // the server's mode when it was shown
 	Version int64  `json:"version"`
 }
 
@@ -394,3 +396,5 @@ func signedToken(t *testing.T, tenant, user string) string {
 	}
 	return tok
 }
+
+func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }

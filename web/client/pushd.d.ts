@@ -69,7 +69,7 @@ export interface TaskDetail {
   task: TaskSnapshot;
   /** The snapshot it replaced, if any. */
   previous?: TaskSnapshot;
-  source: 'sse' | 'ws' | 'poll';
+  source: 'sse' | 'ws' | 'poll' | 'page';
 }
 
 export interface ModeDetail {
@@ -147,6 +147,8 @@ export declare class PushdClient extends EventTarget {
   close(): void;
   subscribe(what: { tasks?: string[]; projects?: string[]; user?: boolean }): void;
   unsubscribe(what: { tasks?: string[]; projects?: string[] }): void;
+  /** Hands the client a snapshot got elsewhere (e.g. the answer that created the task); kept only if newer. */
+  offer(snapshot: TaskSnapshot): void;
   forget(id: string): void;
   setTransport(transport: Transport): void;
   /** Drops the connection as a network failure would; the client reconnects by its policy. */

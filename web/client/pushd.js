@@ -196,6 +196,13 @@ export class PushdClient extends EventTarget {
 
   #forgotten = new Set(); // unsubscribed tasks: not resubscribed from #tasks
 
+  /**
+   * Hands the client a snapshot the page got elsewhere, such as the answer
+   * of the request that created the task. It is kept only if newer than the
+   * one held, and announced by a task event like any other.
+   */
+  offer(snapshot) { this.#offer(snapshot, 'page'); }
+
   /** Drops a held snapshot (after unsubscribe, so it does not come back). */
   forget(id) { this.#tasks.delete(id); }
 
@@ -399,6 +406,7 @@ export class PushdClient extends EventTarget {
     this.#helloSeen = true;
     this.#attempt = 0;
     this.#failures = 0;
+    const prevMode = this.#serverMode;
     if (m) {
       this.#node = m.node || '';
       this.#serverMode = m.mode || null;
@@ -408,6 +416,11 @@ export class PushdClient extends EventTarget {
     this.#stopPolling();
     this.#setState(State.STREAMING);
     this.#emit('hello', { ...m, transport: this.#transport, resumed: wasPolling });
+    // The mode may have changed while no connection was there to hear it.
+    if (prevMode && this.#serverMode && prevMode !== this.#serverMode) {
+      this.#emit('mode', { mode: this.#serverMode, reason: this.#serverReason });
+    }
+    this.#emitState();
   }
 
   #mode(m) {
@@ -526,6 +539,11 @@ export class PushdClient extends EventTarget {
       if (op === 'unsubscribe' || tasks.length || projects.length || user) this.#send(req);
       return;
     }
+    // A new task of a project the stream already carries needs no new
+    // stream: it is in the task list of the next connect anyway.
+    const covered = op === 'subscribe' && !projects.length && !user &&
+      tasks.every((id) => this.#wantProjects.has(this.#tasks.get(id)?.project_id));
+    if (this.#es && this.#helloSeen && covered) return;
     if (this.#es || this.#ws) {
       this.#attempt = 0;
       this.#connect();

@@ -80,10 +80,18 @@ const client = new PushdClient({
 });
 
 let reconnects = 0;
+let lastNode = '';
+let announce = true; // log the next hello: the first, or one after a loss or a switch
 
 client.addEventListener('state', (e) => renderConnection(e.detail));
 client.addEventListener('hello', (e) => {
   const d = e.detail;
+  // An SSE stream restarts when the page watches something new; only a
+  // first connection, a recovery or a new node is worth a line.
+  const worth = announce || d.resumed || d.node !== lastNode;
+  announce = false;
+  lastNode = d.node;
+  if (!worth) return;
   log(`${d.resumed ? 'Back to streaming' : 'Streaming'} over ${TRANSPORT[d.transport]} from node ${d.node} (server mode: ${d.mode})`, 'ok');
 });
 client.addEventListener('mode', (e) => {
@@ -95,6 +103,7 @@ client.addEventListener('mode', (e) => {
 client.addEventListener('reconnecting', (e) => {
   const { delayMs, reason, polling } = e.detail;
   reconnects++;
+  announce = true;
   $('conn').dataset.reconnects = String(reconnects);
   $('f-reconnects').textContent = String(reconnects);
   log(polling
@@ -250,7 +259,7 @@ async function startTask(kind, button) {
     });
     const body = await res.json().catch(() => ({}));
     if (!res.ok) throw new Error(body.message || `HTTP ${res.status}`);
-    renderTask(body.task);
+    client.offer(body.task); // shown at once; the stream brings what follows
     client.subscribe({ tasks: [body.task.task_id] });
   } catch (err) {
     notice.textContent = `Could not start the task: ${err.message}`;
@@ -267,6 +276,7 @@ for (const b of [$('use-sse'), $('use-ws')]) {
     const t = b.dataset.transport;
     if (t === client.transport) return;
     log(`Switching to ${TRANSPORT[t]}`);
+    announce = true;
     client.setTransport(t);
     const u = new URL(location.href);
     u.searchParams.set('transport', t);
