@@ -29,6 +29,8 @@ type config struct {
 	DrainTimeout   time.Duration
 	ReconnectAfter time.Duration
 	DebugListen    string
+	Streams        bool
+	StreamMaxLen   int64
 	Demo           bool
 	LogLevel       string
 	LogFormat      string
@@ -60,6 +62,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.Retry, "sse-retry", 2*time.Second, "base SSE reconnect delay (each connection adds up to 50% jitter)")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 10*time.Second, "how long shutdown spends closing connections")
 	fs.DurationVar(&c.ReconnectAfter, "reconnect-after", 5*time.Second, "clients of a draining node reconnect after a random delay up to this")
+	fs.BoolVar(&c.Streams, "streams", false, "also append every change to the tenant's Redis Stream, tail the streams to close Pub/Sub gaps, and resume SSE clients from stream cursors")
+	fs.Int64Var(&c.StreamMaxLen, "stream-maxlen", 10000, "with --streams, trim each tenant's stream to about this many entries (XADD MAXLEN ~)")
 	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private")
 	fs.BoolVar(&c.Demo, "demo", false, "serve the demo page and its task simulator at /demo/ (the embedded mode always does); with a configured secret or key the page asks for a token")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -96,6 +100,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.DatabaseURL != "" && c.RedisURL == "" {
 		return c, fmt.Errorf("--database-url needs --redis-url (set neither for the embedded mode)")
+	}
+	if c.Streams && c.RedisURL == "" {
+		return c, fmt.Errorf("--streams needs --redis-url")
+	}
+	if c.StreamMaxLen <= 0 {
+		return c, fmt.Errorf("--stream-maxlen must be positive")
 	}
 	return c, nil
 }

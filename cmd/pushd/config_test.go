@@ -52,6 +52,8 @@ var flagCases = map[string]flagCase{
 	"reconnect-after": {"9s", "11s", func(c config) string { return dur(c.ReconnectAfter) }},
 	"debug-listen":    {"127.0.0.1:1", "127.0.0.1:2", func(c config) string { return c.DebugListen }},
 	"demo":            {"true", "false", func(c config) string { return strconv.FormatBool(c.Demo) }},
+	"streams":         {"true", "false", func(c config) string { return strconv.FormatBool(c.Streams) }},
+	"stream-maxlen":   {"500", "600", func(c config) string { return strconv.FormatInt(c.StreamMaxLen, 10) }},
 	"log-level":       {"debug", "warn", func(c config) string { return c.LogLevel }},
 	"log-format":      {"json", "text", func(c config) string { return c.LogFormat }},
 }
@@ -59,6 +61,7 @@ var flagCases = map[string]flagCase{
 // needs is what a flag needs beside it to pass validation.
 var needs = map[string][]string{
 	"database-url": {"--redis-url", "redis://other:6379/0"},
+	"streams":      {"--redis-url", "redis://other:6379/0"},
 }
 
 // usage returns parseConfig's -h output.

@@ -54,6 +54,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		APIKey: cfg.APIKey, NodeName: cfg.NodeName, OriginPatterns: cfg.originPatterns(),
 		Heartbeat: cfg.Heartbeat, PollInterval: cfg.PollInterval, WriteTimeout: cfg.WriteTimeout, SSERetry: cfg.Retry,
 		ReconnectAfter: cfg.ReconnectAfter, Demo: cfg.Demo, Logger: log,
+		Streams: cfg.Streams, StreamMaxLen: cfg.StreamMaxLen,
 	})
 	if err != nil {
 		return err
