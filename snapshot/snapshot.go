@@ -79,14 +79,41 @@ type known struct {
 	UpdatedAt int64  `json:"updated_at"`
 }
 
+// decodeKnown reads the known fields the way a browser's JSON.parse does:
+// keys match exactly and the last of duplicates wins. Decoding into the
+// struct directly would match keys case-insensitively, so a document with
+// both "tenant_id":"t1" and "TENANT_ID":"t2" would be routed to tenant t2
+// while its readers see t1.
+func decodeKnown(b []byte) (known, error) {
+	var k known
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return k, err
+	}
+	for _, f := range [...]struct {
+		name string
+		dst  any
+	}{
+		{"task_id", &k.TaskID}, {"tenant_id", &k.TenantID}, {"project_id", &k.ProjectID},
+		{"user_id", &k.UserID}, {"status", &k.Status}, {"version", &k.Version}, {"updated_at", &k.UpdatedAt},
+	} {
+		if v, ok := m[f.name]; ok {
+			if err := json.Unmarshal(v, f.dst); err != nil {
+				return k, fmt.Errorf("%s: %w", f.name, err)
+			}
+		}
+	}
+	return k, nil
+}
+
 // Parse validates a snapshot document and returns it. The document must be a
 // JSON object with a valid task_id and tenant_id and a positive version.
 func Parse(b []byte) (*Snapshot, error) {
 	if len(b) > MaxSize {
 		return nil, fmt.Errorf("snapshot: %d bytes exceeds %d", len(b), MaxSize)
 	}
-	var k known
-	if err := json.Unmarshal(b, &k); err != nil {
+	k, err := decodeKnown(b)
+	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	switch {
