@@ -118,6 +118,7 @@ type Tailer struct {
 	wg     sync.WaitGroup // the readers
 
 	readers []*reader
+	dials   atomic.Uint64 // connections the readers' client opened
 	seed    maphash.Seed
 	stats   counters
 	target  Target // set by Start, before any reader runs
@@ -154,23 +155,40 @@ func NewTailer(cfg Config) *Tailer {
 		panic("stream: Config.Client is required")
 	}
 	cfg = cfg.withDefaults()
-	opt := *cfg.Client.Options()
-	opt.PoolSize = cfg.Readers
-	opt.MinIdleConns, opt.MaxIdleConns = 0, cfg.Readers
-	// The readers bound each XREAD with a deadline of their own, so a
-	// silent connection is dropped after Block plus a margin, not go-redis's
-	// default of Block plus 10s.
-	opt.ContextTimeoutEnabled = true
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Tailer{
 		cfg: cfg, log: cfg.Logger.With("component", "stream"),
-		xrd: redis.NewClient(&opt), ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel,
 		seed: maphash.MakeSeed(), tenants: make(map[string]*tail),
 	}
+	t.xrd = redis.NewClient(t.readerOptions())
 	for range cfg.Readers {
 		t.readers = append(t.readers, &reader{t: t, wake: make(chan struct{}, 1)})
 	}
 	return t
+}
+
+// readerOptions are the readers' connections': Client's server and
+// credentials, a pool of one connection per reader, no retries (a read that
+// failed must be seen: Redis may have restarted empty), each XREAD bounded
+// by its own deadline (Block plus a margin, not go-redis's Block plus 10s),
+// and every new connection counted, because a reader may be handed a new
+// one, to a Redis that restarted, without any command failing.
+func (t *Tailer) readerOptions() *redis.Options {
+	c := t.cfg.Client.Options()
+	return &redis.Options{
+		Network: c.Network, Addr: c.Addr, Dialer: c.Dialer, TLSConfig: c.TLSConfig,
+		Username: c.Username, Password: c.Password, CredentialsProvider: c.CredentialsProvider,
+		DB: c.DB, Protocol: c.Protocol, ClientName: c.ClientName,
+		DialTimeout: c.DialTimeout, WriteTimeout: c.WriteTimeout, DialerRetries: c.DialerRetries,
+		PoolSize: t.cfg.Readers, MaxIdleConns: t.cfg.Readers,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		OnConnect: func(context.Context, *redis.Conn) error {
+			t.dials.Add(1)
+			return nil
+		},
+	}
 }
 
 // Start begins the readers, delivering to target. It must be called once,
@@ -466,7 +484,8 @@ type reader struct {
 	wake   chan struct{} // cap 1: a tail was added
 	lastOK atomic.Int64  // Unix ns when Redis last answered this reader (or it had nothing to read)
 	// Owned by run.
-	doubt     bool // a read failed: check every tail before trusting it again
+	doubt     bool   // a read failed, or ran on a new connection: check every tail before trusting it again
+	dials     uint64 // Tailer.dials when the last check began
 	nextCheck time.Time
 }
 
@@ -550,6 +569,12 @@ func (r *reader) run() {
 		}
 		backoff = 0
 		t.stats.reads.Add(1)
+		if t.dials.Load() != r.dials {
+			// The read may have run on a Redis that restarted empty since
+			// the last check: check first; the entries are read again.
+			r.distrust(tails)
+			continue
+		}
 		r.lastOK.Store(time.Now().UnixNano())
 		failed := false
 		for _, s := range res {
@@ -609,7 +634,8 @@ func (r *reader) prepare(tails []*tail) bool {
 	if len(tails) == 0 {
 		return true
 	}
-	due := r.doubt || !time.Now().Before(r.nextCheck)
+	dials := t.dials.Load()
+	due := r.doubt || dials != r.dials || !time.Now().Before(r.nextCheck)
 	var todo []*tail
 	t.mu.RLock()
 	for _, tl := range tails {
@@ -663,8 +689,8 @@ func (r *reader) prepare(tails []*tail) bool {
 		t.placeLocked(tl, st)
 		t.mu.Unlock()
 	}
-	if ok {
-		r.doubt = false
+	if ok && due {
+		r.doubt, r.dials = false, dials
 		r.nextCheck = time.Now().Add(r.t.cfg.CheckInterval)
 	}
 	return ok
