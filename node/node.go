@@ -265,6 +265,9 @@ func (n *Node) Store() *snapshot.Store { return n.store }
 // Hub is the node's hub.
 func (n *Node) Hub() *hub.Hub { return n.hub }
 
+// Stream is the node's stream tailer; nil without streams.
+func (n *Node) Stream() *stream.Tailer { return n.tailer }
+
 // Serve accepts connections on l until Shutdown or Close. Serve after
 // Shutdown returns at once.
 func (n *Node) Serve(l net.Listener) error {
