@@ -3,10 +3,12 @@ package stream_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/pushd/pushd/fanout"
@@ -220,4 +222,50 @@ func TestReplayFallbacks(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// Close ends every reader, even one blocked in XREAD, and later calls are
+// harmless; goleak in TestMain checks that nothing is left running.
+func TestCloseEndsTheReaders(t *testing.T) {
+	r := testenv.SharedRedis(t)
+	ctx := ctxT(t)
+	tl := stream.NewTailer(stream.Config{Client: r.Client, Names: r.Names, Readers: 3, Block: time.Minute})
+	tl.Start(newTarget())
+	var releases []func()
+	for range 5 {
+		release, err := tl.Watch(ctx, testenv.UniqueID("tenant"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases = append(releases, release)
+	}
+	// Wait until some reader is inside its minute-long XREAD.
+	deadline := time.Now().Add(waitFor)
+	for tl.Stats().Reads == 0 && !blocked(t, r.Client) {
+		if time.Now().After(deadline) {
+			t.Fatal("no reader blocked in XREAD")
+		}
+		time.Sleep(10 * time.Millisecond) // polling Redis's client list
+	}
+	if err := tl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tl.Close()
+	for _, release := range releases {
+		release()
+	}
+	if _, err := tl.Watch(ctx, "t1"); err != stream.ErrClosed {
+		t.Fatalf("Watch after Close: %v, want ErrClosed", err)
+	}
+}
+
+// blocked reports whether a client of the server is blocked in XREAD.
+func blocked(t *testing.T, c interface {
+	ClientList(context.Context) *redis.StringCmd
+}) bool {
+	list, err := c.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(list, "cmd=xread")
 }
