@@ -1,0 +1,104 @@
+package hub_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
+)
+
+// fakeStream is a hub.Stream the test steers.
+type fakeStream struct {
+	mu       sync.Mutex
+	position string
+	covers   bool
+	changes  []fanout.Notification
+	fallback string
+}
+
+func (s *fakeStream) Covers(string) bool { s.mu.Lock(); defer s.mu.Unlock(); return s.covers }
+func (s *fakeStream) CoversAll() bool    { return s.Covers("") }
+func (s *fakeStream) Position(string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.position
+}
+func (s *fakeStream) Replay(context.Context, string, string) ([]fanout.Notification, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changes, s.fallback
+}
+
+// The initial state carries no stream position; a sync event with it
+// follows, and later task events carry the position read before their take.
+func TestStreamPositionsFollowTheInitialState(t *testing.T) {
+	st := &fakeStream{position: "P1"}
+	e := newEnv(t, hub.Config{Stream: st})
+	e.publish(t, snap(t, "t1", "task_a", 1))
+	_, r, _ := e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"task_a"}, Cursors: true})
+	first := r.next(t)
+	if first.Kind != hub.KindTask || first.Cursor != "" {
+		// The writer may take the task only after settle; then the task
+		// itself carries the position and no sync follows.
+		if first.Kind != hub.KindTask || first.Cursor != "P1" {
+			t.Fatalf("first event %+v", first)
+		}
+	} else if sync := r.next(t); sync.Kind != hub.KindSync || sync.Cursor != "P1" {
+		t.Fatalf("after the initial state: %+v, want a sync with P1", sync)
+	}
+	st.mu.Lock()
+	st.position = "P2"
+	st.mu.Unlock()
+	e.publish(t, snap(t, "t1", "task_a", 2))
+	if ev := r.next(t); ev.Kind != hub.KindTask || ev.Snapshot.Version != 2 || ev.Cursor != "P2" {
+		t.Fatalf("next event %+v, want task v2 with P2", ev)
+	}
+}
+
+// A resume reads only the watched tasks the replay names, and a Resync the
+// stream covers re-reads nothing.
+func TestResumeReadsOnlyWhatMovedAndCoveredResyncReadsNothing(t *testing.T) {
+	st := &fakeStream{position: "P", covers: true, changes: []fanout.Notification{
+		{TenantID: "t1", TaskID: "task_b", Version: 4, ProjectID: "p1", UserID: "u1"},
+		{TenantID: "t1", TaskID: "task_z", Version: 9, ProjectID: "p9", UserID: "u9"}, // not watched
+	}}
+	e := newEnv(t, hub.Config{Stream: st})
+	for _, id := range []string{"task_a", "task_b", "task_z"} {
+		e.publish(t, snap(t, "t1", id, 4))
+	}
+	_, r, _ := e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"task_a", "task_b"}, Resume: "c", Cursors: true})
+	ev := r.next(t)
+	if ev.Kind != hub.KindTask || ev.Snapshot.TaskID != "task_b" {
+		t.Fatalf("resume sent %+v first, want task_b", ev)
+	}
+	if ev.Cursor != "P" { // taken before the replay settled: a sync follows
+		if ev := r.next(t); ev.Kind != hub.KindSync || ev.Cursor != "P" {
+			t.Fatalf("then %+v, want the sync", ev)
+		}
+	}
+	s := e.hub.Stats()
+	if s.Resumes.Load() != 1 || s.ResumeTasks.Load() != 1 || e.store.gets.Load() != 0 {
+		t.Fatalf("resumes %d, tasks %d, single reads %d", s.Resumes.Load(), s.ResumeTasks.Load(), e.store.gets.Load())
+	}
+	e.hub.Resync("t1")
+	if s.CatchUps.Load() != 1 || s.Resyncs.Load() != 0 {
+		t.Fatalf("covered resync: catch-ups %d, resyncs %d", s.CatchUps.Load(), s.Resyncs.Load())
+	}
+
+	// A fallback reads everything, as for a new client.
+	st.mu.Lock()
+	st.fallback = "epoch"
+	st.mu.Unlock()
+	_, r2, _ := e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"task_a", "task_b"}, Resume: "c", Cursors: true})
+	got := map[string]bool{}
+	for len(got) < 2 {
+		if ev := r2.next(t); ev.Kind == hub.KindTask {
+			got[ev.Snapshot.TaskID] = true
+		}
+	}
+	if s.ResumeFallbacks.Load() != 1 {
+		t.Fatalf("fallbacks %d", s.ResumeFallbacks.Load())
+	}
+}
