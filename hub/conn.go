@@ -552,6 +552,9 @@ func (c *Conn) Close() {
 		if release != nil {
 			release()
 		}
+		if c.Hold != nil {
+			c.Hold.Release()
+		}
 	})
 }
 

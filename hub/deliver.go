@@ -171,7 +171,7 @@ func (h *Hub) tickInterval() time.Duration {
 func (h *Hub) tick(now time.Time) {
 	idle := now.Add(-h.cfg.HeartbeatInterval).UnixNano()
 	for _, c := range h.allConns() {
-		if !c.ExpiresAt.IsZero() && now.After(c.ExpiresAt) {
+		if (!c.ExpiresAt.IsZero() && now.After(c.ExpiresAt)) || (c.Hold != nil && c.Hold.Revoked()) {
 			c.expire()
 			continue
 		}

@@ -211,6 +211,21 @@ type Principal struct {
 	TenantID  string
 	UserID    string
 	ExpiresAt time.Time // zero means never; the hub closes the connection when it passes
+	// Hold, when set, is held outside the hub for as long as the connection
+	// is open (an admission lease, a session); nil means none.
+	Hold Hold
+}
+
+// Hold is something a connection holds outside the hub, such as a fleet-wide
+// connection lease. Open calls Attach once it registered the connection (a
+// Hold never attached is its caller's to release); Close calls Release once;
+// the tick ends the connection as if its token expired once Revoked reports
+// true. Revoked must be cheap and Release must not block: both run on the
+// hub's paths.
+type Hold interface {
+	Attach()
+	Revoked() bool
+	Release()
 }
 
 // Open registers a connection that writes to sink and queues its hello. It
@@ -231,6 +246,9 @@ func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
 	}
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()
+	if p.Hold != nil {
+		p.Hold.Attach()
+	}
 	h.stats.Opened.Add(1)
 	mode, reason := h.Mode()
 	c.sendControl(Event{Kind: KindHello, ConnID: c.ID, Node: h.cfg.NodeName, Mode: mode, Reason: reason,
