@@ -318,6 +318,7 @@ export class PushdClient extends EventTarget {
       if (typeof e.data === 'string') {
         // The server's "event: error": a refused subscription, not a failure.
         const m = json(e);
+        if (m?.code === 'token_expired') this.#tokenValue = null; // the stream ends next; reconnect with a new one
         if (m) this.#emit('error', m);
         return;
       }
@@ -367,7 +368,10 @@ export class PushdClient extends EventTarget {
         case 'ack':
           for (const r of m.rejected || []) this.#emit('error', r);
           break;
-        case 'error': this.#emit('error', m); break;
+        case 'error':
+          if (m.code === 'token_expired') this.#tokenValue = null;
+          this.#emit('error', m);
+          break;
         case 'reconnect': this.#hint(m.after_ms); break;
       }
     };
