@@ -1,0 +1,374 @@
+package admission
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Plans.
+const (
+	PlanFree       = "free"
+	PlanPro        = "pro"
+	PlanEnterprise = "enterprise"
+)
+
+// DefaultPlans are the API limits per plan, in requests per tenant and
+// endpoint per window (a minute by default).
+var DefaultPlans = map[string]int{PlanFree: 60, PlanPro: 600, PlanEnterprise: 6000}
+
+// Config configures a Controller. New(Config{}) works: local limits only,
+// with the defaults below. A negative limit or cap means none.
+type Config struct {
+	// Redis is the control store the limits, leases and tenant plans live
+	// in. Nil means local limits only (the embedded mode). A client made
+	// with ContextTimeoutEnabled honours Timeout on the socket.
+	Redis redis.UniversalClient
+	// Prefix is prepended to every key (keys.Names.Prefix).
+	Prefix string
+
+	// ConnectUserBurst and ConnectUserRate are the connect token bucket of
+	// each user: capacity and refill per second. Zero means 20 and 1/s: a
+	// page of tabs opens at once, a reconnect loop is held to one a second.
+	ConnectUserBurst int
+	ConnectUserRate  float64
+	// ConnectIPBurst and ConnectIPRate are the connect bucket of each client
+	// IP. Zero means 200 and 20/s: an office behind one NAT still gets in.
+	ConnectIPBurst int
+	ConnectIPRate  float64
+
+	// Plans are the API limits per plan, requests per tenant and endpoint
+	// per APIWindow. Nil means DefaultPlans. DefaultPlan is the plan of a
+	// tenant neither its token nor its configuration names; empty means
+	// PlanFree.
+	Plans       map[string]int
+	DefaultPlan string
+	// APIWindow is the sliding window of the API limits; zero means 1m.
+	APIWindow time.Duration
+	// PlanCacheTTL is how long a tenant's configured plan is kept in process;
+	// zero means 1m.
+	PlanCacheTTL time.Duration
+
+	// MaxConnsPerUser and MaxConnsPerTenant cap open connections across the
+	// fleet. Zero means 50 and 10000.
+	MaxConnsPerUser   int
+	MaxConnsPerTenant int
+	// LeaseTTL is how long a connection's lease outlives its node's last
+	// renewal; zero means 30s. RenewInterval is how often a node renews its
+	// leases (one pipelined round trip); zero means LeaseTTL/3.
+	LeaseTTL      time.Duration
+	RenewInterval time.Duration
+	// ReconcileInterval is how often the counts are rebuilt from the live
+	// leases; zero means 1m.
+	ReconcileInterval time.Duration
+
+	// ExpectedNodes divides the fleet caps and the API limits into the
+	// node's local share while Redis is down; zero means 1 (each node allows
+	// the whole cap: an outage admits too much rather than too little).
+	ExpectedNodes int
+	// Timeout bounds each admission round trip to Redis; past it the node
+	// decides locally. Zero means 100ms.
+	Timeout time.Duration
+	// RetryAfterFailure is how long the node stays on local limits after
+	// Redis failed before it tries Redis again; zero means 1s.
+	RetryAfterFailure time.Duration
+
+	// Sessions, when set, re-validates the sessions of open connections
+	// every SessionCheckInterval (zero means 10s); a session found gone ends
+	// its connections as with an expired token.
+	Sessions             Sessions
+	SessionCheckInterval time.Duration
+
+	Logger *slog.Logger // nil means slog.Default()
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	deff := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defd := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.ConnectUserBurst, 20)
+	deff(&c.ConnectUserRate, 1)
+	def(&c.ConnectIPBurst, 200)
+	deff(&c.ConnectIPRate, 20)
+	if c.Plans == nil {
+		c.Plans = DefaultPlans
+	}
+	if c.DefaultPlan == "" {
+		c.DefaultPlan = PlanFree
+	}
+	defd(&c.APIWindow, time.Minute)
+	defd(&c.PlanCacheTTL, time.Minute)
+	def(&c.MaxConnsPerUser, 50)
+	def(&c.MaxConnsPerTenant, 10000)
+	defd(&c.LeaseTTL, 30*time.Second)
+	defd(&c.RenewInterval, c.LeaseTTL/3)
+	defd(&c.ReconcileInterval, time.Minute)
+	if c.ExpectedNodes <= 0 {
+		c.ExpectedNodes = 1
+	}
+	defd(&c.Timeout, 100*time.Millisecond)
+	defd(&c.RetryAfterFailure, time.Second)
+	defd(&c.SessionCheckInterval, 10*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Rules a decision names, in metrics and logs.
+const (
+	RuleConnectUser = "connect_user" // the user's connect bucket
+	RuleConnectIP   = "connect_ip"   // the client IP's connect bucket
+	RuleAPI         = "api"          // the tenant's API window
+	RuleUserCap     = "user_cap"     // the user's open connections
+	RuleTenantCap   = "tenant_cap"   // the tenant's open connections
+)
+
+// Rules lists every rule.
+var Rules = []string{RuleConnectUser, RuleConnectIP, RuleAPI, RuleUserCap, RuleTenantCap}
+
+func ruleIndex(rule string) int {
+	for i, r := range Rules {
+		if r == rule {
+			return i
+		}
+	}
+	return 0
+}
+
+// Decision is the answer to one admission check.
+type Decision struct {
+	Allowed bool
+	// Rule names the rule that refused; empty when allowed.
+	Rule string
+	// RetryAfter is when a refused rate limit lets the caller in again;
+	// zero for a connection cap, which frees up when a connection closes.
+	RetryAfter time.Duration
+	// Local means local limits decided, because Redis did not answer.
+	Local bool
+}
+
+// Stats are a Controller's counters.
+type Stats struct {
+	Allowed  [5]atomic.Int64 // by rule, indexed as Rules
+	Rejected [5]atomic.Int64 // by rule, indexed as Rules
+	// Fallbacks are checks decided on local limits because Redis failed or
+	// had failed within RetryAfterFailure; StoreErrors are the failed
+	// round trips themselves (checks, renewals, releases, reconciles).
+	Fallbacks   atomic.Int64
+	StoreErrors atomic.Int64
+
+	LeasesAcquired atomic.Int64
+	LeasesReleased atomic.Int64 // released in Redis by a closing connection
+	LeasesExpired  atomic.Int64 // purged after their node stopped renewing them
+	LeasesReadded  atomic.Int64 // renewals that found a lease missing and wrote it again
+	Reconciles     atomic.Int64 // tenants reconciled
+	ReconcileDiff  atomic.Int64 // sum of |count - live leases| the reconciles repaired
+	SessionsClosed atomic.Int64 // sessions found deleted or expired on re-validation
+}
+
+// Controller makes admission decisions. It is safe for concurrent use;
+// Close stops its goroutine.
+type Controller struct {
+	cfg   Config
+	log   *slog.Logger
+	rdb   redis.UniversalClient // nil: local only
+	names names
+
+	// downUntil is the Unix ns until which Redis is skipped after a failure.
+	downUntil atomic.Int64
+	local     local
+	plans     planCache
+	leases    leaseSet
+	sessions  sessionSet
+
+	stats Stats
+
+	wake      chan struct{} // cap 1: releases are queued
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// New starts a Controller. Its goroutine renews leases, releases closed
+// connections' leases, reconciles counts and forgets idle local limits.
+func New(cfg Config) *Controller {
+	cfg.setDefaults()
+	c := &Controller{
+		cfg: cfg, log: cfg.Logger, rdb: cfg.Redis, names: names{prefix: cfg.Prefix},
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	c.local.init()
+	c.plans.init()
+	c.leases.init()
+	c.sessions.init()
+	c.wg.Add(1)
+	go c.loop()
+	return c
+}
+
+// Close stops the Controller's goroutine. The leases of connections still
+// open are left to expire: Close is for a node going away. It is
+// idempotent.
+func (c *Controller) Close() {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.wg.Wait()
+	})
+}
+
+// Stats returns the live counters.
+func (c *Controller) Stats() *Stats { return &c.stats }
+
+// StoreUp reports whether the node currently uses Redis for its limits.
+func (c *Controller) StoreUp() bool { return c.useRedis() }
+
+func (c *Controller) useRedis() bool {
+	return c.rdb != nil && time.Now().UnixNano() >= c.downUntil.Load()
+}
+
+// failed records a failed round trip and moves the node to local limits
+// for RetryAfterFailure.
+func (c *Controller) failed(what string, err error) {
+	c.stats.StoreErrors.Add(1)
+	until := time.Now().Add(c.cfg.RetryAfterFailure).UnixNano()
+	if prev := c.downUntil.Swap(until); prev < time.Now().UnixNano() {
+		c.log.Warn("admission store failed; using local limits", "op", what, "retry_after", c.cfg.RetryAfterFailure, "err", err)
+	}
+}
+
+func (c *Controller) count(d Decision) Decision {
+	if d.Local && c.rdb != nil {
+		c.stats.Fallbacks.Add(1)
+	}
+	if d.Allowed {
+		return d
+	}
+	c.stats.Rejected[ruleIndex(d.Rule)].Add(1)
+	return d
+}
+
+func (c *Controller) allow(rules ...string) {
+	for _, r := range rules {
+		c.stats.Allowed[ruleIndex(r)].Add(1)
+	}
+}
+
+func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// localShare is a node's share of a fleet-wide limit while Redis is down.
+func (c *Controller) localShare(limit int) int {
+	if limit <= 0 {
+		return limit
+	}
+	return max(1, int(math.Ceil(float64(limit)/float64(c.cfg.ExpectedNodes))))
+}
+
+func capArg(v int) int {
+	if v < 0 {
+		return 0
+	}
+	return v
+}
+
+// Connect checks a new connection of tenant/user from ip against the
+// connect buckets and the connection caps. When it is admitted, the
+// returned Hold is the connection's lease (and session, when sess is not
+// empty): put it in hub.Principal.Hold, and Release it yourself if the
+// hub never attaches it. sess is an opaque session token the connection
+// authenticated with; empty for a JWT.
+func (c *Controller) Connect(ctx context.Context, tenant, user, ip, sess string) (*Hold, Decision) {
+	if d := c.connectBuckets(ctx, tenant, user, ip); !d.Allowed {
+		return nil, c.count(d)
+	}
+	h, d := c.acquire(ctx, tenant, user)
+	if h != nil && sess != "" {
+		h.session = c.sessions.add(sess)
+	}
+	return h, c.count(d)
+}
+
+// connectBuckets takes a token from the IP's bucket and the user's in one
+// round trip.
+func (c *Controller) connectBuckets(ctx context.Context, tenant, user, ip string) Decision {
+	ipOn := c.cfg.ConnectIPBurst > 0 && c.cfg.ConnectIPRate > 0 && ip != ""
+	userOn := c.cfg.ConnectUserBurst > 0 && c.cfg.ConnectUserRate > 0
+	if !ipOn && !userOn {
+		return Decision{Allowed: true}
+	}
+	if c.useRedis() {
+		var calls []*scriptCall
+		var ipCall, userCall *scriptCall
+		if ipOn {
+			ipCall = &scriptCall{script: bucketScript, keys: []string{c.names.connIP(ip)}, args: []any{c.cfg.ConnectIPBurst, c.cfg.ConnectIPRate}}
+			calls = append(calls, ipCall)
+		}
+		if userOn {
+			userCall = &scriptCall{script: bucketScript, keys: []string{c.names.connUser(tenant, user)}, args: []any{c.cfg.ConnectUserBurst, c.cfg.ConnectUserRate}}
+			calls = append(calls, userCall)
+		}
+		tctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		err := runPipelined(tctx, c.rdb, calls)
+		cancel()
+		d, err := bucketDecision(err, ipCall, userCall)
+		if err == nil {
+			if d.Allowed {
+				c.allow(RuleConnectIP, RuleConnectUser)
+			}
+			return d
+		}
+		c.failed("connect bucket", err)
+	}
+	now := time.Now()
+	d := Decision{Allowed: true, Local: true}
+	if ipOn {
+		if wait, ok := c.local.take("ip:"+ip, c.cfg.ConnectIPRate, c.cfg.ConnectIPBurst, now); !ok {
+			return Decision{Rule: RuleConnectIP, RetryAfter: wait, Local: true}
+		}
+	}
+	if userOn {
+		if wait, ok := c.local.take("u:"+tenant+":"+user, c.cfg.ConnectUserRate, c.cfg.ConnectUserBurst, now); !ok {
+			return Decision{Rule: RuleConnectUser, RetryAfter: wait, Local: true}
+		}
+	}
+	c.allow(RuleConnectIP, RuleConnectUser)
+	return d
+}
+
+func bucketDecision(err error, ipCall, userCall *scriptCall) (Decision, error) {
+	if err != nil {
+		return Decision{}, err
+	}
+	for _, call := range []struct {
+		c    *scriptCall
+		rule string
+	}{{ipCall, RuleConnectIP}, {userCall, RuleConnectUser}} {
+		if call.c == nil {
+			continue
+		}
+		v, err := ints(call.c.cmd, 2)
+		if err != nil {
+			return Decision{}, err
+		}
+		if v[0] != 1 {
+			return Decision{Rule: call.rule, RetryAfter: ms(v[1])}, nil
+		}
+	}
+	return Decision{Allowed: true}, nil
+}

@@ -1,0 +1,322 @@
+package admission
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const waitFor = 10 * time.Second
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, waitFor)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
+	}
+}
+
+func newController(t *testing.T, cfg Config) *Controller {
+	t.Helper()
+	c := New(cfg)
+	t.Cleanup(c.Close)
+	return c
+}
+
+func shared(t *testing.T, cfg Config) (*Controller, testenv.Redis) {
+	t.Helper()
+	r := testenv.SharedRedis(t)
+	cfg.Redis, cfg.Prefix = r.Client, r.Names.Prefix
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2 * time.Second // the shared server is busy under -race; no fallback wanted here
+	}
+	return newController(t, cfg), r
+}
+
+func TestBucketRefusesThenRefills(t *testing.T) {
+	c, r := shared(t, Config{ConnectUserBurst: 3, ConnectUserRate: 2, ConnectIPBurst: -1})
+	ctx := context.Background()
+	for i := range 3 {
+		if d := c.connectBuckets(ctx, "t1", "u1", "10.0.0.1"); !d.Allowed || d.Local {
+			t.Fatalf("connect %d: %+v, want allowed by Redis", i, d)
+		}
+	}
+	d := c.connectBuckets(ctx, "t1", "u1", "10.0.0.1")
+	if d.Allowed || d.Rule != RuleConnectUser {
+		t.Fatalf("4th connect: %+v, want refused by %s", d, RuleConnectUser)
+	}
+	// Empty bucket, 2 tokens/s: one token is at most 500 ms away.
+	if d.RetryAfter <= 0 || d.RetryAfter > 500*time.Millisecond {
+		t.Fatalf("retry after %s, want (0, 500ms]", d.RetryAfter)
+	}
+	// Another user of the same tenant has a bucket of its own.
+	if d := c.connectBuckets(ctx, "t1", "u2", "10.0.0.1"); !d.Allowed {
+		t.Fatalf("another user: %+v", d)
+	}
+	// The key expires once a refill from empty would be complete.
+	ttl := r.Client.PTTL(ctx, c.names.connUser("t1", "u1")).Val()
+	if ttl <= 0 || ttl > 2500*time.Millisecond {
+		t.Fatalf("bucket TTL %s, want (0, 2.5s]", ttl)
+	}
+	eventually(t, "bucket refilled", func() bool { return c.connectBuckets(ctx, "t1", "u1", "10.0.0.1").Allowed })
+}
+
+func TestBucketPerIP(t *testing.T) {
+	c, _ := shared(t, Config{ConnectIPBurst: 2, ConnectIPRate: 0.01, ConnectUserBurst: -1})
+	ctx := context.Background()
+	for range 2 {
+		if d := c.connectBuckets(ctx, "t1", "u1", "10.0.0.1"); !d.Allowed {
+			t.Fatalf("%+v", d)
+		}
+	}
+	if d := c.connectBuckets(ctx, "t1", "u9", "10.0.0.1"); d.Allowed || d.Rule != RuleConnectIP {
+		t.Fatalf("3rd connect from the IP: %+v, want refused by %s", d, RuleConnectIP)
+	}
+	if d := c.connectBuckets(ctx, "t1", "u1", "10.0.0.2"); !d.Allowed {
+		t.Fatalf("another IP: %+v", d)
+	}
+}
+
+func TestWindowByPlan(t *testing.T) {
+	c, r := shared(t, Config{Plans: map[string]int{PlanFree: 5, PlanPro: 50}, APIWindow: time.Minute})
+	ctx := context.Background()
+	for i := range 5 {
+		if d := c.API(ctx, "free1", "", "task"); !d.Allowed {
+			t.Fatalf("call %d: %+v", i, d)
+		}
+	}
+	d := c.API(ctx, "free1", "", "task")
+	if d.Allowed || d.Rule != RuleAPI || d.RetryAfter <= 0 || d.RetryAfter > time.Minute+time.Millisecond {
+		t.Fatalf("6th call: %+v, want refused with a retry within the window", d)
+	}
+	// Endpoints have windows of their own.
+	if d := c.API(ctx, "free1", "", "tasks"); !d.Allowed {
+		t.Fatalf("another endpoint: %+v", d)
+	}
+	if ttl := r.Client.PTTL(ctx, c.names.api("free1", "task")).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("window TTL %s", ttl)
+	}
+	// A pro tenant, by its token's claim or by its configuration.
+	for i := range 6 {
+		if d := c.API(ctx, "pro1", PlanPro, "task"); !d.Allowed {
+			t.Fatalf("pro call %d: %+v", i, d)
+		}
+	}
+	r.Client.HSet(ctx, c.names.tenantConfig("pro2"), "plan", PlanPro)
+	if p := c.Plan(ctx, "pro2", ""); p != PlanPro {
+		t.Fatalf("configured plan %q", p)
+	}
+	if p := c.Plan(ctx, "nobody", "bogus"); p != PlanFree {
+		t.Fatalf("unknown claim and no configuration: %q", p)
+	}
+}
+
+func TestWindowSlides(t *testing.T) {
+	c, _ := shared(t, Config{Plans: map[string]int{PlanFree: 2}, APIWindow: 300 * time.Millisecond})
+	ctx := context.Background()
+	c.API(ctx, "t1", "", "task")
+	c.API(ctx, "t1", "", "task")
+	if d := c.API(ctx, "t1", "", "task"); d.Allowed {
+		t.Fatal("3rd call allowed")
+	}
+	eventually(t, "window slid", func() bool { return c.API(ctx, "t1", "", "task").Allowed })
+}
+
+func count(t *testing.T, rdb *redis.Client, key string) int64 {
+	t.Helper()
+	v, err := rdb.Get(context.Background(), key).Int64()
+	if err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestLeaseCapsReleaseAndTTL(t *testing.T) {
+	c, r := shared(t, Config{MaxConnsPerUser: 2, MaxConnsPerTenant: 3, LeaseTTL: time.Minute, ConnectUserBurst: -1, ConnectIPBurst: -1})
+	ctx := context.Background()
+	h1, d := c.Connect(ctx, "t1", "u1", "", "")
+	if !d.Allowed {
+		t.Fatal(d)
+	}
+	h2, _ := c.Connect(ctx, "t1", "u1", "", "")
+	if _, d := c.Connect(ctx, "t1", "u1", "", ""); d.Allowed || d.Rule != RuleUserCap {
+		t.Fatalf("3rd of the user: %+v", d)
+	}
+	if _, d := c.Connect(ctx, "t1", "u2", "", ""); !d.Allowed {
+		t.Fatalf("another user: %+v", d)
+	}
+	if _, d := c.Connect(ctx, "t1", "u3", "", ""); d.Allowed || d.Rule != RuleTenantCap {
+		t.Fatalf("4th of the tenant: %+v", d)
+	}
+	if n := count(t, r.Client, c.names.capUser("t1", "u1")); n != 2 {
+		t.Fatalf("user count %d", n)
+	}
+	ttl := r.Client.PTTL(ctx, c.names.leases("t1")).Val()
+	if ttl <= time.Minute || ttl > 2*time.Minute {
+		t.Fatalf("leases key TTL %s, want (1m, 2m]", ttl)
+	}
+	score := r.Client.ZScore(ctx, c.names.leases("t1"), h1.member).Val()
+	now := r.Client.Time(ctx).Val()
+	if left := time.UnixMilli(int64(score)).Sub(now); left <= 50*time.Second || left > time.Minute {
+		t.Fatalf("lease expires in %s, want about 1m", left)
+	}
+	h1.Release()
+	h1.Release() // idempotent
+	eventually(t, "released in Redis", func() bool { return count(t, r.Client, c.names.capUser("t1", "u1")) == 1 })
+	if _, d := c.Connect(ctx, "t1", "u1", "", ""); !d.Allowed {
+		t.Fatalf("after a release: %+v", d)
+	}
+	if got := c.Stats().LeasesReleased.Load(); got != 1 {
+		t.Fatalf("released %d", got)
+	}
+	h2.Release()
+}
+
+func TestLeasesOfAStoppedNodeExpire(t *testing.T) {
+	cfg := Config{MaxConnsPerUser: 2, LeaseTTL: 300 * time.Millisecond, RenewInterval: time.Hour, ConnectUserBurst: -1, ConnectIPBurst: -1}
+	dead, r := shared(t, cfg)
+	ctx := context.Background()
+	for range 2 {
+		if _, d := dead.Connect(ctx, "t1", "u1", "", ""); !d.Allowed {
+			t.Fatal(d)
+		}
+	}
+	dead.Close() // the node is gone; its leases stay behind, unrenewed
+	cfg.Redis, cfg.Prefix, cfg.Timeout = r.Client, r.Names.Prefix, 2*time.Second
+	live := newController(t, cfg)
+	if _, d := live.Connect(ctx, "t1", "u1", "", ""); d.Allowed {
+		t.Fatal("admitted over the cap while the leases live")
+	}
+	eventually(t, "slots freed by expiry", func() bool {
+		_, d := live.Connect(ctx, "t1", "u1", "", "")
+		return d.Allowed
+	})
+	if live.Stats().LeasesExpired.Load() != 2 {
+		t.Fatalf("expired %d, want 2", live.Stats().LeasesExpired.Load())
+	}
+	if n := count(t, r.Client, live.names.capUser("t1", "u1")); n != 1 {
+		t.Fatalf("user count %d after expiry and one admission", n)
+	}
+}
+
+func TestRenewKeepsLeasesAndWritesLostOnes(t *testing.T) {
+	c, r := shared(t, Config{MaxConnsPerUser: 5, LeaseTTL: 400 * time.Millisecond, RenewInterval: time.Hour, ConnectUserBurst: -1, ConnectIPBurst: -1})
+	ctx := context.Background()
+	h, _ := c.Connect(ctx, "t1", "u1", "", "")
+	c.Connect(ctx, "t1", "u2", "", "")
+	// Redis loses the tenant's state, as a restarted server would.
+	r.Client.Del(ctx, c.names.leases("t1"), c.names.capTenant("t1"), c.names.capUser("t1", "u1"), c.names.capUser("t1", "u2"))
+	c.renew()
+	if got := c.Stats().LeasesReadded.Load(); got != 2 {
+		t.Fatalf("re-added %d, want 2", got)
+	}
+	if n := count(t, r.Client, c.names.capTenant("t1")); n != 2 {
+		t.Fatalf("tenant count %d", n)
+	}
+	before := r.Client.ZScore(ctx, c.names.leases("t1"), h.member).Val()
+	eventually(t, "Redis clock moves", func() bool {
+		c.renew()
+		return r.Client.ZScore(ctx, c.names.leases("t1"), h.member).Val() > before
+	})
+	if got := c.Stats().LeasesReadded.Load(); got != 2 {
+		t.Fatalf("a renewal of present leases re-added: %d", got)
+	}
+}
+
+func TestReconcileRepairsCounts(t *testing.T) {
+	c, r := shared(t, Config{MaxConnsPerUser: 5, ConnectUserBurst: -1, ConnectIPBurst: -1})
+	ctx := context.Background()
+	c.Connect(ctx, "t1", "u1", "", "")
+	c.Connect(ctx, "t1", "u1", "", "")
+	h3, _ := c.Connect(ctx, "t1", "u2", "", "")
+	h3.Release()
+	eventually(t, "released", func() bool { return count(t, r.Client, c.names.capUser("t1", "u2")) == 0 })
+	c.renew() // registers the tenant
+	r.Client.Set(ctx, c.names.capUser("t1", "u1"), 7, 0)
+	r.Client.Set(ctx, c.names.capUser("t1", "u2"), 3, 0)
+	r.Client.Set(ctx, c.names.capTenant("t1"), 1, 0)
+	diff, err := c.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// |7-2| + |3-0| + |1-2|
+	if diff != 9 || c.Stats().ReconcileDiff.Load() != 9 {
+		t.Fatalf("difference %d, want 9", diff)
+	}
+	if u1, u2, tn := count(t, r.Client, c.names.capUser("t1", "u1")), count(t, r.Client, c.names.capUser("t1", "u2")), count(t, r.Client, c.names.capTenant("t1")); u1 != 2 || u2 != 0 || tn != 2 {
+		t.Fatalf("counts after reconcile: u1 %d, u2 %d, tenant %d", u1, u2, tn)
+	}
+	if diff, _ := c.Reconcile(ctx); diff != 0 {
+		t.Fatalf("second reconcile found %d", diff)
+	}
+}
+
+func TestFallbackToLocalLimitsAndBack(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: 1})
+	t.Cleanup(func() { rdb.Close() })
+	c := newController(t, Config{Redis: rdb, MaxConnsPerUser: 4, ExpectedNodes: 2, ConnectUserBurst: -1, ConnectIPBurst: -1,
+		Timeout: 300 * time.Millisecond, RetryAfterFailure: 100 * time.Millisecond, RenewInterval: 50 * time.Millisecond, Plans: map[string]int{PlanFree: 4}})
+	ctx := context.Background()
+	hr, d := c.Connect(ctx, "t1", "u1", "", "")
+	if !d.Allowed || d.Local {
+		t.Fatalf("with Redis: %+v", d)
+	}
+	rs.Stop()
+	// Local share: 4 / 2 nodes = 2, and the connection admitted through
+	// Redis already counts on this node.
+	hl, d := c.Connect(ctx, "t1", "u1", "", "")
+	if !d.Allowed || !d.Local {
+		t.Fatalf("Redis down: %+v, want admitted locally", d)
+	}
+	if _, d := c.Connect(ctx, "t1", "u1", "", ""); d.Allowed || !d.Local || d.Rule != RuleUserCap {
+		t.Fatalf("over the local share: %+v", d)
+	}
+	if c.Stats().Fallbacks.Load() < 2 {
+		t.Fatalf("fallbacks %d", c.Stats().Fallbacks.Load())
+	}
+	if d := c.API(ctx, "t1", "", "task"); !d.Allowed || !d.Local {
+		t.Fatalf("API with Redis down: %+v", d)
+	}
+	rs.Start()
+	// Back on Redis: the lease taken locally is written by a renewal, so
+	// Redis counts both connections, and the fleet cap (4) applies again.
+	eventually(t, "local lease written to Redis", func() bool { return c.Stats().LeasesReadded.Load() >= 2 })
+	eventually(t, "Redis decides again", func() bool {
+		_, d := c.Connect(ctx, "t1", "u1", "", "")
+		return d.Allowed && !d.Local
+	})
+	if n := count(t, rdb, c.names.capUser("t1", "u1")); n != 3 {
+		t.Fatalf("user count in Redis %d, want 3", n)
+	}
+	// A lease taken while Redis was down is released from Redis too.
+	hl.Release()
+	hr.Release()
+	eventually(t, "released", func() bool { return count(t, rdb, c.names.capUser("t1", "u1")) == 1 })
+}
+
+func TestLocalOnly(t *testing.T) {
+	c := newController(t, Config{ConnectUserBurst: 1, ConnectUserRate: 0.001, MaxConnsPerUser: 1})
+	ctx := context.Background()
+	h, d := c.Connect(ctx, "t1", "u1", "127.0.0.1", "")
+	if !d.Allowed || !d.Local {
+		t.Fatalf("%+v", d)
+	}
+	if _, d := c.Connect(ctx, "t1", "u1", "127.0.0.1", ""); d.Allowed || d.Rule != RuleConnectUser || d.RetryAfter < 900*time.Second {
+		t.Fatalf("%+v", d)
+	}
+	if c.Stats().Fallbacks.Load() != 0 {
+		t.Fatal("the embedded mode counted fallbacks")
+	}
+	h.Release()
+}

@@ -1,0 +1,26 @@
+// Package admission decides whether a connection or an API call may go
+// ahead: connect rate limits per user and per client IP (token buckets),
+// per-tenant API limits by plan (sliding windows), and fleet-wide caps on
+// open connections per user and per tenant (counts backed by leases that
+// the owning node renews).
+//
+// The limits live in the control Redis and are kept by Lua scripts, one
+// atomic step per check. Every key a connection cap touches carries the
+// tenant's hash tag (conn:{<tenant>}:...), so each script runs in one Redis
+// Cluster slot. When Redis does not answer within Config.Timeout, the node
+// decides on local limits instead (golang.org/x/time/rate buckets, and caps
+// of the fleet's caps divided by Config.ExpectedNodes), counts it, and tries
+// Redis again after Config.RetryAfterFailure. Without Redis (the embedded
+// mode) the local limits are the only ones.
+//
+// Redis keys (every one behind Config.Prefix):
+//
+//	rl:conn:user:<tenant>:<user>        connect bucket of a user (hash tokens, ts)
+//	rl:conn:ip:<ip>                     connect bucket of a client IP
+//	rl:api:tenant:<tenant>:<endpoint>   API window (sorted set of request times)
+//	tenant:<tenant>                     tenant configuration (hash; field plan)
+//	conn:{<tenant>}:user:<user>         open connections of a user
+//	conn:{<tenant>}:tenant              open connections of a tenant
+//	conn:{<tenant>}:leases              leases (sorted set, member <id>:<user>, score expiry ms)
+//	conn:tenants                        tenants with leases, for the reconcile
+package admission

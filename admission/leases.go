@@ -1,0 +1,381 @@
+package admission
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// capRetryAfter is the Retry-After hint of a connection refused by a cap:
+// a slot frees when another connection closes, which no bucket predicts.
+const capRetryAfter = 5 * time.Second
+
+// batchSize bounds the leases one script call renews or releases, so no
+// single script holds Redis for long.
+const batchSize = 500
+
+// Hold is what an admitted connection holds: its lease on the fleet's
+// connection caps and, for a session token, its session. It implements
+// hub.Hold: the hub attaches it when it registers the connection, releases
+// it when the connection closes, and ends the connection as with an
+// expired token once Revoked reports true (the session is gone).
+type Hold struct {
+	c            *Controller
+	tenant, user string
+	member       string // lease member, <16 hex>:<user>; empty when no cap is on
+	session      *sessionEntry
+
+	attached atomic.Bool
+	released atomic.Bool
+}
+
+// Attach records that the hub registered the connection.
+func (h *Hold) Attach() { h.attached.Store(true) }
+
+// Attached reports whether the hub registered the connection: a Hold the
+// transport never handed to the hub is its caller's to Release.
+func (h *Hold) Attached() bool { return h.attached.Load() }
+
+// Revoked reports whether the connection's session was deleted or expired.
+func (h *Hold) Revoked() bool { return h.session != nil && h.session.revoked.Load() }
+
+// Release gives the connection's slot back: at once on this node, and in
+// Redis from the Controller's goroutine (so it never blocks the hub). It
+// is idempotent.
+func (h *Hold) Release() {
+	if h.released.Swap(true) {
+		return
+	}
+	c := h.c
+	c.local.close(h.tenant, h.user)
+	if h.session != nil {
+		c.sessions.remove(h.session)
+	}
+	if h.member == "" {
+		return
+	}
+	c.leases.remove(h)
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// leaseSet is the node's live leases, by tenant, and the releases waiting
+// for the Controller's goroutine.
+type leaseSet struct {
+	mu       sync.Mutex // guards the fields below
+	byTenant map[string]map[*Hold]struct{}
+	released []*Hold
+	// seen are the users per tenant that held a lease here since the last
+	// reconcile: their counts are checked even when no lease is left.
+	seen map[string]map[string]struct{}
+}
+
+func (s *leaseSet) init() {
+	s.byTenant = make(map[string]map[*Hold]struct{})
+	s.seen = make(map[string]map[string]struct{})
+}
+
+func (s *leaseSet) add(h *Hold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.byTenant[h.tenant]
+	if m == nil {
+		m = make(map[*Hold]struct{})
+		s.byTenant[h.tenant] = m
+	}
+	m[h] = struct{}{}
+	u := s.seen[h.tenant]
+	if u == nil {
+		u = make(map[string]struct{})
+		s.seen[h.tenant] = u
+	}
+	u[h.user] = struct{}{}
+}
+
+func (s *leaseSet) remove(h *Hold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.byTenant[h.tenant]; m != nil {
+		delete(m, h)
+		if len(m) == 0 {
+			delete(s.byTenant, h.tenant)
+		}
+	}
+	s.released = append(s.released, h)
+}
+
+// Leases is the number of leases the node holds.
+func (c *Controller) Leases() int {
+	c.leases.mu.Lock()
+	defer c.leases.mu.Unlock()
+	n := 0
+	for _, m := range c.leases.byTenant {
+		n += len(m)
+	}
+	return n
+}
+
+func newLeaseID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (c *Controller) capKeys(tenant, user string) []string {
+	return []string{c.names.capUser(tenant, user), c.names.capTenant(tenant), c.names.leases(tenant)}
+}
+
+// keyTTL is the TTL of the count keys: past it, with no node renewing,
+// every lease they count has expired too.
+func (c *Controller) keyTTL() int64 { return (2 * c.cfg.LeaseTTL).Milliseconds() }
+
+// acquire takes a slot under the caps: in Redis, one script for both
+// counts and the lease; while Redis is down, under the node's share.
+func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, Decision) {
+	h := &Hold{c: c, tenant: tenant, user: user}
+	userCap, tenantCap := c.cfg.MaxConnsPerUser, c.cfg.MaxConnsPerTenant
+	if userCap < 0 && tenantCap < 0 {
+		c.local.open(tenant, user, 0, 0, true)
+		return h, Decision{Allowed: true}
+	}
+	h.member = newLeaseID() + ":" + user
+	if c.useRedis() {
+		tctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		cmd := acquireScript.Run(tctx, c.rdb, c.capKeys(tenant, user),
+			h.member, c.cfg.LeaseTTL.Milliseconds(), capArg(userCap), capArg(tenantCap), c.names.capUserPrefix(tenant), c.keyTTL())
+		v, err := ints(cmd, 3)
+		cancel()
+		if err == nil {
+			c.stats.LeasesExpired.Add(v[2])
+			switch {
+			case v[0] == 1:
+				c.local.open(tenant, user, 0, 0, true)
+				c.leases.add(h)
+				c.stats.LeasesAcquired.Add(1)
+				c.allow(RuleUserCap, RuleTenantCap)
+				return h, Decision{Allowed: true}
+			case v[1] == 1:
+				return nil, Decision{Rule: RuleUserCap, RetryAfter: capRetryAfter}
+			default:
+				return nil, Decision{Rule: RuleTenantCap, RetryAfter: capRetryAfter}
+			}
+		}
+		c.failed("acquire lease", err)
+	}
+	if rule := c.local.open(tenant, user, c.localShare(userCap), c.localShare(tenantCap), false); rule != "" {
+		return nil, Decision{Rule: rule, RetryAfter: capRetryAfter, Local: true}
+	}
+	// The lease is not in Redis yet: the first renewal that reaches Redis
+	// writes it, so the fleet's counts include it, and its release then
+	// removes it.
+	c.leases.add(h)
+	c.stats.LeasesAcquired.Add(1)
+	c.allow(RuleUserCap, RuleTenantCap)
+	return h, Decision{Allowed: true, Local: true}
+}
+
+// bgTimeout bounds one background round trip (a batch of renewals,
+// releases or reconciles); admission never waits on it.
+func (c *Controller) bgTimeout() time.Duration { return max(20*c.cfg.Timeout, 2*time.Second) }
+
+// flushReleases releases in Redis the leases of connections that closed.
+// While Redis is down they are dropped: they expire there on their own.
+func (c *Controller) flushReleases() {
+	c.leases.mu.Lock()
+	rel := c.leases.released
+	c.leases.released = nil
+	c.leases.mu.Unlock()
+	if len(rel) == 0 || c.rdb == nil {
+		return
+	}
+	for len(rel) > 0 {
+		n := min(len(rel), batchSize)
+		calls := make([]*scriptCall, n)
+		for i, h := range rel[:n] {
+			calls[i] = &scriptCall{script: releaseScript, keys: c.capKeys(h.tenant, h.user), args: []any{h.member}}
+		}
+		rel = rel[n:]
+		ctx, cancel := context.WithTimeout(context.Background(), c.bgTimeout())
+		err := runPipelined(ctx, c.rdb, calls)
+		cancel()
+		if err != nil {
+			c.failed("release leases", err)
+			return
+		}
+		for _, call := range calls {
+			if v, err := call.cmd.Int64(); err == nil && v == 1 {
+				c.stats.LeasesReleased.Add(1)
+			}
+		}
+	}
+}
+
+// renew extends every lease the node holds, writing again those Redis
+// lost, in one pipelined round trip (per batchSize leases of a tenant).
+// It also registers the node's tenants for the reconcile. A renewal that
+// succeeds brings the node back to Redis after a failure.
+func (c *Controller) renew() {
+	if c.rdb == nil {
+		return
+	}
+	c.leases.mu.Lock()
+	tenants := make(map[string][]string, len(c.leases.byTenant))
+	for t, m := range c.leases.byTenant {
+		members := make([]string, 0, len(m))
+		for h := range m {
+			members = append(members, h.member)
+		}
+		tenants[t] = members
+	}
+	c.leases.mu.Unlock()
+	if len(tenants) == 0 {
+		return
+	}
+	var calls []*scriptCall
+	reg := make([]any, 0, len(tenants))
+	for t, members := range tenants {
+		reg = append(reg, t)
+		for len(members) > 0 {
+			n := min(len(members), batchSize)
+			args := make([]any, 0, 3+n)
+			args = append(args, c.cfg.LeaseTTL.Milliseconds(), c.names.capUserPrefix(t), c.keyTTL())
+			for _, m := range members[:n] {
+				args = append(args, m)
+			}
+			members = members[n:]
+			calls = append(calls, &scriptCall{script: renewScript, keys: []string{c.names.leases(t), c.names.capTenant(t)}, args: args})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.bgTimeout())
+	defer cancel()
+	err := runPipelined(ctx, c.rdb, calls)
+	if err == nil {
+		err = c.rdb.SAdd(ctx, c.names.tenants(), reg...).Err()
+	}
+	if err != nil {
+		c.failed("renew leases", err)
+		return
+	}
+	for _, call := range calls {
+		v, err := call.cmd.Int64()
+		if err != nil {
+			c.failed("renew leases", err)
+			return
+		}
+		c.stats.LeasesReadded.Add(v)
+	}
+	c.recovered()
+}
+
+// recovered ends a fallback early once a round trip succeeded.
+func (c *Controller) recovered() {
+	if c.downUntil.Swap(0) > time.Now().UnixNano() {
+		c.log.Info("admission store answers again; using Redis limits")
+	}
+}
+
+// Reconcile rebuilds the open-connection counts of every registered tenant
+// from its live leases and returns the total difference it repaired. The
+// Controller's goroutine runs it every ReconcileInterval; it is exported
+// for operators' tools and tests.
+func (c *Controller) Reconcile(ctx context.Context) (int64, error) {
+	if c.rdb == nil {
+		return 0, nil
+	}
+	c.leases.mu.Lock()
+	seen := c.leases.seen
+	c.leases.seen = make(map[string]map[string]struct{})
+	c.leases.mu.Unlock()
+
+	tenants, err := c.rdb.SMembers(ctx, c.names.tenants()).Result()
+	if err != nil {
+		c.failed("reconcile", err)
+		return 0, err
+	}
+	for t := range seen {
+		tenants = append(tenants, t)
+	}
+	slices.Sort(tenants)
+	tenants = slices.Compact(tenants)
+	var total int64
+	for len(tenants) > 0 {
+		n := min(len(tenants), 100)
+		calls := make([]*scriptCall, n)
+		for i, t := range tenants[:n] {
+			args := []any{c.names.capUserPrefix(t), c.keyTTL()}
+			for u := range seen[t] {
+				args = append(args, u)
+			}
+			calls[i] = &scriptCall{script: reconcileScript, keys: []string{c.names.leases(t), c.names.capTenant(t)}, args: args}
+		}
+		batch := tenants[:n]
+		tenants = tenants[n:]
+		if err := runPipelined(ctx, c.rdb, calls); err != nil {
+			c.failed("reconcile", err)
+			return total, err
+		}
+		var empty []any
+		for i, call := range calls {
+			v, err := ints(call.cmd, 3)
+			if err != nil {
+				c.failed("reconcile", err)
+				return total, err
+			}
+			c.stats.Reconciles.Add(1)
+			c.stats.LeasesExpired.Add(v[0])
+			if v[1] != 0 {
+				c.stats.ReconcileDiff.Add(v[1])
+				total += v[1]
+				c.log.Warn("connection counts repaired from live leases", "tenant", batch[i], "difference", v[1], "live", v[2])
+			}
+			if v[2] == 0 {
+				empty = append(empty, batch[i])
+			}
+		}
+		// A tenant with no lease leaves the registry; a node that takes one
+		// later registers it again on its next renewal.
+		if len(empty) > 0 {
+			c.rdb.SRem(ctx, c.names.tenants(), empty...)
+		}
+	}
+	return total, nil
+}
+
+// loop is the Controller's one goroutine.
+func (c *Controller) loop() {
+	defer c.wg.Done()
+	renew := time.NewTicker(c.cfg.RenewInterval)
+	defer renew.Stop()
+	reconcile := time.NewTicker(c.cfg.ReconcileInterval)
+	defer reconcile.Stop()
+	sessions := time.NewTicker(c.cfg.SessionCheckInterval)
+	defer sessions.Stop()
+	sweep := time.NewTicker(time.Minute)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.wake:
+			c.flushReleases()
+		case <-renew.C:
+			c.flushReleases()
+			c.renew()
+		case <-reconcile.C:
+			ctx, cancel := context.WithTimeout(context.Background(), c.bgTimeout())
+			c.Reconcile(ctx)
+			cancel()
+		case <-sessions.C:
+			c.checkSessions()
+		case now := <-sweep.C:
+			c.local.sweep(now)
+			c.plans.sweep(now)
+		}
+	}
+}

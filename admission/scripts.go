@@ -1,0 +1,97 @@
+package admission
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed scripts/bucket.lua
+	bucketLua string
+	//go:embed scripts/window.lua
+	windowLua string
+	//go:embed scripts/acquire.lua
+	acquireLua string
+	//go:embed scripts/release.lua
+	releaseLua string
+	//go:embed scripts/renew.lua
+	renewLua string
+	//go:embed scripts/reconcile.lua
+	reconcileLua string
+
+	bucketScript    = redis.NewScript(bucketLua)
+	windowScript    = redis.NewScript(windowLua)
+	acquireScript   = redis.NewScript(acquireLua)
+	releaseScript   = redis.NewScript(releaseLua)
+	renewScript     = redis.NewScript(renewLua)
+	reconcileScript = redis.NewScript(reconcileLua)
+)
+
+// scriptCall is one script run in a pipeline.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+// runPipelined runs calls in one round trip with EVALSHA; when Redis lacks
+// a script (restarted, flushed) it runs them again with EVAL, which also
+// loads them. Each call's own error is in its cmd.
+func runPipelined(ctx context.Context, rdb redis.Cmdable, calls []*scriptCall) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	exec := func(sha bool) error {
+		pipe := rdb.Pipeline()
+		for _, c := range calls {
+			if sha {
+				c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+			} else {
+				c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
+			}
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	err := exec(true)
+	if err != nil && isNoScript(calls) {
+		err = exec(false)
+	}
+	if err != nil && !isRedisError(err) {
+		return err // the round trip failed: no call has an answer
+	}
+	return nil
+}
+
+func isNoScript(calls []*scriptCall) bool {
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			return true
+		}
+	}
+	return false
+}
+
+// isRedisError reports whether err is an error reply of one command, as
+// opposed to a failed connection or a timeout.
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// ints reads a script's array reply of integers.
+func ints(cmd *redis.Cmd, n int) ([]int64, error) {
+	vals, err := cmd.Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) < n {
+		return nil, errors.New("admission: short script reply")
+	}
+	return vals, nil
+}
