@@ -48,7 +48,11 @@ type Config struct {
 	MaxBadMessages int
 	// MaxIDs bounds the tasks plus projects of one request; zero means 100.
 	MaxIDs int
-	Logger *slog.Logger // nil means slog.Default()
+	// FirstRequestTimeout is how long a new connection may wait before its
+	// first request (a subscribe, possibly empty); a connection that asks
+	// for nothing is closed with 1008. Zero means 10s.
+	FirstRequestTimeout time.Duration
+	Logger              *slog.Logger // nil means slog.Default()
 }
 
 // Handler serves /v1/ws.
@@ -74,6 +78,9 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.MaxIDs <= 0 {
 		cfg.MaxIDs = 100
+	}
+	if cfg.FirstRequestTimeout <= 0 {
+		cfg.FirstRequestTimeout = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -132,19 +139,34 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
-	go h.run(wc, c, s)
+	// A connection that never asks for anything would hold its socket,
+	// buffers and reader for nothing. A timer, not the first Read's
+	// context: coder/websocket drops the connection without a close frame
+	// when a read's context ends, and the client should learn why.
+	s.wg.Add(1)
+	first := time.AfterFunc(h.cfg.FirstRequestTimeout, func() {
+		defer s.wg.Done()
+		s.closeWith(websocket.StatusPolicyViolation, "no request within "+h.cfg.FirstRequestTimeout.String())
+	})
+	go h.run(wc, c, s, first)
 }
 
 // run reads the connection's requests until it ends, then closes it.
-func (h *Handler) run(wc *websocket.Conn, c *hub.Conn, s *sink) {
+func (h *Handler) run(wc *websocket.Conn, c *hub.Conn, s *sink, first *time.Timer) {
 	defer h.wg.Done()
 	log := h.log.With("conn", c.ID, "tenant", c.TenantID)
 	ctx, cancel := context.WithCancel(context.Background())
-	err := h.readLoop(ctx, wc, c, log)
+	stopFirst := func() {
+		if first.Stop() {
+			s.wg.Done() // the timer's function will not run
+		}
+	}
+	err := h.readLoop(ctx, wc, c, log, stopFirst)
+	stopFirst()
 	c.Close() // no hub writes after this returns
 	code, reason := closeFor(err)
-	if r, ended := s.ended(); ended {
-		code, reason = closeForReason(r) // the sink is closing it with this code
+	if ecode, ereason, ended := s.ended(); ended {
+		code, reason = ecode, ereason // the sink is closing it with this code
 	}
 	if code >= 0 {
 		wc.Close(code, reason)
@@ -166,12 +188,16 @@ func (h *Handler) Wait() {
 
 // readLoop reads client requests until the connection fails. Its error
 // chooses the close code.
-func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn, log *slog.Logger) error {
+func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn, log *slog.Logger, gotFirst func()) error {
 	bad := 0
 	for {
 		typ, data, err := wc.Read(ctx)
 		if err != nil {
 			return err
+		}
+		if gotFirst != nil {
+			gotFirst()
+			gotFirst = nil
 		}
 		if typ != websocket.MessageText {
 			return errBinary
@@ -318,9 +344,10 @@ type sink struct {
 	nc      net.Conn // under wc, for write deadlines
 	timeout time.Duration
 
-	wg     sync.WaitGroup // pings and closes in flight; Serve waits for them
+	wg     sync.WaitGroup // pings, closes and the first-request timer in flight; run waits for them
 	mu     sync.Mutex     // guards the fields below
-	reason hub.CloseReason
+	code   websocket.StatusCode
+	reason string
 	ending bool
 }
 
@@ -365,18 +392,23 @@ func (s *sink) ping() {
 	}()
 }
 
-// Closed closes the WebSocket with the code for reason. The close handshake
+// Closed closes the WebSocket with the code for the hub's reason.
+func (s *sink) Closed(r hub.CloseReason) {
+	code, reason := closeForReason(r)
+	s.closeWith(code, reason)
+}
+
+// closeWith closes the WebSocket with code, once. The close handshake
 // waits for the peer, so it runs in its own short-lived goroutine: Closed
 // is called under the hub's locks and must not block.
-func (s *sink) Closed(r hub.CloseReason) {
+func (s *sink) closeWith(code websocket.StatusCode, reason string) {
 	s.mu.Lock()
 	if s.ending {
 		s.mu.Unlock()
 		return
 	}
-	s.ending, s.reason = true, r
+	s.ending, s.code, s.reason = true, code, reason
 	s.mu.Unlock()
-	code, reason := closeForReason(r)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -384,10 +416,11 @@ func (s *sink) Closed(r hub.CloseReason) {
 	}()
 }
 
-func (s *sink) ended() (hub.CloseReason, bool) {
+// ended reports the close code and reason the sink is closing with, if any.
+func (s *sink) ended() (websocket.StatusCode, string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.reason, s.ending
+	return s.code, s.reason, s.ending
 }
 
 // taskFrame is the message carrying a snapshot, built once per version.

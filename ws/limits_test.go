@@ -1,0 +1,102 @@
+package ws
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// serve runs a Handler over an in-memory hub on a real socket and returns
+// its ws:// URL.
+func serve(t *testing.T, cfg Config) string {
+	t.Helper()
+	bus := fanout.NewMemoryBus()
+	h := hub.New(hub.Config{Source: snapshot.NewMemoryStore(), Bus: bus})
+	bus.Start(h)
+	cfg.Hub = h
+	wh := New(cfg)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wh.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1"})
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		h.Close()
+		wh.Wait()
+		bus.Close()
+	})
+	return "ws" + strings.TrimPrefix(srv.URL, "http")
+}
+
+func dial(t *testing.T, u string) *websocket.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{Subprotocol}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return c
+}
+
+// readUntil reads frames until one contains want, or fails.
+func readUntil(t *testing.T, c *websocket.Conn, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", want, err)
+		}
+		if strings.Contains(string(b), want) {
+			return
+		}
+	}
+}
+
+// TestSilentConnectionIsClosedWith1008: a client that connects and never
+// asks for anything is told why and closed.
+func TestSilentConnectionIsClosedWith1008(t *testing.T) {
+	u := serve(t, Config{FirstRequestTimeout: 100 * time.Millisecond})
+	c := dial(t, u)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	for err == nil {
+		_, _, err = c.Read(ctx) // the hello, then the close
+	}
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.Contains(ce.Reason, "no request within") {
+		t.Fatalf("want close 1008 naming the missing request, got %v", err)
+	}
+}
+
+// TestFirstRequestDisarmsTheDeadline: a connection that subscribed, even to
+// nothing, stays open past the first-request deadline.
+func TestFirstRequestDisarmsTheDeadline(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	u := serve(t, Config{FirstRequestTimeout: timeout})
+	c := dial(t, u)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"op":"subscribe","id":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, c, `"type":"ack"`)
+	time.Sleep(3 * timeout) // past the deadline: the scenario, not synchronization
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"op":"subscribe","id":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, c, `"id":2`)
+}
