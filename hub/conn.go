@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,7 +140,14 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 		h.idx.add(byUser, key{c.TenantID, c.UserID}, c)
 		user = true
 	}
+	// What the client says it holds only spares it resends; entries beyond
+	// what it could hold (every task it watches by id and a full listing
+	// of its projects and user) would only grow this map, request after
+	// request, so they are ignored.
 	for id, v := range s.Since {
+		if len(c.delivered) >= h.cfg.MaxSubscriptions+snapshot.MaxList && !has(c.tasks, id) {
+			continue
+		}
 		if snapshot.ValidID(id) && v > c.delivered[id] {
 			if c.delivered == nil {
 				c.delivered = make(map[string]int64)
@@ -190,6 +198,15 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 		}
 	}
 
+	// A read that fails or is cut short is not the client's loss to wait
+	// out until the task next changes, which a finished task never does:
+	// the poll loop re-reads the tenant's watched tasks until it succeeds.
+	unread := true
+	defer func() {
+		if unread {
+			h.poll.retry(c.TenantID)
+		}
+	}()
 	for _, id := range tasks {
 		snap, err := h.cfg.Source.Get(ctx, id, 0)
 		switch {
@@ -226,6 +243,7 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 		}
 	}
 	c.settle()
+	unread = slices.ContainsFunc(rejected, func(r Rejection) bool { return r.Code == CodeUnavailable })
 	return rejected, nil
 }
 

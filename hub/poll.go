@@ -31,12 +31,16 @@ type poller struct {
 	restored bool       // the bus came back: re-read everything once, then push
 	tenants  map[string]struct{}
 	needBus  map[*Conn]struct{} // connections whose bus subscription failed
+	// unread holds tenants with a connection whose initial read failed,
+	// re-read with backoff until a round succeeds.
+	unread map[string]struct{}
 }
 
 func (p *poller) init() {
 	p.wake = make(chan struct{}, 1)
 	p.tenants = make(map[string]struct{})
 	p.needBus = make(map[*Conn]struct{})
+	p.unread = make(map[string]struct{})
 }
 
 func (p *poller) signal() {
@@ -49,6 +53,13 @@ func (p *poller) signal() {
 func (p *poller) resync(tenant string) {
 	p.mu.Lock()
 	p.tenants[tenant] = struct{}{}
+	p.mu.Unlock()
+	p.signal()
+}
+
+func (p *poller) retry(tenant string) {
+	p.mu.Lock()
+	p.unread[tenant] = struct{}{}
 	p.mu.Unlock()
 	p.signal()
 }
@@ -95,7 +106,7 @@ func (h *Hub) pollLoop() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	var failures int
+	var failures, readFailures int
 	for {
 		select {
 		case <-h.ctx.Done():
@@ -109,8 +120,13 @@ func (h *Hub) pollLoop() {
 		p.restored = false
 		tenants := p.tenants
 		p.tenants = make(map[string]struct{})
+		unread := p.unread
+		p.unread = make(map[string]struct{})
 		waiting := len(p.needBus) > 0
 		p.mu.Unlock()
+		for t := range unread {
+			tenants[t] = struct{}{}
+		}
 
 		if waiting {
 			// Connections the bus still refuses are polled meanwhile.
@@ -130,8 +146,8 @@ func (h *Hub) pollLoop() {
 				h.SetMode(ModePush, ReasonRestored)
 			}
 			failures = 0
-			if len(tenants) > 0 {
-				h.refresh(tenants) // connections the bus still refuses
+			if len(tenants) > 0 && !h.refresh(tenants) { // connections the bus still refuses, reads that failed
+				readFailures = h.requeueUnread(unread, readFailures)
 			}
 		case polling:
 			if h.isPush() { // tell clients before a round that may be slow
@@ -151,16 +167,39 @@ func (h *Hub) pollLoop() {
 			failures = 0
 			h.SetMode(ModePush, ReasonRestored)
 		case len(tenants) > 0:
-			h.refresh(tenants)
+			if h.refresh(tenants) {
+				readFailures = 0
+			} else {
+				readFailures = h.requeueUnread(unread, readFailures)
+			}
 		}
 
 		p.mu.Lock()
 		again := p.polling || len(p.needBus) > 0
+		retry := len(p.unread) > 0
 		p.mu.Unlock()
-		if again {
-			timer.Reset(h.pollWait(failures))
+		switch {
+		case again:
+			timer.Reset(h.pollWait(max(failures, readFailures)))
+		case retry:
+			timer.Reset(h.pollWait(readFailures))
 		}
 	}
+}
+
+// requeueUnread puts back tenants whose failed initial reads a round did
+// not manage to redo, and returns the failure count the next wait backs off
+// by.
+func (h *Hub) requeueUnread(unread map[string]struct{}, failures int) int {
+	if len(unread) == 0 {
+		return failures
+	}
+	h.poll.mu.Lock()
+	for t := range unread {
+		h.poll.unread[t] = struct{}{}
+	}
+	h.poll.mu.Unlock()
+	return failures + 1
 }
 
 func (h *Hub) isPush() bool {

@@ -3,9 +3,11 @@ package hub_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -143,5 +145,69 @@ func TestFailedBusSubscriptionIsRetried(t *testing.T) {
 	}
 	if h.Stats().BusRetries.Load() == 0 {
 		t.Fatal("the subscription was not retried")
+	}
+}
+
+// downSource fails every read while down is set, as a store does while
+// neither Redis nor PostgreSQL answers.
+type downSource struct {
+	*snapshot.MemoryStore
+	down  atomic.Bool
+	reads atomic.Int64
+}
+
+var errSourcesDown = errors.New("no source answers")
+
+func (s *downSource) Get(ctx context.Context, id string, atLeast int64) (*snapshot.Snapshot, error) {
+	s.reads.Add(1)
+	if s.down.Load() {
+		return nil, errSourcesDown
+	}
+	return s.MemoryStore.Get(ctx, id, atLeast)
+}
+
+func (s *downSource) Reload(ctx context.Context, ids []string) (map[string]*snapshot.Snapshot, error) {
+	s.reads.Add(1)
+	if s.down.Load() {
+		return nil, errSourcesDown
+	}
+	return s.MemoryStore.Reload(ctx, ids)
+}
+
+// TestFailedInitialReadIsRetried: a task whose current state could not be
+// read at subscribe time reaches the client once the sources answer again,
+// although it never changes (a finished task does not).
+func TestFailedInitialReadIsRetried(t *testing.T) {
+	src := &downSource{MemoryStore: snapshot.NewMemoryStore()}
+	bus := fanout.NewMemoryBus()
+	h := hub.New(hub.Config{Source: src, Bus: bus, PollInterval: 20 * time.Millisecond})
+	bus.Start(h)
+	t.Cleanup(func() {
+		h.Close()
+		bus.Close()
+	})
+	src.SetIfNewer(context.Background(), snap(t, "t1", "done", 7))
+	src.down.Store(true)
+	r := newRecorder()
+	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	rej, err := c.Subscribe(context.Background(), hub.Subscription{Tasks: []string{"done"}})
+	if err != nil || len(rej) != 1 || rej[0].Code != hub.CodeUnavailable {
+		t.Fatalf("subscribe while down: %v %v", rej, err)
+	}
+	// Retried while still down, with backoff, and not given up on.
+	deadline := time.Now().Add(10 * time.Second)
+	for src.reads.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads in 10s: the failed read is not retried", src.reads.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	src.down.Store(false)
+	if s := r.nextTask(t); s.TaskID != "done" || s.Version != 7 {
+		t.Fatalf("got %s v%d", s.TaskID, s.Version)
 	}
 }

@@ -179,7 +179,7 @@ func rejectionMessage(code string) string {
 	case hub.CodeTooMany:
 		return "too many subscriptions on this connection"
 	case hub.CodeUnavailable:
-		return "the current state could not be read; it will be sent when it changes"
+		return "the current state could not be read; it is read again and sent shortly"
 	}
 	return code
 }
