@@ -9,3 +9,10 @@ func PendingVersion(c *Conn, task string) int64 {
 	}
 	return 0
 }
+
+// Remembered is how many task versions c keeps as delivered.
+func Remembered(c *Conn) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.delivered)
+}

@@ -449,3 +449,23 @@ type seqSource struct {
 func (s *seqSource) Get(context.Context, string, int64) (*snapshot.Snapshot, error) {
 	return s.cur.Load(), nil
 }
+
+// TestSinceCannotGrowAConnectionWithoutBound: versions a client claims to
+// hold are remembered only up to what a connection could hold, however
+// many subscribes carry new ones.
+func TestSinceCannotGrowAConnectionWithoutBound(t *testing.T) {
+	e := newEnv(t, hub.Config{MaxSubscriptions: 10})
+	c, _, _ := e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"a"}})
+	for i := range 100 {
+		since := make(map[string]int64, 100)
+		for j := range 100 {
+			since[fmt.Sprintf("claimed_%d_%d", i, j)] = 1
+		}
+		if _, err := c.Subscribe(context.Background(), hub.Subscription{Since: since}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, limit := hub.Remembered(c), 10+snapshot.MaxList; n > limit {
+		t.Fatalf("10,000 claimed versions left %d remembered, want at most %d", n, limit)
+	}
+}
