@@ -3,6 +3,7 @@ package ws
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -99,4 +100,40 @@ func TestFirstRequestDisarmsTheDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntil(t, c, `"id":2`)
+}
+
+// TestRequestFloodIsDroppedThenClosed: requests past the connection's
+// bucket are answered with rate_limited and not carried out; a client that
+// keeps flooding is closed with 1008.
+func TestRequestFloodIsDroppedThenClosed(t *testing.T) {
+	u := serve(t, Config{RequestRate: 0.001, RequestBurst: 3, MaxBadMessages: 5})
+	c := dial(t, u)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	send := func(id int) {
+		t.Helper()
+		if err := c.Write(ctx, websocket.MessageText, fmt.Appendf(nil, `{"op":"subscribe","id":%d}`, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id := 1; id <= 3; id++ { // the burst
+		send(id)
+		readUntil(t, c, fmt.Sprintf(`"type":"ack","id":%d`, id))
+	}
+	send(4)
+	readUntil(t, c, `"code":"rate_limited"`)
+	for id := 5; id <= 8; id++ { // four more refusals: five in a row
+		send(id)
+	}
+	var err error
+	for err == nil {
+		var b []byte
+		if _, b, err = c.Read(ctx); strings.Contains(string(b), `"type":"ack"`) {
+			t.Fatalf("a request over the limit was carried out: %s", b)
+		}
+	}
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != "requests too fast" {
+		t.Fatalf("want close 1008 \"requests too fast\", got %v", err)
+	}
 }

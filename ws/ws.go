@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/time/rate"
 
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
@@ -52,7 +53,13 @@ type Config struct {
 	// first request (a subscribe, possibly empty); a connection that asks
 	// for nothing is closed with 1008. Zero means 10s.
 	FirstRequestTimeout time.Duration
-	Logger              *slog.Logger // nil means slog.Default()
+	// RequestRate and RequestBurst bound a connection's requests (a token
+	// bucket); a request over it is dropped with a rate_limited error, and
+	// MaxBadMessages of those in a row close the connection with 1008.
+	// Zero means 10 per second with bursts of 20.
+	RequestRate  float64
+	RequestBurst int
+	Logger       *slog.Logger // nil means slog.Default()
 }
 
 // Handler serves /v1/ws.
@@ -81,6 +88,12 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.FirstRequestTimeout <= 0 {
 		cfg.FirstRequestTimeout = 10 * time.Second
+	}
+	if cfg.RequestRate <= 0 {
+		cfg.RequestRate = 10
+	}
+	if cfg.RequestBurst <= 0 {
+		cfg.RequestBurst = 20
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -190,6 +203,7 @@ func (h *Handler) Wait() {
 // chooses the close code.
 func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn, log *slog.Logger, gotFirst func()) error {
 	bad := 0
+	limit := rate.NewLimiter(rate.Limit(h.cfg.RequestRate), h.cfg.RequestBurst)
 	for {
 		typ, data, err := wc.Read(ctx)
 		if err != nil {
@@ -201,6 +215,16 @@ func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn,
 		}
 		if typ != websocket.MessageText {
 			return errBinary
+		}
+		if !limit.Allow() {
+			// Dropped unread: a flood costs no decoding and no reads.
+			bad++
+			c.Send(hub.Event{Kind: hub.KindError, Code: httperr.RateLimited,
+				Message: fmt.Sprintf("at most %g requests per second; this one was dropped", h.cfg.RequestRate)})
+			if bad >= h.cfg.MaxBadMessages {
+				return errTooFast
+			}
+			continue
 		}
 		// Decoding and handling go deep (encoding/json, then Redis and
 		// PostgreSQL for a subscribe); a short-lived goroutine takes that
@@ -263,6 +287,7 @@ func shallow(f func()) {
 var (
 	errBinary     = errors.New("binary message")
 	errTooManyBad = errors.New("too many malformed requests")
+	errTooFast    = errors.New("requests too fast")
 )
 
 // parse decodes and validates a request; a non-empty msg says what is wrong.
@@ -317,6 +342,8 @@ func closeFor(err error) (websocket.StatusCode, string) {
 		return websocket.StatusUnsupportedData, "text frames only"
 	case errors.Is(err, errTooManyBad):
 		return websocket.StatusPolicyViolation, "too many malformed requests"
+	case errors.Is(err, errTooFast):
+		return websocket.StatusPolicyViolation, "requests too fast"
 	case errors.Is(err, websocket.ErrMessageTooBig):
 		return -1, "" // coder/websocket closed it with 1009
 	case websocket.CloseStatus(err) != -1:
