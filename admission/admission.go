@@ -18,12 +18,13 @@ const (
 	PlanEnterprise = "enterprise"
 )
 
-// DefaultPlans are the API limits per plan, in requests per tenant and
-// endpoint per window (a minute by default).
+// DefaultPlans are the production API limits per plan, in requests per
+// tenant and endpoint per window (a minute by default).
 var DefaultPlans = map[string]int{PlanFree: 60, PlanPro: 600, PlanEnterprise: 6000}
 
-// Config configures a Controller. New(Config{}) works: local limits only,
-// with the defaults below. A negative limit or cap means none.
+// Config configures a Controller. New(Config{}) works: local only, and no
+// limit at all, since each limit's zero value means none; cmd/pushd's flags
+// carry the production defaults.
 type Config struct {
 	// Redis is the control store the limits, leases and tenant plans live
 	// in. Nil means local limits only (the embedded mode). A client made
@@ -33,19 +34,20 @@ type Config struct {
 	Prefix string
 
 	// ConnectUserBurst and ConnectUserRate are the connect token bucket of
-	// each user: capacity and refill per second. Zero means 20 and 1/s: a
-	// page of tabs opens at once, a reconnect loop is held to one a second.
+	// each user: capacity and refill per second. Either zero means no
+	// bucket.
 	ConnectUserBurst int
 	ConnectUserRate  float64
 	// ConnectIPBurst and ConnectIPRate are the connect bucket of each client
-	// IP. Zero means 200 and 20/s: an office behind one NAT still gets in.
+	// IP. Either zero means no bucket.
 	ConnectIPBurst int
 	ConnectIPRate  float64
 
 	// Plans are the API limits per plan, requests per tenant and endpoint
-	// per APIWindow. Nil means DefaultPlans. DefaultPlan is the plan of a
-	// tenant neither its token nor its configuration names; empty means
-	// PlanFree.
+	// per APIWindow (DefaultPlans are the production ones). Nil means no API
+	// limits; a plan whose limit is zero or less is unlimited. DefaultPlan is
+	// the plan of a tenant neither its token nor its configuration names;
+	// empty means PlanFree.
 	Plans       map[string]int
 	DefaultPlan string
 	// APIWindow is the sliding window of the API limits; zero means 1m.
@@ -55,7 +57,7 @@ type Config struct {
 	PlanCacheTTL time.Duration
 
 	// MaxConnsPerUser and MaxConnsPerTenant cap open connections across the
-	// fleet. Zero means 50 and 10000.
+	// fleet. Zero means no cap; with neither cap, no leases are taken.
 	MaxConnsPerUser   int
 	MaxConnsPerTenant int
 	// LeaseTTL is how long a connection's lease outlives its node's last
@@ -88,35 +90,16 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	deff := func(v *float64, d float64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
 	defd := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
 			*v = d
 		}
-	}
-	def(&c.ConnectUserBurst, 20)
-	deff(&c.ConnectUserRate, 1)
-	def(&c.ConnectIPBurst, 200)
-	deff(&c.ConnectIPRate, 20)
-	if c.Plans == nil {
-		c.Plans = DefaultPlans
 	}
 	if c.DefaultPlan == "" {
 		c.DefaultPlan = PlanFree
 	}
 	defd(&c.APIWindow, time.Minute)
 	defd(&c.PlanCacheTTL, time.Minute)
-	def(&c.MaxConnsPerUser, 50)
-	def(&c.MaxConnsPerTenant, 10000)
 	defd(&c.LeaseTTL, 30*time.Second)
 	defd(&c.RenewInterval, c.LeaseTTL/3)
 	defd(&c.ReconcileInterval, time.Minute)
@@ -223,8 +206,9 @@ func New(cfg Config) *Controller {
 	return c
 }
 
-// Close stops the Controller's goroutine. The leases of connections still
-// open are left to expire: Close is for a node going away. It is
+// Close stops the Controller's goroutine after releasing in Redis the
+// leases of connections that closed. The leases of connections still open
+// are left to expire: Close is for a node going away, after its hub. It is
 // idempotent.
 func (c *Controller) Close() {
 	c.closeOnce.Do(func() {

@@ -140,7 +140,7 @@ func (c *Controller) keyTTL() int64 { return (2 * c.cfg.LeaseTTL).Milliseconds()
 func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, Decision) {
 	h := &Hold{c: c, tenant: tenant, user: user}
 	userCap, tenantCap := c.cfg.MaxConnsPerUser, c.cfg.MaxConnsPerTenant
-	if userCap < 0 && tenantCap < 0 {
+	if userCap <= 0 && tenantCap <= 0 {
 		c.local.open(tenant, user, 0, 0, true)
 		return h, Decision{Allowed: true}
 	}
@@ -185,13 +185,14 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 func (c *Controller) bgTimeout() time.Duration { return max(20*c.cfg.Timeout, 2*time.Second) }
 
 // flushReleases releases in Redis the leases of connections that closed.
-// While Redis is down they are dropped: they expire there on their own.
+// While Redis is down (or within RetryAfterFailure of a failure) they are
+// dropped: they expire there on their own within LeaseTTL.
 func (c *Controller) flushReleases() {
 	c.leases.mu.Lock()
 	rel := c.leases.released
 	c.leases.released = nil
 	c.leases.mu.Unlock()
-	if len(rel) == 0 || c.rdb == nil {
+	if len(rel) == 0 || !c.useRedis() {
 		return
 	}
 	for len(rel) > 0 {
@@ -361,6 +362,7 @@ func (c *Controller) loop() {
 	for {
 		select {
 		case <-c.done:
+			c.flushReleases() // a node closing after its connections frees their slots at once
 			return
 		case <-c.wake:
 			c.flushReleases()
