@@ -50,10 +50,18 @@ type Principal struct {
 	TenantID  string
 	UserID    string
 	ExpiresAt time.Time
+	// Plan is the tenant's plan as the token states it (claim "plan", or the
+	// session's plan); empty means the token says nothing and the tenant's
+	// configured plan applies.
+	Plan string
+	// Session is the opaque session token the request authenticated with;
+	// empty for a JWT.
+	Session string
 }
 
 // claims is the token body pushd reads and the Signer writes.
 type claims struct {
 	TenantID string `json:"tenant_id"`
+	Plan     string `json:"plan,omitempty"`
 	jwt.RegisteredClaims
 }

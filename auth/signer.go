@@ -25,7 +25,7 @@ func NewSigner(secret []byte) *Signer {
 }
 
 // Sign returns a token for p, expiring at p.ExpiresAt (to the second) and
-// issued now. p's ids must pass snapshot.ValidID and p.ExpiresAt must be
+// issued now, with a plan claim when p.Plan is set. p's ids must pass snapshot.ValidID and p.ExpiresAt must be
 // set.
 func (s *Signer) Sign(p Principal) (string, error) {
 	if len(s.secret) == 0 {
@@ -40,8 +40,12 @@ func (s *Signer) Sign(p Principal) (string, error) {
 	if p.ExpiresAt.IsZero() {
 		return "", errors.New("auth: sign: no expiry")
 	}
+	if p.Plan != "" && !snapshot.ValidID(p.Plan) {
+		return "", errors.New("auth: sign: invalid plan")
+	}
 	c := claims{
 		TenantID: p.TenantID,
+		Plan:     p.Plan,
 		RegisteredClaims: jwt.RegisteredClaims{
 			Subject:   p.UserID,
 			ExpiresAt: jwt.NewNumericDate(p.ExpiresAt),

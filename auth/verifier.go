@@ -176,7 +176,13 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 	if !snapshot.ValidID(c.TenantID) {
 		return Principal{}, invalid("missing or invalid tenant_id claim", nil)
 	}
-	return Principal{TenantID: c.TenantID, UserID: c.Subject, ExpiresAt: c.ExpiresAt.Time}, nil
+	p := Principal{TenantID: c.TenantID, UserID: c.Subject, ExpiresAt: c.ExpiresAt.Time}
+	// A plan claim only selects limits; one that is not a plain name is
+	// ignored rather than refusing an otherwise good token.
+	if snapshot.ValidID(c.Plan) {
+		p.Plan = c.Plan
+	}
+	return p, nil
 }
 
 // keyFor returns the verification key. The parser has already refused any
