@@ -18,6 +18,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
@@ -55,7 +56,10 @@ type Config struct {
 	Metrics http.Handler
 	// MaxIDs bounds GET /v1/tasks?ids=; zero means 100.
 	MaxIDs int
-	Logger *slog.Logger // nil means slog.Default()
+	// Admission, when set, admits streams (connect buckets, connection caps)
+	// and snapshot API calls (plan limits); nil admits everything.
+	Admission *admission.Controller
+	Logger    *slog.Logger // nil means slog.Default()
 }
 
 type server struct {
@@ -77,17 +81,11 @@ func New(cfg Config) http.Handler {
 	e.IPExtractor = echo.ExtractIPDirect() // X-Forwarded-For is not trusted unless a proxy is configured
 	e.HTTPErrorHandler = s.handleError
 
-	e.GET("/v1/events", s.authed(func(c echo.Context, p hub.Principal) error {
-		cfg.SSE.Serve(c.Response(), c.Request(), p)
-		return nil
-	}))
-	e.GET("/v1/ws", s.authed(func(c echo.Context, p hub.Principal) error {
-		cfg.WS.Serve(c.Response(), c.Request(), p)
-		return nil
-	}))
-	e.GET("/v1/tasks/:id", s.authed(s.getTask))
-	e.GET("/v1/tasks", s.authed(s.getTasks))
-	e.GET("/v1/projects/:id/tasks", s.authed(s.projectTasks))
+	e.GET("/v1/events", s.authed(s.admitStream(cfg.SSE.Serve)))
+	e.GET("/v1/ws", s.authed(s.admitStream(cfg.WS.Serve)))
+	e.GET("/v1/tasks/:id", s.authed(s.limitAPI("task", s.getTask)))
+	e.GET("/v1/tasks", s.authed(s.limitAPI("tasks", s.getTasks)))
+	e.GET("/v1/projects/:id/tasks", s.authed(s.limitAPI("project_tasks", s.projectTasks)))
 	e.POST("/v1/publish", s.publish)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -163,6 +161,7 @@ func (s *server) authed(h func(echo.Context, hub.Principal) error) echo.HandlerF
 		default:
 			return fail(http.StatusUnauthorized, httperr.Unauthorized, "invalid token")
 		}
+		c.Set(principalKey, p)
 		return h(c, hub.Principal{TenantID: p.TenantID, UserID: p.UserID, ExpiresAt: p.ExpiresAt})
 	}
 }

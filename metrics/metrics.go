@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/snapshot"
@@ -16,10 +17,11 @@ import (
 // Sources are what a node measures. Hub is required; Store and Bus are nil
 // in the embedded mode, Stream without streams.
 type Sources struct {
-	Hub    *hub.Hub
-	Store  *snapshot.Store
-	Bus    *fanout.RedisBus
-	Stream *stream.Tailer
+	Hub       *hub.Hub
+	Store     *snapshot.Store
+	Bus       *fanout.RedisBus
+	Stream    *stream.Tailer
+	Admission *admission.Controller // nil: no admission metrics
 }
 
 // NewRegistry returns a registry with the Go runtime and process
@@ -91,6 +93,16 @@ var (
 	replayed        = counter("resume_replayed_entries_total", "Stream entries replayed for resuming clients.")
 	resumeTasks     = counter("resume_tasks_total", "Tasks read and sent to resuming clients because they moved after the cursor.")
 	resumeFallbacks = counter("resume_fallbacks_total", "Resume cursors not replayed, so the client got a full resync, by reason: corrupt, tenant, epoch, trimmed, too_many, ahead, unavailable.", "reason")
+	admAllowed      = counter("admission_allowed_total", "Admission checks passed, by rule: connect_user, connect_ip (buckets), api (plan window), user_cap, tenant_cap (connection caps).", "rule")
+	admRejected     = counter("admission_rejected_total", "Connections and API calls refused (429), by rule.", "rule")
+	admFallbacks    = counter("admission_fallbacks_total", "Admission checks decided on local limits because the control Redis failed or had just failed.")
+	admStoreErrors  = counter("admission_store_errors_total", "Round trips to the control Redis that failed (checks, renewals, releases, reconciles).")
+	admStoreUp      = gauge("admission_store_up", "1 while admission uses the control Redis, 0 while it uses local limits.")
+	leases          = gauge("admission_leases", "Connection leases this node holds.")
+	leaseEvents     = counter("admission_lease_events_total", "Connection lease events: acquired, released, expired (purged unrenewed), readded (renewals that found a lease missing).", "event")
+	reconciles      = counter("admission_reconciles_total", "Tenants whose connection counts were rebuilt from live leases.")
+	reconcileDiff   = counter("admission_reconcile_difference_total", "Sum of |count - live leases| the reconciles repaired.")
+	sessionsClosed  = counter("admission_sessions_revoked_total", "Sessions found deleted or expired on re-validation; their connections were closed.")
 	streamLag       = prometheus.NewDesc("pushd_stream_lag_seconds", "Time from a stream entry's append (its id) to its delivery to the node's connections' outboxes.", nil, nil)
 
 	all = []metric{connections, mode, modeSwitches, opened, notifications, fetches, fetchErrors, delivered, conflated,
@@ -98,7 +110,8 @@ var (
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
 		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard,
 		streamsTailed, streamLength, streamEntries, streamReads, streamMalformed, streamCatchUps, tailResyncs,
-		resumes, replayed, resumeTasks, resumeFallbacks}
+		resumes, replayed, resumeTasks, resumeFallbacks,
+		admAllowed, admRejected, admFallbacks, admStoreErrors, admStoreUp, leases, leaseEvents, reconciles, reconcileDiff, sessionsClosed}
 )
 
 type collector struct{ s Sources }
@@ -185,6 +198,24 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			buckets[b] = uint64(ts.LagBuckets[i])
 		}
 		ch <- prometheus.MustNewConstHistogram(streamLag, uint64(ts.LagCount), ts.LagSum.Seconds(), buckets)
+	}
+	if a := c.s.Admission; a != nil {
+		as := a.Stats()
+		for i, rule := range admission.Rules {
+			emit(admAllowed, float64(as.Allowed[i].Load()), rule)
+			emit(admRejected, float64(as.Rejected[i].Load()), rule)
+		}
+		emit(admFallbacks, float64(as.Fallbacks.Load()))
+		emit(admStoreErrors, float64(as.StoreErrors.Load()))
+		emit(admStoreUp, boolf(a.StoreUp()))
+		emit(leases, float64(a.Leases()))
+		emit(leaseEvents, float64(as.LeasesAcquired.Load()), "acquired")
+		emit(leaseEvents, float64(as.LeasesReleased.Load()), "released")
+		emit(leaseEvents, float64(as.LeasesExpired.Load()), "expired")
+		emit(leaseEvents, float64(as.LeasesReadded.Load()), "readded")
+		emit(reconciles, float64(as.Reconciles.Load()))
+		emit(reconcileDiff, float64(as.ReconcileDiff.Load()))
+		emit(sessionsClosed, float64(as.SessionsClosed.Load()))
 	}
 }
 
