@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/api"
 	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/fanout"
@@ -34,9 +35,15 @@ import (
 // Config is a node's settings. With neither RedisURL nor DatabaseURL the
 // node runs embedded: one node, an in-memory bus and store.
 type Config struct {
-	RedisURL    string
-	KeyPrefix   string // prefix of every Redis key and channel
-	DatabaseURL string // needs RedisURL
+	RedisURL string
+	// RedisCacheURL (snapshots), RedisControlURL (limits, leases, sessions)
+	// and RedisRealtimeURL (Pub/Sub, streams) put each role on a Redis of
+	// its own; each empty means RedisURL, which they need.
+	RedisCacheURL    string
+	RedisControlURL  string
+	RedisRealtimeURL string
+	KeyPrefix        string // prefix of every Redis key and channel
+	DatabaseURL      string // needs RedisURL
 
 	JWTSecret       []byte
 	JWTPublicKeyPEM []byte
@@ -68,6 +75,11 @@ type Config struct {
 	// StreamMaxLen trims each stream with MAXLEN ~; zero means 10000.
 	StreamMaxLen int64
 
+	// Admission configures connect rate limits, API plan limits and
+	// connection caps (package admission); the node sets its Redis (the
+	// control role; none in the embedded mode), Prefix and Logger.
+	Admission admission.Config
+
 	// Demo serves the demo page and its task simulator at /demo/; the
 	// embedded mode always does.
 	Demo bool
@@ -89,7 +101,11 @@ type Node struct {
 	bus      fanout.Bus
 	redisBus *fanout.RedisBus // nil in the embedded mode
 	tailer   *stream.Tailer   // nil without streams
-	rdb      *redis.Client
+	rdb      *redis.Client    // the realtime role: Pub/Sub and streams
+	cache    *redis.Client    // the cache role: snapshots
+	control  *redis.Client    // the control role: admission
+	clients  map[string]*redis.Client
+	adm      *admission.Controller
 	pool     *pgxpool.Pool
 	store    *snapshot.Store
 	sim      *sim.Simulator // nil unless the demo is served
@@ -156,17 +172,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		source = store
 		publisher = &fanout.MemoryPublisher{Store: store, Bus: bus}
 	} else {
-		opt, err := redis.ParseURL(cfg.RedisURL)
-		if err != nil {
-			return nil, fmt.Errorf("redis url: %w", err)
+		if err := n.dialRoles(); err != nil {
+			return nil, err
 		}
-		// Fail fast while Redis is down: the store falls back to PostgreSQL
-		// and the hub to polling, so a retried dial only delays them. Our
-		// contexts bound every read (the store gives Redis a share of its
-		// fetch timeout), which go-redis honours only when told to.
-		opt.DialerRetries = 1
-		opt.ContextTimeoutEnabled = true
-		n.rdb = redis.NewClient(opt)
 		if cfg.DatabaseURL != "" {
 			pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 			if err != nil {
@@ -183,11 +191,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			}
 		}
 		names := keys.Names{Prefix: cfg.KeyPrefix}
-		n.store = snapshot.NewStore(snapshot.Config{Redis: n.rdb, DB: n.pool, Names: names, Logger: cfg.Logger})
+		n.store = snapshot.NewStore(snapshot.Config{Redis: n.cache, DB: n.pool, Names: names, Logger: cfg.Logger})
 		n.redisBus = fanout.NewRedisBus(fanout.RedisConfig{Client: n.rdb, Names: names, LivenessInterval: cfg.LivenessInterval, Logger: cfg.Logger})
 		n.bus = n.redisBus
 		source = n.store
-		publisher = fanout.NewRedisPublisher(n.rdb, names)
+		publisher = n.publisher(names)
 		ready = n.ready
 		if cfg.Streams {
 			n.tailer = stream.NewTailer(stream.Config{Client: n.rdb, Names: names, Logger: cfg.Logger})
@@ -198,6 +206,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if hubBus == nil {
 		hubBus = n.bus
 	}
+
+	acfg := cfg.Admission
+	acfg.Prefix, acfg.Logger = cfg.KeyPrefix, cfg.Logger
+	if n.control != nil {
+		acfg.Redis = n.control
+	}
+	n.adm = admission.New(acfg)
 
 	n.hub = hub.New(hub.Config{
 		Source: source, Bus: hubBus, Stream: hubStream, HeartbeatInterval: cfg.Heartbeat, PollInterval: cfg.PollInterval,
@@ -224,7 +239,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		DemoSigner: demoSigner,
 		Demo:       demo,
 		Client:     web.Client(),
-		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.redisBus, Stream: n.tailer}),
+		Admission:  n.adm,
+		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.redisBus, Stream: n.tailer, Admission: n.adm}),
 			promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}),
 		Logger: cfg.Logger,
 	})
@@ -243,7 +259,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 // ready: the node can serve while either source answers.
 func (n *Node) ready(ctx context.Context) error {
-	redisErr := n.rdb.Ping(ctx).Err()
+	redisErr := n.cache.Ping(ctx).Err()
 	if redisErr == nil {
 		return nil
 	}
@@ -264,6 +280,9 @@ func (n *Node) Store() *snapshot.Store { return n.store }
 
 // Hub is the node's hub.
 func (n *Node) Hub() *hub.Hub { return n.hub }
+
+// Admission is the node's admission controller.
+func (n *Node) Admission() *admission.Controller { return n.adm }
 
 // Stream is the node's stream tailer; nil without streams.
 func (n *Node) Stream() *stream.Tailer { return n.tailer }
@@ -321,8 +340,11 @@ func (n *Node) Close() {
 	if n.store != nil {
 		n.store.Close() // waits for fetches callers gave up on, before their clients go
 	}
-	if n.rdb != nil {
-		n.rdb.Close()
+	if n.adm != nil {
+		n.adm.Close() // after the hub: it releases what the closed connections held
+	}
+	for _, c := range n.clients {
+		c.Close()
 	}
 	if n.pool != nil {
 		n.pool.Close()

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/pushd/pushd/admission"
 )
 
 // config is every setting of a node. Each flag has a PUSHD_* environment
@@ -34,6 +36,25 @@ type config struct {
 	Demo           bool
 	LogLevel       string
 	LogFormat      string
+
+	RedisCacheURL    string
+	RedisControlURL  string
+	RedisRealtimeURL string
+	Admission        admissionFlags
+}
+
+// admissionFlags are the admission limits (package admission); a limit of
+// zero is none.
+type admissionFlags struct {
+	UserBurst, IPBurst           int
+	UserRate, IPRate             float64
+	MaxPerUser, MaxPerTenant     int
+	Free, Pro, Enterprise        int
+	DefaultPlan                  string
+	APIWindow, PlanCacheTTL      time.Duration
+	LeaseTTL, Renew, Reconcile   time.Duration
+	ExpectedNodes                int
+	Timeout, Retry, SessionCheck time.Duration
 }
 
 // envName is a flag's environment twin: --redis-url is PUSHD_REDIS_URL.
@@ -66,6 +87,29 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Int64Var(&c.StreamMaxLen, "stream-maxlen", 10000, "with --streams, trim each tenant's stream to about this many entries (XADD MAXLEN ~)")
 	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private")
 	fs.BoolVar(&c.Demo, "demo", false, "serve the demo page and its task simulator at /demo/ (the embedded mode always does); with a configured secret or key the page asks for a token")
+	fs.StringVar(&c.RedisCacheURL, "redis-cache-url", "", "Redis for task snapshots; empty means --redis-url")
+	fs.StringVar(&c.RedisControlURL, "redis-control-url", "", "Redis for rate limits, connection leases and sessions; empty means --redis-url")
+	fs.StringVar(&c.RedisRealtimeURL, "redis-realtime-url", "", "Redis for Pub/Sub and streams; empty means --redis-url")
+	a := &c.Admission
+	fs.IntVar(&a.UserBurst, "connect-user-burst", 20, "connects a user may make at once (token bucket capacity); 0 means no limit")
+	fs.Float64Var(&a.UserRate, "connect-user-rate", 1, "connects per second a user's bucket refills")
+	fs.IntVar(&a.IPBurst, "connect-ip-burst", 200, "connects a client IP may make at once; 0 means no limit")
+	fs.Float64Var(&a.IPRate, "connect-ip-rate", 20, "connects per second a client IP's bucket refills")
+	fs.IntVar(&a.MaxPerUser, "max-conns-per-user", 50, "open connections a user may hold across the fleet; 0 means no cap")
+	fs.IntVar(&a.MaxPerTenant, "max-conns-per-tenant", 10000, "open connections a tenant may hold across the fleet; 0 means no cap")
+	fs.IntVar(&a.Free, "api-limit-free", 60, "snapshot API calls per tenant and endpoint per --api-window on the free plan; 0 means no limit")
+	fs.IntVar(&a.Pro, "api-limit-pro", 600, "the same on the pro plan")
+	fs.IntVar(&a.Enterprise, "api-limit-enterprise", 6000, "the same on the enterprise plan")
+	fs.StringVar(&a.DefaultPlan, "default-plan", "free", "plan of a tenant that neither its token (plan claim) nor its configuration (tenant:<id> hash, field plan) names")
+	fs.DurationVar(&a.APIWindow, "api-window", time.Minute, "sliding window of the API limits")
+	fs.DurationVar(&a.PlanCacheTTL, "plan-cache-ttl", time.Minute, "how long a tenant's configured plan is cached in process")
+	fs.DurationVar(&a.LeaseTTL, "lease-ttl", 30*time.Second, "how long a connection's lease outlives its node's last renewal")
+	fs.DurationVar(&a.Renew, "lease-renew-interval", 10*time.Second, "how often a node renews its connections' leases (one pipelined round trip)")
+	fs.DurationVar(&a.Reconcile, "lease-reconcile-interval", time.Minute, "how often connection counts are rebuilt from live leases")
+	fs.IntVar(&a.ExpectedNodes, "expected-nodes", 1, "nodes in the fleet: while the control Redis is down each node allows this share of the caps and API limits")
+	fs.DurationVar(&a.Timeout, "admission-timeout", 100*time.Millisecond, "longest wait for the control Redis per admission check before local limits decide")
+	fs.DurationVar(&a.Retry, "admission-retry", time.Second, "after the control Redis failed, how long local limits decide before Redis is tried again")
+	fs.DurationVar(&a.SessionCheck, "session-check-interval", 10*time.Second, "how often the sessions of open connections are re-validated")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {
@@ -107,6 +151,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.StreamMaxLen <= 0 {
 		return c, fmt.Errorf("--stream-maxlen must be positive")
 	}
+	if (c.RedisCacheURL != "" || c.RedisControlURL != "" || c.RedisRealtimeURL != "") && c.RedisURL == "" {
+		return c, fmt.Errorf("--redis-cache-url, --redis-control-url and --redis-realtime-url need --redis-url")
+	}
+	if err := a.validate(); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -121,4 +171,52 @@ func (c config) originPatterns() []string {
 		}
 	}
 	return out
+}
+
+func (a admissionFlags) validate() error {
+	for name, v := range map[string]float64{
+		"--connect-user-burst": float64(a.UserBurst), "--connect-user-rate": a.UserRate,
+		"--connect-ip-burst": float64(a.IPBurst), "--connect-ip-rate": a.IPRate,
+		"--max-conns-per-user": float64(a.MaxPerUser), "--max-conns-per-tenant": float64(a.MaxPerTenant),
+		"--api-limit-free": float64(a.Free), "--api-limit-pro": float64(a.Pro), "--api-limit-enterprise": float64(a.Enterprise),
+	} {
+		if v < 0 {
+			return fmt.Errorf("%s must not be negative", name)
+		}
+	}
+	for name, d := range map[string]time.Duration{
+		"--api-window": a.APIWindow, "--plan-cache-ttl": a.PlanCacheTTL, "--lease-ttl": a.LeaseTTL,
+		"--lease-renew-interval": a.Renew, "--lease-reconcile-interval": a.Reconcile,
+		"--admission-timeout": a.Timeout, "--admission-retry": a.Retry, "--session-check-interval": a.SessionCheck,
+	} {
+		if d <= 0 {
+			return fmt.Errorf("%s must be positive", name)
+		}
+	}
+	if a.Renew >= a.LeaseTTL {
+		return fmt.Errorf("--lease-renew-interval must be shorter than --lease-ttl")
+	}
+	if a.ExpectedNodes < 1 {
+		return fmt.Errorf("--expected-nodes must be at least 1")
+	}
+	switch a.DefaultPlan {
+	case admission.PlanFree, admission.PlanPro, admission.PlanEnterprise:
+	default:
+		return fmt.Errorf("--default-plan must be free, pro or enterprise")
+	}
+	return nil
+}
+
+// config is the admission.Config of the flags; the node adds its Redis.
+func (a admissionFlags) config() admission.Config {
+	return admission.Config{
+		ConnectUserBurst: a.UserBurst, ConnectUserRate: a.UserRate,
+		ConnectIPBurst: a.IPBurst, ConnectIPRate: a.IPRate,
+		MaxConnsPerUser: a.MaxPerUser, MaxConnsPerTenant: a.MaxPerTenant,
+		Plans:       map[string]int{admission.PlanFree: a.Free, admission.PlanPro: a.Pro, admission.PlanEnterprise: a.Enterprise},
+		DefaultPlan: a.DefaultPlan, APIWindow: a.APIWindow, PlanCacheTTL: a.PlanCacheTTL,
+		LeaseTTL: a.LeaseTTL, RenewInterval: a.Renew, ReconcileInterval: a.Reconcile,
+		ExpectedNodes: a.ExpectedNodes, Timeout: a.Timeout, RetryAfterFailure: a.Retry,
+		SessionCheckInterval: a.SessionCheck,
+	}
 }

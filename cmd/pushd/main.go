@@ -55,6 +55,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		Heartbeat: cfg.Heartbeat, PollInterval: cfg.PollInterval, WriteTimeout: cfg.WriteTimeout, SSERetry: cfg.Retry,
 		ReconnectAfter: cfg.ReconnectAfter, Demo: cfg.Demo, Logger: log,
 		Streams: cfg.Streams, StreamMaxLen: cfg.StreamMaxLen,
+		RedisCacheURL: cfg.RedisCacheURL, RedisControlURL: cfg.RedisControlURL, RedisRealtimeURL: cfg.RedisRealtimeURL,
+		Admission: cfg.Admission.config(),
 	})
 	if err != nil {
 		return err
