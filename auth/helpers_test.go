@@ -14,14 +14,14 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"go.uber.org/goleak"
 
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/testenv"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+// TestMain drops the package's database (the session tests use one) and
+// then checks for leaked goroutines.
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
 

@@ -6,11 +6,15 @@ import (
 )
 
 // Authenticate finds the token r carries (see TokenFromRequest) and
-// verifies it. It returns ErrMissingToken when r carries none.
+// verifies it: a JWT with Verify, a session token (no two dots) through
+// the configured Sessions. It returns ErrMissingToken when r carries none.
 func (v *Verifier) Authenticate(r *http.Request) (Principal, error) {
 	token := TokenFromRequest(r, v.cookieName)
 	if token == "" {
 		return Principal{}, ErrMissingToken
+	}
+	if v.sessions != nil && IsSessionToken(token) {
+		return v.sessions.Resolve(r.Context(), token)
 	}
 	return v.Verify(token)
 }

@@ -41,6 +41,9 @@ type Config struct {
 	// Leeway is the clock skew allowed when checking exp, nbf and iat. Zero
 	// means 5s; a negative leeway is an error.
 	Leeway time.Duration
+	// Sessions, when set, resolves opaque session tokens (any token that is
+	// not a JWT, see IsSessionToken); nil means only JWTs are accepted.
+	Sessions *Sessions
 }
 
 // Verifier checks tokens. It is safe for concurrent use.
@@ -49,6 +52,7 @@ type Verifier struct {
 	key        any // []byte, *rsa.PublicKey, *ecdsa.PublicKey or ed25519.PublicKey
 	cookieName string
 	parser     *jwt.Parser
+	sessions   *Sessions
 }
 
 // New returns a Verifier for cfg. It fails when no key or both keys are
@@ -96,6 +100,7 @@ func New(cfg Config) (*Verifier, error) {
 		alg:        alg,
 		key:        key,
 		cookieName: cfg.CookieName,
+		sessions:   cfg.Sessions,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{alg}),
 			jwt.WithExpirationRequired(),

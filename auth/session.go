@@ -1,0 +1,204 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/pushd/pushd/snapshot"
+)
+
+// ErrUnavailable means a session token could not be checked because
+// neither the session cache nor the database answered. It does not match
+// ErrInvalidToken: the client should retry, not log in again.
+var ErrUnavailable = errors.New("auth: session store unavailable")
+
+// IsSessionToken reports whether token is an opaque session token rather
+// than a JWT: a JWT (JWS compact form) has exactly two dots, a session
+// token none.
+func IsSessionToken(token string) bool { return strings.Count(token, ".") != 2 }
+
+// SessionsConfig configures Sessions. Redis is required.
+type SessionsConfig struct {
+	// Redis holds session:<token> (JSON {"tenant_id","user_id","plan"}),
+	// with the session's lifetime as its TTL.
+	Redis redis.UniversalClient
+	// DB, when set, is read on a Redis miss: table sessions (token,
+	// tenant_id, user_id, plan, expires_at). Nil means Redis is the only
+	// store.
+	DB *pgxpool.Pool
+	// Prefix is prepended to the Redis keys (keys.Names.Prefix).
+	Prefix string
+	// CacheTTL bounds how long a session read from the database is kept in
+	// Redis (never past its expiry); zero means 1h.
+	CacheTTL time.Duration
+	// Timeout bounds each lookup; zero means 2s.
+	Timeout time.Duration
+}
+
+// Sessions resolves opaque session tokens: Redis first, then PostgreSQL,
+// whose answer is written back to Redis; concurrent lookups of one token
+// share one. It is safe for concurrent use.
+type Sessions struct {
+	cfg SessionsConfig
+	sf  singleflight.Group
+}
+
+// NewSessions returns a session resolver.
+func NewSessions(cfg SessionsConfig) *Sessions {
+	if cfg.CacheTTL <= 0 {
+		cfg.CacheTTL = time.Hour
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	return &Sessions{cfg: cfg}
+}
+
+// session is the JSON of session:<token>.
+type session struct {
+	TenantID string `json:"tenant_id"`
+	UserID   string `json:"user_id"`
+	Plan     string `json:"plan,omitempty"`
+}
+
+func (s *Sessions) key(token string) string { return s.cfg.Prefix + "session:" + token }
+
+// validToken bounds what is looked up: the token becomes a key.
+func validToken(token string) bool {
+	if len(token) < 16 || len(token) > 256 {
+		return false
+	}
+	for i := 0; i < len(token); i++ {
+		c := token[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Resolve returns the principal of a session token. The error wraps
+// ErrInvalidToken for an unknown, expired or malformed token and
+// ErrUnavailable when no store answered.
+func (s *Sessions) Resolve(ctx context.Context, token string) (Principal, error) {
+	if !validToken(token) {
+		return Principal{}, invalid("malformed session token", nil)
+	}
+	v, err, _ := s.sf.Do(token, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
+		defer cancel()
+		return s.lookup(ctx, token)
+	})
+	if err != nil {
+		return Principal{}, err
+	}
+	return v.(Principal), nil
+}
+
+func (s *Sessions) lookup(ctx context.Context, token string) (Principal, error) {
+	raw, rerr := s.cfg.Redis.Get(ctx, s.key(token)).Bytes()
+	if rerr == nil {
+		var sess session
+		if err := json.Unmarshal(raw, &sess); err != nil {
+			return Principal{}, invalid("malformed session", err)
+		}
+		return principalOf(token, sess, time.Time{})
+	}
+	if s.cfg.DB == nil {
+		if errors.Is(rerr, redis.Nil) {
+			return Principal{}, invalid("unknown session", nil)
+		}
+		return Principal{}, fmt.Errorf("%w: %w", ErrUnavailable, rerr)
+	}
+	var (
+		sess session
+		exp  *time.Time
+	)
+	err := s.cfg.DB.QueryRow(ctx, `SELECT tenant_id, user_id, plan, expires_at FROM sessions
+		WHERE token = $1 AND (expires_at IS NULL OR expires_at > now())`, token).Scan(&sess.TenantID, &sess.UserID, &sess.Plan, &exp)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Principal{}, invalid("unknown session", nil)
+	case err != nil:
+		return Principal{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	var expires time.Time
+	ttl := s.cfg.CacheTTL
+	if exp != nil {
+		expires = *exp
+		ttl = min(ttl, time.Until(expires))
+	}
+	p, err := principalOf(token, sess, expires)
+	if err != nil {
+		return Principal{}, err
+	}
+	// Written back only when Redis answered the miss: a Redis that failed
+	// is left alone, and the next lookup tries it again.
+	if errors.Is(rerr, redis.Nil) && ttl > 0 {
+		if b, err := json.Marshal(sess); err == nil {
+			s.cfg.Redis.Set(ctx, s.key(token), b, ttl)
+		}
+	}
+	return p, nil
+}
+
+func principalOf(token string, sess session, expires time.Time) (Principal, error) {
+	if !snapshot.ValidID(sess.TenantID) || !snapshot.ValidID(sess.UserID) {
+		return Principal{}, invalid("session without a valid tenant or user", nil)
+	}
+	p := Principal{TenantID: sess.TenantID, UserID: sess.UserID, ExpiresAt: expires, Session: token}
+	if snapshot.ValidID(sess.Plan) {
+		p.Plan = sess.Plan
+	}
+	return p, nil
+}
+
+// Valid reports which of tokens still name a live session: in Redis (one
+// pipelined EXISTS per token, which Redis Cluster can route), then in the
+// database for those Redis lacks. It fails, rather than report sessions
+// gone, when a store that must answer does not.
+func (s *Sessions) Valid(ctx context.Context, tokens []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(tokens))
+	pipe := s.cfg.Redis.Pipeline()
+	cmds := make([]*redis.IntCmd, len(tokens))
+	for i, t := range tokens {
+		cmds[i] = pipe.Exists(ctx, s.key(t))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("sessions: %w", err)
+	}
+	var missing []string
+	for i, t := range tokens {
+		if cmds[i].Val() > 0 {
+			out[t] = true
+		} else {
+			out[t] = false
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) == 0 || s.cfg.DB == nil {
+		return out, nil
+	}
+	rows, err := s.cfg.DB.Query(ctx, `SELECT token FROM sessions
+		WHERE token = ANY($1) AND (expires_at IS NULL OR expires_at > now())`, missing)
+	if err != nil {
+		return nil, fmt.Errorf("sessions: %w", err)
+	}
+	live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("sessions: %w", err)
+	}
+	for _, t := range live {
+		out[t] = true
+	}
+	return out, nil
+}
