@@ -156,6 +156,8 @@ func (s *server) authed(h func(echo.Context, hub.Principal) error) echo.HandlerF
 		case err == nil:
 		case errors.Is(err, auth.ErrTokenExpired):
 			return fail(http.StatusUnauthorized, httperr.TokenExpired, "the token expired")
+		case errors.Is(err, auth.ErrUnavailable):
+			return fail(http.StatusServiceUnavailable, httperr.Unavailable, "the session could not be checked; retry")
 		case errors.Is(err, auth.ErrMissingToken):
 			return fail(http.StatusUnauthorized, httperr.Unauthorized, "a token is required (Authorization: Bearer, cookie or access_token)")
 		default:

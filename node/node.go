@@ -153,10 +153,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.DemoSecret = cfg.JWTSecret
 		demoSigner = auth.NewSigner(cfg.JWTSecret)
 	}
-	verifier, err := auth.New(auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm})
-	if err != nil {
-		return nil, err
-	}
 
 	var (
 		source    snapshot.Source
@@ -207,7 +203,19 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		hubBus = n.bus
 	}
 
+	// Session tokens live in the control Redis, with PostgreSQL behind.
+	var sessions *auth.Sessions
+	if n.control != nil {
+		sessions = auth.NewSessions(auth.SessionsConfig{Redis: n.control, DB: n.pool, Prefix: cfg.KeyPrefix})
+	}
+	verifier, err := auth.New(auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm, Sessions: sessions})
+	if err != nil {
+		return nil, err
+	}
 	acfg := cfg.Admission
+	if sessions != nil {
+		acfg.Sessions = sessions
+	}
 	acfg.Prefix, acfg.Logger = cfg.KeyPrefix, cfg.Logger
 	if n.control != nil {
 		acfg.Redis = n.control
