@@ -85,6 +85,11 @@ func wsStatus(t *testing.T, base, tok string) (int, http.Header, string, *wsClie
 func admissionNode(t *testing.T, c *cluster, a admission.Config) *server {
 	t.Helper()
 	cfg := c.config()
+	if a.Timeout == 0 {
+		// The shared Redis is busy under -race; these tests are not about
+		// falling back, which a slow answer would trigger.
+		a.Timeout = 2 * time.Second
+	}
 	cfg.Admission = a
 	return startNode(t, cfg)
 }
