@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
@@ -271,8 +272,33 @@ func (s *server) getTasks(c echo.Context, p hub.Principal) error {
 			out.NotFound = append(out.NotFound, id)
 		}
 	}
-	c.Response().Header().Set("Cache-Control", "private, no-cache")
-	return c.JSON(http.StatusOK, out)
+	return writeList(c, out)
+}
+
+// writeList answers with a list of tasks. Polling clients send back the
+// ETag they got: the body is the same bytes while every version and the
+// not-found set are, so a hash of those is a strong validator.
+func writeList(c echo.Context, l taskList) error {
+	f := fnv.New64a()
+	var b []byte
+	for _, s := range l.Tasks {
+		b = append(b[:0], s.TaskID...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, s.Version, 10)
+		b = append(b, ',')
+		f.Write(b)
+	}
+	for _, id := range l.NotFound {
+		f.Write(append(append(b[:0], id...), "=-,"...))
+	}
+	tag := `"l` + strconv.FormatUint(f.Sum64(), 36) + `"`
+	h := c.Response().Header()
+	h.Set("ETag", tag)
+	h.Set("Cache-Control", "private, no-cache")
+	if inm := c.Request().Header.Get("If-None-Match"); inm != "" && etagMatches(inm, tag) {
+		return c.NoContent(http.StatusNotModified)
+	}
+	return c.JSON(http.StatusOK, l)
 }
 
 func (s *server) projectTasks(c echo.Context, p hub.Principal) error {
@@ -293,8 +319,7 @@ func (s *server) projectTasks(c echo.Context, p hub.Principal) error {
 			out.Tasks = append(out.Tasks, snap)
 		}
 	}
-	c.Response().Header().Set("Cache-Control", "private, no-cache")
-	return c.JSON(http.StatusOK, out)
+	return writeList(c, out)
 }
 
 type publishResult struct {
