@@ -12,6 +12,8 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
 )
 
 // Errors callers branch on.
@@ -79,31 +81,17 @@ type known struct {
 	UpdatedAt int64  `json:"updated_at"`
 }
 
-// decodeKnown reads the known fields the way a browser's JSON.parse does:
-// keys match exactly and the last of duplicates wins. Decoding into the
-// struct directly would match keys case-insensitively, so a document with
-// both "tenant_id":"t1" and "TENANT_ID":"t2" would be routed to tenant t2
-// while its readers see t1.
+// decodeKnown reads the known fields the way a browser's JSON.parse does
+// (keys match exactly), and refuses what a browser would read differently
+// from pushd: encoding/json matches struct fields case-insensitively and
+// lets the last duplicate win, so a document with both "tenant_id":"t1"
+// and "TENANT_ID":"t2" would be routed to tenant t2 while its readers see
+// t1. JSON v2 matches names exactly and rejects duplicate names and
+// invalid UTF-8.
 func decodeKnown(b []byte) (known, error) {
 	var k known
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		return k, err
-	}
-	for _, f := range [...]struct {
-		name string
-		dst  any
-	}{
-		{"task_id", &k.TaskID}, {"tenant_id", &k.TenantID}, {"project_id", &k.ProjectID},
-		{"user_id", &k.UserID}, {"status", &k.Status}, {"version", &k.Version}, {"updated_at", &k.UpdatedAt},
-	} {
-		if v, ok := m[f.name]; ok {
-			if err := json.Unmarshal(v, f.dst); err != nil {
-				return k, fmt.Errorf("%s: %w", f.name, err)
-			}
-		}
-	}
-	return k, nil
+	err := jsonv2.Unmarshal(b, &k)
+	return k, err
 }
 
 // Parse validates a snapshot document and returns it. The document must be a
