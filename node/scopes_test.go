@@ -141,3 +141,43 @@ func TestShutdownTellsClientsToReconnect(t *testing.T) {
 		t.Fatal("the node still accepts connections after shutdown")
 	}
 }
+
+// TestBatchReadWithETag: a polling client that sends back the ETag of its
+// last batch gets 304 until a task in it moves, and another tenant's
+// changes never change it.
+func TestBatchReadWithETag(t *testing.T) {
+	c := newCluster(t)
+	s := startNode(t, c.config())
+	a, b, other := testenv.UniqueID("task"), testenv.UniqueID("task"), testenv.UniqueID("task")
+	c.goPublish(t, doc(a, "t1", 1, "RUNNING"))
+	c.goPublish(t, doc(b, "t1", 5, "RUNNING"))
+	c.goPublish(t, doc(other, "t2", 1, "RUNNING"))
+	tok := token(t, "t1", "u1")
+	u := s.URL + "/v1/tasks?ids=" + a + "," + b + "," + other
+	resp, body := httpDo(t, http.MethodGet, u, tok, "")
+	tag := resp.Header.Get("ETag")
+	if resp.StatusCode != http.StatusOK || tag == "" || !strings.Contains(string(body), `"not_found":["`+other+`"]`) {
+		t.Fatalf("GET: %d ETag %q %s", resp.StatusCode, tag, body)
+	}
+	if resp, _ := httpDo(t, http.MethodGet, u, tok, "", "If-None-Match", tag); resp.StatusCode != http.StatusNotModified {
+		t.Fatalf("If-None-Match of the current batch: %d, want 304", resp.StatusCode)
+	}
+	c.goPublish(t, doc(other, "t2", 2, "RUNNING"))
+	if resp, _ := httpDo(t, http.MethodGet, u, tok, "", "If-None-Match", tag); resp.StatusCode != http.StatusNotModified {
+		t.Fatalf("after another tenant's change: %d, want 304", resp.StatusCode)
+	}
+	c.goPublish(t, doc(b, "t1", 6, "RUNNING"))
+	deadline := time.Now().Add(waitFor)
+	for {
+		resp, body = httpDo(t, http.MethodGet, u, tok, "", "If-None-Match", tag)
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %d after a task in the batch moved", resp.StatusCode)
+		}
+	}
+	if resp.Header.Get("ETag") == tag || !strings.Contains(string(body), `"version":6`) {
+		t.Fatalf("after the change: ETag %q (was %q), %s", resp.Header.Get("ETag"), tag, body)
+	}
+}
