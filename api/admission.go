@@ -37,6 +37,7 @@ func authPrincipal(c echo.Context) auth.Principal {
 // (a bad request, a refused upgrade, a draining node) is released here.
 func (s *server) admitStream(serve func(http.ResponseWriter, *http.Request, hub.Principal)) func(echo.Context, hub.Principal) error {
 	return func(c echo.Context, p hub.Principal) error {
+		p.RemoteIP = c.RealIP() // counted by the hub for limitStreams
 		if s.cfg.Admission == nil {
 			serve(c.Response(), c.Request(), p)
 			return nil

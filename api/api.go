@@ -57,6 +57,16 @@ type Config struct {
 	Metrics http.Handler
 	// MaxIDs bounds GET /v1/tasks?ids=; zero means 100.
 	MaxIDs int
+	// MaxConns and MaxConnsPerIP bound the streams this node holds, in all
+	// and per client address; zero means no limit.
+	MaxConns      int
+	MaxConnsPerIP int
+	// MaxURLBytes bounds a request's URL; zero means 8 KiB.
+	MaxURLBytes int
+	// OriginPatterns are the origins whose pages may read the streams and
+	// the snapshot API with credentials (CORS), as the WebSocket endpoint
+	// takes them; empty allows none.
+	OriginPatterns []string
 	// Admission, when set, admits streams (connect buckets, connection caps)
 	// and snapshot API calls (plan limits); nil admits everything.
 	Admission *admission.Controller
@@ -73,6 +83,9 @@ func New(cfg Config) http.Handler {
 	if cfg.MaxIDs <= 0 {
 		cfg.MaxIDs = 100
 	}
+	if cfg.MaxURLBytes <= 0 {
+		cfg.MaxURLBytes = 8 << 10
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -81,9 +94,11 @@ func New(cfg Config) http.Handler {
 	e.HideBanner, e.HidePort = true, true
 	e.IPExtractor = echo.ExtractIPDirect() // X-Forwarded-For is not trusted unless a proxy is configured
 	e.HTTPErrorHandler = s.handleError
+	e.Pre(s.limitURL)
+	e.Use(cors(cfg.OriginPatterns))
 
-	e.GET("/v1/events", s.authed(s.admitStream(cfg.SSE.Serve)))
-	e.GET("/v1/ws", s.authed(s.admitStream(cfg.WS.Serve)))
+	e.GET("/v1/events", s.limitStreams(s.authed(s.admitStream(cfg.SSE.Serve))))
+	e.GET("/v1/ws", s.limitStreams(s.authed(s.admitStream(cfg.WS.Serve))))
 	e.GET("/v1/tasks/:id", s.authed(s.limitAPI("task", s.getTask)))
 	e.GET("/v1/tasks", s.authed(s.limitAPI("tasks", s.getTasks)))
 	e.GET("/v1/projects/:id/tasks", s.authed(s.limitAPI("project_tasks", s.projectTasks)))
@@ -129,9 +144,11 @@ func (s *server) handleError(err error, c echo.Context) {
 	case errors.As(err, &he):
 		ae = &apiError{status: he.Code, code: codeForStatus(he.Code), message: strings.ToLower(http.StatusText(he.Code))}
 	default:
-		s.log.Error("request failed", "path", c.Request().URL.Path, "err", err)
+		s.log.Error("request failed", "route", c.Path(), "err", err)
 		ae = &apiError{status: http.StatusInternalServerError, code: httperr.Internal, message: "internal error"}
 	}
+	// The route, never the URL: a query may carry an access_token.
+	s.log.Debug("request refused", "method", c.Request().Method, "route", c.Path(), "status", ae.status, "code", ae.code, "remote", c.RealIP())
 	httperr.Write(c.Response(), ae.status, ae.code, ae.message)
 }
 

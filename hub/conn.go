@@ -555,7 +555,13 @@ func (c *Conn) Close() {
 		c.busRelease = nil
 		c.mu.Unlock()
 		delete(h.conns, c)
+		if ip := c.RemoteIP; ip != "" {
+			if h.byIP[ip]--; h.byIP[ip] <= 0 {
+				delete(h.byIP, ip)
+			}
+		}
 		h.stats.Closed.Add(1)
+		h.log.Debug("connection closed", "conn", c.ID, "tenant", c.TenantID)
 		if h.closing && len(h.conns) == 0 && h.empty != nil {
 			close(h.empty)
 			h.empty = nil

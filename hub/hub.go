@@ -128,8 +128,9 @@ type Hub struct {
 
 	idx index // who watches what, sharded
 
-	mu      sync.RWMutex // guards conns, closing and empty
+	mu      sync.RWMutex // guards conns, byIP, closing and empty
 	conns   map[*Conn]struct{}
+	byIP    map[string]int // open connections per Principal.RemoteIP
 	closing bool
 	empty   chan struct{} // closed when closing and the last connection leaves
 
@@ -156,7 +157,7 @@ func New(cfg Config) *Hub {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Hub{
 		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		conns: make(map[*Conn]struct{}),
+		conns: make(map[*Conn]struct{}), byIP: make(map[string]int),
 	}
 	h.idx.init()
 	h.mode = ModePush
@@ -214,6 +215,9 @@ type Principal struct {
 	// Hold, when set, is held outside the hub for as long as the connection
 	// is open (an admission lease, a session); nil means none.
 	Hold Hold
+	// RemoteIP is the client's address, counted for ConnsFrom; empty is
+	// not counted.
+	RemoteIP string
 }
 
 // Hold is something a connection holds outside the hub, such as a fleet-wide
@@ -245,11 +249,15 @@ func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
 		return nil, ErrClosed
 	}
 	h.conns[c] = struct{}{}
+	if p.RemoteIP != "" {
+		h.byIP[p.RemoteIP]++
+	}
 	h.mu.Unlock()
 	if p.Hold != nil {
 		p.Hold.Attach()
 	}
 	h.stats.Opened.Add(1)
+	h.log.Debug("connection opened", "conn", c.ID, "tenant", p.TenantID, "user", p.UserID)
 	mode, reason := h.Mode()
 	c.sendControl(Event{Kind: KindHello, ConnID: c.ID, Node: h.cfg.NodeName, Mode: mode, Reason: reason,
 		HeartbeatMS: h.cfg.HeartbeatInterval.Milliseconds()})
@@ -277,6 +285,13 @@ func (h *Hub) Len() int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return len(h.conns)
+}
+
+// ConnsFrom is the number of open connections from a client address.
+func (h *Hub) ConnsFrom(ip string) int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.byIP[ip]
 }
 
 func (h *Hub) allConns() []*Conn {

@@ -343,6 +343,8 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 			{"sse unknown parameter", "GET", "/v1/events?task=a&foo=1", tok, "", 400, "unknown_parameter"},
 			{"sse nothing to watch", "GET", "/v1/events", tok, "", 400, "bad_request"},
 			{"sse bad scope", "GET", "/v1/events?scope=all", tok, "", 400, "bad_request"},
+			{"sse too many tasks", "GET", "/v1/events?task=a" + strings.Repeat("&task=a", 100), tok, "", 400, "too_many_ids"},
+			{"url too long", "GET", "/v1/tasks/" + task + "?x=" + strings.Repeat("a", 9<<10), tok, "", 414, "uri_too_long"},
 			{"missing token", "GET", "/v1/events?task=a", "", "", 401, "unauthorized"},
 			{"expired token", "GET", "/v1/events?task=a", tokenExp(t, "t1", "u1", time.Now().Add(-time.Hour)), "", 401, "token_expired"},
 			{"wrong signature", "GET", "/v1/tasks/" + task, tok[:len(tok)-4] + "AAAA", "", 401, "unauthorized"},

@@ -66,6 +66,10 @@ type Config struct {
 	// ReconnectAfter bounds the random delay draining clients wait before
 	// reconnecting; zero means 5s.
 	ReconnectAfter time.Duration
+	// MaxConns and MaxConnsPerIP bound the streams this node holds, in all
+	// (503 past it) and per client address (429); zero means no limit.
+	MaxConns      int
+	MaxConnsPerIP int
 
 	// Streams appends every change published through this node to its
 	// tenant's Redis Stream, tails the streams of the tenants watched here
@@ -248,6 +252,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Demo:       demo,
 		Client:     web.Client(),
 		Admission:  n.adm,
+		MaxConns:   cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, OriginPatterns: cfg.OriginPatterns,
 		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.redisBus, Stream: n.tailer, Admission: n.adm}),
 			promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}),
 		Logger: cfg.Logger,

@@ -3,8 +3,11 @@ package sse
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +23,30 @@ const responseHead = "HTTP/1.1 200 OK\r\n" +
 	"X-Accel-Buffering: no\r\n" + // nginx must not buffer the stream
 	"Connection: close\r\n" +
 	"\r\n"
+
+// responseHeadWith is responseHead plus the headers already set on the
+// response (CORS headers, by the API's middleware): a taken-over
+// connection writes its head itself, and would drop them.
+func responseHeadWith(set http.Header) string {
+	if len(set) == 0 {
+		return responseHead
+	}
+	var b strings.Builder
+	b.WriteString(strings.TrimSuffix(responseHead, "\r\n"))
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		switch k {
+		case "Content-Type", "Cache-Control", "X-Accel-Buffering", "Connection", "Content-Length", "Transfer-Encoding":
+			continue // the stream's own
+		}
+		for _, v := range set[k] {
+			if !strings.ContainsAny(v, "\r\n") {
+				b.WriteString(k + ": " + v + "\r\n")
+			}
+		}
+	}
+	b.WriteString("\r\n")
+	return b.String()
+}
 
 // hijack takes the connection over from net/http. The read and write
 // buffers net/http hands back are dropped: an idle stream keeps no buffer.
@@ -38,9 +65,9 @@ func hijack(w http.ResponseWriter) (net.Conn, bool) {
 // the reaper, runs the initial subscription, and returns: from then on the
 // connection has no goroutine. The hub's writers write to it; the reaper
 // notices a client that went away and closes what the hub ends.
-func (h *Handler) serveHijacked(conn net.Conn, p hub.Principal, sub hub.Subscription) {
+func (h *Handler) serveHijacked(conn net.Conn, head string, p hub.Principal, sub hub.Subscription) {
 	conn.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
-	if _, err := conn.Write([]byte(responseHead)); err != nil {
+	if _, err := conn.Write([]byte(head)); err != nil {
 		conn.Close()
 		return
 	}

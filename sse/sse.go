@@ -146,8 +146,9 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		return
 	}
 	if r.ProtoMajor == 1 && !h.cfg.NoHijack {
+		head := responseHeadWith(w.Header()) // before the hijack, which drops w
 		if conn, ok := hijack(w); ok {
-			h.serveHijacked(conn, p, sub)
+			h.serveHijacked(conn, head, p, sub)
 			return
 		}
 	}

@@ -36,6 +36,8 @@ type config struct {
 	Demo           bool
 	LogLevel       string
 	LogFormat      string
+	MaxConns       int
+	MaxConnsPerIP  int
 
 	RedisCacheURL    string
 	RedisControlURL  string
@@ -90,6 +92,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.RedisCacheURL, "redis-cache-url", "", "Redis for task snapshots; empty means --redis-url")
 	fs.StringVar(&c.RedisControlURL, "redis-control-url", "", "Redis for rate limits, connection leases and sessions; empty means --redis-url")
 	fs.StringVar(&c.RedisRealtimeURL, "redis-realtime-url", "", "Redis for Pub/Sub and streams; empty means --redis-url")
+	fs.IntVar(&c.MaxConns, "max-conns", 0, "streams this node holds before it answers 503; 0 means the open-file limit less 1,000 kept for Redis, PostgreSQL and requests")
+	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 5000, "streams one client address may hold on this node (429 past it); 0 means no limit")
 	a := &c.Admission
 	fs.IntVar(&a.UserBurst, "connect-user-burst", 20, "connects a user may make at once (token bucket capacity); 0 means no limit")
 	fs.Float64Var(&a.UserRate, "connect-user-rate", 1, "connects per second a user's bucket refills")
@@ -153,6 +157,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if (c.RedisCacheURL != "" || c.RedisControlURL != "" || c.RedisRealtimeURL != "") && c.RedisURL == "" {
 		return c, fmt.Errorf("--redis-cache-url, --redis-control-url and --redis-realtime-url need --redis-url")
+	}
+	if c.MaxConns < 0 || c.MaxConnsPerIP < 0 {
+		return c, fmt.Errorf("--max-conns and --max-conns-per-ip must not be negative")
 	}
 	if err := a.validate(); err != nil {
 		return c, err

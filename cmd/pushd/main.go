@@ -57,6 +57,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		Streams: cfg.Streams, StreamMaxLen: cfg.StreamMaxLen,
 		RedisCacheURL: cfg.RedisCacheURL, RedisControlURL: cfg.RedisControlURL, RedisRealtimeURL: cfg.RedisRealtimeURL,
 		Admission: cfg.Admission.config(),
+		MaxConns:  maxConns(cfg.MaxConns), MaxConnsPerIP: cfg.MaxConnsPerIP,
 	})
 	if err != nil {
 		return err

@@ -21,6 +21,8 @@ const (
 	NotFound         = "not_found"
 	RateLimited      = "rate_limited"
 	Draining         = "draining"
+	OverCapacity     = "over_capacity"
+	URITooLong       = "uri_too_long"
 	Unavailable      = "unavailable"
 	Internal         = "internal"
 )
