@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -36,10 +37,8 @@ func openStream(t *testing.T, client *http.Client, u string) (*http.Response, []
 	if resp.StatusCode == http.StatusOK {
 		return resp, nil
 	}
-	var body []byte
-	body = make([]byte, 4096)
-	n, _ := resp.Body.Read(body)
-	return resp, body[:n]
+	body, _ := io.ReadAll(resp.Body)
+	return resp, body
 }
 
 // waitConns waits until the node holds n connections.
