@@ -42,8 +42,10 @@ type Config struct {
 	// APIKey guards POST /v1/publish (header X-API-Key). Empty means only
 	// loopback callers may publish.
 	APIKey string
-	// Ready reports whether the node can serve; nil means always ready.
-	Ready func(ctx context.Context) error
+	// Ready reports the state of each snapshot source by name ("ok" or
+	// "down: why") and an error, whose text is the reason, when none
+	// answers; nil means always ready (the embedded mode).
+	Ready func(ctx context.Context) (checks map[string]string, err error)
 	// DemoSigner, when set, serves GET /demo/token: tokens for anyone. Only
 	// the embedded mode without a configured secret or key sets it.
 	DemoSigner *auth.Signer
@@ -393,19 +395,42 @@ func (s *server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// readiness is the /readyz body. A 503 also carries the error and message
+// every other refusal has, so a client reading only those still learns why.
+type readiness struct {
+	Status  string         `json:"status"` // "ready" or "not_ready"
+	Reason  string         `json:"reason,omitempty"`
+	Checks  map[string]any `json:"checks"`
+	Mode    string         `json:"mode,omitempty"` // push or polling, as clients are told
+	Error   string         `json:"error,omitempty"`
+	Message string         `json:"message,omitempty"`
+}
+
 func (s *server) readyz(c echo.Context) error {
-	if s.cfg.Hub.Draining() {
-		return fail(http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down")
-	}
+	draining := s.cfg.Hub.Draining()
+	body := readiness{Status: "ready", Checks: map[string]any{"draining": draining}}
+	var notReady error
 	if s.cfg.Ready != nil {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 		defer cancel()
-		if err := s.cfg.Ready(ctx); err != nil {
-			return fail(http.StatusServiceUnavailable, httperr.Unavailable, err.Error())
+		var checks map[string]string
+		checks, notReady = s.cfg.Ready(ctx)
+		for name, state := range checks {
+			body.Checks[name] = state
 		}
 	}
-	mode, reason := s.cfg.Hub.Mode()
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready", "mode": mode, "reason": reason})
+	body.Mode, _ = s.cfg.Hub.Mode()
+	c.Response().Header().Set("Cache-Control", "no-store") // a cached answer would hide a change of state
+	switch {
+	case draining:
+		body.Reason, body.Error = "draining", httperr.Draining
+	case notReady != nil:
+		body.Reason, body.Error = notReady.Error(), httperr.Unavailable
+	default:
+		return c.JSON(http.StatusOK, body)
+	}
+	body.Status, body.Message = "not_ready", body.Reason
+	return c.JSON(http.StatusServiceUnavailable, body)
 }
 
 // demoToken hands out tokens for the demo page. It is only routed in the

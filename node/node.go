@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -161,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	var (
 		source    snapshot.Source
 		publisher fanout.Publisher
-		ready     func(context.Context) error
+		ready     func(context.Context) (map[string]string, error)
 		hubBus    hub.Bus
 		hubStream hub.Stream // stays a nil interface without streams
 	)
@@ -270,18 +271,31 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// ready: the node can serve while either source answers.
-func (n *Node) ready(ctx context.Context) error {
-	redisErr := n.cache.Ping(ctx).Err()
-	if redisErr == nil {
-		return nil
-	}
+// ready: the node can serve while either snapshot source answers. Both
+// are asked at once, so a stalled one cannot spend the other's deadline.
+func (n *Node) ready(ctx context.Context) (map[string]string, error) {
+	var redisErr, pgErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { redisErr = n.cache.Ping(ctx).Err() })
 	if n.pool != nil {
-		if err := n.pool.Ping(ctx); err == nil {
-			return nil
-		}
+		wg.Go(func() { pgErr = n.pool.Ping(ctx) })
 	}
-	return errors.New("neither Redis nor PostgreSQL answers")
+	wg.Wait()
+	checks := map[string]string{"redis": sourceState(redisErr), "postgres": "not configured"}
+	if n.pool != nil {
+		checks["postgres"] = sourceState(pgErr)
+	}
+	if redisErr == nil || (n.pool != nil && pgErr == nil) {
+		return checks, nil
+	}
+	return checks, errors.New("no snapshot source answers")
+}
+
+func sourceState(err error) string {
+	if err != nil {
+		return "down: " + err.Error()
+	}
+	return "ok"
 }
 
 // Handler is the node's HTTP handler.
