@@ -199,6 +199,7 @@ func (e *tenantSub) fail(err error) {
 
 type redisCounters struct {
 	received, malformed, subscribes, unsubscribes, resyncs, failures atomic.Int64
+	losses                                                           atomic.Int64
 	livenessSent, livenessHeard, livenessFailures                    atomic.Int64
 	malformedBy                                                      [len(malformedReasons)]atomic.Int64
 }
@@ -212,6 +213,7 @@ type RedisStats struct {
 	Unsubscribes int64            // UNSUBSCRIBE commands the bus sent
 	Resyncs      int64            // Handler.Resync calls
 	Failures     int64            // failed receives and pings, and liveness drops (each outage counts at least one)
+	Losses       int64            // outages: the subscription was lost (LossHandler.Lost), counted once until it is back
 
 	LivenessSent     int64 // liveness PUBLISHes Redis acknowledged
 	LivenessHeard    int64 // liveness messages heard back (never counted in Received)
@@ -534,6 +536,7 @@ func (b *RedisBus) Stats() RedisStats {
 		Unsubscribes: b.stats.unsubscribes.Load(),
 		Resyncs:      b.stats.resyncs.Load(),
 		Failures:     b.stats.failures.Load(),
+		Losses:       b.stats.losses.Load(),
 
 		LivenessSent:     b.stats.livenessSent.Load(),
 		LivenessHeard:    b.stats.livenessHeard.Load(),
@@ -773,6 +776,7 @@ func (b *RedisBus) failed(h Handler, err error) {
 		return
 	}
 	b.down = true
+	b.stats.losses.Add(1)
 	b.log.Warn("pubsub connection lost; resubscribing", "err", err)
 	if lh, ok := h.(LossHandler); ok {
 		lh.Lost(err)

@@ -18,8 +18,9 @@ type Conn struct {
 	ID string
 	Principal
 
-	hub  *Hub
-	sink Sink
+	hub   *Hub
+	sink  Sink
+	class connClass // counted in hub.classes while open; guarded by hub.mu
 
 	lastWrite atomic.Int64 // Unix ns of the last successful write; read by the ticker
 	closeOnce sync.Once
@@ -32,14 +33,15 @@ type Conn struct {
 	tasks      map[string]struct{}
 	projects   map[string]struct{}
 	userScope  bool
-	delivered  map[string]int64              // per task, the last version taken for writing
-	pending    map[string]*snapshot.Snapshot // conflating outbox: one snapshot per task
-	order      []string                      // tasks in pending, oldest first
-	control    []Event                       // hello, errors and mode changes, in order, before tasks
-	trailer    []Event                       // acks, after the tasks queued before them
-	heartbeat  bool                          // write a heartbeat if nothing else is pending
-	scheduled  bool                          // queued for, or held by, a writer
-	endAfter   bool                          // end the connection once what is pending is written
+	delivered  map[string]int64       // per task, the last version taken for writing
+	pending    map[string]pendingTask // conflating outbox: one snapshot per task
+	order      []string               // tasks in pending, oldest first
+	control    []Event                // hello, errors and mode changes, in order, before tasks
+	trailer    []Event                // acks, after the tasks queued before them
+	heartbeat  bool                   // write a heartbeat if nothing else is pending
+	scheduled  bool                   // queued for, or held by, a writer
+	endAfter   bool                   // end the connection once what is pending is written
+	resumed    bool                   // counted in Stats.Reconnects
 	endReason  CloseReason
 	reconnect  int // > 0: tell the client to reconnect after this many ms, then end
 	ending     bool
@@ -53,6 +55,13 @@ type Conn struct {
 	cursors     bool
 	settled     bool
 	syncPending bool
+}
+
+// pendingTask is a snapshot in the outbox and how it came, for the
+// delivery histograms.
+type pendingTask struct {
+	snap *snapshot.Snapshot
+	news news
 }
 
 // Subscription is what a client asks to watch.
@@ -155,6 +164,12 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 			c.delivered[id] = v
 		}
 	}
+	// A client that brings a resume position is one coming back: counted
+	// once per connection, however many subscribes carry one.
+	if !c.resumed && (s.Resume != "" || len(s.Since) > 0) {
+		c.resumed = true
+		h.stats.Reconnects[c.Transport].Add(1)
+	}
 	needBus := c.busRelease == nil
 	// Until this Subscribe has offered the initial state, the stream
 	// position says nothing about what it adds.
@@ -204,14 +219,14 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	unread := true
 	defer func() {
 		if unread {
-			h.poll.retry(c.TenantID)
+			h.poll.retry(c.TenantID, h.pollWait(0))
 		}
 	}()
 	for _, id := range tasks {
 		snap, err := h.cfg.Source.Get(ctx, id, 0)
 		switch {
 		case err == nil && snap.TenantID == c.TenantID:
-			c.offer(snap)
+			c.offer(snap, news{})
 		case err == nil, errors.Is(err, snapshot.ErrNotFound):
 			rejected = append(rejected, Rejection{TaskID: id, Code: CodeNotFound})
 		case errors.Is(err, snapshot.ErrInvalidID):
@@ -260,12 +275,22 @@ func (c *Conn) settle() {
 	c.scheduleLocked()
 }
 
+// offerList offers a listing as a subscription's initial state.
 func (c *Conn) offerList(snaps []*snapshot.Snapshot, err error) error {
+	return c.offerAll(news{}, snaps, err)
+}
+
+// refreshList offers a listing re-read while polling: changes, live.
+func (c *Conn) refreshList(snaps []*snapshot.Snapshot, err error) error {
+	return c.offerAll(news{live: true}, snaps, err)
+}
+
+func (c *Conn) offerAll(n news, snaps []*snapshot.Snapshot, err error) error {
 	if err != nil {
 		return err
 	}
 	for _, s := range snaps {
-		c.offer(s)
+		c.offer(s, n)
 	}
 	return nil
 }
@@ -294,11 +319,11 @@ func (c *Conn) refreshScopes() bool {
 	defer cancel()
 	ok := true
 	for _, id := range projects {
-		if c.offerList(h.cfg.Source.ListProject(ctx, c.TenantID, id)) != nil {
+		if c.refreshList(h.cfg.Source.ListProject(ctx, c.TenantID, id)) != nil {
 			ok = false
 		}
 	}
-	if user && c.offerList(h.cfg.Source.ListUser(ctx, c.TenantID, c.UserID)) != nil {
+	if user && c.refreshList(h.cfg.Source.ListUser(ctx, c.TenantID, c.UserID)) != nil {
 		ok = false
 	}
 	return ok
@@ -331,7 +356,7 @@ func (c *Conn) Unsubscribe(tasks, projects []string) {
 	}
 	kept := c.order[:0]
 	for _, id := range c.order {
-		if c.watchesLocked(c.pending[id]) {
+		if c.watchesLocked(c.pending[id].snap) {
 			kept = append(kept, id)
 		} else {
 			delete(c.pending, id)
@@ -351,7 +376,7 @@ func (c *Conn) watchesLocked(s *snapshot.Snapshot) bool {
 // offer queues s for the connection unless it has, or has pending, that
 // version or a newer one. It never blocks: a pending older snapshot of the
 // task is replaced, so a slow client holds at most one per task.
-func (c *Conn) offer(s *snapshot.Snapshot) {
+func (c *Conn) offer(s *snapshot.Snapshot, n news) {
 	h := c.hub
 	c.mu.Lock()
 	switch {
@@ -371,7 +396,7 @@ func (c *Conn) offer(s *snapshot.Snapshot) {
 		return
 	}
 	if p, ok := c.pending[s.TaskID]; ok {
-		if !s.NewerThan(p.Version) {
+		if !s.NewerThan(p.snap.Version) {
 			c.mu.Unlock()
 			h.stats.DroppedStale.Add(1)
 			return
@@ -379,11 +404,11 @@ func (c *Conn) offer(s *snapshot.Snapshot) {
 		h.stats.Conflated.Add(1)
 	} else {
 		if c.pending == nil {
-			c.pending = make(map[string]*snapshot.Snapshot)
+			c.pending = make(map[string]pendingTask)
 		}
 		c.order = append(c.order, s.TaskID)
 	}
-	c.pending[s.TaskID] = s
+	c.pending[s.TaskID] = pendingTask{s, n}
 	c.scheduleLocked()
 	c.mu.Unlock()
 }
@@ -445,7 +470,8 @@ func (c *Conn) takeLocked(buf []Event) []Event {
 	c.control = nil // rare (hello, errors, modes): an idle connection keeps no slice
 	lastTask := -1
 	for _, id := range c.order {
-		s := c.pending[id]
+		p := c.pending[id]
+		s := p.snap
 		delete(c.pending, id)
 		if s.TenantID != c.TenantID || !s.NewerThan(c.delivered[id]) {
 			continue
@@ -455,7 +481,7 @@ func (c *Conn) takeLocked(buf []Event) []Event {
 		}
 		c.delivered[id] = s.Version
 		lastTask = len(buf)
-		buf = append(buf, Event{Kind: KindTask, Snapshot: s})
+		buf = append(buf, Event{Kind: KindTask, Snapshot: s, news: p.news})
 	}
 	clear(c.order)
 	c.order = c.order[:0]
@@ -555,6 +581,7 @@ func (c *Conn) Close() {
 		c.busRelease = nil
 		c.mu.Unlock()
 		delete(h.conns, c)
+		h.unclassLocked(c.class)
 		if ip := c.RemoteIP; ip != "" {
 			if h.byIP[ip]--; h.byIP[ip] <= 0 {
 				delete(h.byIP, ip)

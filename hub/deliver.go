@@ -43,10 +43,15 @@ func (h *Hub) flush(c *Conn, buf []Event) []Event {
 	}
 	c.writeMu.Unlock()
 
+	// One clock reading per flush, however many events it wrote.
+	now := time.Now().UnixNano()
 	tasks := 0
 	for i := range buf {
 		if buf[i].Kind == KindTask {
 			tasks++
+			if err == nil {
+				h.observe(&buf[i], now)
+			}
 		}
 		if buf[i].Kind == KindHeartbeat {
 			h.stats.Heartbeats.Add(1)
@@ -67,7 +72,8 @@ func (h *Hub) flush(c *Conn, buf []Event) []Event {
 		return buf
 	}
 	h.stats.Delivered.Add(int64(tasks))
-	c.lastWrite.Store(time.Now().UnixNano())
+	h.stats.Pushed[c.Transport].Add(int64(tasks))
+	c.lastWrite.Store(now)
 
 	c.mu.Lock()
 	again := !c.closed && !c.ending && c.hasWorkLocked()
@@ -81,24 +87,34 @@ func (h *Hub) flush(c *Conn, buf []Event) []Event {
 	return buf
 }
 
+// observe measures a task event written at now (Unix ns).
+func (h *Hub) observe(ev *Event, now int64) {
+	if ev.news.heard > 0 {
+		h.stats.NotifyToWrite.Observe(time.Duration(now - ev.news.heard))
+	}
+	if ev.news.live && ev.Snapshot.UpdatedAt > 0 {
+		h.stats.Staleness.Observe(time.Duration(now - ev.Snapshot.UpdatedAt*int64(time.Millisecond)))
+	}
+}
+
 // dispatchLoop reads the snapshots that notifications announce and offers
 // them to the connections that watch them.
 func (h *Hub) dispatchLoop() {
 	defer h.wg.Done()
 	var targets []*Conn
 	for {
-		k, version, ok := h.dispatch.pop()
+		k, a, ok := h.dispatch.pop()
 		if !ok {
 			return
 		}
-		targets = h.deliver(k, version, targets[:0])
+		targets = h.deliver(k, a, targets[:0])
 	}
 }
 
-func (h *Hub) deliver(k key, version int64, targets []*Conn) []*Conn {
+func (h *Hub) deliver(k key, a announced, targets []*Conn) []*Conn {
 	// No per-read timeout here: the source bounds its own fetches, and a
 	// context per notification would be the delivery path's only allocation.
-	snap, err := h.cfg.Source.Get(h.ctx, k.id, version)
+	snap, err := h.cfg.Source.Get(h.ctx, k.id, a.version)
 	h.stats.Fetches.Add(1)
 	if err != nil {
 		if !errors.Is(err, snapshot.ErrNotFound) {
@@ -112,12 +128,12 @@ func (h *Hub) deliver(k key, version int64, targets []*Conn) []*Conn {
 		h.stats.DroppedTenant.Add(1)
 		return targets
 	}
-	return h.offerToWatchers(snap, targets)
+	return h.offerToWatchers(snap, news{heard: a.heard, live: true}, targets)
 }
 
 // offerToWatchers offers s to every local connection of its tenant that
 // watches it: by task, by project or by user. targets is scratch space.
-func (h *Hub) offerToWatchers(s *snapshot.Snapshot, targets []*Conn) []*Conn {
+func (h *Hub) offerToWatchers(s *snapshot.Snapshot, n news, targets []*Conn) []*Conn {
 	targets = h.idx.collect(byTask, key{s.TenantID, s.TaskID}, targets)
 	if s.ProjectID != "" {
 		targets = h.idx.collect(byProject, key{s.TenantID, s.ProjectID}, targets)
@@ -126,7 +142,7 @@ func (h *Hub) offerToWatchers(s *snapshot.Snapshot, targets []*Conn) []*Conn {
 		targets = h.idx.collect(byUser, key{s.TenantID, s.UserID}, targets)
 	}
 	for _, c := range targets {
-		c.offer(s) // a connection listed twice gets it once: offer drops equal versions
+		c.offer(s, n) // a connection listed twice gets it once: offer drops equal versions
 	}
 	clear(targets)
 	return targets

@@ -41,6 +41,8 @@ type Event struct {
 	HeartbeatMS int64
 	AckID       int64
 	Rejected    []Rejection
+
+	news news // a task event's origin, for the hub's histograms after the write
 }
 
 // Modes a node can be in.

@@ -5,7 +5,7 @@ func PendingVersion(c *Conn, task string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s, ok := c.pending[task]; ok {
-		return s.Version
+		return s.snap.Version
 	}
 	return 0
 }

@@ -128,9 +128,11 @@ type Hub struct {
 
 	idx index // who watches what, sharded
 
-	mu      sync.RWMutex // guards conns, byIP, closing and empty
+	mu      sync.RWMutex // guards conns, byIP, classes, plans, closing and empty
 	conns   map[*Conn]struct{}
-	byIP    map[string]int // open connections per Principal.RemoteIP
+	byIP    map[string]int    // open connections per Principal.RemoteIP
+	classes map[connClass]int // open connections per transport and plan label
+	plans   map[string]int    // open connections per plan label, to bound the labels
 	closing bool
 	empty   chan struct{} // closed when closing and the last connection leaves
 
@@ -158,7 +160,10 @@ func New(cfg Config) *Hub {
 	h := &Hub{
 		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
 		conns: make(map[*Conn]struct{}), byIP: make(map[string]int),
+		classes: make(map[connClass]int), plans: make(map[string]int),
 	}
+	h.stats.NotifyToWrite = newHistogram(NotifyToWriteBuckets)
+	h.stats.Staleness = newHistogram(StalenessBuckets)
 	h.idx.init()
 	h.mode = ModePush
 	h.poll.init()
@@ -218,6 +223,12 @@ type Principal struct {
 	// RemoteIP is the client's address, counted for ConnsFrom; empty is
 	// not counted.
 	RemoteIP string
+	// Transport is the protocol the connection speaks, set by the
+	// transport; connections and writes are counted by it.
+	Transport Transport
+	// Plan is the tenant's plan as the token states it; connections are
+	// counted by it (empty counts as PlanNone).
+	Plan string
 }
 
 // Hold is something a connection holds outside the hub, such as a fleet-wide
@@ -236,6 +247,9 @@ type Hold interface {
 // watches nothing until Subscribe. The transport must call Conn.Close when
 // the client goes away.
 func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
+	if p.Transport >= NumTransports {
+		p.Transport = TransportUnknown
+	}
 	c := &Conn{
 		ID:        newConnID(),
 		Principal: p,
@@ -252,6 +266,7 @@ func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
 	if p.RemoteIP != "" {
 		h.byIP[p.RemoteIP]++
 	}
+	c.class = h.classLocked(p)
 	h.mu.Unlock()
 	if p.Hold != nil {
 		p.Hold.Attach()
@@ -317,7 +332,9 @@ func (h *Hub) Notify(n fanout.Notification) {
 		h.stats.DispatchNoWatch.Add(1)
 		return
 	}
-	h.dispatch.push(k, n.Version)
+	// Once per notification, however many connections watch the task: the
+	// start of the notification-to-write latency of each of them.
+	h.dispatch.push(k, n.Version, time.Now().UnixNano())
 }
 
 // Resync re-reads every task the tenant's connections watch, bypassing
@@ -424,6 +441,18 @@ type Stats struct {
 	Resumes         atomic.Int64 // subscriptions served by replaying the stream after the client's cursor
 	ResumeTasks     atomic.Int64 // tasks those replays read and offered
 	ResumeFallbacks atomic.Int64 // resume cursors the stream could not serve: the subscription read everything
+
+	// By Transport.
+	Pushed     [NumTransports]atomic.Int64 // task events written
+	Reconnects [NumTransports]atomic.Int64 // connections that subscribed with a resume position (Subscription.Resume or Since)
+
+	// NotifyToWrite is the time from Notify to the write of the snapshot
+	// the notification announced, per task event written. Staleness is the
+	// time from a snapshot's updated_at to its write, per task event of a
+	// change learned after the subscription (notification, poll, stream);
+	// the initial state of a subscription is measured by neither.
+	NotifyToWrite *Histogram
+	Staleness     *Histogram
 }
 
 // Stats returns the hub's live counters.

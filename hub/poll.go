@@ -32,8 +32,11 @@ type poller struct {
 	tenants  map[string]struct{}
 	needBus  map[*Conn]struct{} // connections whose bus subscription failed
 	// unread holds tenants with a connection whose initial read failed,
-	// re-read with backoff until a round succeeds.
-	unread map[string]struct{}
+	// re-read with backoff, from the caches, until a round succeeds; not
+	// before unreadAt, so a storm that overloaded the sources is not
+	// answered with more reads at once.
+	unread   map[string]struct{}
+	unreadAt time.Time
 }
 
 func (p *poller) init() {
@@ -57,11 +60,14 @@ func (p *poller) resync(tenant string) {
 	p.signal()
 }
 
-func (p *poller) retry(tenant string) {
+func (p *poller) retry(tenant string, after time.Duration) {
 	p.mu.Lock()
 	p.unread[tenant] = struct{}{}
+	if p.unreadAt.IsZero() {
+		p.unreadAt = time.Now().Add(after)
+	}
 	p.mu.Unlock()
-	p.signal()
+	p.signal() // to arm the timer
 }
 
 // Lost switches the node to polling: the bus's subscription cannot be
@@ -120,12 +126,15 @@ func (h *Hub) pollLoop() {
 		p.restored = false
 		tenants := p.tenants
 		p.tenants = make(map[string]struct{})
-		unread := p.unread
-		p.unread = make(map[string]struct{})
+		var unread map[string]struct{}
+		if len(p.unread) > 0 && !time.Now().Before(p.unreadAt) {
+			unread = p.unread
+			p.unread, p.unreadAt = make(map[string]struct{}), time.Time{}
+		}
 		waiting := len(p.needBus) > 0
 		p.mu.Unlock()
-		for t := range unread {
-			tenants[t] = struct{}{}
+		for t := range tenants {
+			delete(unread, t) // re-read below anyway
 		}
 
 		if waiting {
@@ -146,15 +155,15 @@ func (h *Hub) pollLoop() {
 				h.SetMode(ModePush, ReasonRestored)
 			}
 			failures = 0
-			if len(tenants) > 0 && !h.refresh(tenants) { // connections the bus still refuses, reads that failed
-				readFailures = h.requeueUnread(unread, readFailures)
+			if len(tenants) > 0 {
+				h.refresh(tenants, false) // connections the bus still refuses
 			}
 		case polling:
 			if h.isPush() { // tell clients before a round that may be slow
 				h.SetMode(ModePolling, ReasonPubSubDown)
 			}
 			h.stats.Polls.Add(1)
-			if h.refresh(nil) {
+			if h.refresh(nil, false) {
 				failures = 0
 				h.SetMode(ModePolling, ReasonPubSubDown)
 			} else {
@@ -163,43 +172,43 @@ func (h *Hub) pollLoop() {
 				h.SetMode(ModePolling, ReasonUnavailable)
 			}
 		case restored:
-			h.refresh(nil)
+			h.refresh(nil, false)
 			failures = 0
 			h.SetMode(ModePush, ReasonRestored)
 		case len(tenants) > 0:
-			if h.refresh(tenants) {
-				readFailures = 0
-			} else {
-				readFailures = h.requeueUnread(unread, readFailures)
-			}
+			h.refresh(tenants, false)
 		}
+		readFailures = h.retryUnread(unread, readFailures)
 
 		p.mu.Lock()
 		again := p.polling || len(p.needBus) > 0
-		retry := len(p.unread) > 0
+		retryAt := p.unreadAt
 		p.mu.Unlock()
 		switch {
 		case again:
 			timer.Reset(h.pollWait(max(failures, readFailures)))
-		case retry:
-			timer.Reset(h.pollWait(readFailures))
+		case !retryAt.IsZero():
+			timer.Reset(time.Until(retryAt))
 		}
 	}
 }
 
-// requeueUnread puts back tenants whose failed initial reads a round did
-// not manage to redo, and returns the failure count the next wait backs off
-// by.
-func (h *Hub) requeueUnread(unread map[string]struct{}, failures int) int {
+// retryUnread re-reads the tenants whose initial reads failed, from the
+// caches (what other connections' reads brought in meanwhile serves them
+// too), puts them back after the backoff if that failed, and returns the
+// failure count the backoff doubles by.
+func (h *Hub) retryUnread(unread map[string]struct{}, failures int) int {
 	if len(unread) == 0 {
 		return failures
 	}
-	h.poll.mu.Lock()
-	for t := range unread {
-		h.poll.unread[t] = struct{}{}
+	if h.refresh(unread, true) {
+		return 0
 	}
-	h.poll.mu.Unlock()
-	return failures + 1
+	failures++
+	for t := range unread {
+		h.poll.retry(t, h.pollWait(failures))
+	}
+	return failures
 }
 
 func (h *Hub) isPush() bool {
@@ -222,10 +231,10 @@ func (h *Hub) pollWait(failures int) time.Duration {
 }
 
 // refresh re-reads the tasks watched by the given tenants' connections (all
-// tenants when nil), bypassing caches, in batches, and offers what it read:
-// the outboxes drop what did not move. It reports whether every read
-// succeeded.
-func (h *Hub) refresh(tenants map[string]struct{}) bool {
+// tenants when nil), in batches, bypassing caches unless cached is set, and
+// offers what it read: the outboxes drop what did not move. It reports
+// whether every read succeeded.
+func (h *Hub) refresh(tenants map[string]struct{}, cached bool) bool {
 	ctx, cancel := context.WithTimeout(h.ctx, refreshRoundBudget)
 	defer cancel()
 	ids := h.idx.tasks(tenants)
@@ -247,7 +256,11 @@ func (h *Hub) refresh(tenants map[string]struct{}) bool {
 	var targets []*Conn
 	for i := 0; i < len(ids); i += reloadBatch {
 		batch := ids[i:min(i+reloadBatch, len(ids))]
-		snaps, err := h.cfg.Source.Reload(ctx, batch)
+		read := h.cfg.Source.Reload
+		if cached {
+			read = h.cfg.Source.GetMany
+		}
+		snaps, err := read(ctx, batch)
 		if err != nil {
 			ok = false
 			h.log.Debug("reload failed", "tasks", len(batch), "err", err)
@@ -257,7 +270,7 @@ func (h *Hub) refresh(tenants map[string]struct{}) bool {
 			continue
 		}
 		for _, s := range snaps {
-			targets = h.offerToWatchers(s, targets[:0])
+			targets = h.offerToWatchers(s, news{live: true}, targets[:0])
 		}
 	}
 	for _, c := range scoped {

@@ -166,6 +166,14 @@ func (s *downSource) Get(ctx context.Context, id string, atLeast int64) (*snapsh
 	return s.MemoryStore.Get(ctx, id, atLeast)
 }
 
+func (s *downSource) GetMany(ctx context.Context, ids []string) (map[string]*snapshot.Snapshot, error) {
+	s.reads.Add(1)
+	if s.down.Load() {
+		return nil, errSourcesDown
+	}
+	return s.MemoryStore.GetMany(ctx, ids)
+}
+
 func (s *downSource) Reload(ctx context.Context, ids []string) (map[string]*snapshot.Snapshot, error) {
 	s.reads.Add(1)
 	if s.down.Load() {

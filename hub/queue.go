@@ -56,37 +56,43 @@ func (q *workQueue[T]) close() {
 // waits.
 type dispatchQueue struct {
 	mu      sync.Mutex
-	pending map[key]int64 // the highest version announced per queued task
+	pending map[key]announced // per queued task
 	q       workQueue[key]
 }
 
+// announced is what the notifications of a queued task said.
+type announced struct {
+	version int64 // the highest version
+	heard   int64 // Unix ns the first of them was heard: the write answers it too
+}
+
 func (d *dispatchQueue) init() {
-	d.pending = make(map[key]int64)
+	d.pending = make(map[key]announced)
 	d.q.init()
 }
 
-func (d *dispatchQueue) push(k key, version int64) {
+func (d *dispatchQueue) push(k key, version, heard int64) {
 	d.mu.Lock()
-	if v, ok := d.pending[k]; ok {
-		d.pending[k] = max(v, version)
+	if a, ok := d.pending[k]; ok {
+		d.pending[k] = announced{max(a.version, version), a.heard}
 		d.mu.Unlock()
 		return
 	}
-	d.pending[k] = version
+	d.pending[k] = announced{version, heard}
 	d.mu.Unlock()
 	d.q.push(k)
 }
 
-func (d *dispatchQueue) pop() (key, int64, bool) {
+func (d *dispatchQueue) pop() (key, announced, bool) {
 	k, ok := d.q.pop()
 	if !ok {
-		return k, 0, false
+		return k, announced{}, false
 	}
 	d.mu.Lock()
-	v := d.pending[k]
+	a := d.pending[k]
 	delete(d.pending, k)
 	d.mu.Unlock()
-	return k, v, true
+	return k, a, true
 }
 
 func (d *dispatchQueue) close() { d.q.close() }

@@ -75,10 +75,10 @@ func (h *Hub) readAndOffer(ctx context.Context, tenant string, ids []string, c *
 			switch {
 			case s.TenantID != tenant:
 				h.stats.DroppedTenant.Add(1)
-			case c != nil:
-				c.offer(s)
+			case c != nil: // a resuming connection's initial state
+				c.offer(s, news{})
 			default:
-				targets = h.offerToWatchers(s, targets[:0])
+				targets = h.offerToWatchers(s, news{live: true}, targets[:0])
 			}
 		}
 	}
@@ -95,7 +95,7 @@ func (h *Hub) readAndOffer(ctx context.Context, tenant string, ids []string, c *
 // new log.
 func (h *Hub) ResyncNow(tenant string) bool {
 	h.stats.Resyncs.Add(1)
-	return h.refresh(map[string]struct{}{tenant: {}})
+	return h.refresh(map[string]struct{}{tenant: {}}, false)
 }
 
 // replay offers c the tasks that changed after its resume cursor, among

@@ -1,6 +1,12 @@
 // Package metrics exposes a node's counters to Prometheus. It reads the
-// counters the hub, the snapshot store and the bus already keep, at scrape
-// time, so the delivery path pays nothing for being measured.
+// counters and histograms the hub, the snapshot store and the bus already
+// keep (atomic adds), at scrape time, so the delivery path pays no more
+// than those adds for being measured. docs/METRICS.md lists every metric.
+//
+// Names: the few metrics the platform's operators look for by name
+// (sse_push_total, websocket_push_total, client_reconnect_total,
+// task_snapshot_refetch_total) are exported exactly so; every other one
+// starts with pushd_.
 package metrics
 
 import (
@@ -47,6 +53,12 @@ func counter(name, help string, labels ...string) metric {
 
 func gauge(name, help string, labels ...string) metric {
 	return metric{prometheus.NewDesc("pushd_"+name, help, labels, nil), prometheus.GaugeValue}
+}
+
+// platformCounter is a counter with one of the platform's own names,
+// exported without the pushd_ prefix.
+func platformCounter(name, help string, labels ...string) metric {
+	return metric{prometheus.NewDesc(name, help, labels, nil), prometheus.CounterValue}
 }
 
 var (
@@ -105,13 +117,24 @@ var (
 	sessionsClosed  = counter("admission_sessions_revoked_total", "Sessions found deleted or expired on re-validation; their connections were closed.")
 	streamLag       = prometheus.NewDesc("pushd_stream_lag_seconds", "Time from a stream entry's append (its id) to its delivery to the node's connections' outboxes.", nil, nil)
 
+	connsOpen    = gauge("connections_open", "Open client connections by transport (sse, websocket) and tenant plan (none when the token states none; other past 16 plans).", "transport", "plan")
+	ssePush      = platformCounter("sse_push_total", "Task events written to SSE connections.")
+	wsPush       = platformCounter("websocket_push_total", "Task events written to WebSocket connections.")
+	reconnects   = platformCounter("client_reconnect_total", "Connections that came back with a resume position: SSE with a Last-Event-ID (header or last_event_id) that parses as a cursor, WebSocket with a non-empty since on a subscribe. Once per connection.", "transport")
+	refetch      = platformCounter("task_snapshot_refetch_total", "Task snapshot lookups by source (local_cache, redis, postgres) and outcome (hit, miss, not_found, error, skipped, rejected); see docs/METRICS.md.", "source", "outcome")
+	sfShared     = counter("singleflight_shared_total", "Snapshot reads that joined a fetch already in flight for the same task or list instead of starting one.")
+	pubsubLosses = counter("pubsub_subscription_losses_total", "Times the Pub/Sub subscription was lost (each outage once); the node polls until it is back.")
+	notifyWrite  = prometheus.NewDesc("pushd_notification_to_write_seconds", "Time from the node hearing a change notification to the write of the snapshot it announced, per task event written.", nil, nil)
+	staleness    = prometheus.NewDesc("pushd_snapshot_staleness_seconds", "Time from a snapshot's updated_at to its write to a client, per task event of a change (notification, poll, stream), not of a subscription's initial state. Includes clock skew with the Task State Service.", nil, nil)
+
 	all = []metric{connections, mode, modeSwitches, opened, notifications, fetches, fetchErrors, delivered, conflated,
 		dropped, disconnects, heartbeats, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
 		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard,
 		streamsTailed, streamLength, streamEntries, streamReads, streamMalformed, streamCatchUps, tailResyncs,
 		resumes, replayed, resumeTasks, resumeFallbacks,
-		admAllowed, admRejected, admFallbacks, admStoreErrors, admStoreUp, leases, leaseEvents, reconciles, reconcileDiff, sessionsClosed}
+		admAllowed, admRejected, admFallbacks, admStoreErrors, admStoreUp, leases, leaseEvents, reconciles, reconcileDiff, sessionsClosed,
+		connsOpen, ssePush, wsPush, reconnects, refetch, sfShared, pubsubLosses}
 )
 
 type collector struct{ s Sources }
@@ -121,6 +144,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	ch <- streamLag
+	ch <- notifyWrite
+	ch <- staleness
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -150,6 +175,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	emit(pollErrors, float64(st.PollErrors.Load()))
 	emit(resyncs, float64(st.Resyncs.Load()))
 	emit(busRetries, float64(st.BusRetries.Load()))
+	for _, cc := range h.ConnCounts() {
+		emit(connsOpen, float64(cc.N), cc.Transport.String(), cc.Plan)
+	}
+	emit(ssePush, float64(st.Pushed[hub.TransportSSE].Load()))
+	emit(wsPush, float64(st.Pushed[hub.TransportWebSocket].Load()))
+	for _, t := range []hub.Transport{hub.TransportSSE, hub.TransportWebSocket} {
+		emit(reconnects, float64(st.Reconnects[t].Load()), t.String())
+	}
+	ch <- histogram(notifyWrite, st.NotifyToWrite)
+	ch <- histogram(staleness, st.Staleness)
 
 	if c.s.Store != nil {
 		ss := c.s.Store.Stats()
@@ -163,6 +198,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		emit(pgRejected, float64(ss.DBRejected))
 		emit(negativeHits, float64(ss.NegativeHits))
 		emit(writeBacks, float64(ss.WriteBacks))
+		emit(refetch, float64(ss.CacheHits), "local_cache", "hit")
+		emit(refetch, float64(ss.CacheMisses), "local_cache", "miss")
+		emit(refetch, float64(ss.NegativeHits-ss.RedisNegative), "local_cache", "not_found")
+		emit(refetch, float64(ss.RedisHits), "redis", "hit")
+		emit(refetch, float64(ss.RedisMisses-ss.RedisNegative), "redis", "miss")
+		emit(refetch, float64(ss.RedisNegative), "redis", "not_found")
+		emit(refetch, float64(ss.RedisErrors), "redis", "error")
+		emit(refetch, float64(ss.RedisSkipped), "redis", "skipped")
+		emit(refetch, float64(ss.DBHits), "postgres", "hit")
+		emit(refetch, float64(ss.DBMisses), "postgres", "miss")
+		emit(refetch, float64(ss.DBErrors), "postgres", "error")
+		emit(refetch, float64(ss.DBRejected), "postgres", "rejected")
+		emit(sfShared, float64(ss.SharedCalls))
 	}
 	if c.s.Bus != nil {
 		bs := c.s.Bus.Stats()
@@ -171,6 +219,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			emit(pubsubMalformed, float64(n), reason)
 		}
 		emit(pubsubFailures, float64(bs.Failures))
+		emit(pubsubLosses, float64(bs.Losses))
 		emit(livenessSent, float64(bs.LivenessSent))
 		emit(livenessHeard, float64(bs.LivenessHeard))
 	}
@@ -217,6 +266,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		emit(reconcileDiff, float64(as.ReconcileDiff.Load()))
 		emit(sessionsClosed, float64(as.SessionsClosed.Load()))
 	}
+}
+
+// histogram turns one of the hub's histograms into Prometheus's.
+func histogram(d *prometheus.Desc, h *hub.Histogram) prometheus.Metric {
+	bounds, cum, count, sum := h.Read()
+	buckets := make(map[float64]uint64, len(bounds))
+	for i, b := range bounds {
+		buckets[b.Seconds()] = cum[i]
+	}
+	return prometheus.MustNewConstHistogram(d, count, sum.Seconds(), buckets)
 }
 
 func boolf(b bool) float64 {

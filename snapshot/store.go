@@ -112,6 +112,12 @@ type Stats struct {
 	NegativeHits uint64 // reads answered "not found" by a negative cache (in process or Redis)
 	CacheHits    uint64 // snapshots and lists served from the in-process caches
 	WriteBacks   uint64 // snapshots read from PostgreSQL and written back to Redis
+
+	CacheMisses   uint64 // reads the in-process caches could not answer (Reload, which skips them, not counted)
+	RedisNegative uint64 // NegativeHits answered by Redis's notfound key (the rest by the in-process one)
+	RedisSkipped  uint64 // reads that skipped Redis for a second after it failed
+	DBHits        uint64 // snapshots PostgreSQL returned
+	SharedCalls   uint64 // reads that joined a fetch already in flight for the same task or list (singleflight)
 }
 
 // counters are the live Stats.
@@ -119,6 +125,8 @@ type counters struct {
 	redisReads, redisHits, redisMisses, redisErrors atomic.Uint64
 	dbQueries, dbMisses, dbErrors, dbRejected       atomic.Uint64
 	negativeHits, cacheHits, writeBacks             atomic.Uint64
+	cacheMisses, redisNegative, redisSkipped        atomic.Uint64
+	dbHits, sharedCalls                             atomic.Uint64
 }
 
 // Store reads snapshots through an in-process cache, singleflight per task,
@@ -222,6 +230,12 @@ func (s *Store) Stats() Stats {
 		NegativeHits: c.negativeHits.Load(),
 		CacheHits:    c.cacheHits.Load(),
 		WriteBacks:   c.writeBacks.Load(),
+
+		CacheMisses:   c.cacheMisses.Load(),
+		RedisNegative: c.redisNegative.Load(),
+		RedisSkipped:  c.redisSkipped.Load(),
+		DBHits:        c.dbHits.Load(),
+		SharedCalls:   c.sharedCalls.Load(),
 	}
 }
 
@@ -245,6 +259,7 @@ func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*Snapsho
 			return nil, ErrNotFound
 		}
 	}
+	s.stats.cacheMisses.Add(1)
 	fetch := func(dbOnly bool) func(context.Context) (*Snapshot, error) {
 		return func(ctx context.Context) (*Snapshot, error) { return s.fetch(ctx, taskID, atLeast, dbOnly) }
 	}
@@ -291,7 +306,11 @@ func newest(a, b *Snapshot) *Snapshot {
 // gives up does not fail the others; each caller still returns when its own
 // ctx ends. A failed fetch is forgotten at once, so the next caller retries.
 func shared[T any](ctx context.Context, s *Store, g *singleflight.Group, key string, fetch func(context.Context) (T, error)) (T, error) {
+	// led is written by the fetch, which runs only for the caller that
+	// started the flight, before its result is sent on ch.
+	led := false
 	ch := g.DoChan(key, func() (any, error) {
+		led = true
 		if !s.enter() {
 			g.Forget(key)
 			return nil, errClosed
@@ -309,6 +328,9 @@ func shared[T any](ctx context.Context, s *Store, g *singleflight.Group, key str
 	var zero T
 	select {
 	case r := <-ch:
+		if !led {
+			s.stats.sharedCalls.Add(1)
+		}
 		if r.Err != nil {
 			return zero, r.Err
 		}
@@ -346,6 +368,7 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 			return s.remember(snap), nil
 		case missing:
 			s.stats.negativeHits.Add(1)
+			s.stats.redisNegative.Add(1)
 			s.markMissing(id)
 			return nil, ErrNotFound
 		case s.db == nil:
@@ -371,6 +394,7 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 		s.setMissing(ctx, []string{id}, toRedis)
 		return nil, ErrNotFound
 	}
+	s.stats.dbHits.Add(1)
 	if toRedis {
 		s.writeBack(ctx, []*Snapshot{snap})
 	}
@@ -463,6 +487,7 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 			s.stats.negativeHits.Add(1)
 			continue
 		}
+		s.stats.cacheMisses.Add(1)
 		rest = append(rest, id)
 	}
 	if len(rest) == 0 {
@@ -506,6 +531,7 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 		return nil, fmt.Errorf("get many: %w: %w", ErrUnavailable, errors.Join(redisErr, err))
 	}
 	var absent []string
+	s.stats.dbHits.Add(uint64(len(rows)))
 	for _, row := range rows {
 		out[row.TaskID] = s.remember(row)
 	}
@@ -572,6 +598,7 @@ func (s *Store) list(ctx context.Context, key, sql string, args ...any) ([]*Snap
 	if ok {
 		s.stats.cacheHits.Add(1)
 	} else {
+		s.stats.cacheMisses.Add(1)
 		var err error
 		rows, err = shared(ctx, s, &s.listFlights, key, func(ctx context.Context) ([]*Snapshot, error) {
 			// As in fetch: a late flight finds the previous one's result.
@@ -582,6 +609,7 @@ func (s *Store) list(ctx context.Context, key, sql string, args ...any) ([]*Snap
 			if err := s.query(ctx, sql, args, func(row *Snapshot) { rows = append(rows, row) }); err != nil {
 				return nil, fmt.Errorf("list: %w: %w", ErrUnavailable, err)
 			}
+			s.stats.dbHits.Add(uint64(len(rows)))
 			for _, row := range rows {
 				s.remember(row)
 			}

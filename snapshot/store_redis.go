@@ -42,6 +42,7 @@ func (s *Store) redisFailed() {
 // counts as a miss: PostgreSQL will answer and the write-back replaces it.
 func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (snap *Snapshot, missing bool, err error) {
 	if !s.redisUsable() {
+		s.stats.redisSkipped.Add(1)
 		return nil, false, errRedisBackoff
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout/redisTimeoutShare)
@@ -80,6 +81,7 @@ func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (sn
 // undecodable ones are missing from the map.
 func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*Snapshot, error) {
 	if !s.redisUsable() {
+		s.stats.redisSkipped.Add(uint64(len(ids)))
 		return nil, errRedisBackoff
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout/redisTimeoutShare)

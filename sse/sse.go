@@ -141,6 +141,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		httperr.Write(w, http.StatusBadRequest, code, msg)
 		return
 	}
+	p.Transport = hub.TransportSSE
 	if h.cfg.Hub.Draining() || h.reaper.stopped() {
 		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down; reconnect")
 		return

@@ -133,6 +133,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 	wc.SetReadLimit(h.cfg.ReadLimit)
 
 	s := &sink{wc: wc, nc: nc, timeout: h.cfg.WriteTimeout}
+	p.Transport = hub.TransportWebSocket
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil {
 		wc.Close(websocket.StatusServiceRestart, "node shutting down")

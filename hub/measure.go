@@ -1,0 +1,163 @@
+package hub
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Transport is the protocol that carries a connection. The transports set
+// it in the Principal they open a connection with, so the hub can count
+// connections and writes per protocol.
+type Transport uint8
+
+// Transports a connection can have.
+const (
+	TransportUnknown   Transport = iota // opened by neither transport (tests, tools)
+	TransportSSE                        // EventSource
+	TransportWebSocket                  // WebSocket, pushd.v1
+	NumTransports                       // the number of Transports, for arrays indexed by them
+)
+
+// String is the transport's metric label.
+func (t Transport) String() string {
+	switch t {
+	case TransportSSE:
+		return "sse"
+	case TransportWebSocket:
+		return "websocket"
+	}
+	return "unknown"
+}
+
+// Plan labels of connections. Plans come from signed tokens, so their
+// number is the platform's business, but a metric label must stay bounded
+// whatever a token says: past maxPlanLabels distinct plans among open
+// connections, the rest count as PlanOther.
+const (
+	PlanNone      = "none"  // the token stated no plan
+	PlanOther     = "other" // one plan too many
+	maxPlanLabels = 16
+)
+
+// ConnCount is how many open connections share a transport and plan.
+type ConnCount struct {
+	Transport Transport
+	Plan      string
+	N         int
+}
+
+// connClass is what connections are counted by.
+type connClass struct {
+	transport Transport
+	plan      string
+}
+
+// ConnCounts returns the open connections by transport and plan, in no
+// particular order.
+func (h *Hub) ConnCounts() []ConnCount {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]ConnCount, 0, len(h.classes))
+	for k, n := range h.classes {
+		out = append(out, ConnCount{Transport: k.transport, Plan: k.plan, N: n})
+	}
+	return out
+}
+
+// classLocked picks c's class and counts it in. h.mu is held for writing.
+func (h *Hub) classLocked(p Principal) connClass {
+	plan := p.Plan
+	if plan == "" {
+		plan = PlanNone
+	}
+	if _, known := h.plans[plan]; !known && len(h.plans) >= maxPlanLabels {
+		plan = PlanOther
+	}
+	h.plans[plan]++
+	k := connClass{p.Transport, plan}
+	h.classes[k]++
+	return k
+}
+
+// unclassLocked counts c's class out. h.mu is held for writing.
+func (h *Hub) unclassLocked(k connClass) {
+	if h.plans[k.plan]--; h.plans[k.plan] <= 0 {
+		delete(h.plans, k.plan)
+	}
+	if h.classes[k]--; h.classes[k] <= 0 {
+		delete(h.classes, k)
+	}
+}
+
+// news says how a snapshot came to be offered to a connection, for the
+// delivery histograms. The zero value is the initial state of a
+// subscription, which neither measures: its age is the task's, not the
+// delivery path's.
+type news struct {
+	// heard is when the node heard the notification that led to the offer
+	// (Unix ns); 0 when no notification did (a poll, a stream entry).
+	heard int64
+	// live marks a change the node learned of after the subscription (a
+	// notification, a poll, a stream entry): its write measures staleness.
+	live bool
+}
+
+// Bucket bounds of the hub's histograms.
+var (
+	// NotifyToWriteBuckets bound the time from hearing a notification to
+	// writing the snapshot it announced: a Redis read or two and a writer's
+	// turn, so milliseconds, unless writers or sources are starved.
+	NotifyToWriteBuckets = []time.Duration{
+		250 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 2500 * time.Microsecond,
+		5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+		100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second,
+		2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
+	}
+	// StalenessBuckets bound the time from a snapshot's updated_at to its
+	// write: the whole pipeline in push mode (tens of milliseconds), the
+	// poll interval in polling mode (seconds), longer when a notification
+	// was lost and the liveness check or a stream closed the gap.
+	StalenessBuckets = []time.Duration{
+		5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+		100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second,
+		2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second,
+		time.Minute, 2 * time.Minute, 5 * time.Minute,
+	}
+)
+
+// Histogram counts durations into fixed buckets. Observe is a few atomic
+// adds, so the delivery path can measure every write without allocating
+// or locking; the metrics collector reads it at scrape time.
+type Histogram struct {
+	bounds []time.Duration
+	counts []atomic.Uint64 // per bucket, not cumulative; the last is +Inf
+	sum    atomic.Int64    // nanoseconds
+}
+
+func newHistogram(bounds []time.Duration) *Histogram {
+	return &Histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
+}
+
+// Observe counts d; a negative d (clocks of two machines) counts as 0.
+func (h *Histogram) Observe(d time.Duration) {
+	d = max(d, 0)
+	h.sum.Add(int64(d))
+	i := 0
+	for i < len(h.bounds) && d > h.bounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+}
+
+// Read returns the bucket bounds, the cumulative count at each bound, the
+// total count and the sum. The count is the sum of the buckets, so the
+// cumulative counts never exceed it even while observations land.
+func (h *Histogram) Read() (bounds []time.Duration, cumulative []uint64, count uint64, sum time.Duration) {
+	cumulative = make([]uint64, len(h.bounds))
+	for i := range h.bounds {
+		count += h.counts[i].Load()
+		cumulative[i] = count
+	}
+	count += h.counts[len(h.bounds)].Load()
+	return h.bounds, cumulative, count, time.Duration(h.sum.Load())
+}
