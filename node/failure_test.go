@@ -336,7 +336,7 @@ func TestReconnectStormWithColdRedisQueriesEachTaskOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.Store().Stats()
-	t.Logf("%d clients over %d tasks: %d PostgreSQL queries, %d Redis reads, %d write-backs", clients, tasks, st.DBQueries, st.RedisReads, st.WriteBacks)
+	t.Logf("%d clients over %d tasks: %d PostgreSQL queries, %d Redis reads, %d write-backs (%+v)", clients, tasks, st.DBQueries, st.RedisReads, st.WriteBacks, st)
 	if st.DBQueries > tasks {
 		t.Fatalf("%d PostgreSQL queries for %d tasks, want at most one per task", st.DBQueries, tasks)
 	}

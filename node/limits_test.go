@@ -74,6 +74,8 @@ func TestConnectionsPerAddressOnANode(t *testing.T) {
 	if resp, body := openStream(t, there, u); resp.StatusCode != http.StatusOK {
 		t.Fatalf("another address refused: %d %s", resp.StatusCode, body)
 	}
+	// The head is written before the hub registers a stream: wait for it.
+	waitConns(t, s, 3)
 	// A closed stream frees its slot.
 	first.Body.Close()
 	waitConns(t, s, 2)

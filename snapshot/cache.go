@@ -76,6 +76,12 @@ func (c *cache[V]) put(key string, v V) {
 // tells which version this node has seen. With the cache disabled it returns
 // f(zero, false) and stores nothing.
 func (c *cache[V]) update(key string, f func(old V, present bool) V) V {
+	return c.updateFor(key, 0, f)
+}
+
+// updateFor is update with the entry kept for ttl instead, when that is
+// longer than the cache's TTL.
+func (c *cache[V]) updateFor(key string, ttl time.Duration, f func(old V, present bool) V) V {
 	if c.ttl <= 0 {
 		var zero V
 		return f(zero, false)
@@ -89,7 +95,7 @@ func (c *cache[V]) update(key string, f func(old V, present bool) V) V {
 	if !present && len(sh.m) >= c.shardCap {
 		sh.evict(now, c.shardCap-c.shardCap/8)
 	}
-	sh.m[key] = cacheItem[V]{v: v, exp: now + c.ttl}
+	sh.m[key] = cacheItem[V]{v: v, exp: now + max(c.ttl, int64(ttl))}
 	return v
 }
 

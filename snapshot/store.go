@@ -397,8 +397,9 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 	s.stats.dbHits.Add(1)
 	if toRedis {
 		s.writeBack(ctx, []*Snapshot{snap})
+		return s.remember(snap), nil
 	}
-	return s.remember(snap), nil
+	return s.rememberFor(snap, standInTTL), nil
 }
 
 // unavailable wraps ErrUnavailable with what caused it.
@@ -409,11 +410,21 @@ func unavailable(id string, cause error) error {
 	return fmt.Errorf("get %s: %w: %w", id, ErrUnavailable, cause)
 }
 
+// standInTTL is how long a row read from PostgreSQL stays in process when
+// Redis could not take its write-back (it failed a moment ago): the cached
+// copy stands in for the Redis copy, so a storm of readers of the task
+// while Redis is skipped costs one query, not one per CacheTTL. A change
+// announced meanwhile drops it (Observe), and polling bypasses it.
+const standInTTL = 3 * redisBackoff
+
 // remember caches snap unless the cache holds a newer version, and returns
 // the newer of the two: a source that lags behind what this node already saw
 // must not move the node backwards.
-func (s *Store) remember(snap *Snapshot) *Snapshot {
-	newest := s.tasks.update(snap.TaskID, func(old *Snapshot, present bool) *Snapshot {
+func (s *Store) remember(snap *Snapshot) *Snapshot { return s.rememberFor(snap, 0) }
+
+// rememberFor is remember with the entry kept for at least ttl.
+func (s *Store) rememberFor(snap *Snapshot, ttl time.Duration) *Snapshot {
+	newest := s.tasks.updateFor(snap.TaskID, ttl, func(old *Snapshot, present bool) *Snapshot {
 		if present && old.Version > snap.Version {
 			return old
 		}
