@@ -1,0 +1,93 @@
+package hub_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pushd/pushd/hub"
+)
+
+// waitUntil polls cond, which reads counters a writer updates after its
+// Write returned, so after the test saw the events.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(time.Millisecond) // polling a counter, with a deadline
+	}
+}
+
+func count(h *hub.Histogram) uint64 {
+	_, _, n, _ := h.Read()
+	return n
+}
+
+func TestHistogramsMeasureChangesNotInitialState(t *testing.T) {
+	e := newEnv(t, hub.Config{})
+	e.publish(t, snap(t, "t1", "task_a", 1))
+	_, r, _ := e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"task_a"}})
+	r.nextTask(t)
+	e.publish(t, snap(t, "t1", "task_a", 2))
+	r.nextTask(t)
+	st := e.hub.Stats()
+	waitUntil(t, "two task events counted", func() bool { return st.Pushed[hub.TransportUnknown].Load() == 2 })
+	// The initial state is in neither histogram; the change is in both.
+	if n := count(st.NotifyToWrite); n != 1 {
+		t.Fatalf("notification-to-write observed %d times, want 1", n)
+	}
+	if n := count(st.Staleness); n != 1 {
+		t.Fatalf("staleness observed %d times, want 1", n)
+	}
+	// updated_at is in 2024: far past the last bucket.
+	_, cum, n, sum := st.Staleness.Read()
+	if cum[len(cum)-1] != 0 || n != 1 || sum < 24*time.Hour {
+		t.Fatalf("staleness buckets %v, count %d, sum %v: want one observation past every bound", cum, n, sum)
+	}
+}
+
+func TestConnCountsByTransportAndBoundedPlan(t *testing.T) {
+	e := newEnv(t, hub.Config{})
+	open := func(tr hub.Transport, plan string) *hub.Conn {
+		c, err := e.hub.Open(hub.Principal{TenantID: "t1", UserID: "u1", Transport: tr, Plan: plan}, newRecorder())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	open(hub.TransportSSE, "pro")
+	open(hub.TransportSSE, "pro")
+	ws := open(hub.TransportWebSocket, "")
+	for i := range 20 {
+		open(hub.TransportSSE, fmt.Sprintf("plan%d", i))
+	}
+	counts := map[string]int{}
+	for _, cc := range e.hub.ConnCounts() {
+		counts[cc.Transport.String()+"/"+cc.Plan] += cc.N
+	}
+	// 16 plan labels at most: pro, none and 14 of the others; 6 are other.
+	if counts["sse/pro"] != 2 || counts["websocket/none"] != 1 || counts["sse/other"] != 6 || len(counts) != 17 {
+		t.Fatalf("counts %v", counts)
+	}
+	ws.Close()
+	for _, cc := range e.hub.ConnCounts() {
+		if cc.Transport == hub.TransportWebSocket {
+			t.Fatalf("closed connection still counted: %+v", cc)
+		}
+	}
+}
+
+func TestHistogramBuckets(t *testing.T) {
+	h := hub.NewHistogramForTest([]time.Duration{time.Millisecond, time.Second})
+	for _, d := range []time.Duration{-time.Second, time.Millisecond, 2 * time.Millisecond, time.Minute} {
+		h.Observe(d)
+	}
+	bounds, cum, n, sum := h.Read()
+	if len(bounds) != 2 || cum[0] != 2 || cum[1] != 3 || n != 4 || sum != time.Minute+3*time.Millisecond {
+		t.Fatalf("bounds %v cumulative %v count %d sum %v", bounds, cum, n, sum)
+	}
+}
