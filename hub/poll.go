@@ -269,8 +269,12 @@ func (h *Hub) refresh(tenants map[string]struct{}, cached bool) bool {
 			}
 			continue
 		}
+		// A cached round retries initial reads that failed: what it
+		// delivers is a subscription's initial state, not measured for
+		// staleness. An uncached round looks for changes.
+		n := news{live: !cached}
 		for _, s := range snaps {
-			targets = h.offerToWatchers(s, news{live: true}, targets[:0])
+			targets = h.offerToWatchers(s, n, targets[:0])
 		}
 	}
 	for _, c := range scoped {
