@@ -193,7 +193,7 @@ func (s *server) authed(h func(echo.Context, hub.Principal) error) echo.HandlerF
 func onlyParams(c echo.Context, allowed ...string) error {
 	for k := range c.QueryParams() {
 		if k != "access_token" && !slices.Contains(allowed, k) {
-			return fail(http.StatusBadRequest, httperr.UnknownParameter, "unknown parameter "+strconv.Quote(k))
+			return fail(http.StatusBadRequest, httperr.UnknownParameter, "unknown parameter "+httperr.Truncate(strconv.Quote(k), 64))
 		}
 	}
 	return nil
@@ -272,7 +272,7 @@ func (s *server) getTasks(c echo.Context, p hub.Principal) error {
 	uniq := ids[:0]
 	for _, id := range ids {
 		if !snapshot.ValidID(id) {
-			return fail(http.StatusBadRequest, httperr.InvalidID, "invalid task id "+strconv.Quote(httperr.Truncate(id, 64)))
+			return fail(http.StatusBadRequest, httperr.InvalidID, "invalid task id "+httperr.Truncate(strconv.Quote(id), 80))
 		}
 		if !seen[id] {
 			seen[id] = true

@@ -91,7 +91,7 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 	q := r.URL.Query()
 	for k := range q {
 		if !allowedParams[k] {
-			return s, httperr.UnknownParameter, "unknown parameter " + strconv.Quote(k)
+			return s, httperr.UnknownParameter, "unknown parameter " + httperr.Truncate(strconv.Quote(k), 64)
 		}
 	}
 	s.Tasks = q["task"]
@@ -101,7 +101,7 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 	}
 	for _, id := range append(s.Tasks[:len(s.Tasks):len(s.Tasks)], s.Projects...) {
 		if !snapshot.ValidID(id) {
-			return s, httperr.InvalidID, "invalid id " + strconv.Quote(httperr.Truncate(id, 64))
+			return s, httperr.InvalidID, "invalid id " + httperr.Truncate(strconv.Quote(id), 80)
 		}
 	}
 	switch scope := q["scope"]; {
