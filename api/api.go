@@ -184,7 +184,7 @@ func (s *server) authed(h func(echo.Context, hub.Principal) error) echo.HandlerF
 			return fail(http.StatusUnauthorized, httperr.Unauthorized, "invalid token")
 		}
 		c.Set(principalKey, p)
-		return h(c, hub.Principal{TenantID: p.TenantID, UserID: p.UserID, ExpiresAt: p.ExpiresAt})
+		return h(c, hub.Principal{TenantID: p.TenantID, UserID: p.UserID, ExpiresAt: p.ExpiresAt, Plan: p.Plan})
 	}
 }
 
