@@ -69,11 +69,11 @@ func TestAdmissionConfigErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--redis-control-url", "redis://c:6379/0"}, "need --redis-url"},
-		{[]string{"--max-conns-per-user", "-1"}, "--max-conns-per-user must not be negative"},
-		{[]string{"--connect-ip-rate", "-2"}, "--connect-ip-rate must not be negative"},
+		{[]string{"--redis-control-url", "redis://c:6379/0"}, "--redis-control-url (from the command line): needs --redis-url"},
+		{[]string{"--max-conns-per-user", "-1"}, "--max-conns-per-user (from the command line): -1: must not be negative"},
+		{[]string{"--connect-ip-rate", "-2"}, "--connect-ip-rate (from the command line): -2: must not be negative"},
 		{[]string{"--lease-ttl", "5s", "--lease-renew-interval", "5s"}, "shorter than --lease-ttl"},
-		{[]string{"--admission-timeout", "0s"}, "--admission-timeout must be positive"},
+		{[]string{"--admission-timeout", "0s"}, "--admission-timeout (from the command line): 0s: must be positive"},
 		{[]string{"--expected-nodes", "0"}, "at least 1"},
 		{[]string{"--default-plan", "gold"}, "--default-plan"},
 	} {

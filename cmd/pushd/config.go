@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,8 +13,10 @@ import (
 )
 
 // config is every setting of a node. Each flag has a PUSHD_* environment
-// twin; a flag on the command line wins over its twin.
+// twin and a key in the optional config file; precedence is flag, then
+// environment, then file, then default.
 type config struct {
+	ConfigFile     string
 	Listen         string
 	RedisURL       string
 	KeyPrefix      string
@@ -64,11 +67,35 @@ func envName(flagName string) string {
 	return "PUSHD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
-	host, _ := os.Hostname()
-	var c config
+// Where a setting came from, for messages: origins maps a flag name to
+// fromFlag, its environment variable's name or file:line; a name missing
+// from it kept its default.
+const (
+	fromFlag    = "the command line"
+	fromDefault = "the default"
+)
+
+type origins map[string]string
+
+func (o origins) of(name string) string {
+	if s, ok := o[name]; ok {
+		return s
+	}
+	return fromDefault
+}
+
+// settingError names the setting and where its value came from.
+func (o origins) settingError(name, format string, args ...any) error {
+	return fmt.Errorf("--%s (from %s): %s", name, o.of(name), fmt.Sprintf(format, args...))
+}
+
+// newFlagSet defines every setting on c. Defaults live here and only here:
+// -h, docs/CONFIG.md (checked by a test) and the config file all read them
+// from the flag set.
+func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("pushd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.StringVar(&c.ConfigFile, "config", "", "file of settings, one \"name = value\" a line (names are the flags'); flags and the environment win over it")
 	fs.StringVar(&c.Listen, "listen", ":8080", "address to serve")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:port/db); empty with no database URL runs the embedded mode")
 	fs.StringVar(&c.KeyPrefix, "key-prefix", "", "prefix of every Redis key and channel, for sharing one Redis between environments")
@@ -77,7 +104,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of the RS256, ES256 or EdDSA public key for client tokens")
 	fs.StringVar(&c.JWTAlgorithm, "jwt-algorithm", "", "pin the token algorithm (HS256, RS256, ES256, EdDSA); default from the key")
 	fs.StringVar(&c.APIKey, "api-key", "", "key for POST /v1/publish (X-API-Key); empty allows loopback callers only")
-	fs.StringVar(&c.NodeName, "node-name", host, "name shown in hello and metrics")
+	fs.StringVar(&c.NodeName, "node-name", "", "name shown in hello and metrics; empty means the host name")
 	fs.StringVar(&c.Origins, "allowed-origins", "", "comma-separated origin patterns allowed to open WebSockets besides the server's own host")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 25*time.Second, "idle time after which a heartbeat is written")
 	fs.DurationVar(&c.PollInterval, "poll-interval", 2*time.Second, "while Pub/Sub is down, how often watched tasks are re-read (jittered)")
@@ -117,7 +144,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: pushd [flags]\n\nEvery flag can also be set by its environment variable.\n\n")
+		fmt.Fprintf(fs.Output(), `Usage: pushd [flags]
+       pushd version
+
+Every flag can also be set by its environment variable, or as
+"name = value" in the --config file. A flag wins over the environment,
+which wins over the file.
+
+`)
 		fs.VisitAll(func(f *flag.Flag) {
 			fmt.Fprintf(fs.Output(), "  --%s (%s)\n    \t%s", f.Name, envName(f.Name), f.Usage)
 			if f.DefValue != "" {
@@ -126,45 +160,87 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 			fmt.Fprintln(fs.Output())
 		})
 	}
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v := getenv(envName(f.Name)); v != "" && envErr == nil {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("%s: %w", envName(f.Name), err)
-			}
-		}
-	})
-	if envErr != nil {
-		return c, envErr
-	}
+	return fs
+}
+
+// parseConfig reads the settings: flags, then their PUSHD_* twins for what
+// the flags left unset, then the --config file for what both left, then
+// defaults. Every value is validated; the error names each bad setting and
+// where its value came from.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := newFlagSet(&c, stderr)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if c.JWTSecret != "" && c.JWTPublicKey != "" {
-		return c, fmt.Errorf("set --jwt-secret or --jwt-public-key, not both")
+	from := origins{}
+	fs.Visit(func(f *flag.Flag) { from[f.Name] = fromFlag })
+
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		v := getenv(envName(f.Name))
+		if _, set := from[f.Name]; set || v == "" {
+			return
+		}
+		from[f.Name] = envName(f.Name)
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, from.settingError(f.Name, "invalid value %q: %v", v, err))
+		}
+	})
+	if c.ConfigFile != "" {
+		errs = append(errs, applyConfigFile(fs, c.ConfigFile, from)...)
 	}
-	if c.DatabaseURL != "" && c.RedisURL == "" {
-		return c, fmt.Errorf("--database-url needs --redis-url (set neither for the embedded mode)")
-	}
-	if c.Streams && c.RedisURL == "" {
-		return c, fmt.Errorf("--streams needs --redis-url")
-	}
-	if c.StreamMaxLen <= 0 {
-		return c, fmt.Errorf("--stream-maxlen must be positive")
-	}
-	if (c.RedisCacheURL != "" || c.RedisControlURL != "" || c.RedisRealtimeURL != "") && c.RedisURL == "" {
-		return c, fmt.Errorf("--redis-cache-url, --redis-control-url and --redis-realtime-url need --redis-url")
-	}
-	if c.MaxConns < 0 || c.MaxConnsPerIP < 0 {
-		return c, fmt.Errorf("--max-conns and --max-conns-per-ip must not be negative")
-	}
-	if err := a.validate(); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
-	return c, nil
+	if c.NodeName == "" {
+		c.NodeName, _ = os.Hostname()
+	}
+	return c, c.validate(from)
+}
+
+// applyConfigFile sets, from the file, every flag the command line and
+// the environment left unset. A line they override is still parsed, so a
+// bad value fails now rather than the day the override goes away.
+func applyConfigFile(fs *flag.FlagSet, path string, from origins) []error {
+	settings, err := readConfigFile(path)
+	if err != nil {
+		return []error{from.settingError("config", "%v", err)}
+	}
+	check := newFlagSet(&config{}, io.Discard)
+	var errs []error
+	for _, s := range settings {
+		where := fmt.Sprintf("%s:%d", path, s.line)
+		if fs.Lookup(s.name) == nil || s.name == "config" {
+			errs = append(errs, fmt.Errorf("%s: unknown setting %q%s", where, s.name, settingHint(fs, s.name)))
+			continue
+		}
+		target := fs
+		if _, set := from[s.name]; set {
+			target = check
+		} else {
+			from[s.name] = where
+		}
+		if err := target.Set(s.name, s.value); err != nil {
+			errs = append(errs, fmt.Errorf("--%s (from %s): invalid value %q: %v", s.name, where, s.value, err))
+		}
+	}
+	return errs
+}
+
+// settingHint suggests the key a user probably meant.
+func settingHint(fs *flag.FlagSet, name string) string {
+	if name == "config" {
+		return " (a config file cannot name another)"
+	}
+	guess := strings.ToLower(strings.ReplaceAll(strings.TrimLeft(strings.TrimPrefix(name, "PUSHD_"), "-"), "_", "-"))
+	if guess != name && fs.Lookup(guess) != nil && guess != "config" {
+		return fmt.Sprintf(" (keys are flag names: %s)", guess)
+	}
+	return ""
 }
 
 // Embedded reports whether the node runs without Redis and PostgreSQL.
@@ -178,40 +254,6 @@ func (c config) originPatterns() []string {
 		}
 	}
 	return out
-}
-
-func (a admissionFlags) validate() error {
-	for name, v := range map[string]float64{
-		"--connect-user-burst": float64(a.UserBurst), "--connect-user-rate": a.UserRate,
-		"--connect-ip-burst": float64(a.IPBurst), "--connect-ip-rate": a.IPRate,
-		"--max-conns-per-user": float64(a.MaxPerUser), "--max-conns-per-tenant": float64(a.MaxPerTenant),
-		"--api-limit-free": float64(a.Free), "--api-limit-pro": float64(a.Pro), "--api-limit-enterprise": float64(a.Enterprise),
-	} {
-		if v < 0 {
-			return fmt.Errorf("%s must not be negative", name)
-		}
-	}
-	for name, d := range map[string]time.Duration{
-		"--api-window": a.APIWindow, "--plan-cache-ttl": a.PlanCacheTTL, "--lease-ttl": a.LeaseTTL,
-		"--lease-renew-interval": a.Renew, "--lease-reconcile-interval": a.Reconcile,
-		"--admission-timeout": a.Timeout, "--admission-retry": a.Retry, "--session-check-interval": a.SessionCheck,
-	} {
-		if d <= 0 {
-			return fmt.Errorf("%s must be positive", name)
-		}
-	}
-	if a.Renew >= a.LeaseTTL {
-		return fmt.Errorf("--lease-renew-interval must be shorter than --lease-ttl")
-	}
-	if a.ExpectedNodes < 1 {
-		return fmt.Errorf("--expected-nodes must be at least 1")
-	}
-	switch a.DefaultPlan {
-	case admission.PlanFree, admission.PlanPro, admission.PlanEnterprise:
-	default:
-		return fmt.Errorf("--default-plan must be free, pro or enterprise")
-	}
-	return nil
 }
 
 // config is the admission.Config of the flags; the node adds its Redis.

@@ -39,7 +39,7 @@ var flagCases = map[string]flagCase{
 	"key-prefix":       {"env:", "flag:", func(c config) string { return c.KeyPrefix }},
 	"database-url":     {"postgres://env/db", "postgres://flag/db", func(c config) string { return c.DatabaseURL }},
 	"jwt-secret":       {"env-secret", "flag-secret", func(c config) string { return c.JWTSecret }},
-	"jwt-public-key":   {"/env/key.pem", "/flag/key.pem", func(c config) string { return c.JWTPublicKey }},
+	"jwt-public-key":   {"testdata/env-key.pem", "testdata/flag-key.pem", func(c config) string { return c.JWTPublicKey }},
 	"jwt-algorithm":    {"RS256", "ES256", func(c config) string { return c.JWTAlgorithm }},
 	"api-key":          {"env-key", "flag-key", func(c config) string { return c.APIKey }},
 	"max-conns":        {"100", "200", func(c config) string { return strconv.Itoa(c.MaxConns) }},
@@ -88,7 +88,7 @@ func TestHelpListsEveryFlagWithItsEnvName(t *testing.T) {
 			t.Errorf("--%s listed with %s, want %s", name, envVar, want)
 		}
 	}
-	var want []string
+	want := []string{"config"} // config_file_test.go tests it: its values must be files
 	for name := range flagCases {
 		want = append(want, name)
 	}
@@ -169,11 +169,11 @@ func TestParseConfigErrors(t *testing.T) {
 		getenv func(string) string
 		want   string // in the error
 	}{
-		{"bad duration in env", nil, env("PUSHD_HEARTBEAT", "soon"), "PUSHD_HEARTBEAT"},
-		{"bad drain timeout in env", nil, env("PUSHD_DRAIN_TIMEOUT", "30"), "PUSHD_DRAIN_TIMEOUT"},
+		{"bad duration in env", nil, env("PUSHD_HEARTBEAT", "soon"), `--heartbeat (from PUSHD_HEARTBEAT): invalid value "soon"`},
+		{"bad drain timeout in env", nil, env("PUSHD_DRAIN_TIMEOUT", "30"), "--drain-timeout (from PUSHD_DRAIN_TIMEOUT)"},
 		{"bad duration flag", []string{"--write-timeout", "later"}, env(), "write-timeout"},
-		{"database without redis", []string{"--database-url", "postgres://h/db"}, env(), "--database-url needs --redis-url"},
-		{"database without redis from env", nil, env("PUSHD_DATABASE_URL", "postgres://h/db"), "--database-url needs --redis-url"},
+		{"database without redis", []string{"--database-url", "postgres://h/db"}, env(), "--database-url (from the command line): needs --redis-url"},
+		{"database without redis from env", nil, env("PUSHD_DATABASE_URL", "postgres://h/db"), "--database-url (from PUSHD_DATABASE_URL): needs --redis-url"},
 		{"secret and public key", []string{"--jwt-secret", "s", "--jwt-public-key", "k.pem"}, env(), "not both"},
 		{"secret in env and public key flag", []string{"--jwt-public-key", "k.pem"}, env("PUSHD_JWT_SECRET", "s"), "not both"},
 		{"positional argument", []string{"serve"}, env(), `unexpected argument "serve"`},
@@ -194,10 +194,10 @@ func TestRunRefusesBadSettingsBeforeServing(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--log-format", "xml"}, `log format "xml"`},
-		{[]string{"--log-level", "loud"}, "log level"},
-		{[]string{"--jwt-public-key", "/nonexistent/pushd-test-key.pem"}, "jwt public key"},
-		{[]string{"--listen", "127.0.0.1:-1"}, "listen"},
+		{[]string{"--log-format", "xml"}, `--log-format (from the command line): "xml": want text or json`},
+		{[]string{"--log-level", "loud"}, `--log-level (from the command line): "loud"`},
+		{[]string{"--jwt-public-key", "/nonexistent/pushd-test-key.pem"}, "--jwt-public-key (from the command line): stat /nonexistent/pushd-test-key.pem"},
+		{[]string{"--listen", "127.0.0.1:-1"}, "--listen (from the command line)"},
 	} {
 		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
 			var out bytes.Buffer

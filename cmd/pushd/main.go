@@ -1,6 +1,7 @@
 // Command pushd serves real-time task status to browsers over SSE and
 // WebSocket. Run it with no configuration for the embedded mode; see
-// pushd -h for the flags and their PUSHD_* environment twins.
+// pushd -h (or docs/CONFIG.md) for the flags, their PUSHD_* environment
+// twins and the config file; pushd version prints the build's version.
 package main
 
 import (
@@ -21,6 +22,14 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "version" {
+		if len(os.Args) > 2 {
+			fmt.Fprintln(os.Stderr, "pushd: version takes no arguments")
+			os.Exit(2)
+		}
+		fmt.Println(readBuildInfo())
+		return
+	}
 	if err := run(os.Args[1:], os.Getenv, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -45,6 +54,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 			return fmt.Errorf("jwt public key: %w", err)
 		}
 	}
+	bi := readBuildInfo()
+	log.Info("pushd starting", "version", bi.Version, "commit", bi.Commit, "modified", bi.Modified, "config", cfg.ConfigFile)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/auth"
+)
+
+// validate checks every setting at start, so that a bad value stops the
+// node with its name and origin instead of failing later, or silently
+// meaning a default (the node reads a zero duration as "use the default").
+// It reports every bad setting at once.
+func (c config) validate(from origins) error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, from.settingError(name, format, args...))
+	}
+
+	checkAddr(bad, "listen", c.Listen, false)
+	checkAddr(bad, "debug-listen", c.DebugListen, true)
+	if c.DebugListen != "" && c.DebugListen == c.Listen {
+		bad("debug-listen", "must differ from --listen: profiles are never served on the public address")
+	}
+	for name, u := range map[string]string{
+		"redis-url": c.RedisURL, "redis-cache-url": c.RedisCacheURL,
+		"redis-control-url": c.RedisControlURL, "redis-realtime-url": c.RedisRealtimeURL,
+	} {
+		if u == "" {
+			continue
+		}
+		if _, err := redis.ParseURL(u); err != nil {
+			bad(name, "%v", withoutURL(err)) // the URL may carry a password
+		}
+	}
+	if c.DatabaseURL != "" {
+		// ParseConfig only parses; its errors redact the password.
+		if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
+			bad("database-url", "%v", withoutURL(err))
+		}
+	}
+	if c.DatabaseURL != "" && c.RedisURL == "" {
+		bad("database-url", "needs --redis-url (set neither for the embedded mode)")
+	}
+	if c.Streams && c.RedisURL == "" {
+		bad("streams", "needs --redis-url")
+	}
+	if c.Streams && c.RedisURL != "" && orDefault(c.RedisCacheURL, c.RedisURL) != orDefault(c.RedisRealtimeURL, c.RedisURL) {
+		bad("streams", "needs the cache and realtime roles on one Redis: a publish writes the snapshot and appends to the stream in one script")
+	}
+	for name, u := range map[string]string{"redis-cache-url": c.RedisCacheURL, "redis-control-url": c.RedisControlURL, "redis-realtime-url": c.RedisRealtimeURL} {
+		if u != "" && c.RedisURL == "" {
+			bad(name, "needs --redis-url")
+		}
+	}
+
+	if c.JWTSecret != "" && c.JWTPublicKey != "" {
+		bad("jwt-public-key", "set --jwt-secret (from %s) or --jwt-public-key, not both", from.of("jwt-secret"))
+	}
+	if c.JWTPublicKey != "" {
+		if st, err := os.Stat(c.JWTPublicKey); err != nil {
+			bad("jwt-public-key", "%v", err)
+		} else if !st.Mode().IsRegular() {
+			bad("jwt-public-key", "%s is not a regular file", c.JWTPublicKey)
+		}
+	}
+	switch c.JWTAlgorithm {
+	case "", auth.AlgHS256, auth.AlgRS256, auth.AlgES256, auth.AlgEdDSA:
+	default:
+		bad("jwt-algorithm", "%q: want HS256, RS256, ES256 or EdDSA", c.JWTAlgorithm)
+	}
+	if c.NodeName == "" {
+		bad("node-name", "the host name is unknown: set one")
+	}
+	for name, d := range map[string]time.Duration{
+		"heartbeat": c.Heartbeat, "poll-interval": c.PollInterval, "write-timeout": c.WriteTimeout,
+		"sse-retry": c.Retry, "drain-timeout": c.DrainTimeout, "reconnect-after": c.ReconnectAfter,
+	} {
+		if d <= 0 {
+			bad(name, "%v: must be positive", d)
+		}
+	}
+	if c.StreamMaxLen <= 0 {
+		bad("stream-maxlen", "%d: must be positive", c.StreamMaxLen)
+	}
+	for name, n := range map[string]int{"max-conns": c.MaxConns, "max-conns-per-ip": c.MaxConnsPerIP} {
+		if n < 0 {
+			bad(name, "%d: must not be negative", n)
+		}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		bad("log-level", "%q: want debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log-format", "%q: want text or json", c.LogFormat)
+	}
+	c.Admission.validate(bad)
+	return errors.Join(errs...)
+}
+
+func (a admissionFlags) validate(bad func(name, format string, args ...any)) {
+	for name, v := range map[string]float64{
+		"connect-user-burst": float64(a.UserBurst), "connect-user-rate": a.UserRate,
+		"connect-ip-burst": float64(a.IPBurst), "connect-ip-rate": a.IPRate,
+		"max-conns-per-user": float64(a.MaxPerUser), "max-conns-per-tenant": float64(a.MaxPerTenant),
+		"api-limit-free": float64(a.Free), "api-limit-pro": float64(a.Pro), "api-limit-enterprise": float64(a.Enterprise),
+	} {
+		switch {
+		case math.IsNaN(v) || math.IsInf(v, 0): // ParseFloat accepts both
+			bad(name, "%v: must be a number", v)
+		case v < 0:
+			bad(name, "%v: must not be negative", v)
+		}
+	}
+	for name, d := range map[string]time.Duration{
+		"api-window": a.APIWindow, "plan-cache-ttl": a.PlanCacheTTL, "lease-ttl": a.LeaseTTL,
+		"lease-renew-interval": a.Renew, "lease-reconcile-interval": a.Reconcile,
+		"admission-timeout": a.Timeout, "admission-retry": a.Retry, "session-check-interval": a.SessionCheck,
+	} {
+		if d <= 0 {
+			bad(name, "%v: must be positive", d)
+		}
+	}
+	if a.Renew > 0 && a.Renew >= a.LeaseTTL {
+		bad("lease-renew-interval", "%v: must be shorter than --lease-ttl (%v)", a.Renew, a.LeaseTTL)
+	}
+	if a.ExpectedNodes < 1 {
+		bad("expected-nodes", "%d: must be at least 1", a.ExpectedNodes)
+	}
+	switch a.DefaultPlan {
+	case admission.PlanFree, admission.PlanPro, admission.PlanEnterprise:
+	default:
+		bad("default-plan", "%q: want free, pro or enterprise", a.DefaultPlan)
+	}
+}
+
+// checkAddr checks a host:port to listen on; the port is a number from 0
+// (any free port) to 65535.
+func checkAddr(bad func(name, format string, args ...any), name, addr string, optional bool) {
+	if addr == "" {
+		if !optional {
+			bad(name, "must not be empty")
+		}
+		return
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		bad(name, "%q: want host:port or :port: %v", addr, err)
+		return
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p > math.MaxUint16 {
+		bad(name, "%q: the port must be a number from 0 to 65535", addr)
+	}
+}
+
+// withoutURL drops the URL a *url.Error repeats, keeping why it failed.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", strings.ToLower(ue.Op), ue.Err)
+	}
+	return err
+}
+
+func orDefault(v, def string) string {
+	if v != "" {
+		return v
+	}
+	return def
+}
