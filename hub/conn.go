@@ -191,7 +191,7 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 		default:
 			// The bus is down: the snapshots below are still current, and
 			// the poll loop keeps them fresh and retries the subscription.
-			h.log.Warn("bus subscribe failed; polling this connection", "tenant", c.TenantID, "err", err)
+			h.log.Warn("bus subscribe failed; polling this connection", "conn", c.ID, "tenant", c.TenantID, "err", err)
 			h.needBus(c)
 		}
 	}
@@ -235,7 +235,7 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 			if ctx.Err() != nil {
 				return rejected, ctx.Err()
 			}
-			h.log.Warn("initial snapshot read failed", "task", id, "err", err)
+			h.log.Warn("initial snapshot read failed", "conn", c.ID, "tenant", c.TenantID, "task", id, "err", err)
 			rejected = append(rejected, Rejection{TaskID: id, Code: CodeUnavailable})
 		}
 	}
@@ -244,7 +244,7 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 			if ctx.Err() != nil {
 				return rejected, ctx.Err()
 			}
-			h.log.Warn("project listing failed", "project", id, "err", err)
+			h.log.Warn("project listing failed", "conn", c.ID, "tenant", c.TenantID, "project", id, "err", err)
 			rejected = append(rejected, Rejection{ProjectID: id, Code: CodeUnavailable})
 		}
 	}
@@ -253,7 +253,7 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 			if ctx.Err() != nil {
 				return rejected, ctx.Err()
 			}
-			h.log.Warn("user listing failed", "user", c.UserID, "err", err)
+			h.log.Warn("user listing failed", "conn", c.ID, "tenant", c.TenantID, "user", c.UserID, "err", err)
 			rejected = append(rejected, Rejection{Code: CodeUnavailable})
 		}
 	}
