@@ -67,6 +67,9 @@ type Config struct {
 	// ReconnectAfter bounds the random delay draining clients wait before
 	// reconnecting; zero means 5s.
 	ReconnectAfter time.Duration
+	// SnapshotFetchTimeout bounds one snapshot read (a quarter of it for
+	// Redis, the rest for PostgreSQL); zero means the store's 3s.
+	SnapshotFetchTimeout time.Duration
 	// MaxConns and MaxConnsPerIP bound the streams this node holds, in all
 	// (503 past it) and per client address (429); zero means no limit.
 	MaxConns      int
@@ -192,7 +195,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			}
 		}
 		names := keys.Names{Prefix: cfg.KeyPrefix}
-		n.store = snapshot.NewStore(snapshot.Config{Redis: n.cache, DB: n.pool, Names: names, Logger: cfg.Logger})
+		n.store = snapshot.NewStore(snapshot.Config{Redis: n.cache, DB: n.pool, Names: names, FetchTimeout: cfg.SnapshotFetchTimeout, Logger: cfg.Logger})
 		n.redisBus = fanout.NewRedisBus(fanout.RedisConfig{Client: n.rdb, Names: names, LivenessInterval: cfg.LivenessInterval, Logger: cfg.Logger})
 		n.bus = n.redisBus
 		source = n.store
