@@ -95,6 +95,7 @@ type RedisServer struct {
 	t    testing.TB
 	dir  string
 	port int
+	args []string // extra redis-server arguments (cluster mode)
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -127,6 +128,7 @@ func (s *RedisServer) Start() {
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, "redis.log"))
+	cmd.Args = append(cmd.Args, s.args...)
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("testenv: start redis-server: %v", err)
 	}
@@ -168,6 +170,13 @@ func (s *RedisServer) Stop() {
 	s.cmd.Process.Kill()
 	<-s.done
 	s.cmd, s.done = nil, nil
+}
+
+// Running reports whether the server is started.
+func (s *RedisServer) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
 }
 
 // Client returns a client of the server, closed when the test ends.
