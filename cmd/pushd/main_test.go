@@ -107,16 +107,21 @@ func TestBinaryEmbeddedModeDeliversPublish(t *testing.T) {
 	p := startBinary(t)
 	wantHealthy(t, p.URL)
 
-	// The startup log says how the node runs and how to feed it.
-	log := p.log.String()
-	for _, want := range []string{
+	// The startup log says how the node runs and how to feed it. The hints
+	// follow the listener, so they may still be on their way.
+	wants := []string{
 		"embedded mode",
 		p.URL + "/demo/token?tenant=t1&user=u1",
 		p.URL + "/v1/events?task=task_1",
 		"curl -X POST " + p.URL + "/v1/publish",
-	} {
-		if !strings.Contains(log, want) {
-			t.Errorf("startup log lacks %q", want)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, want := range wants {
+		for !strings.Contains(p.log.String(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("startup log lacks %q", want)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the process's output, with a deadline
 		}
 	}
 
