@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -124,22 +123,8 @@ func TestConnectRateLimitRefusesThenAdmitsAfterRefill(t *testing.T) {
 // sseFrom opens an SSE stream from a given loopback source address.
 func sseFrom(t *testing.T, base, tok, ip string) (int, http.Header, string) {
 	t.Helper()
-	tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}).DialContext}
-	t.Cleanup(tr.CloseIdleConnections)
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/events?task=x1", nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); resp.Body.Close() })
-	if resp.StatusCode == http.StatusOK {
-		return resp.StatusCode, resp.Header, ""
-	}
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
+	resp, body := openStream(t, clientFrom(ip), base+"/v1/events?task=x1&access_token="+url.QueryEscape(tok))
+	return resp.StatusCode, resp.Header, string(body)
 }
 
 func TestConnectRateLimitPerIP(t *testing.T) {

@@ -2,12 +2,12 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pushd/pushd/testenv"
 )
@@ -44,13 +44,7 @@ func openStream(t *testing.T, client *http.Client, u string) (*http.Response, []
 // waitConns waits until the node holds n connections.
 func waitConns(t *testing.T, s *server, n int) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for s.Hub().Len() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("the node holds %d connections, want %d", s.Hub().Len(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, fmt.Sprintf("the node holds %d connections", n), func() bool { return s.Hub().Len() == n })
 }
 
 func TestConnectionsPerAddressOnANode(t *testing.T) {

@@ -1,13 +1,10 @@
 package node_test
 
 import (
-	"bufio"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -272,20 +269,7 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 		query[i] = "task=" + ids[i]
 		c.goPublish(t, doc(ids[i], "t1", 1, "RUNNING"))
 	}
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-		return nil
-	}}
-	conn, err := d.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "GET /v1/events?%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n",
-		strings.Join(query, "&"), token(t, "t1", testenv.UniqueID("user")))
-	if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("slow client: %v %v", resp, err)
-	}
+	stalledSSE(t, srv.URL, token(t, "t1", testenv.UniqueID("user")), query)
 	pad := strings.Repeat("x", 60<<10)
 	for v := int64(2); v <= rounds+1; v++ {
 		for _, id := range ids {

@@ -34,23 +34,8 @@ func TestSlowReaderDoesNotDelayOthers(t *testing.T) {
 	}
 	tok := token(t, "t1", "u1")
 
-	// A client that reads its headers and hello, then never reads again,
-	// with a small receive buffer so the server's writes block sooner.
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-		return nil
-	}}
-	conn, err := d.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "GET /v1/events?%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", strings.Join(query, "&"), tok)
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("slow client: %v %v", resp, err)
-	}
+	// A client that reads its headers and hello, then never reads again.
+	stalledSSE(t, s.URL, tok, query)
 	good := openSSE(t, s.URL, tok, strings.Join(query, "&"))
 	for range tasks {
 		good.nextTask(t)
@@ -197,5 +182,25 @@ func TestUnresponsiveWebSocketPeerIsClosedAfterPing(t *testing.T) {
 			t.Fatal("a peer that answers no ping was not closed")
 		}
 		time.Sleep(20 * time.Millisecond) // polling the hub while the ping times out
+	}
+}
+
+// stalledSSE opens an SSE stream for query that reads its response headers
+// and then nothing more, with a small receive buffer so the server's
+// writes block sooner. The connection closes when the test ends.
+func stalledSSE(t *testing.T, base, tok string, query []string) {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return nil
+	}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "GET /v1/events?%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", strings.Join(query, "&"), tok)
+	if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("slow client: %v %v", resp, err)
 	}
 }

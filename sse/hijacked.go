@@ -195,18 +195,24 @@ func (r *reaper) run() {
 			r.closeQueued()
 		case <-r.done:
 			r.closeQueued()
-			r.mu.Lock()
-			rest := make([]*hijackedSink, 0, len(r.conns))
-			for s := range r.conns {
-				rest = append(rest, s)
-			}
-			r.mu.Unlock()
-			for _, s := range rest {
+			for _, s := range r.all() {
 				r.closeOne(s)
 			}
 			return
 		}
 	}
+}
+
+// all returns the registered connections, so they are closed or checked
+// without holding r.mu.
+func (r *reaper) all() []*hijackedSink {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*hijackedSink, 0, len(r.conns))
+	for s := range r.conns {
+		out = append(out, s)
+	}
+	return out
 }
 
 func (r *reaper) closeQueued() {
@@ -236,13 +242,7 @@ func (r *reaper) closeOne(s *hijackedSink) {
 // check peeks at every connection without blocking; a client that closed
 // or reset its end is closed here instead of at the next heartbeat.
 func (r *reaper) check() {
-	r.mu.Lock()
-	conns := make([]*hijackedSink, 0, len(r.conns))
-	for s := range r.conns {
-		conns = append(conns, s)
-	}
-	r.mu.Unlock()
-	for _, s := range conns {
+	for _, s := range r.all() {
 		if peerGone(s.conn) {
 			r.closeOne(s)
 		}
