@@ -12,7 +12,17 @@ import (
 	"github.com/pushd/pushd/snapshot"
 )
 
-var errNilSnapshot = errors.New("publish: nil snapshot")
+var (
+	errNilSnapshot   = errors.New("publish: nil snapshot")
+	errClusterStream = errors.New("publish: streams are not supported on Redis Cluster yet")
+)
+
+// RedisClient is what a RedisPublisher writes through: a *redis.Client or,
+// with keys.Names.Cluster, a *redis.ClusterClient.
+type RedisClient interface {
+	redis.Scripter
+	SPublish(ctx context.Context, channel string, message any) *redis.IntCmd
+}
 
 // RedisPublisher is the Publisher of a Task State Service, and of POST
 // /v1/publish, on Redis: one Lua script stores the snapshot if it is newer,
@@ -21,8 +31,15 @@ var errNilSnapshot = errors.New("publish: nil snapshot")
 // written nor announced, and no notification ever announces a snapshot that
 // was not stored. With WithStream, the same script also appends the change
 // to the tenant's stream. It is safe for concurrent use.
+//
+// With keys.Names.Cluster (Redis Cluster) the snapshot, in the task's slot,
+// and the tenant's channel, in the tenant's, cannot be one script: the
+// publisher writes the snapshot, then SPUBLISHes on the tenant's shard
+// channel. It announces only a version that is stored, and announces a
+// version stored by an earlier call again, so a caller that retries after a
+// failed announcement reaches the watchers.
 type RedisPublisher struct {
-	client       redis.Scripter
+	client       RedisClient
 	names        keys.Names
 	streamMaxLen int64 // > 0: append to the tenant's stream, trimmed to about this many entries
 }
@@ -43,7 +60,7 @@ var _ Publisher = (*RedisPublisher)(nil)
 
 // NewRedisPublisher returns a publisher writing through client with the
 // given key and channel names, which must be the nodes' names.
-func NewRedisPublisher(client redis.Scripter, names keys.Names, opts ...PublisherOption) *RedisPublisher {
+func NewRedisPublisher(client RedisClient, names keys.Names, opts ...PublisherOption) *RedisPublisher {
 	p := &RedisPublisher{client: client, names: names}
 	for _, o := range opts {
 		o(p)
@@ -61,11 +78,31 @@ func (p *RedisPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (wri
 	if err != nil {
 		return false, fmt.Errorf("publish %s: %w", s.TaskID, err)
 	}
+	if p.names.Cluster {
+		return p.publishSharded(ctx, s, msg)
+	}
 	written, err = snapshot.WriteStream(ctx, p.client, p.names, s, 0, p.names.Channel(s.TenantID), msg, p.streamMaxLen)
 	if err != nil {
 		return false, fmt.Errorf("publish: %w", err)
 	}
 	return written, nil
+}
+
+func (p *RedisPublisher) publishSharded(ctx context.Context, s *snapshot.Snapshot, msg []byte) (written bool, err error) {
+	if p.streamMaxLen > 0 {
+		return false, errClusterStream
+	}
+	out, err := snapshot.WriteIfNewer(ctx, p.client, p.names, s, 0)
+	if err != nil {
+		return false, fmt.Errorf("publish: %w", err)
+	}
+	if out == snapshot.Stale {
+		return false, nil
+	}
+	if err := p.client.SPublish(ctx, p.names.Channel(s.TenantID), msg).Err(); err != nil {
+		return out == snapshot.Written, fmt.Errorf("publish %s: announce: %w", s.TaskID, err)
+	}
+	return out == snapshot.Written, nil
 }
 
 // MemoryPublisher is the Publisher of the embedded mode: it stores the

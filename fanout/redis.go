@@ -446,20 +446,29 @@ func (b *RedisBus) release(e *tenantSub) {
 
 // armLinger starts e's linger timer. b.mu is held and b is not closed.
 func (b *RedisBus) armLinger(e *tenantSub) {
+	e.arm(&b.timers, b.cfg.Linger, func(gen uint64) { b.expire(e, gen) })
+}
+
+// stopLinger cancels e's linger timer, if any. b.mu is held.
+func (b *RedisBus) stopLinger(e *tenantSub) { e.disarm(&b.timers) }
+
+// arm starts e's linger timer, which calls expire with the generation it
+// was armed at; timers counts it until it returns. The bus's lock is held.
+func (e *tenantSub) arm(timers *sync.WaitGroup, linger time.Duration, expire func(gen uint64)) {
 	e.gen++
 	gen := e.gen
-	b.timers.Add(1)
-	e.timer = time.AfterFunc(b.cfg.Linger, func() {
-		defer b.timers.Done()
-		b.expire(e, gen)
+	timers.Add(1)
+	e.timer = time.AfterFunc(linger, func() {
+		defer timers.Done()
+		expire(gen)
 	})
 }
 
-// stopLinger cancels e's linger timer, if any. b.mu is held. A timer that
-// already fired finds its generation stale and does nothing.
-func (b *RedisBus) stopLinger(e *tenantSub) {
+// disarm cancels e's linger timer, if any. The bus's lock is held. A timer
+// that already fired finds its generation stale and does nothing.
+func (e *tenantSub) disarm(timers *sync.WaitGroup) {
 	if e.timer != nil && e.timer.Stop() {
-		b.timers.Done()
+		timers.Done()
 	}
 	e.timer = nil
 	e.gen++
@@ -527,23 +536,25 @@ func (b *RedisBus) Close() error {
 }
 
 // Stats returns the bus's counters.
-func (b *RedisBus) Stats() RedisStats {
-	s := RedisStats{
-		Received:     b.stats.received.Load(),
-		Malformed:    b.stats.malformed.Load(),
-		MalformedBy:  make(map[string]int64, len(malformedReasons)),
-		Subscribes:   b.stats.subscribes.Load(),
-		Unsubscribes: b.stats.unsubscribes.Load(),
-		Resyncs:      b.stats.resyncs.Load(),
-		Failures:     b.stats.failures.Load(),
-		Losses:       b.stats.losses.Load(),
+func (b *RedisBus) Stats() RedisStats { return b.stats.load() }
 
-		LivenessSent:     b.stats.livenessSent.Load(),
-		LivenessHeard:    b.stats.livenessHeard.Load(),
-		LivenessFailures: b.stats.livenessFailures.Load(),
+func (c *redisCounters) load() RedisStats {
+	s := RedisStats{
+		Received:     c.received.Load(),
+		Malformed:    c.malformed.Load(),
+		MalformedBy:  make(map[string]int64, len(malformedReasons)),
+		Subscribes:   c.subscribes.Load(),
+		Unsubscribes: c.unsubscribes.Load(),
+		Resyncs:      c.resyncs.Load(),
+		Failures:     c.failures.Load(),
+		Losses:       c.losses.Load(),
+
+		LivenessSent:     c.livenessSent.Load(),
+		LivenessHeard:    c.livenessHeard.Load(),
+		LivenessFailures: c.livenessFailures.Load(),
 	}
 	for i, r := range malformedReasons {
-		s.MalformedBy[r] = b.stats.malformedBy[i].Load()
+		s.MalformedBy[r] = c.malformedBy[i].Load()
 	}
 	return s
 }
@@ -830,21 +841,25 @@ func (b *RedisBus) confirm(h Handler, channel string) {
 // deliver parses a message and hands it to h, or counts and drops it.
 func (b *RedisBus) deliver(h Handler, m *redis.Message) {
 	b.stats.received.Add(1)
-	tenant, ok := b.cfg.Names.TenantFromChannel(m.Channel)
-	if !ok || !snapshot.ValidID(tenant) {
-		b.malformed(reasonChannel, m.Channel, fmt.Errorf("%w: channel", ErrMalformed))
-		return
-	}
-	if len(m.Payload) > MaxNotificationSize { // before copying it
-		b.malformed(reasonSize, m.Channel, fmt.Errorf("%w: %d bytes", ErrMalformed, len(m.Payload)))
-		return
-	}
-	n, reason, err := parseNotification(tenant, []byte(m.Payload))
+	n, reason, err := parseMessage(b.cfg.Names, m)
 	if err != nil {
 		b.malformed(reason, m.Channel, err)
 		return
 	}
 	h.Notify(n)
+}
+
+// parseMessage parses a message heard on a tenant's channel, saying why it
+// is dropped if it is.
+func parseMessage(names keys.Names, m *redis.Message) (Notification, string, error) {
+	tenant, ok := names.TenantFromChannel(m.Channel)
+	if !ok || !snapshot.ValidID(tenant) {
+		return Notification{}, reasonChannel, fmt.Errorf("%w: channel", ErrMalformed)
+	}
+	if len(m.Payload) > MaxNotificationSize { // before copying it
+		return Notification{}, reasonSize, fmt.Errorf("%w: %d bytes", ErrMalformed, len(m.Payload))
+	}
+	return parseNotification(tenant, []byte(m.Payload))
 }
 
 // malformed counts a dropped payload and logs, at debug level, at most one

@@ -10,13 +10,26 @@ type Names struct {
 	// Prefix is prepended to every key, channel and stream. Empty means none.
 	// It lets several environments (or test packages) share one Redis.
 	Prefix string
+	// Cluster spells the task keys for Redis Cluster: the task id in braces,
+	// a hash tag, so a task's snapshot and negative-cache marker share the
+	// slot the scripts that touch both need (task:snapshot:{<task_id>}).
+	// Standalone Redis keeps DESIGN.md's names, which Task State Services
+	// already write.
+	Cluster bool
 }
 
 // Snapshot is the key of a task's JSON snapshot.
-func (n Names) Snapshot(taskID string) string { return n.Prefix + "task:snapshot:" + taskID }
+func (n Names) Snapshot(taskID string) string { return n.task("task:snapshot:", taskID) }
 
 // NotFound is the key of a task's negative-cache marker.
-func (n Names) NotFound(taskID string) string { return n.Prefix + "task:notfound:" + taskID }
+func (n Names) NotFound(taskID string) string { return n.task("task:notfound:", taskID) }
+
+func (n Names) task(kind, taskID string) string {
+	if n.Cluster {
+		return n.Prefix + kind + "{" + taskID + "}"
+	}
+	return n.Prefix + kind + taskID
+}
 
 // Channel is the Pub/Sub channel of a tenant's change notifications. The
 // braces are a Redis Cluster hash tag: a tenant's channel and stream share a

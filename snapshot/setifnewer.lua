@@ -9,7 +9,8 @@
 -- ARGV[8] event_type, ARGV[9] project_id, ARGV[10] user_id,
 -- ARGV[11] occurred_at
 --
--- Returns 1 when it wrote, 0 when the stored version is the same or newer.
+-- Returns 1 when it wrote, 2 when this version is stored already, 0 when a
+-- newer one is.
 -- Only a write appends and publishes: the stream holds one entry per version
 -- that actually moved, in the order Redis applied them. A stored document
 -- that does not decode, or has no numeric version, is overwritten: Redis is
@@ -22,6 +23,7 @@ if cur then
       and doc.version >= tonumber(ARGV[2]) then
     -- The task exists either way, so a negative-cache marker is wrong.
     redis.call('DEL', KEYS[2])
+    if doc.version == tonumber(ARGV[2]) then return 2 end
     return 0
   end
 end

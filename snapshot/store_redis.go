@@ -91,7 +91,13 @@ func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*Sn
 		names[i] = s.names.Snapshot(id)
 	}
 	s.stats.redisReads.Add(1)
-	vals, err := s.rdb.MGet(ctx, names...).Result()
+	var vals []any
+	var err error
+	if s.names.Cluster {
+		vals, err = s.getEach(ctx, names)
+	} else {
+		vals, err = s.rdb.MGet(ctx, names...).Result()
+	}
 	if err != nil {
 		s.redisFailed()
 		return nil, fmt.Errorf("redis mget: %w", err)
@@ -113,6 +119,30 @@ func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*Sn
 		found[ids[i]] = snap
 	}
 	return found, nil
+}
+
+// getEach is MGET for Redis Cluster, where one MGET across slots fails with
+// CROSSSLOT: a pipeline of GETs, which the cluster client splits by master.
+// An absent key is a nil value, as in MGET's reply.
+func (s *Store) getEach(ctx context.Context, names []string) ([]any, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(names))
+	for i, name := range names {
+		cmds[i] = pipe.Get(ctx, name)
+	}
+	_, _ = pipe.Exec(ctx) // the commands carry their own errors
+	vals := make([]any, len(names))
+	for i, cmd := range cmds {
+		v, err := cmd.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, err
+		default:
+			vals[i] = v
+		}
+	}
+	return vals, nil
 }
 
 // writeBack stores snapshots read from PostgreSQL in Redis with the TTL their

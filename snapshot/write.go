@@ -32,9 +32,9 @@ const EventChanged = "task.changed"
 // it wrote.
 //
 // Store.SetIfNewer and the fanout publisher both write through it. The script
-// names two keys and publishes from inside, which standalone Redis allows; on
-// Redis Cluster both keys would have to share a hash slot, which the key
-// names of package keys do not give them.
+// names two keys, which share a slot on Redis Cluster only with
+// keys.Names.Cluster's names; there the announcement, in the tenant's slot,
+// cannot come from the same script: see WriteIfNewer.
 func Write(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, ttl time.Duration, channel string, message []byte) (written bool, err error) {
 	return WriteStream(ctx, rdb, names, s, ttl, channel, message, 0)
 }
@@ -64,7 +64,37 @@ func WriteStream(ctx context.Context, rdb redis.Scripter, names keys.Names, s *S
 	if err != nil {
 		return false, fmt.Errorf("snapshot write %s: %w", s.TaskID, err)
 	}
-	return n == 1, nil
+	return Outcome(n) == Written, nil
+}
+
+// Outcome is what a conditional write did.
+type Outcome int
+
+// The values are the write script's replies.
+const (
+	Stale   Outcome = 0 // a newer version is stored: nothing written
+	Written Outcome = 1
+	Current Outcome = 2 // this very version is stored already: nothing written
+)
+
+// WriteIfNewer is Write without an announcement, telling a stale version
+// from one stored already. On Redis Cluster the snapshot lives in the task's
+// slot and the tenant's channel in another, so a publisher announces in a
+// second call; when that call fails, the caller's retry finds its version
+// Current and announces again, so watchers never miss a stored change.
+func WriteIfNewer(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, ttl time.Duration) (Outcome, error) {
+	if s == nil || len(s.raw) == 0 {
+		return Stale, errors.New("snapshot write: empty snapshot")
+	}
+	if ttl <= 0 {
+		ttl = TTLWithJitter(s.Status)
+	}
+	ks := []string{names.Snapshot(s.TaskID), names.NotFound(s.TaskID)}
+	n, err := setIfNewerScript.Run(ctx, rdb, ks, writeArgs(s, ttl, "", nil)...).Int64()
+	if err != nil {
+		return Stale, fmt.Errorf("snapshot write %s: %w", s.TaskID, err)
+	}
+	return Outcome(n), nil
 }
 
 // writeArgs are the first ARGV of setifnewer.lua.

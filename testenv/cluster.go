@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -45,6 +46,10 @@ func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout / time.Millisecond)),
+			// A replica takes over however long ago it last heard its
+			// master: in a test the master may die before the replica's
+			// first sync has aged.
+			"--cluster-replica-validity-factor", "0",
 		}}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		s.URL = "redis://" + s.Addr
@@ -151,4 +156,134 @@ func (c *RedisCluster) Client() *redis.ClusterClient {
 	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(c.Seeds, ",")})
 	c.t.Cleanup(func() { cl.Close() })
 	return cl
+}
+
+// MasterOf returns the address of the master serving key's slot, asking
+// the cluster afresh.
+func (c *RedisCluster) MasterOf(key string) string {
+	c.t.Helper()
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(c.Seeds, ",")})
+	defer cl.Close()
+	m, err := cl.MasterForKey(context.Background(), key)
+	if err != nil {
+		c.t.Fatalf("testenv: master of %s: %v", key, err)
+	}
+	return m.Options().Addr
+}
+
+// MoveSlot migrates the slot of key, with its keys, to the master at to, as
+// an operator does by hand: IMPORTING on the target, MIGRATING on the
+// source, MIGRATE of every key, then SETSLOT NODE on every master. It
+// returns the address of the master that served the slot before.
+func (c *RedisCluster) MoveSlot(key, to string) (from string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	from = c.MasterOf(key)
+	if from == to {
+		c.t.Fatalf("testenv: %s is already served by %s", key, to)
+	}
+	src, dst := redis.NewClient(&redis.Options{Addr: from}), redis.NewClient(&redis.Options{Addr: to})
+	defer src.Close()
+	defer dst.Close()
+	slot, err := src.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		c.t.Fatalf("testenv: slot of %s: %v", key, err)
+	}
+	srcID, err1 := src.ClusterMyID(ctx).Result()
+	dstID, err2 := dst.ClusterMyID(ctx).Result()
+	if err := errors.Join(err1, err2); err != nil {
+		c.t.Fatalf("testenv: node ids: %v", err)
+	}
+	must := func(what string, err error) {
+		if err != nil {
+			c.t.Fatalf("testenv: moving slot %d from %s to %s: %s: %v", slot, from, to, what, err)
+		}
+	}
+	must("importing", dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must("migrating", src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	host, port, _ := net.SplitHostPort(to)
+	for {
+		ks, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		must("getkeysinslot", err)
+		if len(ks) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range ks {
+			args = append(args, k)
+		}
+		must("migrate", src.Do(ctx, args...).Err())
+	}
+	// The target first, so the slot is never ownerless; then every master,
+	// so none redirects to the old owner.
+	must("node on target", dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+	for _, m := range c.Masters() {
+		if m.Addr == to {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: m.Addr})
+		err := cl.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+		cl.Close()
+		must("node on "+m.Addr, err)
+	}
+	return from
+}
+
+// ErrorCount returns how many error replies of the given kind (the first
+// word of the error: CROSSSLOT, MOVED) the running nodes have sent since
+// they started, from INFO errorstats.
+func (c *RedisCluster) ErrorCount(kind string) int64 {
+	c.t.Helper()
+	var total int64
+	for _, s := range c.Nodes {
+		if !s.Running() {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		info, err := cl.Info(ctx, "errorstats").Result()
+		cancel()
+		cl.Close()
+		if err != nil {
+			c.t.Fatalf("testenv: INFO errorstats of %s: %v", s.Addr, err)
+		}
+		for line := range strings.Lines(info) {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_"+kind+":count=")
+			if !ok {
+				continue
+			}
+			n, err := strconv.ParseInt(rest, 10, 64)
+			if err != nil {
+				c.t.Fatalf("testenv: %s errorstats line %q: %v", s.Addr, line, err)
+			}
+			total += n
+		}
+	}
+	return total
+}
+
+// WaitReplicated waits until every master's replica acknowledged what was
+// written so far, so a master killed next loses nothing. A replica still in
+// its first full sync acknowledges nothing, so WAIT is asked again (each
+// call shorter than the client's 3 s read timeout) until one does.
+func (c *RedisCluster) WaitReplicated() {
+	c.t.Helper()
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(c.Seeds, ",")})
+	defer cl.Close()
+	ctx := context.Background()
+	if err := cl.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			n, err := m.Do(ctx, "WAIT", 1, 1000).Int()
+			if err == nil && n >= 1 {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: no replica acknowledged the writes within 20s (last: %d, %v)", m.Options().Addr, n, err)
+			}
+		}
+	}); err != nil {
+		c.t.Fatalf("testenv: %v", err)
+	}
 }

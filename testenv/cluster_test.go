@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -28,24 +26,7 @@ func TestRedisClusterServesEverySlotAndFailsOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Replication is asynchronous: let every master's replica catch up
-	// before one master dies. A replica still in its first full sync
-	// acknowledges nothing, so WAIT is asked again (each call shorter than
-	// the client's 3 s read timeout) until one does.
-	if err := cl.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			n, err := m.Do(ctx, "WAIT", 1, 1000).Int()
-			if err == nil && n >= 1 {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: no replica acknowledged the writes within 20s (last: %d, %v)", m.Options().Addr, n, err)
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	c.WaitReplicated() // replication is asynchronous
 	victim := c.Masters()[0]
 	victim.Stop()
 	c.WaitOK()
