@@ -209,6 +209,47 @@ func TestLeasesOfAStoppedNodeExpire(t *testing.T) {
 	}
 }
 
+// TestExpiredLeasesOfOtherUsers: an acquire leaves another user's expired
+// lease out of the tenant's count at once, and has it purged (its user's
+// count included) by a call that declares that count's key.
+func TestExpiredLeasesOfOtherUsers(t *testing.T) {
+	cfg := Config{MaxConnsPerTenant: 2, LeaseTTL: time.Minute, ConnectUserBurst: -1, ConnectIPBurst: -1}
+	dead, r := shared(t, cfg)
+	ctx := context.Background()
+	for _, u := range []string{"u1", "u2"} {
+		if _, d := dead.Connect(ctx, "t1", u, "", ""); !d.Allowed {
+			t.Fatal(d)
+		}
+	}
+	dead.Close()
+	// The node stopped long ago: its leases expired.
+	for _, m := range r.Client.ZRange(ctx, dead.names.leases("t1"), 0, -1).Val() {
+		r.Client.ZAddXX(ctx, dead.names.leases("t1"), redis.Z{Score: 1, Member: m})
+	}
+	cfg.Redis, cfg.Prefix, cfg.Timeout = r.Client, r.Names.Prefix, 2*time.Second
+	live := newController(t, cfg)
+	for _, u := range []string{"u3", "u4"} {
+		if _, d := live.Connect(ctx, "t1", u, "", ""); !d.Allowed || d.Local {
+			t.Fatalf("%s: %+v, want admitted by Redis", u, d)
+		}
+	}
+	if _, d := live.Connect(ctx, "t1", "u5", "", ""); d.Allowed {
+		t.Fatal("admitted over the tenant cap")
+	}
+	live.Close() // purges what the acquires left before it returns
+	if got := live.Stats().LeasesExpired.Load(); got != 2 {
+		t.Fatalf("purged %d, want 2", got)
+	}
+	for u, want := range map[string]int64{"u1": 0, "u2": 0, "u3": 1, "u4": 1} {
+		if n := count(t, r.Client, live.names.capUser("t1", u)); n != want {
+			t.Fatalf("%s's count %d, want %d", u, n, want)
+		}
+	}
+	if n := count(t, r.Client, live.names.capTenant("t1")); n != 2 {
+		t.Fatalf("tenant count %d, want 2", n)
+	}
+}
+
 func TestRenewKeepsLeasesAndWritesLostOnes(t *testing.T) {
 	c, r := shared(t, Config{MaxConnsPerUser: 5, LeaseTTL: 400 * time.Millisecond, RenewInterval: time.Hour, ConnectUserBurst: -1, ConnectIPBurst: -1})
 	ctx := context.Background()

@@ -5,13 +5,18 @@
 // the owning node renews).
 //
 // The limits live in the control Redis and are kept by Lua scripts, one
-// atomic step per check. Every key a connection cap touches carries the
-// tenant's hash tag (conn:{<tenant>}:...), so each script runs in one Redis
-// Cluster slot. When Redis does not answer within Config.Timeout, the node
-// decides on local limits instead (golang.org/x/time/rate buckets, and caps
-// of the fleet's caps divided by Config.ExpectedNodes), counts it, and tries
-// Redis again after Config.RetryAfterFailure. Without Redis (the embedded
-// mode) the local limits are the only ones.
+// atomic step per check. The package works the same on one Redis and on a
+// Redis Cluster (a redis.ClusterClient as Config.Redis): every key a
+// connection cap touches carries the tenant's hash tag (conn:{<tenant>}:...),
+// so each script runs in one slot; each script is given every key it touches
+// (a lease's user count key too); the other keys are only ever used alone,
+// and pipelines are never transactions.
+//
+// When Redis does not answer within Config.Timeout, the node decides on
+// local limits instead (golang.org/x/time/rate buckets, and caps of the
+// fleet's caps divided by Config.ExpectedNodes), counts it, and tries Redis
+// again after Config.RetryAfterFailure. Without Redis (the embedded mode)
+// the local limits are the only ones.
 //
 // Redis keys (every one behind Config.Prefix):
 //

@@ -4,10 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // capRetryAfter is the Retry-After hint of a connection refused by a cap:
@@ -65,12 +70,15 @@ func (h *Hold) Release() {
 	}
 }
 
-// leaseSet is the node's live leases, by tenant, and the releases waiting
-// for the Controller's goroutine.
+// leaseSet is the node's live leases, by tenant, and the releases and
+// purges waiting for the Controller's goroutine.
 type leaseSet struct {
 	mu       sync.Mutex // guards the fields below
 	byTenant map[string]map[*Hold]struct{}
 	released []*Hold
+	// expired are other nodes' leases an acquire found expired, by member,
+	// to purge in Redis (an acquire purges only its own user's).
+	expired map[string]deadLease
 	// seen are the users per tenant that held a lease here since the last
 	// reconcile: their counts are checked even when no lease is left.
 	seen map[string]map[string]struct{}
@@ -79,6 +87,19 @@ type leaseSet struct {
 func (s *leaseSet) init() {
 	s.byTenant = make(map[string]map[*Hold]struct{})
 	s.seen = make(map[string]map[string]struct{})
+	s.expired = make(map[string]deadLease)
+}
+
+// deadLease is an expired lease of another user that an acquire left in
+// Redis.
+type deadLease struct{ tenant, member string }
+
+// leaseUser is the user of a lease member (<16 hex>:<user>).
+func leaseUser(member string) string {
+	if len(member) < 17 {
+		return ""
+	}
+	return member[17:]
 }
 
 func (s *leaseSet) add(h *Hold) {
@@ -149,10 +170,11 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 		tctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		cmd := acquireScript.Run(tctx, c.rdb, c.capKeys(tenant, user),
 			h.member, c.cfg.LeaseTTL.Milliseconds(), capArg(userCap), capArg(tenantCap), c.names.capUserPrefix(tenant), c.keyTTL())
-		v, err := ints(cmd, 3)
+		v, dead, err := acquireReply(cmd)
 		cancel()
 		if err == nil {
 			c.stats.LeasesExpired.Add(v[2])
+			c.purgeLater(tenant, dead)
 			switch {
 			case v[0] == 1:
 				c.local.open(tenant, user, 0, 0, true)
@@ -180,38 +202,94 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 	return h, Decision{Allowed: true, Local: true}
 }
 
+// acquireReply reads acquire.lua's reply: three integers, then the
+// members of other users' expired leases.
+func acquireReply(cmd *redis.Cmd) ([3]int64, []string, error) {
+	var v [3]int64
+	vals, err := cmd.Slice()
+	if err != nil {
+		return v, nil, err
+	}
+	if len(vals) < 3 {
+		return v, nil, errors.New("admission: short script reply")
+	}
+	for i := range v {
+		n, ok := vals[i].(int64)
+		if !ok {
+			return v, nil, fmt.Errorf("admission: script reply %d is %T", i, vals[i])
+		}
+		v[i] = n
+	}
+	dead := make([]string, 0, len(vals)-3)
+	for _, m := range vals[3:] {
+		if s, ok := m.(string); ok {
+			dead = append(dead, s)
+		}
+	}
+	return v, dead, nil
+}
+
+// purgeLater queues expired leases of tenant for the Controller's
+// goroutine to purge in Redis.
+func (c *Controller) purgeLater(tenant string, members []string) {
+	if len(members) == 0 {
+		return
+	}
+	c.leases.mu.Lock()
+	for _, m := range members {
+		c.leases.expired[m] = deadLease{tenant, m}
+	}
+	c.leases.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
 // bgTimeout bounds one background round trip (a batch of renewals,
 // releases or reconciles); admission never waits on it.
 func (c *Controller) bgTimeout() time.Duration { return max(20*c.cfg.Timeout, 2*time.Second) }
 
-// flushReleases releases in Redis the leases of connections that closed.
-// While Redis is down (or within RetryAfterFailure of a failure) they are
-// dropped: they expire there on their own within LeaseTTL.
+// flushReleases releases in Redis the leases of connections that closed,
+// and purges the expired leases acquires found. While Redis is down (or
+// within RetryAfterFailure of a failure) they are dropped: they expire
+// there on their own within LeaseTTL, and the reconcile removes them.
 func (c *Controller) flushReleases() {
 	c.leases.mu.Lock()
 	rel := c.leases.released
 	c.leases.released = nil
+	expired := c.leases.expired
+	if len(expired) > 0 {
+		c.leases.expired = make(map[string]deadLease)
+	}
 	c.leases.mu.Unlock()
-	if len(rel) == 0 || !c.useRedis() {
+	if len(rel)+len(expired) == 0 || !c.useRedis() {
 		return
 	}
-	for len(rel) > 0 {
-		n := min(len(rel), batchSize)
-		calls := make([]*scriptCall, n)
-		for i, h := range rel[:n] {
-			calls[i] = &scriptCall{script: releaseScript, keys: c.capKeys(h.tenant, h.user), args: []any{h.member}}
-		}
-		rel = rel[n:]
+	calls := make([]*scriptCall, 0, len(rel)+len(expired))
+	for _, h := range rel {
+		calls = append(calls, &scriptCall{script: releaseScript, keys: c.capKeys(h.tenant, h.user), args: []any{h.member, 0}})
+	}
+	purges := len(calls)
+	for _, d := range expired {
+		calls = append(calls, &scriptCall{script: releaseScript, keys: c.capKeys(d.tenant, leaseUser(d.member)), args: []any{d.member, 1}})
+	}
+	for i := 0; i < len(calls); i += batchSize {
+		batch := calls[i:min(i+batchSize, len(calls))]
 		ctx, cancel := context.WithTimeout(context.Background(), c.bgTimeout())
-		err := runPipelined(ctx, c.rdb, calls)
+		err := runPipelined(ctx, c.rdb, batch)
 		cancel()
 		if err != nil {
 			c.failed("release leases", err)
 			return
 		}
-		for _, call := range calls {
+		for j, call := range batch {
 			if v, err := call.cmd.Int64(); err == nil && v == 1 {
-				c.stats.LeasesReleased.Add(1)
+				if i+j < purges {
+					c.stats.LeasesReleased.Add(1)
+				} else {
+					c.stats.LeasesExpired.Add(1)
+				}
 			}
 		}
 	}
@@ -226,13 +304,9 @@ func (c *Controller) renew() {
 		return
 	}
 	c.leases.mu.Lock()
-	tenants := make(map[string][]string, len(c.leases.byTenant))
+	tenants := make(map[string][]*Hold, len(c.leases.byTenant))
 	for t, m := range c.leases.byTenant {
-		members := make([]string, 0, len(m))
-		for h := range m {
-			members = append(members, h.member)
-		}
-		tenants[t] = members
+		tenants[t] = slices.Collect(maps.Keys(m))
 	}
 	c.leases.mu.Unlock()
 	if len(tenants) == 0 {
@@ -240,17 +314,20 @@ func (c *Controller) renew() {
 	}
 	var calls []*scriptCall
 	reg := make([]any, 0, len(tenants))
-	for t, members := range tenants {
+	for t, holds := range tenants {
 		reg = append(reg, t)
-		for len(members) > 0 {
-			n := min(len(members), batchSize)
-			args := make([]any, 0, 3+n)
-			args = append(args, c.cfg.LeaseTTL.Milliseconds(), c.names.capUserPrefix(t), c.keyTTL())
-			for _, m := range members[:n] {
-				args = append(args, m)
+		for len(holds) > 0 {
+			n := min(len(holds), batchSize)
+			keys := make([]string, 0, 2+n)
+			keys = append(keys, c.names.leases(t), c.names.capTenant(t))
+			args := make([]any, 0, 2+n)
+			args = append(args, c.cfg.LeaseTTL.Milliseconds(), c.keyTTL())
+			for _, h := range holds[:n] {
+				keys = append(keys, c.names.capUser(t, h.user))
+				args = append(args, h.member)
 			}
-			members = members[n:]
-			calls = append(calls, &scriptCall{script: renewScript, keys: []string{c.names.leases(t), c.names.capTenant(t)}, args: args})
+			holds = holds[n:]
+			calls = append(calls, &scriptCall{script: renewScript, keys: keys, args: args})
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.bgTimeout())
@@ -307,16 +384,33 @@ func (c *Controller) Reconcile(ctx context.Context) (int64, error) {
 	var total int64
 	for len(tenants) > 0 {
 		n := min(len(tenants), 100)
-		calls := make([]*scriptCall, n)
-		for i, t := range tenants[:n] {
-			args := []any{c.names.capUserPrefix(t), c.keyTTL()}
-			for u := range seen[t] {
-				args = append(args, u)
-			}
-			calls[i] = &scriptCall{script: reconcileScript, keys: []string{c.names.leases(t), c.names.capTenant(t)}, args: args}
-		}
 		batch := tenants[:n]
 		tenants = tenants[n:]
+		// The script may touch only keys it is given: the count keys of the
+		// users of every lease, read first, and of the users seen here.
+		pipe := c.rdb.Pipeline()
+		read := make([]*redis.StringSliceCmd, n)
+		for i, t := range batch {
+			read[i] = pipe.ZRange(ctx, c.names.leases(t), 0, -1)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			c.failed("reconcile", err)
+			return total, err
+		}
+		calls := make([]*scriptCall, n)
+		for i, t := range batch {
+			users := make(map[string]struct{}, len(seen[t]))
+			maps.Copy(users, seen[t])
+			for _, m := range read[i].Val() {
+				users[leaseUser(m)] = struct{}{}
+			}
+			keys := make([]string, 0, 2+len(users))
+			keys = append(keys, c.names.leases(t), c.names.capTenant(t))
+			for u := range users {
+				keys = append(keys, c.names.capUser(t, u))
+			}
+			calls[i] = &scriptCall{script: reconcileScript, keys: keys, args: []any{c.names.capUserPrefix(t), c.keyTTL()}}
+		}
 		if err := runPipelined(ctx, c.rdb, calls); err != nil {
 			c.failed("reconcile", err)
 			return total, err

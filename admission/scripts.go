@@ -39,14 +39,19 @@ type scriptCall struct {
 	cmd    *redis.Cmd
 }
 
-// runPipelined runs calls in one round trip with EVALSHA; when Redis lacks
-// a script (restarted, flushed) it runs them again with EVAL, which also
-// loads them. Each call's own error is in its cmd.
+// runPipelined runs calls in one round trip with EVALSHA; the calls Redis
+// answered NOSCRIPT (it restarted or was flushed; on Redis Cluster, a node
+// that never ran the script, or a replica promoted since) run again with
+// EVAL, which also loads the script. Only those run again: on a cluster the
+// other calls already ran on nodes that had the script, and a token bucket
+// must not give two tokens for one connect. Each call's own error is in its
+// cmd; the error returned is a failed round trip, which left calls without
+// an answer.
 func runPipelined(ctx context.Context, rdb redis.Cmdable, calls []*scriptCall) error {
 	if len(calls) == 0 {
 		return nil
 	}
-	exec := func(sha bool) error {
+	exec := func(calls []*scriptCall, sha bool) {
 		pipe := rdb.Pipeline()
 		for _, c := range calls {
 			if sha {
@@ -55,26 +60,28 @@ func runPipelined(ctx context.Context, rdb redis.Cmdable, calls []*scriptCall) e
 				c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
 			}
 		}
-		_, err := pipe.Exec(ctx)
-		return err
+		pipe.Exec(ctx) // each cmd holds its error
 	}
-	err := exec(true)
-	if err != nil && isNoScript(calls) {
-		err = exec(false)
+	exec(calls, true)
+	var missing []*scriptCall
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			missing = append(missing, c)
+		}
 	}
-	if err != nil && !isRedisError(err) {
-		return err // the round trip failed: no call has an answer
+	if len(missing) > 0 {
+		exec(missing, false)
+	}
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil && !isRedisError(err) {
+			return err
+		}
 	}
 	return nil
 }
 
-func isNoScript(calls []*scriptCall) bool {
-	for _, c := range calls {
-		if err := c.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			return true
-		}
-	}
-	return false
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 // isRedisError reports whether err is an error reply of one command, as

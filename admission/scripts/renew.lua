@@ -2,21 +2,22 @@
 -- it, or the connection was admitted on local limits while Redis was down)
 -- is written again with its counts, without a cap check: the connection is
 -- already open, and counting it is what keeps the fleet's caps honest.
--- KEYS[1]  the tenant's leases, KEYS[2] the tenant's count
--- ARGV[1]  lease TTL ms
--- ARGV[2]  prefix of user count keys
--- ARGV[3]  TTL ms of the count keys
--- ARGV[4..] lease members
+-- Every key carries the tenant's hash tag: one Redis Cluster slot.
+-- KEYS[1]    the tenant's leases, KEYS[2] the tenant's count
+-- KEYS[2+i]  the count of the user of lease i (conn:{t}:user:<user>)
+-- ARGV[1]    lease TTL ms
+-- ARGV[2]    TTL ms of the count keys
+-- ARGV[2+i]  lease i's member
 -- Returns the number of leases written again.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = now + tonumber(ARGV[1])
-local keyTTL = tonumber(ARGV[3])
+local keyTTL = tonumber(ARGV[2])
 local readded = 0
 local users = {}
-for i = 4, #ARGV do
+for i = 3, #ARGV do
   local m = ARGV[i]
-  local uk = ARGV[2] .. string.sub(m, 18)
+  local uk = KEYS[i]
   if not redis.call('ZSCORE', KEYS[1], m) then
     redis.call('INCR', uk)
     redis.call('INCR', KEYS[2])
