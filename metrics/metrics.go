@@ -20,12 +20,16 @@ import (
 	"github.com/pushd/pushd/stream"
 )
 
+// BusStats is a Redis bus: fanout.RedisBus, or fanout.ClusterBus on Redis
+// Cluster.
+type BusStats interface{ Stats() fanout.RedisStats }
+
 // Sources are what a node measures. Hub is required; Store and Bus are nil
 // in the embedded mode, Stream without streams.
 type Sources struct {
 	Hub       *hub.Hub
 	Store     *snapshot.Store
-	Bus       *fanout.RedisBus
+	Bus       BusStats
 	Stream    *stream.Tailer
 	Admission *admission.Controller // nil: no admission metrics
 }

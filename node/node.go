@@ -37,6 +37,10 @@ import (
 // node runs embedded: one node, an in-memory bus and store.
 type Config struct {
 	RedisURL string
+	// RedisCluster makes RedisURL the comma-separated seed nodes of a Redis
+	// Cluster (ParseClusterURL), which then serves every role: sharded
+	// Pub/Sub, and task keys hash-tagged by task id (keys.Names.Cluster).
+	RedisCluster bool
 	// RedisCacheURL (snapshots), RedisControlURL (limits, leases, sessions)
 	// and RedisRealtimeURL (Pub/Sub, streams) put each role on a Redis of
 	// its own; each empty means RedisURL, which they need.
@@ -107,11 +111,14 @@ type Node struct {
 	sse      *sse.Handler
 	ws       *ws.Handler
 	bus      fanout.Bus
-	redisBus *fanout.RedisBus // nil in the embedded mode
+	redisBus *fanout.RedisBus // nil in the embedded mode and on a cluster
+	busStats metrics.BusStats // the Redis bus or the cluster bus; nil embedded
 	tailer   *stream.Tailer   // nil without streams
-	rdb      *redis.Client    // the realtime role: Pub/Sub and streams
-	cache    *redis.Client    // the cache role: snapshots
-	control  *redis.Client    // the control role: admission
+	rdb      *redis.Client    // standalone realtime role: Pub/Sub and streams
+	cluster  *redis.ClusterClient
+	realtime redis.UniversalClient // rdb or cluster
+	cache    redis.UniversalClient // the cache role: snapshots
+	control  redis.UniversalClient // the control role: admission
 	clients  map[string]*redis.Client
 	adm      *admission.Controller
 	pool     *pgxpool.Pool
@@ -194,10 +201,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 				return nil, fmt.Errorf("database: %w", err)
 			}
 		}
-		names := keys.Names{Prefix: cfg.KeyPrefix}
+		names := keys.Names{Prefix: cfg.KeyPrefix, Cluster: cfg.RedisCluster}
 		n.store = snapshot.NewStore(snapshot.Config{Redis: n.cache, DB: n.pool, Names: names, FetchTimeout: cfg.SnapshotFetchTimeout, Logger: cfg.Logger})
-		n.redisBus = fanout.NewRedisBus(fanout.RedisConfig{Client: n.rdb, Names: names, LivenessInterval: cfg.LivenessInterval, Logger: cfg.Logger})
-		n.bus = n.redisBus
+		if n.cluster != nil {
+			cb := fanout.NewClusterBus(fanout.ClusterConfig{Client: n.cluster, Names: names, Logger: cfg.Logger})
+			n.bus, n.busStats = cb, cb
+		} else {
+			n.redisBus = fanout.NewRedisBus(fanout.RedisConfig{Client: n.rdb, Names: names, LivenessInterval: cfg.LivenessInterval, Logger: cfg.Logger})
+			n.bus, n.busStats = n.redisBus, n.redisBus
+		}
 		source = n.store
 		publisher = n.publisher(names)
 		ready = n.ready
@@ -257,7 +269,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Client:     web.Client(),
 		Admission:  n.adm,
 		MaxConns:   cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, OriginPatterns: cfg.OriginPatterns,
-		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.redisBus, Stream: n.tailer, Admission: n.adm}),
+		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.busStats, Stream: n.tailer, Admission: n.adm}),
 			promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}),
 		Logger: cfg.Logger,
 	})
@@ -376,6 +388,9 @@ func (n *Node) Close() {
 	for _, c := range n.clients {
 		c.Close()
 	}
+	if n.cluster != nil {
+		n.cluster.Close()
+	}
 	if n.pool != nil {
 		n.pool.Close()
 	}
@@ -387,7 +402,8 @@ func (n *Node) LogStartup(addr string) {
 		n.log.Info("pushd serving in embedded mode (in-memory bus and store, one node)", "addr", addr, "node", n.cfg.NodeName)
 		return
 	}
-	n.log.Info("pushd serving", "addr", addr, "node", n.cfg.NodeName, "redis", true, "postgres", n.pool != nil, "streams", n.tailer != nil)
+	n.log.Info("pushd serving", "addr", addr, "node", n.cfg.NodeName, "redis", true, "redis_cluster", n.cluster != nil,
+		"postgres", n.pool != nil, "streams", n.tailer != nil)
 }
 
 // Hints are the commands that feed an embedded node, for a person at a

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -27,11 +28,15 @@ func (n *Node) dialRoles() error {
 	if cfg.RedisURL == "" {
 		return errors.New("the Redis role URLs need a Redis URL")
 	}
+	if cfg.RedisCluster {
+		return n.dialCluster()
+	}
 	n.clients = make(map[string]*redis.Client)
 	var err error
 	if n.rdb, err = n.dial("realtime", roleURL(cfg.RedisRealtimeURL, cfg.RedisURL)); err != nil {
 		return err
 	}
+	n.realtime = n.rdb
 	if n.cache, err = n.dial("cache", roleURL(cfg.RedisCacheURL, cfg.RedisURL)); err != nil {
 		return err
 	}
@@ -44,6 +49,63 @@ func (n *Node) dialRoles() error {
 		return errors.New("streams need the cache and realtime roles on one Redis")
 	}
 	return nil
+}
+
+// dialCluster puts every role on one Redis Cluster.
+func (n *Node) dialCluster() error {
+	cfg := n.cfg
+	switch {
+	case cfg.RedisCacheURL != "" || cfg.RedisControlURL != "" || cfg.RedisRealtimeURL != "":
+		return errors.New("the Redis role URLs are for standalone Redis; a cluster serves every role")
+	case cfg.Streams:
+		return errors.New("streams are not supported on Redis Cluster yet")
+	}
+	opt, err := ParseClusterURL(cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	n.cluster = redis.NewClusterClient(opt)
+	n.realtime, n.cache, n.control = n.cluster, n.cluster, n.cluster
+	return nil
+}
+
+// ParseClusterURL reads the seed nodes of a Redis Cluster: comma-separated
+// redis:// or rediss:// URLs (or bare host:port), which share the first
+// one's credentials and TLS settings. The client fails fast and honours
+// contexts, as the standalone clients do.
+func ParseClusterURL(urls string) (*redis.ClusterOptions, error) {
+	var opt *redis.ClusterOptions
+	for seed := range strings.SplitSeq(urls, ",") {
+		seed = strings.TrimSpace(seed)
+		if seed == "" {
+			continue
+		}
+		if !strings.Contains(seed, "://") {
+			seed = "redis://" + seed
+		}
+		o, err := redis.ParseURL(seed)
+		if err != nil {
+			return nil, fmt.Errorf("redis cluster seed %d: %w", addrCount(opt)+1, err)
+		}
+		if opt == nil {
+			opt = &redis.ClusterOptions{
+				Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+				DialerRetries: 1, ContextTimeoutEnabled: true,
+			}
+		}
+		opt.Addrs = append(opt.Addrs, o.Addr)
+	}
+	if opt == nil {
+		return nil, errors.New("redis cluster: no seed node")
+	}
+	return opt, nil
+}
+
+func addrCount(opt *redis.ClusterOptions) int {
+	if opt == nil {
+		return 0
+	}
+	return len(opt.Addrs)
 }
 
 func (n *Node) dial(role, url string) (*redis.Client, error) {
@@ -70,14 +132,14 @@ func (n *Node) dial(role, url string) (*redis.Client, error) {
 // and realtime roles share it, else the snapshot written to the cache and,
 // when it was newer, its notification published on the realtime Redis.
 func (n *Node) publisher(names keys.Names) fanout.Publisher {
-	if n.cache == n.rdb {
-		return fanout.NewRedisPublisher(n.rdb, names)
+	if n.cache == n.realtime {
+		return fanout.NewRedisPublisher(n.realtime, names)
 	}
-	return &splitPublisher{cache: n.cache, realtime: n.rdb, names: names}
+	return &splitPublisher{cache: n.cache, realtime: n.realtime, names: names}
 }
 
 type splitPublisher struct {
-	cache, realtime *redis.Client
+	cache, realtime redis.UniversalClient
 	names           keys.Names
 }
 

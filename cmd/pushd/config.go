@@ -36,6 +36,7 @@ type config struct {
 	DebugListen    string
 	Streams        bool
 	StreamMaxLen   int64
+	RedisCluster   bool
 	Demo           bool
 	LogLevel       string
 	LogFormat      string
@@ -98,6 +99,7 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.ConfigFile, "config", "", "file of settings, one \"name = value\" a line (names are the flags'); flags and the environment win over it")
 	fs.StringVar(&c.Listen, "listen", ":8080", "address to serve")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:port/db); empty with no database URL runs the embedded mode")
+	fs.BoolVar(&c.RedisCluster, "redis-cluster", false, "--redis-url lists seed nodes of a Redis Cluster, comma-separated; notifications travel on sharded Pub/Sub")
 	fs.StringVar(&c.KeyPrefix, "key-prefix", "", "prefix of every Redis key and channel, for sharing one Redis between environments")
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (pgx), the fallback and fact source behind Redis")
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for client tokens")

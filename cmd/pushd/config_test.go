@@ -55,6 +55,7 @@ var flagCases = map[string]flagCase{
 	"debug-listen":     {"127.0.0.1:1", "127.0.0.1:2", func(c config) string { return c.DebugListen }},
 	"demo":             {"true", "false", func(c config) string { return strconv.FormatBool(c.Demo) }},
 	"streams":          {"true", "false", func(c config) string { return strconv.FormatBool(c.Streams) }},
+	"redis-cluster":    {"true", "false", func(c config) string { return strconv.FormatBool(c.RedisCluster) }},
 	"stream-maxlen":    {"500", "600", func(c config) string { return strconv.FormatInt(c.StreamMaxLen, 10) }},
 	"log-level":        {"debug", "warn", func(c config) string { return c.LogLevel }},
 	"log-format":       {"json", "text", func(c config) string { return c.LogFormat }},
@@ -62,8 +63,9 @@ var flagCases = map[string]flagCase{
 
 // needs is what a flag needs beside it to pass validation.
 var needs = map[string][]string{
-	"database-url": {"--redis-url", "redis://other:6379/0"},
-	"streams":      {"--redis-url", "redis://other:6379/0"},
+	"database-url":  {"--redis-url", "redis://other:6379/0"},
+	"streams":       {"--redis-url", "redis://other:6379/0"},
+	"redis-cluster": {"--redis-url", "redis://other:6379/0"},
 }
 
 // usage returns parseConfig's -h output.

@@ -60,7 +60,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	defer stop()
 
 	n, err := node.New(ctx, node.Config{
-		RedisURL: cfg.RedisURL, KeyPrefix: cfg.KeyPrefix, DatabaseURL: cfg.DatabaseURL,
+		RedisURL: cfg.RedisURL, RedisCluster: cfg.RedisCluster, KeyPrefix: cfg.KeyPrefix, DatabaseURL: cfg.DatabaseURL,
 		JWTSecret: []byte(cfg.JWTSecret), JWTPublicKeyPEM: pem, JWTAlgorithm: cfg.JWTAlgorithm,
 		APIKey: cfg.APIKey, NodeName: cfg.NodeName, OriginPatterns: cfg.originPatterns(),
 		Heartbeat: cfg.Heartbeat, PollInterval: cfg.PollInterval, WriteTimeout: cfg.WriteTimeout, SSERetry: cfg.Retry,

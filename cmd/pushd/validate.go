@@ -17,6 +17,7 @@ import (
 
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/node"
 )
 
 // validate checks every setting at start, so that a bad value stops the
@@ -41,8 +42,27 @@ func (c config) validate(from origins) error {
 		if u == "" {
 			continue
 		}
+		if name == "redis-url" && c.RedisCluster {
+			if _, err := node.ParseClusterURL(u); err != nil {
+				bad(name, "%v", withoutURL(err))
+			}
+			continue
+		}
 		if _, err := redis.ParseURL(u); err != nil {
 			bad(name, "%v", withoutURL(err)) // the URL may carry a password
+		}
+	}
+	if c.RedisCluster {
+		if c.RedisURL == "" {
+			bad("redis-cluster", "needs --redis-url with the cluster's seed nodes")
+		}
+		if c.Streams {
+			bad("streams", "is not supported with --redis-cluster yet")
+		}
+		for name, u := range map[string]string{"redis-cache-url": c.RedisCacheURL, "redis-control-url": c.RedisControlURL, "redis-realtime-url": c.RedisRealtimeURL} {
+			if u != "" {
+				bad(name, "is for standalone Redis; with --redis-cluster the cluster serves every role")
+			}
 		}
 	}
 	if c.DatabaseURL != "" {
