@@ -434,6 +434,7 @@ type Stats struct {
 	Polls           atomic.Int64 // rounds of re-reading every watched task
 	PollErrors      atomic.Int64 // rounds in which no source answered for some tasks
 	BusRetries      atomic.Int64 // bus subscriptions retried after failing
+	ReadRetries     atomic.Int64 // rounds re-reading, in batches, the tenants of connections whose initial read failed
 
 	// With a Stream.
 	CatchUps        atomic.Int64 // bus gaps (a tenant's Resync, a lost bus's poll round or its restoration) closed by the stream instead of re-reading

@@ -201,6 +201,7 @@ func (h *Hub) retryUnread(unread map[string]struct{}, failures int) int {
 	if len(unread) == 0 {
 		return failures
 	}
+	h.stats.ReadRetries.Add(1)
 	if h.refresh(unread, true) {
 		return 0
 	}

@@ -345,8 +345,14 @@ func TestReconnectStormWithColdRedisQueriesEachTaskOnce(t *testing.T) {
 	}
 	st := s.Store().Stats()
 	t.Logf("%d clients over %d tasks: %d PostgreSQL queries, %d Redis reads, %d write-backs (%+v)", clients, tasks, st.DBQueries, st.RedisReads, st.WriteBacks, st)
-	if st.DBQueries > tasks {
-		t.Fatalf("%d PostgreSQL queries for %d tasks, want at most one per task", st.DBQueries, tasks)
+	// A loaded machine can fill the PostgreSQL queue: the clients whose
+	// reads were refused are told unavailable and the hub re-reads their
+	// tenant's tasks in batches, which may overlap a storm query still in
+	// flight. Those rounds are bounded; the storm itself is not allowed a
+	// second query per task.
+	retries := uint64(s.Hub().Stats().ReadRetries.Load())
+	if allowed := tasks + retries*((tasks+snapshot.MaxMany-1)/snapshot.MaxMany); st.DBQueries > allowed {
+		t.Fatalf("%d PostgreSQL queries for %d tasks and %d retry rounds, want at most one per task and one per retried batch", st.DBQueries, tasks, retries)
 	}
 }
 
