@@ -61,6 +61,11 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	return c
 }
 
+// maxPlaceBackoff bounds the placer's retries while channels are unplaced:
+// a failover takes a cluster a second or two, and every retry costs only a
+// slot-map lookup and a dial.
+const maxPlaceBackoff = 500 * time.Millisecond
+
 // movedGrace is how long the bus waits for the client's slot map to show
 // the new owner of a slot whose master dropped a subscription, before it
 // believes the old map (the slot may have come back).
@@ -398,7 +403,7 @@ func (b *ClusterBus) placer() {
 		// Something is unplaced: the slot map may be stale (a failover or a
 		// migration in progress). Reload it and try again soon.
 		b.cfg.Client.ReloadState(b.ctx)
-		backoff = min(max(2*backoff, minBackoff), maxBackoff)
+		backoff = min(max(2*backoff, minBackoff), maxPlaceBackoff)
 		timer.Reset(backoff/2 + rand.N(backoff/2))
 	}
 }
