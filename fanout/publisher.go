@@ -12,10 +12,7 @@ import (
 	"github.com/pushd/pushd/snapshot"
 )
 
-var (
-	errNilSnapshot   = errors.New("publish: nil snapshot")
-	errClusterStream = errors.New("publish: streams are not supported on Redis Cluster yet")
-)
+var errNilSnapshot = errors.New("publish: nil snapshot")
 
 // RedisClient is what a RedisPublisher writes through: a *redis.Client or,
 // with keys.Names.Cluster, a *redis.ClusterClient.
@@ -37,7 +34,11 @@ type RedisClient interface {
 // publisher writes the snapshot, then SPUBLISHes on the tenant's shard
 // channel. It announces only a version that is stored, and announces a
 // version stored by an earlier call again, so a caller that retries after a
-// failed announcement reaches the watchers.
+// failed announcement reaches the watchers. With WithStream the second step
+// is one script in the tenant's slot (snapshot.Announce) that appends to the
+// tenant's stream, whose hash tag is the channel's, and SPUBLISHes; a retry
+// appends no second entry for a version whose first one is still among the
+// stream's newest.
 type RedisPublisher struct {
 	client       RedisClient
 	names        keys.Names
@@ -89,15 +90,18 @@ func (p *RedisPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (wri
 }
 
 func (p *RedisPublisher) publishSharded(ctx context.Context, s *snapshot.Snapshot, msg []byte) (written bool, err error) {
-	if p.streamMaxLen > 0 {
-		return false, errClusterStream
-	}
 	out, err := snapshot.WriteIfNewer(ctx, p.client, p.names, s, 0)
 	if err != nil {
 		return false, fmt.Errorf("publish: %w", err)
 	}
 	if out == snapshot.Stale {
 		return false, nil
+	}
+	if p.streamMaxLen > 0 {
+		if _, err := snapshot.Announce(ctx, p.client, p.names, s, out, p.names.Channel(s.TenantID), msg, p.streamMaxLen); err != nil {
+			return out == snapshot.Written, fmt.Errorf("publish %s: announce: %w", s.TaskID, err)
+		}
+		return out == snapshot.Written, nil
 	}
 	if err := p.client.SPublish(ctx, p.names.Channel(s.TenantID), msg).Err(); err != nil {
 		return out == snapshot.Written, fmt.Errorf("publish %s: announce: %w", s.TaskID, err)

@@ -9,6 +9,8 @@
 -- ARGV[8] event_type, ARGV[9] project_id, ARGV[10] user_id,
 -- ARGV[11] occurred_at
 --
+-- append is streamappend.lua's, prepended by write.go.
+--
 -- Returns 1 when it wrote, 2 when this version is stored already, 0 when a
 -- newer one is.
 -- Only a write appends and publishes: the stream holds one entry per version
@@ -30,17 +32,7 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 redis.call('DEL', KEYS[2])
 if #KEYS >= 4 then
-  -- A stream that does not exist is a new incarnation (first write, or
-  -- Redis lost it): its first id becomes the epoch, so readers holding ids
-  -- of the old one notice. A missing epoch key on a live stream is replaced
-  -- too: readers then see a new epoch and resync, which is always safe.
-  local fresh = redis.call('EXISTS', KEYS[3]) == 0
-  local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], '*',
-    'task_id', ARGV[7], 'version', ARGV[2], 'event_type', ARGV[8],
-    'project_id', ARGV[9], 'user_id', ARGV[10], 'occurred_at', ARGV[11])
-  if fresh or redis.call('EXISTS', KEYS[4]) == 0 then
-    redis.call('SET', KEYS[4], id)
-  end
+  append(KEYS[3], KEYS[4], ARGV[6], ARGV[7], ARGV[2], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
 end
 if ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], ARGV[5])

@@ -13,10 +13,20 @@ import (
 	"github.com/pushd/pushd/keys"
 )
 
-//go:embed setifnewer.lua
-var setIfNewerLua string
+// The two write scripts append to a stream the same way: each is
+// streamappend.lua's append function followed by its own body, so the
+// entry's fields and the epoch rule have one source.
+var (
+	//go:embed streamappend.lua
+	streamAppendLua string
+	//go:embed setifnewer.lua
+	setIfNewerLua string
+	//go:embed announce.lua
+	announceLua string
 
-var setIfNewerScript = redis.NewScript(setIfNewerLua)
+	setIfNewerScript = redis.NewScript(streamAppendLua + setIfNewerLua)
+	announceScript   = redis.NewScript(streamAppendLua + announceLua)
+)
 
 // EventChanged is the event_type of the stream entries Write appends. A
 // writer that only holds the snapshot knows that the task changed, not why;
@@ -95,6 +105,51 @@ func WriteIfNewer(ctx context.Context, rdb redis.Scripter, names keys.Names, s *
 		return Stale, fmt.Errorf("snapshot write %s: %w", s.TaskID, err)
 	}
 	return Outcome(n), nil
+}
+
+// AnnounceWindow is how many of a stream's newest entries Announce searches
+// for an earlier call's entry of the same version before it appends a
+// version found Current.
+const AnnounceWindow = 100
+
+var errAnnounceStale = errors.New("snapshot announce: a stale version is never announced")
+
+// Announce is the second step of a write on Redis Cluster with a stream,
+// after WriteIfNewer reported out (Written or Current, never Stale): one
+// script in the tenant's slot appends the change to the tenant's stream
+// (keys.Names.Stream, MAXLEN ~ streamMaxLen, the fields and epoch rule of
+// WriteStream) and SPUBLISHes message on channel, the tenant's shard
+// channel, which shares the stream's hash tag.
+//
+// A Written version always appends. A Current one is a retry after a
+// failed announcement (or a second publisher of the same version): it
+// appends only when none of the stream's newest AnnounceWindow entries is of
+// this task at this version or newer, so a retry whose first announcement
+// did reach Redis (its reply was lost) adds no duplicate, and one that did
+// not still leaves the entry resume cursors need. Past the window a
+// duplicate may be appended: entries are hints keyed by task and version,
+// and a reader drops a version it delivered already. It reports whether it
+// appended.
+func Announce(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, out Outcome, channel string, message []byte, streamMaxLen int64) (appended bool, err error) {
+	switch {
+	case s == nil || len(s.raw) == 0:
+		return false, errors.New("snapshot announce: empty snapshot")
+	case out != Written && out != Current:
+		return false, errAnnounceStale
+	case streamMaxLen <= 0:
+		return false, errors.New("snapshot announce: no stream length")
+	}
+	window := 0
+	if out == Current {
+		window = AnnounceWindow
+	}
+	ks := []string{names.Stream(s.TenantID), names.StreamEpoch(s.TenantID)}
+	n, err := announceScript.Run(ctx, rdb, ks, channel, message, streamMaxLen,
+		s.TaskID, strconv.FormatInt(s.Version, 10), EventChanged, s.ProjectID, s.UserID, s.UpdatedAt, window).Int64()
+	if err != nil {
+		return false, fmt.Errorf("snapshot announce %s: %w", s.TaskID, err)
+	}
+	return n == 1, nil
 }
 
 // writeArgs are the first ARGV of setifnewer.lua.
