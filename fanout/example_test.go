@@ -34,3 +34,25 @@ func ExampleRedisPublisher() {
 		log.Printf("%s: version %d is stale, nothing announced", s.TaskID, s.Version)
 	}
 }
+
+// On Redis Cluster the publisher takes the cluster client and the cluster's
+// key names: the snapshot is written in its task's slot, then the hint is
+// SPUBLISHed in its tenant's. If the hint fails, Publish returns an error
+// and a retry of the same version announces it again.
+func ExampleRedisPublisher_cluster() {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"}})
+	defer cc.Close()
+	pub := fanout.NewRedisPublisher(cc, keys.Names{Cluster: true})
+
+	s, err := snapshot.Parse([]byte(`{"task_id":"task_123","tenant_id":"t1","project_id":"p1",
+		"user_id":"u1","status":"SUCCEEDED","progress":100,"version":19,"updated_at":1710000060000}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for attempt := range 3 {
+		if _, err = pub.Publish(context.Background(), s); err == nil {
+			return
+		}
+		log.Printf("publish %s (attempt %d): %v", s.TaskID, attempt+1, err)
+	}
+}
