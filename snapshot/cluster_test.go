@@ -1,0 +1,97 @@
+package snapshot_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/testenv"
+)
+
+// On Redis Cluster, with the cluster's key names, every path of the store
+// works over tasks whose keys live on every master: the write script, the
+// batched read (no cross-slot MGET), the PostgreSQL fallback's write-back,
+// the negative cache's script, and WriteIfNewer's three outcomes. The
+// cluster never answers CROSSSLOT.
+func TestStoreOnRedisCluster(t *testing.T) {
+	c := testenv.StartRedisCluster(t, 3)
+	cc := c.Client()
+	pg := testenv.Database(t)
+	names := keys.Names{Cluster: true}
+	store := newStore(t, snapshot.Config{Redis: cc, DB: pg.Pool, Names: names})
+	ctx := ctxT(t)
+
+	// Tasks whose snapshot slots are served by each of the three masters.
+	byOwner := map[string][]string{}
+	var ids []string
+	for i := 0; len(ids) < 9; i++ {
+		id := fmt.Sprintf("%s-%d", testenv.UniqueID("task"), i)
+		owner := c.MasterOf(names.Snapshot(id))
+		if len(byOwner[owner]) < 3 {
+			byOwner[owner] = append(byOwner[owner], id)
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids[:6] {
+		if written, err := store.SetIfNewer(ctx, snap(t, id, "t1", "RUNNING", 2)); err != nil || !written {
+			t.Fatalf("SetIfNewer %s: %v, %v", id, written, err)
+		}
+	}
+	for _, id := range ids[6:] { // only in PostgreSQL: read through and written back
+		pg.InsertTask(t, testenv.Task{ID: id, TenantID: "t1", ProjectID: "p1", UserID: "u1",
+			Status: "SUCCEEDED", Progress: 100, Version: 3, UpdatedAt: time.UnixMilli(1710000000000)})
+	}
+
+	// A second store has no process cache: everything comes from the cluster
+	// or PostgreSQL, in batches.
+	other := newStore(t, snapshot.Config{Redis: cc, DB: pg.Pool, Names: names})
+	ghost := testenv.UniqueID("ghost")
+	got, err := other.GetMany(ctx, append(ids, ghost))
+	if err != nil {
+		t.Fatalf("GetMany: %v", err)
+	}
+	for i, id := range ids {
+		want := int64(2)
+		if i >= 6 {
+			want = 3
+		}
+		if s := got[id]; s == nil || s.Version != want {
+			t.Errorf("GetMany %s: %+v, want version %d", id, s, want)
+		}
+	}
+	if got[ghost] != nil {
+		t.Errorf("GetMany found the absent task %s", ghost)
+	}
+	if st := other.Stats(); st.RedisErrors != 0 || st.WriteBacks != 3 {
+		t.Errorf("stats %+v: want no Redis error and the three PostgreSQL rows written back", st)
+	}
+	for _, id := range ids[6:] {
+		if n, err := cc.Exists(ctx, names.Snapshot(id)).Result(); err != nil || n != 1 {
+			t.Errorf("%s not written back to the cluster: %d, %v", id, n, err)
+		}
+	}
+	if _, err := other.Get(ctx, ghost, 0); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Fatalf("Get of an absent task: %v, want ErrNotFound", err)
+	}
+	if n, err := cc.Exists(ctx, names.NotFound(ghost)).Result(); err != nil || n != 1 {
+		t.Errorf("negative cache of %s not set on the cluster: %d, %v", ghost, n, err)
+	}
+
+	// The outcomes a cluster publisher relies on.
+	id := ids[0]
+	for _, step := range []struct {
+		version int64
+		want    snapshot.Outcome
+	}{{1, snapshot.Stale}, {2, snapshot.Current}, {4, snapshot.Written}} {
+		out, err := snapshot.WriteIfNewer(ctx, cc, names, snap(t, id, "t1", "RUNNING", step.version), 0)
+		if err != nil || out != step.want {
+			t.Errorf("WriteIfNewer v%d = %v, %v; want %v", step.version, out, err, step.want)
+		}
+	}
+	if n := c.ErrorCount("CROSSSLOT"); n != 0 {
+		t.Fatalf("the cluster answered CROSSSLOT %d times", n)
+	}
+}
