@@ -6,7 +6,10 @@
 //   - the Tailer XREADs, on a few dedicated connections, the streams of the
 //     tenants the node has watchers for, from the last id it applied (never
 //     from "$" after the first look), and hands each batch to the hub
-//     (hub.Hub.Apply) before it moves on. While it does so for a tenant, a
+//     (hub.Hub.Apply) before it moves on. On Redis Cluster, where one XREAD
+//     cannot span slots, each reader sends a pipeline of single-key
+//     non-blocking XREADs (split per master by the cluster client) and waits
+//     between rounds that found nothing. While it does so for a tenant, a
 //     gap in the tenant's Pub/Sub subscription needs no re-read.
 //   - a stream trimmed past that id, or one Redis lost (its epoch changed,
 //     it went missing or backwards), is not a gap the stream can close:

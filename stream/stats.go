@@ -63,8 +63,8 @@ type Stats struct {
 	Tailed      int   // streams tailed now
 	Length      int64 // sum of their lengths (XLEN), as of the last check
 	MaxLength   int64 // the longest of them, as of the last check
-	Reads       int64 // XREAD calls that answered
-	ReadErrors  int64 // XREAD calls that failed
+	Reads       int64 // XREAD calls (on a cluster, pipelined rounds) that answered
+	ReadErrors  int64 // XREAD calls (on a cluster, rounds) that failed
 	Entries     int64 // entries read and delivered to the hub
 	Malformed   int64 // entries skipped: no valid task_id or version
 	ApplyErrors int64 // batches the hub could not deliver (retried)

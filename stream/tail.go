@@ -40,17 +40,26 @@ type Subscriber interface {
 
 // Config configures a Tailer. Only Client is required.
 type Config struct {
-	// Client runs the Tailer's commands (XINFO, GET, XRANGE for Replay).
-	// The readers' XREAD BLOCK run on connections of their own, opened
-	// with Client's options, so they never hold the client's pool.
-	// Required.
-	Client *redis.Client
+	// Client runs the Tailer's commands (XINFO, GET, XRANGE for Replay):
+	// a *redis.Client, or a *redis.ClusterClient for Redis Cluster. The
+	// readers' XREADs run on a client of their own, made with Client's
+	// options, so they never hold the client's pool. Required.
+	//
+	// On a standalone Redis each reader issues one XREAD BLOCK over all its
+	// streams. On a cluster one XREAD cannot span slots, and a blocking one
+	// per slot would hold a connection per slot: there each reader reads
+	// its streams with a pipeline of single-key non-blocking XREADs, which
+	// the cluster client splits per master, and when nothing came waits up
+	// to Block (less when a tenant is added) before the next round.
+	Client redis.UniversalClient
 	// Names spells the streams. The zero value uses DESIGN.md's names.
 	Names keys.Names
-	// Readers bounds the connections that XREAD; each XREAD covers every
-	// stream of the tenants hashed to its reader. Zero means 4.
+	// Readers bounds the connections that XREAD (per master on a cluster);
+	// each XREAD round covers every stream of the tenants hashed to its
+	// reader. Zero means 4.
 	Readers int
-	// Block is how long one XREAD waits for entries. A reader that has not
+	// Block is how long one XREAD waits for entries (on a cluster, how long
+	// a reader waits after a round that found none). A reader that has not
 	// heard from Redis for 2 × Block + 1s no longer covers its tenants.
 	// Zero means 1s.
 	Block time.Duration
@@ -110,12 +119,15 @@ const (
 // nothing after the tail's id trimmed or lost). A tail that cannot continue
 // is placed anew, and its tenant re-read before it gets a Position again.
 type Tailer struct {
-	cfg    Config
-	log    *slog.Logger
-	xrd    *redis.Client // the readers' own connections
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the readers
+	cfg Config
+	log *slog.Logger
+	xrd redis.UniversalClient // the readers' own connections
+	// sharded: xrd is a *redis.ClusterClient; readers poll a pipeline of
+	// single-key XREADs instead of one XREAD BLOCK.
+	sharded bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the readers
 
 	readers []*reader
 	dials   atomic.Uint64 // connections the readers' client opened
@@ -151,9 +163,6 @@ type tail struct {
 
 // NewTailer returns a Tailer; it does no I/O. Start begins the readers.
 func NewTailer(cfg Config) *Tailer {
-	if cfg.Client == nil {
-		panic("stream: Config.Client is required")
-	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Tailer{
@@ -161,7 +170,16 @@ func NewTailer(cfg Config) *Tailer {
 		ctx: ctx, cancel: cancel,
 		seed: maphash.MakeSeed(), tenants: make(map[string]*tail),
 	}
-	t.xrd = redis.NewClient(t.readerOptions())
+	switch c := cfg.Client.(type) {
+	case *redis.Client:
+		t.xrd = redis.NewClient(t.readerOptions(c))
+	case *redis.ClusterClient:
+		t.xrd, t.sharded = redis.NewClusterClient(t.clusterReaderOptions(c)), true
+	case nil:
+		panic("stream: Config.Client is required")
+	default:
+		panic(fmt.Sprintf("stream: Config.Client is a %T; want a *redis.Client or a *redis.ClusterClient", c))
+	}
 	for range cfg.Readers {
 		t.readers = append(t.readers, &reader{t: t, wake: make(chan struct{}, 1)})
 	}
@@ -174,8 +192,8 @@ func NewTailer(cfg Config) *Tailer {
 // by its own deadline (Block plus a margin, not go-redis's Block plus 10s),
 // and every new connection counted, because a reader may be handed a new
 // one, to a Redis that restarted, without any command failing.
-func (t *Tailer) readerOptions() *redis.Options {
-	c := t.cfg.Client.Options()
+func (t *Tailer) readerOptions(client *redis.Client) *redis.Options {
+	c := client.Options()
 	return &redis.Options{
 		Network: c.Network, Addr: c.Addr, Dialer: c.Dialer, TLSConfig: c.TLSConfig,
 		Username: c.Username, Password: c.Password, CredentialsProvider: c.CredentialsProvider,
@@ -184,11 +202,51 @@ func (t *Tailer) readerOptions() *redis.Options {
 		PoolSize: t.cfg.Readers, MaxIdleConns: t.cfg.Readers,
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,
-		OnConnect: func(context.Context, *redis.Conn) error {
-			t.dials.Add(1)
-			return nil
-		},
+		OnConnect:             t.countDial,
 	}
+}
+
+// clusterReaderOptions are readerOptions for a cluster: Client's seeds,
+// topology source and credentials, a pool of one connection per reader per
+// master, and every new connection counted. A connection to a master the
+// readers did not use before (a promoted replica after a failover, a
+// restarted master) is a dial, so the readers check their tails before
+// trusting what it says. A slot migrated between masters moves the stream
+// and its epoch key with it, so following MOVED keeps continuity; the
+// cluster client's redirects stay on.
+func (t *Tailer) clusterReaderOptions(client *redis.ClusterClient) *redis.ClusterOptions {
+	c := client.Options()
+	return &redis.ClusterOptions{
+		Addrs: c.Addrs, ClusterSlots: c.ClusterSlots, Dialer: c.Dialer, TLSConfig: c.TLSConfig,
+		Username: c.Username, Password: c.Password, CredentialsProvider: c.CredentialsProvider,
+		Protocol: c.Protocol, ClientName: c.ClientName,
+		DialTimeout: c.DialTimeout, WriteTimeout: c.WriteTimeout, DialerRetries: c.DialerRetries,
+		MaxRedirects: c.MaxRedirects,
+		PoolSize:     t.cfg.Readers, MaxIdleConns: t.cfg.Readers,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		OnConnect:             t.countDial,
+	}
+}
+
+// reloadTopology asks the cluster clients to refresh their slot maps after
+// a failed command: go-redis does so by itself on MOVED, but a master that
+// died answers nothing, and until the refresh every command for its slots
+// would be sent to it again. The refresh runs in the background, at most
+// about once per 200ms however often it is asked for.
+func (t *Tailer) reloadTopology() {
+	if !t.sharded {
+		return
+	}
+	t.xrd.(*redis.ClusterClient).ReloadState(t.ctx)
+	if cc, ok := t.cfg.Client.(*redis.ClusterClient); ok {
+		cc.ReloadState(t.ctx)
+	}
+}
+
+func (t *Tailer) countDial(context.Context, *redis.Conn) error {
+	t.dials.Add(1)
+	return nil
 }
 
 // Start begins the readers, delivering to target. It must be called once,
@@ -214,7 +272,7 @@ func (t *Tailer) Start(target Target) {
 }
 
 // Close stops the readers, closes their connections and waits for them. It
-// is idempotent.
+// is idempotent. It does not close Config.Client.
 func (t *Tailer) Close() error {
 	t.mu.Lock()
 	if t.closed {
@@ -549,9 +607,7 @@ func (r *reader) run() {
 			}
 			continue
 		}
-		ctx, cancel := context.WithTimeout(t.ctx, t.cfg.Block+time.Second)
-		res, err := t.xrd.XRead(ctx, &redis.XReadArgs{Streams: append(streams, ids...), Count: t.cfg.Count, Block: t.cfg.Block}).Result()
-		cancel()
+		res, err := r.read(streams, ids)
 		if t.ctx.Err() != nil {
 			return
 		}
@@ -561,6 +617,7 @@ func (r *reader) run() {
 				t.log.Warn("stream read failed; checking the streams once Redis answers", "err", err)
 			}
 			r.distrust(tails)
+			t.reloadTopology()
 			backoff = min(max(2*backoff, minBackoff), maxBackoff)
 			if !r.sleep(backoff/2 + rand.N(backoff/2)) {
 				return
@@ -576,6 +633,13 @@ func (r *reader) run() {
 			continue
 		}
 		r.lastOK.Store(time.Now().UnixNano())
+		if len(res) == 0 && t.sharded {
+			// The round did not block in Redis: wait here.
+			if !r.pause() {
+				return
+			}
+			continue
+		}
 		failed := false
 		for _, s := range res {
 			if tl := byKey[s.Stream]; tl != nil && !r.deliver(tl, s.Messages) {
@@ -586,6 +650,55 @@ func (r *reader) run() {
 			return
 		}
 	}
+}
+
+// read returns the entries after ids of streams (redis.Nil for none): one
+// XREAD BLOCK on a standalone Redis; on a cluster, a pipeline of single-key
+// non-blocking XREADs, which the cluster client sends to each master in one
+// round trip. There any command's failure fails the read, as a failed XREAD
+// does, and every tail of the reader is checked again.
+func (r *reader) read(streams, ids []string) ([]redis.XStream, error) {
+	t := r.t
+	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.Block+time.Second)
+	defer cancel()
+	if !t.sharded {
+		return t.xrd.XRead(ctx, &redis.XReadArgs{Streams: append(streams, ids...), Count: t.cfg.Count, Block: t.cfg.Block}).Result()
+	}
+	pipe := t.xrd.Pipeline()
+	cmds := make([]*redis.XStreamSliceCmd, len(streams))
+	for i := range streams {
+		cmds[i] = pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{streams[i], ids[i]}, Count: t.cfg.Count, Block: -1})
+	}
+	pipe.Exec(ctx) // each command's error is checked below
+	var res []redis.XStream
+	for _, c := range cmds {
+		s, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, err
+		default:
+			res = append(res, s...)
+		}
+	}
+	if len(res) == 0 {
+		return nil, redis.Nil
+	}
+	return res, nil
+}
+
+// pause waits Block after a cluster round that found nothing, or less when
+// a tail was added.
+func (r *reader) pause() bool {
+	timer := time.NewTimer(r.t.cfg.Block)
+	defer timer.Stop()
+	select {
+	case <-r.wake:
+	case <-timer.C:
+	case <-r.t.ctx.Done():
+		return false
+	}
+	return true
 }
 
 // idle waits for a tail to be added, or for a retry of what failed.
@@ -662,6 +775,7 @@ func (r *reader) prepare(tails []*tail) bool {
 		st, err := readState(eps[i], infos[i])
 		if err != nil {
 			ok = false
+			t.reloadTopology()
 			continue
 		}
 		t.mu.Lock()

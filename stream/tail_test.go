@@ -32,7 +32,8 @@ type target struct {
 	mu      sync.Mutex
 	changes []fanout.Notification
 	resyncs []string
-	changed chan struct{} // cap 1
+	events  []fanout.Notification // changes and re-reads in order; a re-read has version 0
+	changed chan struct{}         // cap 1
 }
 
 func newTarget() *target { return &target{changed: make(chan struct{}, 1)} }
@@ -40,6 +41,7 @@ func newTarget() *target { return &target{changed: make(chan struct{}, 1)} }
 func (g *target) Apply(_ context.Context, _ string, changes []fanout.Notification) error {
 	g.mu.Lock()
 	g.changes = append(g.changes, changes...)
+	g.events = append(g.events, changes...)
 	g.mu.Unlock()
 	g.signal()
 	return nil
@@ -48,6 +50,7 @@ func (g *target) Apply(_ context.Context, _ string, changes []fanout.Notificatio
 func (g *target) ResyncNow(tenant string) bool {
 	g.mu.Lock()
 	g.resyncs = append(g.resyncs, tenant)
+	g.events = append(g.events, fanout.Notification{TenantID: tenant})
 	g.mu.Unlock()
 	g.signal()
 	return true
