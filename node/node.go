@@ -214,9 +214,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		publisher = n.publisher(names)
 		ready = n.ready
 		if cfg.Streams {
-			n.tailer = stream.NewTailer(stream.Config{Client: n.rdb, Names: names, Logger: cfg.Logger})
-			hubBus, hubStream = n.tailer.Subscriber(n.redisBus), n.tailer
-			publisher = fanout.NewRedisPublisher(n.rdb, names, fanout.WithStream(cfg.StreamMaxLen))
+			// n.realtime is the standalone realtime Redis or the cluster;
+			// on a cluster the publisher appends in the tenant's slot after
+			// the snapshot write (snapshot.Announce), and the tailer reads
+			// each master's streams in pipelined rounds.
+			n.tailer = stream.NewTailer(stream.Config{Client: n.realtime, Names: names, Logger: cfg.Logger})
+			hubBus, hubStream = n.tailer.Subscriber(n.bus), n.tailer
+			publisher = fanout.NewRedisPublisher(n.realtime, names, fanout.WithStream(cfg.StreamMaxLen))
 		}
 	}
 	if hubBus == nil {

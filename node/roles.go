@@ -57,8 +57,6 @@ func (n *Node) dialCluster() error {
 	switch {
 	case cfg.RedisCacheURL != "" || cfg.RedisControlURL != "" || cfg.RedisRealtimeURL != "":
 		return errors.New("the Redis role URLs are for standalone Redis; a cluster serves every role")
-	case cfg.Streams:
-		return errors.New("streams are not supported on Redis Cluster yet")
 	}
 	opt, err := ParseClusterURL(cfg.RedisURL)
 	if err != nil {

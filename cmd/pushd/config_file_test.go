@@ -147,7 +147,6 @@ func TestBadSettingsNameTheSettingAndOrigin(t *testing.T) {
 		{"redis-cluster", "true", "needs --redis-url with the cluster's seed nodes", nil},
 		{"redis-url", "redis://a:1,http://b:2", "seed 2: redis: invalid URL scheme", []string{"--redis-cluster"}},
 		{"redis-url", " , ", "no seed node", []string{"--redis-cluster"}},
-		{"streams", "true", "not supported with --redis-cluster", []string{"--redis-cluster", "--redis-url", "a:1,b:2"}},
 		{"redis-cache-url", "redis://c:6379/0", "with --redis-cluster the cluster serves every role", []string{"--redis-cluster", "--redis-url", "a:1,b:2"}},
 		{"streams", "true", "one Redis", []string{"--redis-url", "redis://r:6379/0", "--redis-cache-url", "redis://c:6379/0"}},
 		{"jwt-public-key", "/nonexistent/key.pem", "no such file", nil},

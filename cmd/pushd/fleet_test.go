@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/stream"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -48,11 +50,18 @@ type fleet struct {
 	wg       sync.WaitGroup
 }
 
-func startFleet(t *testing.T) *fleet {
+// startFleet starts the fleet; extra are more flags for every node. With
+// --streams the fanout publisher appends to the streams too, as the Task
+// State Service must.
+func startFleet(t *testing.T, extra ...string) *fleet {
 	t.Helper()
 	c := testenv.StartRedisCluster(t, 3)
 	cc := c.Client()
-	f := &fleet{cluster: c, cc: cc, pub: fanout.NewRedisPublisher(cc, clusterNames),
+	var opts []fanout.PublisherOption
+	if slices.Contains(extra, "--streams") {
+		opts = append(opts, fanout.WithStream(10000))
+	}
+	f := &fleet{cluster: c, cc: cc, pub: fanout.NewRedisPublisher(cc, clusterNames, opts...),
 		byOwner: map[string][]string{}, changed: make(chan struct{})}
 	for i := 0; len(f.tenants) < 6; i++ {
 		tenant := fmt.Sprintf("tenant%d", i)
@@ -63,8 +72,8 @@ func startFleet(t *testing.T) *fleet {
 		}
 	}
 	for i := range 3 {
-		f.nodes = append(f.nodes, startBinary(t, "--redis-cluster", "--redis-url", c.Seeds,
-			"--jwt-secret", fleetSecret, "--node-name", fmt.Sprintf("node%d", i)))
+		f.nodes = append(f.nodes, startBinary(t, append([]string{"--redis-cluster", "--redis-url", c.Seeds,
+			"--jwt-secret", fleetSecret, "--node-name", fmt.Sprintf("node%d", i)}, extra...)...))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
@@ -182,10 +191,7 @@ type watcher struct {
 
 func (f *fleet) watch(ctx context.Context, t *testing.T, tenant string, node int) {
 	t.Helper()
-	tok, err := auth.NewSigner([]byte(fleetSecret)).Sign(auth.Principal{TenantID: tenant, UserID: "u1", ExpiresAt: time.Now().Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := fleetToken(t, tenant)
 	w := &watcher{tenant: tenant, first: node, seen: map[string]int64{}}
 	path := "/v1/events?task=" + strings.Join(tasksOf(tenant), "&task=")
 	f.mu.Lock()
@@ -204,6 +210,15 @@ func (f *fleet) watch(ctx context.Context, t *testing.T, tenant string, node int
 			}
 		}
 	})
+}
+
+func fleetToken(t *testing.T, tenant string) string {
+	t.Helper()
+	tok, err := auth.NewSigner([]byte(fleetSecret)).Sign(auth.Principal{TenantID: tenant, UserID: "u1", ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
 
 func (p *proc) alive() bool {
@@ -431,4 +446,133 @@ func TestFleetNodeKilled(t *testing.T) {
 	}
 	f.mu.Unlock()
 	f.noCrossSlot(t)
+}
+
+// With --streams on the cluster: every watcher converges, and a browser
+// that reconnects to another node with its Last-Event-ID is resumed from
+// the tenant's stream (replayed, not a full resync) and gets what changed
+// while it was away. Tenants live on every master.
+func TestFleetStreamsResumeOnAnotherNode(t *testing.T) {
+	f := startFleet(t, "--streams")
+	f.publishAll(t, 2)
+	f.converged(t, 2)
+	for i, tenant := range f.tenants {
+		from, to := i%len(f.nodes), (i+1)%len(f.nodes)
+		query := "/v1/events?task=" + strings.Join(tasksOf(tenant), "&task=")
+		had, cursor := readUntilCursor(t, f.nodes[from].URL+query, fleetToken(t, tenant), "")
+		if !stream.IsCursor(cursor) {
+			t.Fatalf("%s on node%d: no stream cursor (%q)", tenant, from, cursor)
+		}
+		moved := tasksOf(tenant)[0]
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		err := f.publish(ctx, moved, 3, -1)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := readUntilCursor(t, f.nodes[to].URL+query, fleetToken(t, tenant), cursor)
+		t.Logf("%s: node%d's cursor had %v; resumed on node%d with %v", tenant, from, had, to, got)
+		if got[moved] != 3 {
+			t.Fatalf("%s resumed on node%d: got %v, want %s v3", tenant, to, got, moved)
+		}
+		for task, v := range got {
+			if v < had[task] {
+				t.Fatalf("%s resumed on node%d: %s v%d, older than the v%d it had", tenant, to, task, v, had[task])
+			}
+		}
+	}
+	// Every resume was served from a stream; none fell back to a full
+	// resync.
+	var tasks float64
+	for i, n := range f.nodes {
+		m := metricsOf(t, n.URL)
+		for name, v := range m {
+			if strings.HasPrefix(name, "pushd_resume_fallbacks_total") && v != 0 {
+				t.Errorf("node%d: %s %v", i, name, v)
+			}
+		}
+		tasks += m["pushd_resume_tasks_total"]
+	}
+	t.Logf("tasks sent for resumes, all nodes: %v", tasks)
+	if tasks < float64(len(f.tenants)) {
+		t.Errorf("%v tasks sent for resumes, want at least one per tenant (%d)", tasks, len(f.tenants))
+	}
+	f.publishAll(t, 4)
+	f.converged(t, 4)
+	f.noCrossSlot(t)
+}
+
+// readUntilCursor opens an SSE stream (resuming from cursor unless empty),
+// reads the task events up to the first stream cursor, and returns each
+// task's newest version and the cursor.
+func readUntilCursor(t *testing.T, url, tok, cursor string) (map[string]int64, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if cursor != "" {
+		req.Header.Set("Last-Event-ID", cursor)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	got := map[string]int64{}
+	var next string
+	testenv.ReadSSE(resp.Body, func(ev testenv.SSEEvent) {
+		if next != "" {
+			return
+		}
+		if ev.Event == "task" {
+			var doc taskDoc
+			if json.Unmarshal([]byte(ev.Data), &doc) == nil {
+				got[doc.TaskID] = max(got[doc.TaskID], doc.Version)
+			}
+		}
+		if stream.IsCursor(ev.ID) {
+			next = ev.ID
+			cancel() // ends the read
+		}
+	})
+	if next == "" {
+		t.Fatalf("GET %s: no stream cursor within %v (tasks %v)", url, waitFor, got)
+	}
+	return got, next
+}
+
+// metricsOf reads a node's /metrics: each sample by name and labels.
+func metricsOf(t *testing.T, base string) map[string]float64 {
+	t.Helper()
+	resp, err := client.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s, %v", resp.Status, err)
+	}
+	out := map[string]float64{}
+	for line := range strings.Lines(string(body)) {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[i+1:]), 64)
+		if err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
 }

@@ -56,9 +56,6 @@ func (c config) validate(from origins) error {
 		if c.RedisURL == "" {
 			bad("redis-cluster", "needs --redis-url with the cluster's seed nodes")
 		}
-		if c.Streams {
-			bad("streams", "is not supported with --redis-cluster yet")
-		}
 		for name, u := range map[string]string{"redis-cache-url": c.RedisCacheURL, "redis-control-url": c.RedisControlURL, "redis-realtime-url": c.RedisRealtimeURL} {
 			if u != "" {
 				bad(name, "is for standalone Redis; with --redis-cluster the cluster serves every role")
