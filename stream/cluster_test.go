@@ -257,3 +257,50 @@ func waitDialRetriesEnded(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // a library goroutine we cannot wait on; poll with a deadline
 	}
 }
+
+// A tenant's slot migrates by hand while its task keeps changing: MIGRATE
+// moves the stream and its epoch key together, the readers follow MOVED
+// and ASK, and the tail continues on the new master, every change once and
+// in order, with no re-read.
+func TestClusterTailFollowsSlotMigration(t *testing.T) {
+	f := newClusterFixture(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	moved := f.tenants[0]
+	from := f.c.MasterOf(clusterNames.Stream(moved))
+	var to string
+	for owner := range f.byOwner {
+		if owner != from {
+			to = owner
+			break
+		}
+	}
+	f.publish(t, ctx, 1)
+	f.c.MoveSlot(clusterNames.Stream(moved), to)
+	for v := int64(2); v <= 5; v++ {
+		f.publish(t, ctx, v)
+	}
+	f.g.waitUntil(t, "v5 of every tenant", func() bool {
+		for _, tenant := range f.tenants {
+			if vs := f.versions(tenant); len(vs) == 0 || vs[len(vs)-1] != 5 {
+				return false
+			}
+		}
+		return true
+	})
+	f.g.mu.Lock()
+	for _, tenant := range f.tenants {
+		if got := fmt.Sprint(f.versions(tenant)); got != "[1 2 3 4 5]" {
+			f.g.mu.Unlock()
+			t.Fatalf("%s: delivered %s, want 1…5 once each, in order", tenant, got)
+		}
+	}
+	if len(f.g.resyncs) != 0 {
+		t.Errorf("re-read %v after a migration that lost nothing", f.g.resyncs)
+	}
+	f.g.mu.Unlock()
+	if owner := f.c.MasterOf(clusterNames.Stream(moved)); owner != to {
+		t.Fatalf("%s's stream on %s after the migration, want %s", moved, owner, to)
+	}
+	f.noCrossSlot(t)
+}
