@@ -65,6 +65,10 @@ type Config struct {
 	MaxConnsPerIP int
 	// MaxURLBytes bounds a request's URL; zero means 8 KiB.
 	MaxURLBytes int
+	// TrustedProxies are the load balancers whose X-Forwarded-For names
+	// the client, for the per-address limits. Empty trusts no header: the
+	// client is the TCP peer.
+	TrustedProxies []*net.IPNet
 	// OriginPatterns are the origins whose pages may read the streams and
 	// the snapshot API with credentials (CORS), as the WebSocket endpoint
 	// takes them; empty allows none.
@@ -94,7 +98,7 @@ func New(cfg Config) http.Handler {
 	s := &server{cfg: cfg, log: cfg.Logger}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.IPExtractor = echo.ExtractIPDirect() // X-Forwarded-For is not trusted unless a proxy is configured
+	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
 	e.HTTPErrorHandler = s.handleError
 	e.Pre(s.limitURL)
 	e.Use(cors(cfg.OriginPatterns))
@@ -455,4 +459,19 @@ func (s *server) demoToken(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"token": tok, "tenant_id": tenant, "user_id": user, "expires_at": exp.Unix()})
+}
+
+// ipExtractor names a request's client: the TCP peer, or, behind trusted
+// proxies, the nearest address in X-Forwarded-For that is not one of them.
+// A header from any other peer is ignored, so a client cannot pick the
+// address its limits are counted under.
+func ipExtractor(trusted []*net.IPNet) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, n := range trusted {
+		opts = append(opts, echo.TrustIPRange(n))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }

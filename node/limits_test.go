@@ -110,3 +110,56 @@ func TestOversizedHeadersAreRefused(t *testing.T) {
 		t.Fatalf("70 KB of headers: %d, want 431", resp.StatusCode)
 	}
 }
+
+// Behind a trusted load balancer, the per-address limit counts the client
+// X-Forwarded-For names; a header from any other peer is ignored, so a
+// client cannot pick the address it is counted under.
+func TestTrustedProxyNamesTheClient(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.MaxConnsPerIP = 1
+	_, lb, _ := net.ParseCIDR("127.0.0.1/32")
+	cfg.TrustedProxies = []*net.IPNet{lb}
+	s := startNode(t, cfg)
+	task := testenv.UniqueID("task")
+	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))
+	u := s.URL + "/v1/events?task=" + task + "&access_token=" + token(t, "t1", "u1")
+	open := func(client *http.Client, forwardedFor string) (*http.Response, []byte) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		req.Header.Set("X-Forwarded-For", forwardedFor)
+		resp, err := client.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cancel()
+			resp.Body.Close()
+		})
+		if resp.StatusCode == http.StatusOK {
+			return resp, nil
+		}
+		body, _ := io.ReadAll(resp.Body)
+		return resp, body
+	}
+	balancer, other := clientFrom("127.0.0.1"), clientFrom("127.0.0.2")
+
+	for i, client := range []string{"203.0.113.7", "203.0.113.8", "198.51.100.1, 203.0.113.9"} {
+		if resp, body := open(balancer, client); resp.StatusCode != http.StatusOK {
+			t.Fatalf("client %s through the balancer: %d %s", client, resp.StatusCode, body)
+		}
+		waitConns(t, s, i+1)
+	}
+	resp, body := open(balancer, "203.0.113.7")
+	wantError(t, resp, body, http.StatusTooManyRequests, "too_many_connections")
+
+	// Not the balancer: its header counts for nothing.
+	if resp, body := open(other, "203.0.113.10"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a direct client: %d %s", resp.StatusCode, body)
+	}
+	waitConns(t, s, 4)
+	resp, body = open(other, "203.0.113.11")
+	wantError(t, resp, body, http.StatusTooManyRequests, "too_many_connections")
+}

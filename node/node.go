@@ -57,6 +57,9 @@ type Config struct {
 
 	NodeName       string
 	OriginPatterns []string
+	// TrustedProxies are the load balancers whose X-Forwarded-For names
+	// the client for the per-address limits; empty means the TCP peer.
+	TrustedProxies []*net.IPNet
 
 	Heartbeat    time.Duration // zero: the hub's default
 	PollInterval time.Duration // polling mode's re-read interval; zero: the hub's default (2s)
@@ -273,6 +276,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Client:     web.Client(),
 		Admission:  n.adm,
 		MaxConns:   cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, OriginPatterns: cfg.OriginPatterns,
+		TrustedProxies: cfg.TrustedProxies,
 		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.busStats, Stream: n.tailer, Admission: n.adm}),
 			promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}),
 		Logger: cfg.Logger,

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ type config struct {
 	APIKey         string
 	NodeName       string
 	Origins        string
+	TrustedProxies string
 	Heartbeat      time.Duration
 	PollInterval   time.Duration
 	WriteTimeout   time.Duration
@@ -107,6 +109,7 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.JWTAlgorithm, "jwt-algorithm", "", "pin the token algorithm (HS256, RS256, ES256, EdDSA); default from the key")
 	fs.StringVar(&c.APIKey, "api-key", "", "key for POST /v1/publish (X-API-Key); empty allows loopback callers only")
 	fs.StringVar(&c.NodeName, "node-name", "", "name shown in hello and metrics; empty means the host name")
+	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated addresses or CIDRs of load balancers whose X-Forwarded-For names the client for the per-address limits; empty trusts none")
 	fs.StringVar(&c.Origins, "allowed-origins", "", "comma-separated origin patterns allowed to open WebSockets besides the server's own host")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 25*time.Second, "idle time after which a heartbeat is written")
 	fs.DurationVar(&c.PollInterval, "poll-interval", 2*time.Second, "while Pub/Sub is down, how often watched tasks are re-read (jittered)")
@@ -247,6 +250,31 @@ func settingHint(fs *flag.FlagSet, name string) string {
 
 // Embedded reports whether the node runs without Redis and PostgreSQL.
 func (c config) Embedded() bool { return c.RedisURL == "" && c.DatabaseURL == "" }
+
+// trustedProxies parses --trusted-proxies: CIDRs, or single addresses.
+func (c config) trustedProxies() ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for item := range strings.SplitSeq(c.TrustedProxies, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		cidr := item
+		if !strings.Contains(cidr, "/") { // one address
+			if strings.Contains(cidr, ":") {
+				cidr += "/128"
+			} else {
+				cidr += "/32"
+			}
+		}
+		_, n, err := net.ParseCIDR(cidr)
+		if err != nil {
+			return nil, fmt.Errorf("%q: want IP addresses or CIDRs", item)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
 
 func (c config) originPatterns() []string {
 	var out []string

@@ -144,6 +144,7 @@ func TestBadSettingsNameTheSettingAndOrigin(t *testing.T) {
 		{"database-url", "postgres://h:notaport/db", "cannot parse", []string{"--redis-url", "redis://r:6379/0"}},
 		{"database-url", "postgres://h/db", "needs --redis-url", nil},
 		{"streams", "true", "needs --redis-url", nil},
+		{"trusted-proxies", "10.0.0.0/8,lb.example", `"lb.example": want IP addresses or CIDRs`, nil},
 		{"redis-cluster", "true", "needs --redis-url with the cluster's seed nodes", nil},
 		{"redis-url", "redis://a:1,http://b:2", "seed 2: redis: invalid URL scheme", []string{"--redis-cluster"}},
 		{"redis-url", " , ", "no seed node", []string{"--redis-cluster"}},

@@ -46,6 +46,7 @@ var flagCases = map[string]flagCase{
 	"max-conns-per-ip": {"10", "20", func(c config) string { return strconv.Itoa(c.MaxConnsPerIP) }},
 	"node-name":        {"env-node", "flag-node", func(c config) string { return c.NodeName }},
 	"allowed-origins":  {"env.example", "flag.example", func(c config) string { return c.Origins }},
+	"trusted-proxies":  {"10.0.0.1", "10.0.0.0/8", func(c config) string { return c.TrustedProxies }},
 	"heartbeat":        {"7s", "8s", func(c config) string { return dur(c.Heartbeat) }},
 	"poll-interval":    {"3s", "4s", func(c config) string { return dur(c.PollInterval) }},
 	"write-timeout":    {"3s", "4s", func(c config) string { return dur(c.WriteTimeout) }},

@@ -59,10 +59,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	proxies, _ := cfg.trustedProxies() // validated with the other settings
 	n, err := node.New(ctx, node.Config{
 		RedisURL: cfg.RedisURL, RedisCluster: cfg.RedisCluster, KeyPrefix: cfg.KeyPrefix, DatabaseURL: cfg.DatabaseURL,
 		JWTSecret: []byte(cfg.JWTSecret), JWTPublicKeyPEM: pem, JWTAlgorithm: cfg.JWTAlgorithm,
-		APIKey: cfg.APIKey, NodeName: cfg.NodeName, OriginPatterns: cfg.originPatterns(),
+		APIKey: cfg.APIKey, NodeName: cfg.NodeName, OriginPatterns: cfg.originPatterns(), TrustedProxies: proxies,
 		Heartbeat: cfg.Heartbeat, PollInterval: cfg.PollInterval, WriteTimeout: cfg.WriteTimeout, SSERetry: cfg.Retry,
 		ReconnectAfter: cfg.ReconnectAfter, Demo: cfg.Demo, Logger: log,
 		Streams: cfg.Streams, StreamMaxLen: cfg.StreamMaxLen,

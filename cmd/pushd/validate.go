@@ -68,6 +68,9 @@ func (c config) validate(from origins) error {
 			bad("database-url", "%v", withoutURL(err))
 		}
 	}
+	if _, err := c.trustedProxies(); err != nil {
+		bad("trusted-proxies", "%v", err)
+	}
 	if c.DatabaseURL != "" && c.RedisURL == "" {
 		bad("database-url", "needs --redis-url (set neither for the embedded mode)")
 	}
