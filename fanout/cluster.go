@@ -108,34 +108,20 @@ type ClusterBus struct {
 	cancel context.CancelFunc
 	kick   chan struct{} // wakes the placer; buffered
 	wg     sync.WaitGroup
-	timers sync.WaitGroup // linger timers armed and not finished
-	hmu    sync.Mutex     // serializes Handler calls
+	hmu    sync.Mutex // serializes Handler calls
 	stats  redisCounters
 
 	malformedMu   sync.Mutex
 	malformedLog  time.Time
 	malformedSeen int
 
-	mu      sync.Mutex
-	h       Handler // set by Start, before the goroutines that call it
-	started bool
-	closed  bool
-	subs    map[string]*clusterSub // by tenant
-	shards  map[string]*shard      // the live shard of each master address
-	outage  bool                   // Lost was reported, Restored not yet
+	subTable                   // its mutex guards the fields below and the subscriptions' placement
+	h        Handler           // set by Start, before the goroutines that call it
+	shards   map[string]*shard // the live shard of each master address
+	outage   bool              // Lost was reported, Restored not yet
 	// heldResyncs are the tenants confirmed again during an outage; their
 	// Resyncs follow Restored, as LossHandler orders them.
 	heldResyncs []string
-}
-
-// clusterSub is a tenant's subscription. Its fields are guarded by
-// ClusterBus.mu.
-type clusterSub struct {
-	tenantSub
-	shard     *shard // where its SSUBSCRIBE was written; nil while unplaced
-	placed    bool   // shard confirmed it
-	movedFrom string // the master that dropped it with sunsubscribe
-	movedAt   time.Time
 }
 
 // shard is one connection to a master, with its own client whose dialer
@@ -157,15 +143,17 @@ func NewClusterBus(cfg ClusterConfig) *ClusterBus {
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &ClusterBus{
-		cfg:    cfg,
-		log:    cfg.Logger.With("component", "fanout"),
-		ctx:    ctx,
-		cancel: cancel,
-		kick:   make(chan struct{}, 1),
-		subs:   make(map[string]*clusterSub),
-		shards: make(map[string]*shard),
+	b := &ClusterBus{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "fanout"),
+		ctx:      ctx,
+		cancel:   cancel,
+		kick:     make(chan struct{}, 1),
+		subTable: subTable{subs: make(map[string]*tenantSub), linger: cfg.Linger},
+		shards:   make(map[string]*shard),
 	}
+	b.onExpire = b.expire
+	return b
 }
 
 // Start begins delivering to h. It must be called once, before Subscribe;
@@ -199,94 +187,18 @@ func (b *ClusterBus) Subscribe(ctx context.Context, tenantID string) (release fu
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	for {
-		b.mu.Lock()
-		switch {
-		case b.closed:
-			b.mu.Unlock()
-			return nil, ErrClosed
-		case !b.started:
-			b.mu.Unlock()
-			return nil, errNotStarted
-		}
-		e := b.subs[tenantID]
-		if e != nil && e.leaving != nil {
-			leaving := e.leaving
-			b.mu.Unlock()
-			select {
-			case <-leaving:
-				continue
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		first := e == nil
-		if first {
-			e = &clusterSub{tenantSub: tenantSub{
-				tenant:  tenantID,
-				channel: b.cfg.Names.Channel(tenantID),
-				ready:   make(chan struct{}),
-			}}
-			b.subs[tenantID] = e
-		} else if e.refs == 0 {
-			e.disarm(&b.timers)
-		}
-		e.refs++
-		b.mu.Unlock()
-
-		var once sync.Once
-		release = func() { once.Do(func() { b.release(e) }) }
-		if first {
-			b.wake()
-		}
-		select {
-		case <-e.ready:
-			b.mu.Lock()
-			err := e.err
-			b.mu.Unlock()
-			if err != nil {
-				return nil, err
-			}
-			return release, nil
-		case <-ctx.Done():
-			release()
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// release drops a reference; the last one arms the linger timer once the
-// subscription is confirmed (the confirmation arms it otherwise).
-func (b *ClusterBus) release(e *clusterSub) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed || e.err != nil || b.subs[e.tenant] != e {
-		return
-	}
-	e.refs--
-	if e.refs == 0 && e.confirmed {
-		b.armLinger(e)
-	}
-}
-
-// armLinger starts e's linger timer. b.mu is held and b is not closed.
-func (b *ClusterBus) armLinger(e *clusterSub) {
-	e.arm(&b.timers, b.cfg.Linger, func(gen uint64) { b.expire(e, gen) })
+	return b.acquire(ctx, tenantID, b.cfg.Names.Channel(tenantID), func(*tenantSub) { b.wake() })
 }
 
 // expire unsubscribes a tenant whose linger ran out unreferenced.
-func (b *ClusterBus) expire(e *clusterSub, gen uint64) {
-	b.mu.Lock()
-	if b.closed || b.subs[e.tenant] != e || e.gen != gen || e.refs > 0 {
-		b.mu.Unlock()
+func (b *ClusterBus) expire(e *tenantSub, gen uint64) {
+	if !b.leave(e, gen) {
 		return
 	}
-	e.timer = nil
-	e.leaving = make(chan struct{})
+	b.mu.Lock()
 	sh := e.shard
 	e.shard, e.placed = nil, false
 	b.mu.Unlock()
-
 	// A failed write leaves nothing subscribed: the shard's connection is
 	// gone, and it is never redialed.
 	if sh != nil && !sh.retired.Load() {
@@ -296,13 +208,7 @@ func (b *ClusterBus) expire(e *clusterSub, gen uint64) {
 			b.stats.unsubscribes.Add(1)
 		}
 	}
-
-	b.mu.Lock()
-	if b.subs[e.tenant] == e {
-		delete(b.subs, e.tenant)
-	}
-	close(e.leaving)
-	b.mu.Unlock()
+	b.left(e)
 	b.wake() // the shard may have nothing left to hold
 }
 
@@ -311,14 +217,9 @@ func (b *ClusterBus) expire(e *clusterSub, gen uint64) {
 // Subscribe calls still waiting return ErrClosed. Close is idempotent.
 func (b *ClusterBus) Close() error {
 	b.mu.Lock()
-	if b.closed {
+	if !b.closeAll() {
 		b.mu.Unlock()
 		return nil
-	}
-	b.closed = true
-	for _, e := range b.subs {
-		e.disarm(&b.timers)
-		e.fail(ErrClosed)
 	}
 	shards := b.shards
 	b.shards = nil
@@ -337,18 +238,7 @@ func (b *ClusterBus) Close() error {
 func (b *ClusterBus) Stats() RedisStats { return b.stats.load() }
 
 // Subscribed returns, sorted, the tenants the bus holds a subscription for.
-func (b *ClusterBus) Subscribed() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	tenants := make([]string, 0, len(b.subs))
-	for t, e := range b.subs {
-		if e.leaving == nil && e.err == nil {
-			tenants = append(tenants, t)
-		}
-	}
-	slices.Sort(tenants)
-	return tenants
-}
+func (b *ClusterBus) Subscribed() []string { return b.subscribed() }
 
 // Shards returns, sorted, the master addresses the bus holds a connection
 // to.
@@ -414,7 +304,7 @@ func (b *ClusterBus) placer() {
 // channel is placed.
 func (b *ClusterBus) place(checkAll bool) (settled bool) {
 	b.mu.Lock()
-	var todo []*clusterSub
+	var todo []*tenantSub
 	for _, e := range b.subs {
 		if e.leaving == nil && e.err == nil && (e.shard == nil || checkAll) {
 			todo = append(todo, e)
@@ -424,7 +314,7 @@ func (b *ClusterBus) place(checkAll bool) (settled bool) {
 
 	// Assign every channel, then write.
 	type write struct {
-		e  *clusterSub
+		e  *tenantSub
 		sh *shard
 	}
 	var writes []write
@@ -484,7 +374,7 @@ func (b *ClusterBus) place(checkAll bool) (settled bool) {
 // unplaceable fails a subscription that was never confirmed, so its
 // Subscribe returns err (the hub retries it later); a confirmed one stays
 // unplaced and is retried.
-func (b *ClusterBus) unplaceable(e *clusterSub, err error) {
+func (b *ClusterBus) unplaceable(e *tenantSub, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if e.confirmed || e.err != nil || b.subs[e.tenant] != e {
@@ -682,14 +572,7 @@ func (b *ClusterBus) confirm(sh *shard, channel string) {
 		return
 	}
 	e.placed = true
-	resync := e.confirmed
-	if !e.confirmed {
-		e.confirmed = true
-		close(e.ready)
-		if e.refs == 0 && !b.closed {
-			b.armLinger(e)
-		}
-	}
+	resync := b.confirmedNow(e)
 	hold := resync && b.outage
 	if hold {
 		b.heldResyncs = append(b.heldResyncs, tenant) // Restored comes first

@@ -121,8 +121,7 @@ type RedisBus struct {
 	ps     *redis.PubSub
 	ctx    context.Context // done at Close; bounds the loop, dials and writes of the bus's own
 	cancel context.CancelFunc
-	done   chan struct{}  // closed when the reading loop returns
-	timers sync.WaitGroup // linger timers armed and not finished
+	done   chan struct{} // closed when the reading loop returns
 
 	stats redisCounters
 
@@ -161,40 +160,7 @@ type RedisBus struct {
 	malformedLog  time.Time
 	malformedSeen int // dropped since the last log line
 
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	subs    map[string]*tenantSub // by tenant id
-}
-
-// tenantSub is one tenant's subscription. Its fields are guarded by
-// RedisBus.mu, except tenant and channel, which never change.
-type tenantSub struct {
-	tenant, channel string
-
-	refs int
-	// ready is closed at the first confirmation (confirmed is then true) or
-	// when the subscription failed (err is then set). It is never reopened:
-	// a later confirmation is a resubscription after a loss.
-	ready     chan struct{}
-	confirmed bool
-	err       error
-	// leaving is set while the tenant's UNSUBSCRIBE is being written, and
-	// closed once it was: a Subscribe waits for it and starts afresh, so
-	// SUBSCRIBE and UNSUBSCRIBE of one channel never cross on the wire.
-	leaving chan struct{}
-
-	gen   uint64      // bumped whenever a linger timer is armed or cancelled
-	timer *time.Timer // the linger timer, while refs == 0
-}
-
-// fail ends a subscription that was never confirmed, waking its waiters.
-func (e *tenantSub) fail(err error) {
-	if e.confirmed || e.err != nil {
-		return
-	}
-	e.err = err
-	close(e.ready)
+	subTable // the tenants
 }
 
 type redisCounters struct {
@@ -244,8 +210,9 @@ func NewRedisBus(cfg RedisConfig) *RedisBus {
 		liveReady: make(chan struct{}),
 		liveDone:  make(chan struct{}),
 		epoch:     time.Now(),
-		subs:      make(map[string]*tenantSub),
+		subTable:  subTable{subs: make(map[string]*tenantSub), linger: cfg.Linger},
 	}
+	b.onExpire = b.expire
 	if cfg.LivenessInterval > 0 {
 		b.liveChannel = cfg.Names.Liveness(fmt.Sprintf("%016x", rand.Uint64()))
 	} else {
@@ -296,60 +263,7 @@ func (b *RedisBus) Subscribe(ctx context.Context, tenantID string) (release func
 	if err := b.awaitLiveReady(ctx); err != nil {
 		return nil, err
 	}
-	for {
-		b.mu.Lock()
-		switch {
-		case b.closed:
-			b.mu.Unlock()
-			return nil, ErrClosed
-		case !b.started:
-			b.mu.Unlock()
-			return nil, errNotStarted
-		}
-		e := b.subs[tenantID]
-		if e != nil && e.leaving != nil {
-			leaving := e.leaving
-			b.mu.Unlock()
-			select {
-			case <-leaving:
-				continue
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		first := e == nil
-		if first {
-			e = &tenantSub{
-				tenant:  tenantID,
-				channel: b.cfg.Names.Channel(tenantID),
-				ready:   make(chan struct{}),
-			}
-			b.subs[tenantID] = e
-		} else if e.refs == 0 {
-			b.stopLinger(e)
-		}
-		e.refs++
-		b.mu.Unlock()
-
-		var once sync.Once
-		release = func() { once.Do(func() { b.release(e) }) }
-		if first {
-			b.sendSubscribe(ctx, e)
-		}
-		select {
-		case <-e.ready:
-			b.mu.Lock()
-			err := e.err
-			b.mu.Unlock()
-			if err != nil {
-				return nil, err // a failed subscription holds no references
-			}
-			return release, nil
-		case <-ctx.Done():
-			release()
-			return nil, ctx.Err()
-		}
-	}
+	return b.acquire(ctx, tenantID, b.cfg.Names.Channel(tenantID), func(e *tenantSub) { b.sendSubscribe(ctx, e) })
 }
 
 // awaitLiveReady returns once the reading loop wrote the liveness SUBSCRIBE,
@@ -429,62 +343,11 @@ type noDeadline struct{ context.Context }
 
 func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 
-// release drops a reference; the last one arms the linger timer, once the
-// subscription is confirmed (an unconfirmed one is armed by its confirmation,
-// so every SUBSCRIBE's reply is read before its UNSUBSCRIBE is sent).
-func (b *RedisBus) release(e *tenantSub) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed || e.err != nil || b.subs[e.tenant] != e {
-		return
-	}
-	e.refs--
-	if e.refs == 0 && e.confirmed {
-		b.armLinger(e)
-	}
-}
-
-// armLinger starts e's linger timer. b.mu is held and b is not closed.
-func (b *RedisBus) armLinger(e *tenantSub) {
-	e.arm(&b.timers, b.cfg.Linger, func(gen uint64) { b.expire(e, gen) })
-}
-
-// stopLinger cancels e's linger timer, if any. b.mu is held.
-func (b *RedisBus) stopLinger(e *tenantSub) { e.disarm(&b.timers) }
-
-// arm starts e's linger timer, which calls expire with the generation it
-// was armed at; timers counts it until it returns. The bus's lock is held.
-func (e *tenantSub) arm(timers *sync.WaitGroup, linger time.Duration, expire func(gen uint64)) {
-	e.gen++
-	gen := e.gen
-	timers.Add(1)
-	e.timer = time.AfterFunc(linger, func() {
-		defer timers.Done()
-		expire(gen)
-	})
-}
-
-// disarm cancels e's linger timer, if any. The bus's lock is held. A timer
-// that already fired finds its generation stale and does nothing.
-func (e *tenantSub) disarm(timers *sync.WaitGroup) {
-	if e.timer != nil && e.timer.Stop() {
-		timers.Done()
-	}
-	e.timer = nil
-	e.gen++
-}
-
 // expire unsubscribes a tenant whose linger ran out unreferenced.
 func (b *RedisBus) expire(e *tenantSub, gen uint64) {
-	b.mu.Lock()
-	if b.closed || b.subs[e.tenant] != e || e.gen != gen || e.refs > 0 {
-		b.mu.Unlock()
+	if !b.leave(e, gen) {
 		return
 	}
-	e.timer = nil
-	e.leaving = make(chan struct{})
-	b.mu.Unlock()
-
 	// On failure go-redis has already forgotten the channel, and the
 	// connection it failed on is gone: nothing is left subscribed.
 	if err := b.ps.Unsubscribe(b.ctx, e.channel); err != nil {
@@ -492,13 +355,7 @@ func (b *RedisBus) expire(e *tenantSub, gen uint64) {
 	} else {
 		b.stats.unsubscribes.Add(1)
 	}
-
-	b.mu.Lock()
-	if b.subs[e.tenant] == e {
-		delete(b.subs, e.tenant)
-	}
-	close(e.leaving)
-	b.mu.Unlock()
+	b.left(e)
 	if f := b.afterUnsubscribe; f != nil {
 		f(e.tenant)
 	}
@@ -510,16 +367,11 @@ func (b *RedisBus) expire(e *tenantSub, gen uint64) {
 // calls still waiting return ErrClosed. Close is idempotent.
 func (b *RedisBus) Close() error {
 	b.mu.Lock()
-	if b.closed {
+	if !b.closeAll() {
 		b.mu.Unlock()
 		return nil
 	}
-	b.closed = true
 	started := b.started
-	for _, e := range b.subs {
-		b.stopLinger(e)
-		e.fail(ErrClosed)
-	}
 	b.mu.Unlock()
 
 	b.cancel() // aborts a dial the loop or a Subscribe is in
@@ -561,18 +413,7 @@ func (c *redisCounters) load() RedisStats {
 
 // Subscribed returns, sorted, the tenants the bus holds a subscription for:
 // referenced or lingering, confirmed or awaiting confirmation.
-func (b *RedisBus) Subscribed() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	tenants := make([]string, 0, len(b.subs))
-	for t, e := range b.subs {
-		if e.leaving == nil && e.err == nil {
-			tenants = append(tenants, t)
-		}
-	}
-	slices.Sort(tenants)
-	return tenants
-}
+func (b *RedisBus) Subscribed() []string { return b.subscribed() }
 
 // run is the reading loop: the only reader of the Pub/Sub connection.
 func (b *RedisBus) run(h Handler) {
@@ -822,14 +663,7 @@ func (b *RedisBus) confirm(h Handler, channel string) {
 		b.mu.Unlock() // a reply to a SUBSCRIBE since undone
 		return
 	}
-	resync := e.confirmed
-	if !e.confirmed {
-		e.confirmed = true
-		close(e.ready)
-		if e.refs == 0 && !b.closed {
-			b.armLinger(e) // every waiter gave up before the confirmation
-		}
-	}
+	resync := b.confirmedNow(e)
 	b.mu.Unlock()
 	if resync {
 		b.stats.resyncs.Add(1)
