@@ -23,8 +23,17 @@ func clientFrom(ip string) *http.Client {
 // open stream on 200, the refusal otherwise (its body read).
 func openStream(t *testing.T, client *http.Client, u string) (*http.Response, []byte) {
 	t.Helper()
+	return openStreamWith(t, client, u, nil)
+}
+
+// openStreamWith is openStream with request headers.
+func openStreamWith(t *testing.T, client *http.Client, u string, header http.Header) (*http.Response, []byte) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		cancel()
@@ -126,23 +135,7 @@ func TestTrustedProxyNamesTheClient(t *testing.T) {
 	u := s.URL + "/v1/events?task=" + task + "&access_token=" + token(t, "t1", "u1")
 	open := func(client *http.Client, forwardedFor string) (*http.Response, []byte) {
 		t.Helper()
-		ctx, cancel := context.WithCancel(context.Background())
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		req.Header.Set("X-Forwarded-For", forwardedFor)
-		resp, err := client.Do(req)
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cancel()
-			resp.Body.Close()
-		})
-		if resp.StatusCode == http.StatusOK {
-			return resp, nil
-		}
-		body, _ := io.ReadAll(resp.Body)
-		return resp, body
+		return openStreamWith(t, client, u, http.Header{"X-Forwarded-For": {forwardedFor}})
 	}
 	balancer, other := clientFrom("127.0.0.1"), clientFrom("127.0.0.2")
 
