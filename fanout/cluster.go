@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,10 @@ import (
 // errRedial is what a shard connection's dialer returns after its first
 // dial: see shard.
 var errRedial = errors.New("fanout: shard connection lost; the bus reconnects it")
+
+// errLivenessMoved replaces a shard whose liveness channel's slot left its
+// master.
+var errLivenessMoved = errors.New("fanout: the shard's liveness slot moved")
 
 // ClusterConfig configures a ClusterBus. Only Client is required.
 type ClusterConfig struct {
@@ -41,6 +46,16 @@ type ClusterConfig struct {
 	// master that lost its slots usually says so with sunsubscribe, and a
 	// dead one drops its connections). Zero means 5s.
 	CheckInterval time.Duration
+	// LivenessInterval is how often the bus SPUBLISHes, straight to each
+	// shard's master, on a channel of that shard's own (in a slot the master
+	// serves) and expects to hear it back: proof that the subscription
+	// delivers, where a ping proves only that the connection answers. Zero
+	// means 1s; negative disables the check.
+	LivenessInterval time.Duration
+	// LivenessTimeout is how long a shard may go without hearing a liveness
+	// message its master acknowledged before the bus replaces it and reports
+	// Lost. Zero means 3 × LivenessInterval.
+	LivenessTimeout time.Duration
 	// Logger receives the bus's logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -54,6 +69,12 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	}
 	if c.CheckInterval <= 0 {
 		c.CheckInterval = 5 * time.Second
+	}
+	if c.LivenessInterval == 0 {
+		c.LivenessInterval = time.Second
+	}
+	if c.LivenessInterval > 0 && c.LivenessTimeout <= 0 {
+		c.LivenessTimeout = 3 * c.LivenessInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -97,6 +118,10 @@ const movedGrace = 2 * time.Second
 //     channel it is about;
 //   - the placer's periodic check finds their slot owned by another master.
 //
+// Each shard also subscribes a liveness channel of its own, in a slot its
+// master serves, on which the bus SPUBLISHes every LivenessInterval; a
+// shard that stops hearing it is replaced as if its connection had failed.
+//
 // A connection failure of a shard holding confirmed tenants reports Lost
 // (once per outage); Restored follows when every such tenant is subscribed
 // again, and each one's Resync when its confirmation arrives. Handler calls
@@ -110,6 +135,11 @@ type ClusterBus struct {
 	wg     sync.WaitGroup
 	hmu    sync.Mutex // serializes Handler calls
 	stats  redisCounters
+	epoch  time.Time // origin of since()
+
+	// dialShard, when set by a test before Start, dials the shard
+	// connections instead of the master client's dialer.
+	dialShard func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	malformedMu   sync.Mutex
 	malformedLog  time.Time
@@ -132,6 +162,15 @@ type shard struct {
 	client  *redis.Client
 	ps      *redis.PubSub
 	retired atomic.Bool // the bus gave up on it; its reader returns quietly
+
+	// node is the cluster client's client of this master: liveness
+	// SPUBLISHes go to it directly, so a liveness slot that migrated answers
+	// MOVED instead of being followed to another master. live is the
+	// shard's liveness channel, "" when none was found in the master's
+	// slots. heardAt is since() when the reader last heard it (0: never).
+	node    *redis.Client
+	live    string
+	heardAt atomic.Int64
 }
 
 var _ Bus = (*ClusterBus)(nil)
@@ -149,6 +188,7 @@ func NewClusterBus(cfg ClusterConfig) *ClusterBus {
 		ctx:      ctx,
 		cancel:   cancel,
 		kick:     make(chan struct{}, 1),
+		epoch:    time.Now(),
 		subTable: subTable{subs: make(map[string]*tenantSub), linger: cfg.Linger},
 		shards:   make(map[string]*shard),
 	}
@@ -173,6 +213,10 @@ func (b *ClusterBus) Start(h Handler) {
 	b.started, b.h = true, h
 	b.wg.Add(1)
 	go b.placer()
+	if b.cfg.LivenessInterval > 0 {
+		b.wg.Add(1)
+		go b.liveness()
+	}
 }
 
 // Subscribe takes a reference on tenantID's notifications and returns once
@@ -346,7 +390,7 @@ func (b *ClusterBus) place(checkAll bool) (settled bool) {
 			settled = false // the slot map does not show the migration yet
 			continue
 		}
-		sh := b.shardFor(addr, master.Options())
+		sh := b.shardFor(addr, master)
 		e.shard, e.placed, e.movedFrom = sh, false, ""
 		b.mu.Unlock()
 		if old != nil {
@@ -387,12 +431,15 @@ func (b *ClusterBus) unplaceable(e *tenantSub, err error) {
 
 // shardFor returns the live shard of a master, making one (and starting
 // its reader) if there is none. b.mu is held; it does no I/O.
-func (b *ClusterBus) shardFor(addr string, opt *redis.Options) *shard {
+func (b *ClusterBus) shardFor(addr string, node *redis.Client) *shard {
 	if sh := b.shards[addr]; sh != nil {
 		return sh
 	}
-	o := *opt
+	o := *node.Options()
 	dial := o.Dialer
+	if b.dialShard != nil {
+		dial = b.dialShard
+	}
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: o.DialTimeout}).DialContext
 	}
@@ -408,7 +455,10 @@ func (b *ClusterBus) shardFor(addr string, opt *redis.Options) *shard {
 	o.PushNotificationProcessor = nil
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	client := redis.NewClient(&o)
-	sh := &shard{addr: addr, client: client, ps: client.SSubscribe(b.ctx)}
+	sh := &shard{addr: addr, client: client, ps: client.SSubscribe(b.ctx), node: node}
+	if b.cfg.LivenessInterval > 0 {
+		sh.live = b.livenessChannel(addr)
+	}
 	b.shards[addr] = sh
 	b.wg.Add(1)
 	go b.read(sh)
@@ -469,6 +519,15 @@ func (b *ClusterBus) checkRestored() {
 // read is a shard's reader: the only reader of its connection.
 func (b *ClusterBus) read(sh *shard) {
 	defer b.wg.Done()
+	if sh.live != "" {
+		// First, so the shard is checked from its first channel on.
+		if err := sh.ps.SSubscribe(b.ctx, sh.live); err != nil {
+			if !sh.retired.Load() && b.ctx.Err() == nil {
+				b.shardFailed(sh, err, false)
+			}
+			return
+		}
+	}
 	pinged := false
 	for {
 		msg, err := sh.ps.ReceiveTimeout(b.ctx, b.cfg.PingInterval)
@@ -496,15 +555,114 @@ func (b *ClusterBus) read(sh *shard) {
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
+			if m.Channel == sh.live {
+				b.stats.livenessHeard.Add(1)
+				sh.heardAt.Store(b.since())
+				continue
+			}
 			b.deliver(m)
 		case *redis.Subscription:
-			switch m.Kind {
-			case "ssubscribe":
+			switch {
+			case m.Channel == sh.live && m.Kind == "ssubscribe":
+				sh.heardAt.Store(b.since()) // the check starts now
+			case m.Channel == sh.live && m.Kind == "sunsubscribe":
+				// Its slot left this master: a new shard picks another.
+				b.shardFailed(sh, errLivenessMoved, true)
+				return
+			case m.Kind == "ssubscribe":
 				b.confirm(sh, m.Channel)
-			case "sunsubscribe":
+			case m.Kind == "sunsubscribe":
 				b.dropped(sh, m.Channel)
 			}
 		}
+	}
+}
+
+// since returns the time since the bus was made, on the monotonic clock;
+// never 0.
+func (b *ClusterBus) since() int64 { return max(int64(time.Since(b.epoch)), 1) }
+
+// livenessChannel returns a liveness channel in a slot the master at addr
+// serves by the slot map, or "" if none turned up (the map is changing; the
+// shard then has its pings until it is replaced). b.mu is held; the lookups
+// are in memory.
+func (b *ClusterBus) livenessChannel(addr string) string {
+	for range 256 {
+		ch := b.cfg.Names.Liveness(fmt.Sprintf("%016x", rand.Uint64()))
+		if m, err := b.cfg.Client.MasterForKey(b.ctx, ch); err == nil && m.Options().Addr == addr {
+			return ch
+		}
+	}
+	return ""
+}
+
+// liveness SPUBLISHes on every shard's liveness channel each
+// LivenessInterval (jittered), straight to the shard's master, and replaces
+// a shard that has not heard a message its master acknowledged for
+// LivenessTimeout. A SPUBLISH that fails says nothing about the
+// subscription and starts no clock; one answered MOVED means the liveness
+// slot left the master, and the shard is replaced without a loss.
+func (b *ClusterBus) liveness() {
+	defer b.wg.Done()
+	// The oldest acknowledged SPUBLISH not known to be heard back: when it
+	// was sent and when the master acknowledged it (since()); sentAt is 0
+	// when there is none.
+	type clock struct{ sentAt, ackedAt int64 }
+	clocks := map[*shard]*clock{}
+	timeout := int64(b.cfg.LivenessTimeout)
+	timer := time.NewTimer(livenessDelay(b.cfg.LivenessInterval))
+	defer timer.Stop()
+	var seq uint64
+	for {
+		select {
+		case <-timer.C:
+		case <-b.ctx.Done():
+			return
+		}
+		b.mu.Lock()
+		shards := make([]*shard, 0, len(b.shards))
+		for _, sh := range b.shards {
+			if sh.live != "" {
+				shards = append(shards, sh)
+			}
+		}
+		b.mu.Unlock()
+		seq++
+		next := make(map[*shard]*clock, len(shards))
+		for _, sh := range shards {
+			c := clocks[sh]
+			if c == nil {
+				c = &clock{}
+			}
+			next[sh] = c
+			heard := sh.heardAt.Load()
+			if c.sentAt != 0 && heard >= c.sentAt {
+				c.sentAt = 0
+			}
+			if c.sentAt != 0 && heard != 0 && b.since()-c.ackedAt > timeout {
+				b.shardFailed(sh, fmt.Errorf("%w within %v", errNoLiveness, b.cfg.LivenessTimeout), false)
+				continue
+			}
+			start := b.since()
+			ctx, cancel := context.WithTimeout(b.ctx, b.cfg.LivenessTimeout)
+			err := sh.node.SPublish(ctx, sh.live, strconv.FormatUint(seq, 10)).Err()
+			cancel()
+			switch {
+			case b.ctx.Err() != nil:
+				return
+			case err == nil:
+				b.stats.livenessSent.Add(1)
+				if c.sentAt == 0 {
+					c.sentAt, c.ackedAt = start, b.since()
+				}
+			case redis.HasErrorPrefix(err, "MOVED"):
+				b.shardFailed(sh, errLivenessMoved, true)
+			default:
+				b.stats.livenessFailures.Add(1)
+			}
+		}
+		clocks = next
+		timer.Reset(livenessDelay(b.cfg.LivenessInterval))
 	}
 }
 

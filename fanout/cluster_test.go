@@ -2,8 +2,10 @@ package fanout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"testing"
@@ -31,12 +33,17 @@ type clusterFixture struct {
 
 func newClusterFixture(t *testing.T, perMaster int) *clusterFixture {
 	t.Helper()
+	return newClusterFixtureWith(t, perMaster, ClusterConfig{}, nil)
+}
+
+// newClusterFixtureWith is newClusterFixture with the bus configured by cfg
+// (Client, Names, Linger and Logger are the fixture's) and, when before is
+// set, prepared by it before Start.
+func newClusterFixtureWith(t *testing.T, perMaster int, cfg ClusterConfig, before func(*clusterFixture, *ClusterBus)) *clusterFixture {
+	t.Helper()
 	c := testenv.StartRedisCluster(t, 3)
 	cl := c.Client()
 	f := &clusterFixture{c: c, cl: cl, r: newRecorder(t), pub: NewRedisPublisher(cl, clusterNames), byOwner: map[string][]string{}}
-	f.bus = NewClusterBus(ClusterConfig{Client: cl, Names: clusterNames, Linger: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	f.bus.Start(f.r)
-	t.Cleanup(func() { closeBus(t, f.bus) })
 	for i := 0; len(f.tenants) < 3*perMaster; i++ {
 		tenant := fmt.Sprintf("t%d", i)
 		owner := c.MasterOf(clusterNames.Channel(tenant))
@@ -45,6 +52,14 @@ func newClusterFixture(t *testing.T, perMaster int) *clusterFixture {
 			f.tenants = append(f.tenants, tenant)
 		}
 	}
+	cfg.Client, cfg.Names, cfg.Linger = cl, clusterNames, 200*time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	f.bus = NewClusterBus(cfg)
+	if before != nil {
+		before(f, f.bus)
+	}
+	f.bus.Start(f.r)
+	t.Cleanup(func() { closeBus(t, f.bus) })
 	return f
 }
 
@@ -237,4 +252,44 @@ func TestClusterBusSubscribeErrors(t *testing.T) {
 	if _, err := f.bus.Subscribe(context.Background(), f.tenants[1]); err != ErrClosed {
 		t.Fatalf("subscribe after close: %v, want ErrClosed", err)
 	}
+}
+
+// A shard whose connection goes half-open (nothing delivered, nothing
+// answered) stops hearing its liveness messages: the bus replaces it within
+// the liveness timeout, long before a ping would tell, reports the loss,
+// resubscribes that master's tenants on a new connection and resyncs them.
+func TestClusterBusLivenessReplacesASilentShard(t *testing.T) {
+	var proxy *testenv.Proxy
+	var victim string
+	f := newClusterFixtureWith(t, 2, ClusterConfig{LivenessInterval: 100 * time.Millisecond, PingInterval: time.Minute},
+		func(f *clusterFixture, b *ClusterBus) {
+			victim = f.c.Masters()[0].Addr
+			proxy = testenv.StartProxy(t, victim)
+			b.dialShard = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if addr == victim {
+					addr = proxy.Addr
+				}
+				return (&net.Dialer{}).DialContext(ctx, network, addr)
+			}
+		})
+	for _, tenant := range f.tenants {
+		mustSubscribe(t, f.bus, tenant)
+	}
+	f.publishAll(t, f.tenants, 1)
+	orphans := slices.Clone(f.byOwner[victim])
+	slices.Sort(orphans)
+
+	proxy.Stall()
+	if err := next(t, f.r.lost, "Lost after the shard went silent"); !errors.Is(err, errNoLiveness) {
+		t.Fatalf("Lost(%v), want the liveness check's error", err)
+	}
+	next(t, f.r.restored, "Restored on a new connection")
+	if got := resyncsOf(t, f.r, len(orphans)); !slices.Equal(got, orphans) {
+		t.Fatalf("resynced %v, want the silent master's tenants %v", got, orphans)
+	}
+	f.publishAll(t, f.tenants, 2)
+	if s := f.bus.Stats(); s.LivenessSent == 0 || s.LivenessHeard == 0 || s.Losses != 1 {
+		t.Fatalf("stats %+v: want liveness messages sent and heard, and one loss", s)
+	}
+	f.noCrossSlot(t)
 }

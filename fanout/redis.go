@@ -541,7 +541,7 @@ func (b *RedisBus) liveness() {
 		failing         bool // the last PUBLISH failed
 	)
 	timeout := int64(b.cfg.LivenessTimeout)
-	timer := time.NewTimer(b.livenessDelay())
+	timer := time.NewTimer(livenessDelay(b.cfg.LivenessInterval))
 	defer timer.Stop()
 	for {
 		select {
@@ -581,14 +581,12 @@ func (b *RedisBus) liveness() {
 		if f := b.afterLivenessPublish; f != nil {
 			f(err)
 		}
-		timer.Reset(b.livenessDelay())
+		timer.Reset(livenessDelay(b.cfg.LivenessInterval))
 	}
 }
 
-// livenessDelay returns LivenessInterval ± 10 %, so nodes do not publish in
-// step.
-func (b *RedisBus) livenessDelay() time.Duration {
-	d := b.cfg.LivenessInterval
+// livenessDelay returns d ± 10 %, so nodes do not publish in step.
+func livenessDelay(d time.Duration) time.Duration {
 	return d - d/10 + rand.N(d/5+1)
 }
 

@@ -207,7 +207,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		names := keys.Names{Prefix: cfg.KeyPrefix, Cluster: cfg.RedisCluster}
 		n.store = snapshot.NewStore(snapshot.Config{Redis: n.cache, DB: n.pool, Names: names, FetchTimeout: cfg.SnapshotFetchTimeout, Logger: cfg.Logger})
 		if n.cluster != nil {
-			cb := fanout.NewClusterBus(fanout.ClusterConfig{Client: n.cluster, Names: names, Logger: cfg.Logger})
+			cb := fanout.NewClusterBus(fanout.ClusterConfig{Client: n.cluster, Names: names, LivenessInterval: cfg.LivenessInterval, Logger: cfg.Logger})
 			n.bus, n.busStats = cb, cb
 		} else {
 			n.redisBus = fanout.NewRedisBus(fanout.RedisConfig{Client: n.rdb, Names: names, LivenessInterval: cfg.LivenessInterval, Logger: cfg.Logger})
