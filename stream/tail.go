@@ -689,24 +689,18 @@ func (r *reader) read(streams, ids []string) ([]redis.XStream, error) {
 
 // pause waits Block after a cluster round that found nothing, or less when
 // a tail was added.
-func (r *reader) pause() bool {
-	timer := time.NewTimer(r.t.cfg.Block)
-	defer timer.Stop()
-	select {
-	case <-r.wake:
-	case <-timer.C:
-	case <-r.t.ctx.Done():
-		return false
-	}
-	return true
-}
+func (r *reader) pause() bool { return r.wait(r.t.cfg.Block) }
 
 // idle waits for a tail to be added, or for a retry of what failed.
 func (r *reader) idle(ok bool) bool {
-	d := r.t.cfg.CheckInterval
 	if !ok {
-		d = maxBackoff
+		return r.wait(maxBackoff)
 	}
+	return r.wait(r.t.cfg.CheckInterval)
+}
+
+// wait waits d, or less when a tail is added; false when the tailer closed.
+func (r *reader) wait(d time.Duration) bool {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
