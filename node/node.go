@@ -347,18 +347,17 @@ func (n *Node) Serve(l net.Listener) error {
 	return err
 }
 
-// Shutdown drains the node: it stops accepting, tells clients to reconnect
-// after a jittered delay, closes connections in batches within ctx's
-// deadline, then releases the servers.
+// Shutdown drains the node: it tells clients to reconnect after a jittered
+// delay and closes connections in batches within ctx's deadline, then stops
+// accepting and releases the servers. The listener stays open while the
+// hub drains, so a balancer's health check and new connections get 503
+// draining (a JSON body with the code) rather than a refused connection.
 func (n *Node) Shutdown(ctx context.Context) error {
-	done := make(chan error, 1)
-	go func() { done <- n.hub.Shutdown(ctx, n.cfg.ReconnectAfter) }()
-	var err error
+	err := n.hub.Shutdown(ctx, n.cfg.ReconnectAfter)
 	if n.srv != nil {
-		err = n.srv.Shutdown(ctx)
-	}
-	if herr := <-done; err == nil {
-		err = herr
+		if serr := n.srv.Shutdown(ctx); err == nil {
+			err = serr
+		}
 	}
 	n.Close()
 	return err

@@ -175,3 +175,47 @@ func TestBatchReadWithETag(t *testing.T) {
 		t.Fatalf("after the change: ETag %q (was %q), %s", resp.Header.Get("ETag"), tag, body)
 	}
 }
+
+// While a node drains it keeps its listener: a balancer's readiness check
+// gets 503 draining, and a new stream a JSON 503 with the code draining, so
+// the balancer moves on instead of meeting a refused connection. Eleven
+// streams close in ten batches over half the drain period, so the drain
+// lasts seconds and the requests below run inside it.
+func TestDrainingNodeAnswers503(t *testing.T) {
+	c := newCluster(t)
+	s := startNode(t, c.config())
+	task := testenv.UniqueID("task")
+	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))
+	tok := token(t, "t1", "u1")
+	var streams []*sseClient
+	for range 11 {
+		sse := openSSE(t, s.URL, tok, "task="+task)
+		sse.nextTask(t)
+		streams = append(streams, sse)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Shutdown(ctx) }()
+	eventually(t, "the hub drains", s.Hub().Draining)
+
+	resp, body := httpDo(t, http.MethodGet, s.URL+"/readyz", "", "")
+	wantError(t, resp, body, http.StatusServiceUnavailable, "draining")
+	resp, body = httpDo(t, http.MethodGet, s.URL+"/v1/events?task="+task, tok, "")
+	wantError(t, resp, body, http.StatusServiceUnavailable, "draining")
+	if n := s.Hub().Len(); n == 0 {
+		t.Fatal("every stream closed before the requests: the drain was over, the test proves nothing")
+	}
+
+	for _, sse := range streams {
+		sse.nextOf(t, "reconnect")
+		sse.ended(t)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if _, err := http.Get(s.URL + "/healthz"); err == nil {
+		t.Fatal("the listener is still open after the drain")
+	}
+}
