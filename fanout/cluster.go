@@ -141,9 +141,7 @@ type ClusterBus struct {
 	// connections instead of the master client's dialer.
 	dialShard func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	malformedMu   sync.Mutex
-	malformedLog  time.Time
-	malformedSeen int
+	drops dropLog
 
 	subTable                   // its mutex guards the fields below and the subscriptions' placement
 	h        Handler           // set by Start, before the goroutines that call it
@@ -535,15 +533,8 @@ func (b *ClusterBus) read(sh *shard) {
 			return
 		}
 		if err != nil {
-			if isTimeout(err) {
-				if !pinged {
-					if err = sh.ps.Ping(b.ctx); err == nil {
-						pinged = true
-						continue
-					}
-				} else {
-					err = errNoPong
-				}
+			if err = probe(b.ctx, sh.ps, err, &pinged); err == nil {
+				continue
 			}
 			// A reply that is an error (MOVED, CLUSTERDOWN) answers one of
 			// the bus's commands on a connection that works: the slot map
@@ -604,11 +595,7 @@ func (b *ClusterBus) livenessChannel(addr string) string {
 // slot left the master, and the shard is replaced without a loss.
 func (b *ClusterBus) liveness() {
 	defer b.wg.Done()
-	// The oldest acknowledged SPUBLISH not known to be heard back: when it
-	// was sent and when the master acknowledged it (since()); sentAt is 0
-	// when there is none.
-	type clock struct{ sentAt, ackedAt int64 }
-	clocks := map[*shard]*clock{}
+	clocks := map[*shard]*livenessClock{}
 	timeout := int64(b.cfg.LivenessTimeout)
 	timer := time.NewTimer(livenessDelay(b.cfg.LivenessInterval))
 	defer timer.Stop()
@@ -628,18 +615,14 @@ func (b *ClusterBus) liveness() {
 		}
 		b.mu.Unlock()
 		seq++
-		next := make(map[*shard]*clock, len(shards))
+		next := make(map[*shard]*livenessClock, len(shards))
 		for _, sh := range shards {
 			c := clocks[sh]
 			if c == nil {
-				c = &clock{}
+				c = &livenessClock{}
 			}
 			next[sh] = c
-			heard := sh.heardAt.Load()
-			if c.sentAt != 0 && heard >= c.sentAt {
-				c.sentAt = 0
-			}
-			if c.sentAt != 0 && heard != 0 && b.since()-c.ackedAt > timeout {
+			if c.silent(sh.heardAt.Load(), b.since(), timeout) {
 				b.shardFailed(sh, fmt.Errorf("%w within %v", errNoLiveness, b.cfg.LivenessTimeout), false)
 				continue
 			}
@@ -652,9 +635,7 @@ func (b *ClusterBus) liveness() {
 				return
 			case err == nil:
 				b.stats.livenessSent.Add(1)
-				if c.sentAt == 0 {
-					c.sentAt, c.ackedAt = start, b.since()
-				}
+				c.acked(start, b.since())
 			case redis.HasErrorPrefix(err, "MOVED"):
 				b.shardFailed(sh, errLivenessMoved, true)
 			default:
@@ -772,16 +753,7 @@ func (b *ClusterBus) deliver(m *redis.Message) {
 	b.stats.received.Add(1)
 	n, reason, err := parseMessage(b.cfg.Names, m)
 	if err != nil {
-		b.stats.malformed.Add(1)
-		b.stats.malformedBy[slices.Index(malformedReasons[:], reason)].Add(1)
-		b.malformedMu.Lock()
-		b.malformedSeen++
-		if now := time.Now(); now.Sub(b.malformedLog) >= malformedLogEvery {
-			b.log.Debug("dropped malformed notifications", "count", b.malformedSeen,
-				"last_channel", m.Channel, "last_reason", reason, "last_err", err)
-			b.malformedLog, b.malformedSeen = now, 0
-		}
-		b.malformedMu.Unlock()
+		b.drops.drop(b.log, &b.stats, reason, m.Channel, err)
 		return
 	}
 	b.call(func(h Handler) { h.Notify(n) })

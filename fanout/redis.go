@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -156,9 +155,9 @@ type RedisBus struct {
 	dropPending atomic.Bool // dropErr is set
 
 	// Owned by the reading loop.
-	down          bool // the last receive failed, and Lost was reported; cleared by the next success
-	malformedLog  time.Time
-	malformedSeen int // dropped since the last log line
+	down bool // the last receive failed, and Lost was reported; cleared by the next success
+
+	drops dropLog
 
 	subTable // the tenants
 }
@@ -452,15 +451,8 @@ func (b *RedisBus) run(h Handler) {
 			err = lerr
 		}
 		if err != nil {
-			if isTimeout(err) {
-				if !pinged {
-					if err = b.ps.Ping(b.ctx); err == nil {
-						pinged = true
-						continue
-					}
-				} else {
-					err = errNoPong
-				}
+			if err = probe(b.ctx, b.ps, err, &pinged); err == nil {
+				continue
 			}
 			// The connection failed, or go-redis kept one that may be
 			// unusable. Make sure it is replaced: the replacement subscribes
@@ -533,12 +525,9 @@ func (b *RedisBus) since() int64 { return max(int64(time.Since(b.epoch)), 1) }
 func (b *RedisBus) liveness() {
 	defer close(b.liveDone)
 	var (
-		seq uint64
-		// The oldest acknowledged PUBLISH not known to be heard back: when it
-		// was sent and when Redis acknowledged it (since()); sentAt is 0 if
-		// there is none.
-		sentAt, ackedAt int64
-		failing         bool // the last PUBLISH failed
+		seq     uint64
+		clock   livenessClock
+		failing bool // the last PUBLISH failed
 	)
 	timeout := int64(b.cfg.LivenessTimeout)
 	timer := time.NewTimer(livenessDelay(b.cfg.LivenessInterval))
@@ -550,12 +539,9 @@ func (b *RedisBus) liveness() {
 			return
 		}
 		heard := b.heardAt.Load()
-		if sentAt != 0 && heard >= sentAt {
-			sentAt = 0 // heard something sent since, or restored since
-		}
-		if sentAt != 0 && heard != 0 && b.since()-ackedAt > timeout {
+		if clock.silent(heard, b.since(), timeout) {
 			b.livenessLost(heard, fmt.Errorf("%w within %v", errNoLiveness, b.cfg.LivenessTimeout))
-			sentAt = 0
+			clock = livenessClock{}
 		}
 
 		seq++
@@ -573,9 +559,7 @@ func (b *RedisBus) liveness() {
 			}
 		} else {
 			b.stats.livenessSent.Add(1)
-			if sentAt == 0 {
-				sentAt, ackedAt = start, b.since()
-			}
+			clock.acked(start, b.since())
 		}
 		failing = err != nil
 		if f := b.afterLivenessPublish; f != nil {
@@ -583,11 +567,6 @@ func (b *RedisBus) liveness() {
 		}
 		timer.Reset(livenessDelay(b.cfg.LivenessInterval))
 	}
-}
-
-// livenessDelay returns d ± 10 %, so nodes do not publish in step.
-func livenessDelay(d time.Duration) time.Duration {
-	return d - d/10 + rand.N(d/5+1)
 }
 
 // livenessLost drops the connection, if nothing was heard since heard (a
@@ -694,15 +673,7 @@ func parseMessage(names keys.Names, m *redis.Message) (Notification, string, err
 	return parseNotification(tenant, []byte(m.Payload))
 }
 
-// malformed counts a dropped payload and logs, at debug level, at most one
-// line per malformedLogEvery.
+// malformed counts and logs a dropped payload.
 func (b *RedisBus) malformed(reason, channel string, err error) {
-	b.stats.malformed.Add(1)
-	b.stats.malformedBy[slices.Index(malformedReasons[:], reason)].Add(1)
-	b.malformedSeen++
-	if now := time.Now(); now.Sub(b.malformedLog) >= malformedLogEvery {
-		b.log.Debug("dropped malformed notifications", "count", b.malformedSeen,
-			"last_channel", channel, "last_reason", reason, "last_err", err)
-		b.malformedLog, b.malformedSeen = now, 0
-	}
+	b.drops.drop(b.log, &b.stats, reason, channel, err)
 }
