@@ -43,15 +43,8 @@ func newClusterFixtureWith(t *testing.T, perMaster int, cfg ClusterConfig, befor
 	t.Helper()
 	c := testenv.StartRedisCluster(t, 3)
 	cl := c.Client()
-	f := &clusterFixture{c: c, cl: cl, r: newRecorder(t), pub: NewRedisPublisher(cl, clusterNames), byOwner: map[string][]string{}}
-	for i := 0; len(f.tenants) < 3*perMaster; i++ {
-		tenant := fmt.Sprintf("t%d", i)
-		owner := c.MasterOf(clusterNames.Channel(tenant))
-		if len(f.byOwner[owner]) < perMaster {
-			f.byOwner[owner] = append(f.byOwner[owner], tenant)
-			f.tenants = append(f.tenants, tenant)
-		}
-	}
+	f := &clusterFixture{c: c, cl: cl, r: newRecorder(t), pub: NewRedisPublisher(cl, clusterNames)}
+	f.tenants, f.byOwner = c.Spread(perMaster, func(i int) string { return fmt.Sprintf("t%d", i) }, clusterNames.Channel)
 	cfg.Client, cfg.Names, cfg.Linger = cl, clusterNames, 200*time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	f.bus = NewClusterBus(cfg)
@@ -189,14 +182,7 @@ func TestClusterBusSlotMigration(t *testing.T) {
 		mustSubscribe(t, f.bus, tenant)
 	}
 	moved := f.tenants[0]
-	from := f.c.MasterOf(clusterNames.Channel(moved))
-	var to string
-	for owner := range f.byOwner {
-		if owner != from {
-			to = owner
-			break
-		}
-	}
+	to := f.c.OtherMaster(f.c.MasterOf(clusterNames.Channel(moved)))
 	f.c.MoveSlot(clusterNames.Channel(moved), to)
 
 	if got := next(t, f.r.resyncs, "resync of the moved tenant"); got != moved {

@@ -25,16 +25,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 	ctx := ctxT(t)
 
 	// Tasks whose snapshot slots are served by each of the three masters.
-	byOwner := map[string][]string{}
-	var ids []string
-	for i := 0; len(ids) < 9; i++ {
-		id := fmt.Sprintf("%s-%d", testenv.UniqueID("task"), i)
-		owner := c.MasterOf(names.Snapshot(id))
-		if len(byOwner[owner]) < 3 {
-			byOwner[owner] = append(byOwner[owner], id)
-			ids = append(ids, id)
-		}
-	}
+	ids, _ := c.Spread(3, func(i int) string { return fmt.Sprintf("%s-%d", testenv.UniqueID("task"), i) }, names.Snapshot)
 	for _, id := range ids[:6] {
 		if written, err := store.SetIfNewer(ctx, snap(t, id, "t1", "RUNNING", 2)); err != nil || !written {
 			t.Fatalf("SetIfNewer %s: %v, %v", id, written, err)

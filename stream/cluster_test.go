@@ -37,15 +37,8 @@ func newClusterFixture(t *testing.T, perMaster int) *clusterFixture {
 	c := testenv.StartRedisCluster(t, 3)
 	cl := c.Client()
 	f := &clusterFixture{c: c, cl: cl, pub: fanout.NewRedisPublisher(cl, clusterNames, fanout.WithStream(1000)),
-		g: newTarget(), byOwner: map[string][]string{}}
-	for i := 0; len(f.tenants) < 3*perMaster; i++ {
-		tenant := fmt.Sprintf("t%d", i)
-		owner := c.MasterOf(clusterNames.Stream(tenant))
-		if len(f.byOwner[owner]) < perMaster {
-			f.byOwner[owner] = append(f.byOwner[owner], tenant)
-			f.tenants = append(f.tenants, tenant)
-		}
-	}
+		g: newTarget()}
+	f.tenants, f.byOwner = c.Spread(perMaster, func(i int) string { return fmt.Sprintf("t%d", i) }, clusterNames.Stream)
 	// Each stream exists before it is watched, so every tail has a
 	// position from its placement on.
 	ctx := ctxT(t)
@@ -268,13 +261,7 @@ func TestClusterTailFollowsSlotMigration(t *testing.T) {
 	defer cancel()
 	moved := f.tenants[0]
 	from := f.c.MasterOf(clusterNames.Stream(moved))
-	var to string
-	for owner := range f.byOwner {
-		if owner != from {
-			to = owner
-			break
-		}
-	}
+	to := f.c.OtherMaster(from)
 	f.publish(t, ctx, 1)
 	f.c.MoveSlot(clusterNames.Stream(moved), to)
 	for v := int64(2); v <= 5; v++ {

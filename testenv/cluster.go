@@ -287,3 +287,42 @@ func (c *RedisCluster) WaitReplicated() {
 		c.t.Fatalf("testenv: %v", err)
 	}
 }
+
+// Spread picks perMaster candidates for each master: candidate(i) names the
+// i-th one and key(id) the key whose slot decides its master. It returns the
+// ids in the order picked and, by master address, the ids each one serves.
+// One client answers every lookup.
+func (c *RedisCluster) Spread(perMaster int, candidate func(i int) string, key func(id string) string) (ids []string, byMaster map[string][]string) {
+	c.t.Helper()
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(c.Seeds, ",")})
+	defer cl.Close()
+	byMaster = make(map[string][]string)
+	for i := 0; len(ids) < c.masters*perMaster; i++ {
+		if i == 100*c.masters*perMaster {
+			c.t.Fatalf("testenv: %d candidates did not spread %d per master over %d masters", i, perMaster, c.masters)
+		}
+		id := candidate(i)
+		m, err := cl.MasterForKey(context.Background(), key(id))
+		if err != nil {
+			c.t.Fatalf("testenv: master of %s: %v", key(id), err)
+		}
+		if addr := m.Options().Addr; len(byMaster[addr]) < perMaster {
+			byMaster[addr] = append(byMaster[addr], id)
+			ids = append(ids, id)
+		}
+	}
+	return ids, byMaster
+}
+
+// OtherMaster returns the address of a running master other than the one
+// at addr.
+func (c *RedisCluster) OtherMaster(addr string) string {
+	c.t.Helper()
+	for _, m := range c.Masters() {
+		if m.Addr != addr {
+			return m.Addr
+		}
+	}
+	c.t.Fatalf("testenv: no master besides %s", addr)
+	return ""
+}

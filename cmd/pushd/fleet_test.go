@@ -62,15 +62,8 @@ func startFleet(t *testing.T, extra ...string) *fleet {
 		opts = append(opts, fanout.WithStream(10000))
 	}
 	f := &fleet{cluster: c, cc: cc, pub: fanout.NewRedisPublisher(cc, clusterNames, opts...),
-		byOwner: map[string][]string{}, changed: make(chan struct{})}
-	for i := 0; len(f.tenants) < 6; i++ {
-		tenant := fmt.Sprintf("tenant%d", i)
-		owner := c.MasterOf(clusterNames.Channel(tenant))
-		if len(f.byOwner[owner]) < 2 {
-			f.byOwner[owner] = append(f.byOwner[owner], tenant)
-			f.tenants = append(f.tenants, tenant)
-		}
-	}
+		changed: make(chan struct{})}
+	f.tenants, f.byOwner = c.Spread(2, func(i int) string { return fmt.Sprintf("tenant%d", i) }, clusterNames.Channel)
 	for i := range 3 {
 		f.nodes = append(f.nodes, startBinary(t, append([]string{"--redis-cluster", "--redis-url", c.Seeds,
 			"--jwt-secret", fleetSecret, "--node-name", fmt.Sprintf("node%d", i)}, extra...)...))
@@ -379,13 +372,7 @@ func TestFleetSlotMigration(t *testing.T) {
 	f := startFleet(t)
 	tenant := f.tenants[0]
 	from := f.cluster.MasterOf(clusterNames.Channel(tenant))
-	var to string
-	for owner := range f.byOwner {
-		if owner != from {
-			to = owner
-			break
-		}
-	}
+	to := f.cluster.OtherMaster(from)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var version int64 = 1
