@@ -147,9 +147,10 @@ type ClusterBus struct {
 	h        Handler           // set by Start, before the goroutines that call it
 	shards   map[string]*shard // the live shard of each master address
 	outage   bool              // Lost was reported, Restored not yet
-	// heldResyncs are the tenants confirmed again during an outage; their
-	// Resyncs follow Restored, as LossHandler orders them.
-	heldResyncs []string
+	// heldResyncs are the tenants confirmed again during an outage, held
+	// once each however often their shard flaps, so their Resyncs follow
+	// Restored as LossHandler orders them.
+	heldResyncs map[string]struct{}
 }
 
 // shard is one connection to a master, with its own client whose dialer
@@ -508,7 +509,7 @@ func (b *ClusterBus) checkRestored() {
 		if lh, ok := h.(LossHandler); ok {
 			lh.Restored()
 		}
-		for _, tenant := range held {
+		for tenant := range held {
 			h.Resync(tenant)
 		}
 	})
@@ -714,7 +715,10 @@ func (b *ClusterBus) confirm(sh *shard, channel string) {
 	resync := b.confirmedNow(e)
 	hold := resync && b.outage
 	if hold {
-		b.heldResyncs = append(b.heldResyncs, tenant) // Restored comes first
+		if b.heldResyncs == nil {
+			b.heldResyncs = make(map[string]struct{})
+		}
+		b.heldResyncs[tenant] = struct{}{} // Restored comes first
 	}
 	b.mu.Unlock()
 	if resync {
