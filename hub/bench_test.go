@@ -15,15 +15,16 @@ import (
 // discard is a Sink that drops what it is given.
 type discard struct{ n chan struct{} }
 
-func (d discard) Write(evs []hub.Event) error {
+func (d discard) Write(evs []hub.Event) (bool, error) {
 	for _, ev := range evs {
 		if ev.Kind == hub.KindTask {
 			d.n <- struct{}{}
 		}
 	}
-	return nil
+	return false, nil
 }
 func (discard) Closed(hub.CloseReason) {}
+func (discard) Bind(*hub.Conn)         {}
 
 // BenchmarkDelivery is one snapshot through the hub to one connection: the
 // notification, the read, the outbox and the writer.
@@ -57,15 +58,16 @@ type countSink struct {
 	done      chan struct{}
 }
 
-func (s countSink) Write(evs []hub.Event) error {
+func (s countSink) Write(evs []hub.Event) (bool, error) {
 	for _, ev := range evs {
 		if ev.Kind == hub.KindTask && s.n.Add(1) == s.target.Load() {
 			s.done <- struct{}{}
 		}
 	}
-	return nil
+	return false, nil
 }
 func (countSink) Closed(hub.CloseReason) {}
+func (countSink) Bind(*hub.Conn)         {}
 
 // BenchmarkFanout is one notification delivered to every one of n
 // connections watching the task: ns/op is per notification.

@@ -39,7 +39,8 @@ type Conn struct {
 	control    []Event                // hello, errors and mode changes, in order, before tasks
 	trailer    []Event                // acks, after the tasks queued before them
 	heartbeat  bool                   // write a heartbeat if nothing else is pending
-	scheduled  bool                   // queued for, or held by, a writer
+	scheduled  bool                   // queued for, or held by, a writer or a sink's queued write
+	parked     parking                // a write in flight, and what to do once a queued one drains
 	endAfter   bool                   // end the connection once what is pending is written
 	resumed    bool                   // counted in Stats.Reconnects
 	endReason  CloseReason
@@ -55,6 +56,15 @@ type Conn struct {
 	cursors     bool
 	settled     bool
 	syncPending bool
+}
+
+// parking is the state of a connection's write in flight: the sink may
+// queue it and call Drained later, which then ends the connection if the
+// write carried its last events.
+type parking struct {
+	on     bool
+	end    bool
+	reason CloseReason
 }
 
 // pendingTask is a snapshot in the outbox and how it came, for the

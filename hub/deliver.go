@@ -8,8 +8,9 @@ import (
 )
 
 // writeLoop is one of the pool's writers. A connection is owned by the
-// writer that popped it until flush returns, so each connection has exactly
-// one writer at a time.
+// writer that popped it until flush returns, or, when its sink queued the
+// write, by the sink until it calls Conn.Drained: each connection has
+// exactly one writer at a time, and no writer waits for a client.
 func (h *Hub) writeLoop() {
 	defer h.wg.Done()
 	var buf []Event
@@ -35,11 +36,14 @@ func (h *Hub) flush(c *Conn, buf []Event) []Event {
 	}
 	buf = c.takeLocked(buf)
 	endAfter, reason := c.endAfter, c.endReason
+	// Set before the write: the sink may call Drained before Write returns.
+	c.parked = parking{on: true, end: endAfter, reason: reason}
 	c.mu.Unlock()
 
+	var queued bool
 	var err error
 	if len(buf) > 0 {
-		err = c.sink.Write(buf)
+		queued, err = c.sink.Write(buf)
 	}
 	c.writeMu.Unlock()
 
@@ -58,23 +62,56 @@ func (h *Hub) flush(c *Conn, buf []Event) []Event {
 		}
 		buf[i] = Event{} // drop snapshot references
 	}
-	switch {
-	case err != nil:
-		h.stats.WriteErrors.Add(1)
-		h.log.Debug("write failed; closing", "conn", c.ID, "tenant", c.TenantID, "err", err)
-		c.end(CloseWriteFailed)
-		return buf
-	case endAfter:
-		if reason == CloseTokenExpired {
-			h.stats.ExpiredClosed.Add(1)
-		}
-		c.end(reason)
+	if err == nil {
+		h.stats.Delivered.Add(int64(tasks))
+		h.stats.Pushed[c.Transport].Add(int64(tasks))
+		c.lastWrite.Store(now)
+	}
+	if queued && err == nil {
+		// The sink owns the connection until Drained, which resumes it.
+		h.stats.Backlogged.Add(1)
 		return buf
 	}
-	h.stats.Delivered.Add(int64(tasks))
-	h.stats.Pushed[c.Transport].Add(int64(tasks))
-	c.lastWrite.Store(now)
+	c.mu.Lock()
+	c.parked = parking{}
+	c.mu.Unlock()
+	switch {
+	case err != nil:
+		h.writeFailed(c, err)
+		return buf
+	case endAfter:
+		h.endAfterWrite(c, reason)
+		return buf
+	}
+	c.resume()
+	return buf
+}
 
+// Drained is how a sink that queued a write hands the connection back: err
+// is nil once the queued bytes are written, and ends the connection
+// otherwise (a client that read nothing for the write timeout, or a closed
+// socket).
+func (c *Conn) Drained(err error) {
+	h := c.hub
+	c.mu.Lock()
+	p := c.parked
+	c.parked = parking{}
+	c.mu.Unlock()
+	switch {
+	case err != nil:
+		h.writeFailed(c, err)
+	case !p.on:
+		// Not a write the hub queued (a transport's own control frame).
+	case p.end:
+		h.endAfterWrite(c, p.reason)
+	default:
+		c.resume()
+	}
+}
+
+// resume gives c back to the writers if more arrived while it was written,
+// and otherwise marks it unscheduled.
+func (c *Conn) resume() {
 	c.mu.Lock()
 	again := !c.closed && !c.ending && c.hasWorkLocked()
 	if !again {
@@ -82,9 +119,21 @@ func (h *Hub) flush(c *Conn, buf []Event) []Event {
 	}
 	c.mu.Unlock()
 	if again {
-		h.runq.push(c)
+		c.hub.runq.push(c)
 	}
-	return buf
+}
+
+func (h *Hub) writeFailed(c *Conn, err error) {
+	h.stats.WriteErrors.Add(1)
+	h.log.Debug("write failed; closing", "conn", c.ID, "tenant", c.TenantID, "err", err)
+	c.end(CloseWriteFailed)
+}
+
+func (h *Hub) endAfterWrite(c *Conn, reason CloseReason) {
+	if reason == CloseTokenExpired {
+		h.stats.ExpiredClosed.Add(1)
+	}
+	c.end(reason)
 }
 
 // observe measures a task event written at now (Unix ns).

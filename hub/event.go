@@ -79,9 +79,18 @@ const (
 // time, never concurrently, and never after the transport's Conn.Close has
 // returned.
 type Sink interface {
-	// Write writes every event and flushes once. It applies the transport's
-	// write deadline; an error closes the connection.
-	Write(events []Event) error
+	// Bind is called once by Hub.Open with the connection, before anything
+	// is written to the sink: the Conn a queued write reports Drained to.
+	Bind(c *Conn)
+	// Write writes every event and flushes once, without waiting for a
+	// client that reads slowly: the hub's writers are shared, and one
+	// stalled client must not hold one. What the socket cannot take at
+	// once the sink keeps and writes on a goroutine of its own, reporting
+	// queued; it then calls Conn.Drained exactly once, when that is written
+	// or has failed, and the hub writes nothing more to it until then. The
+	// sink bounds a backlog with the transport's write timeout. An error
+	// closes the connection.
+	Write(events []Event) (queued bool, err error)
 	// Closed is called once when the hub ends the connection. It must not
 	// block: it signals the transport, which then calls Conn.Close.
 	Closed(reason CloseReason)

@@ -3,7 +3,9 @@
 // connections watch the task, a conflating outbox per connection (the newest
 // version of a task replaces a pending older one), versions that only go up
 // per connection and task, and a small pool of writers so that an idle
-// connection costs no goroutine of its own.
+// connection costs no goroutine of its own. The writers never wait for a
+// client: a stalled one's bytes wait on a goroutine of its own (Sink), and
+// its outbox keeps conflating meanwhile.
 package hub
 
 import (
@@ -49,8 +51,9 @@ type Config struct {
 	// gaps are closed by re-reading, and resume relies on Subscription.Since.
 	Stream Stream
 
-	// Writers is the number of goroutines writing to connections; zero means 32.
-	// A writer blocked on a slow client is released by WriteTimeout.
+	// Writers is the number of goroutines writing to connections; zero means
+	// 32. They never wait for a client: a sink hands what a full socket
+	// cannot take to a goroutine of the connection's own (see Sink).
 	Writers int
 	// Dispatchers bounds concurrent snapshot reads for notifications; zero means 16.
 	Dispatchers int
@@ -257,6 +260,7 @@ func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
 		sink:      sink,
 	}
 	c.lastWrite.Store(time.Now().UnixNano())
+	sink.Bind(c)
 	h.mu.Lock()
 	if h.closing {
 		h.mu.Unlock()
@@ -428,6 +432,7 @@ type Stats struct {
 	SlowClosed      atomic.Int64
 	ExpiredClosed   atomic.Int64
 	WriteErrors     atomic.Int64
+	Backlogged      atomic.Int64 // writes a sink queued because the client's socket was full
 	Heartbeats      atomic.Int64
 	DispatchNoWatch atomic.Int64 // notifications no local connection watches
 	ModeSwitches    atomic.Int64 // push ↔ polling

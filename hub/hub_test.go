@@ -33,7 +33,7 @@ func newRecorder() *recorder {
 	return &recorder{events: make(chan hub.Event, 4096), closed: make(chan hub.CloseReason, 1)}
 }
 
-func (r *recorder) Write(evs []hub.Event) error {
+func (r *recorder) Write(evs []hub.Event) (bool, error) {
 	if r.gate != nil {
 		if r.entered != nil {
 			r.entered <- struct{}{}
@@ -44,8 +44,10 @@ func (r *recorder) Write(evs []hub.Event) error {
 	for _, ev := range evs {
 		r.events <- ev
 	}
-	return nil
+	return false, nil
 }
+
+func (*recorder) Bind(*hub.Conn) {}
 
 func (r *recorder) Closed(reason hub.CloseReason) {
 	r.once.Do(func() { r.closed <- reason })

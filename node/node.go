@@ -67,7 +67,11 @@ type Config struct {
 	// publishing to itself; zero: the bus's default (1s).
 	LivenessInterval time.Duration
 	WriteTimeout     time.Duration // zero: the transports' default
-	SSERetry         time.Duration // zero: the SSE default
+	// Writers is the size of the hub's pool of writers; zero: the hub's
+	// default (32). They never wait for a client, so it bounds CPU, not
+	// how many slow clients the node tolerates.
+	Writers  int
+	SSERetry time.Duration // zero: the SSE default
 	// DisconnectCheck is how often SSE connections held without a goroutine
 	// are checked for a client that went away; zero: the SSE default (5s).
 	DisconnectCheck time.Duration
@@ -251,7 +255,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 	n.hub = hub.New(hub.Config{
 		Source: source, Bus: hubBus, Stream: hubStream, HeartbeatInterval: cfg.Heartbeat, PollInterval: cfg.PollInterval,
-		NodeName: cfg.NodeName, Logger: cfg.Logger,
+		NodeName: cfg.NodeName, Logger: cfg.Logger, Writers: cfg.Writers,
 	})
 	n.bus.Start(n.hub)
 	if n.tailer != nil {

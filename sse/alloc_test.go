@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/backlog"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -41,7 +42,7 @@ func TestSteadyStateWriteDoesNotAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &hijackedSink{conn: conn, timeout: 10 * time.Second, enc: encoder{retry: 2000}}
+	s := &hijackedSink{conn: conn, w: backlog.New(conn, 10*time.Second, func(error) {}), enc: encoder{retry: 2000}}
 	snaps := make([]*snapshot.Snapshot, 300)
 	for i := range snaps {
 		var err error
@@ -55,7 +56,7 @@ func TestSteadyStateWriteDoesNotAllocate(t *testing.T) {
 	write := func() {
 		events[0] = hub.Event{Kind: hub.KindTask, Snapshot: snaps[next]}
 		next++
-		if err := s.Write(events); err != nil {
+		if _, err := s.Write(events); err != nil {
 			t.Fatal(err)
 		}
 	}

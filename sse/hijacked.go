@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/backlog"
 )
 
 // responseHead starts a stream on a taken-over HTTP/1.1 connection. With no
@@ -71,14 +72,14 @@ func (h *Handler) serveHijacked(conn net.Conn, head string, p hub.Principal, sub
 		conn.Close()
 		return
 	}
-	s := &hijackedSink{conn: conn, timeout: h.cfg.WriteTimeout, enc: encoder{retry: h.retry().Milliseconds()}, reaper: h.reaper}
+	s := &hijackedSink{conn: conn, enc: encoder{retry: h.retry().Milliseconds()}, reaper: h.reaper}
+	s.w = backlog.New(conn, h.cfg.WriteTimeout, s.drained)
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil {
 		s.Write([]hub.Event{{Kind: hub.KindError, Code: hub.CodeShuttingDown, Message: "the node is shutting down; reconnect"}})
 		conn.Close()
 		return
 	}
-	s.hc = c
 	if !h.reaper.add(s) { // the handler is closing
 		conn.Close()
 		c.Close()
@@ -92,31 +93,29 @@ func (h *Handler) serveHijacked(conn net.Conn, head string, p hub.Principal, sub
 // hijackedSink writes to a taken-over connection. The hub calls Write from
 // one writer at a time; enc belongs to that writer.
 type hijackedSink struct {
-	conn    net.Conn
-	timeout time.Duration
-	enc     encoder
-	reaper  *reaper
-	hc      *hub.Conn // set before the sink is registered with the reaper
-
-	deadlineSet int64 // Unix nanoseconds of the last SetWriteDeadline; only Write uses it
+	conn   net.Conn
+	w      *backlog.Writer // every write after the head goes through it
+	enc    encoder
+	reaper *reaper
+	hc     *hub.Conn // set by Bind, before any write
 
 	released bool // guarded by reaper.mu: the hub ended it, maybe before add
 }
 
-func (s *hijackedSink) Write(events []hub.Event) error {
+func (s *hijackedSink) Write(events []hub.Event) (bool, error) {
 	b := getBuf()
 	defer putBuf(b)
 	s.enc.render(b, events)
-	// Moving the deadline is a runtime timer update, 5 % of the server's
-	// CPU when every write moved it. Moved once a quarter of the timeout
-	// has passed, it still gives every write at least three quarters of it.
-	if now := time.Now().UnixNano(); now-s.deadlineSet > int64(s.timeout/4) {
-		s.conn.SetWriteDeadline(time.Unix(0, now).Add(s.timeout))
-		s.deadlineSet = now
+	if _, err := s.w.Write(b.Bytes()); err != nil {
+		return false, err
 	}
-	_, err := s.conn.Write(b.Bytes())
-	return err
+	return s.w.NotifyWhenDrained(), nil
 }
+
+func (s *hijackedSink) Bind(c *hub.Conn) { s.hc = c }
+
+// drained runs on the backlog's goroutine once a queued write is done.
+func (s *hijackedSink) drained(err error) { s.hc.Drained(err) }
 
 // Closed hands the connection to the reaper, which closes it: Closed runs
 // under the hub's locks and must not block.

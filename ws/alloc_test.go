@@ -23,12 +23,12 @@ func TestSteadyStateWriteDoesNotAllocate(t *testing.T) {
 	events := []hub.Event{taskEvent(t, 1)}
 	events[0].Snapshot.Encoded(snapshot.EncodingWebSocket, taskFrame)
 	for range 100 { // warm the client's reader and the runtime's poller
-		if err := p.sink.Write(events); err != nil {
+		if _, err := p.sink.Write(events); err != nil {
 			t.Fatal(err)
 		}
 	}
 	allocs := testing.AllocsPerRun(500, func() {
-		if err := p.sink.Write(events); err != nil {
+		if _, err := p.sink.Write(events); err != nil {
 			t.Fatal(err)
 		}
 	})

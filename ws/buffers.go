@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+
+	"github.com/pushd/pushd/internal/backlog"
 )
 
 // Buffer sizes of a WebSocket connection. net/http hands a hijacked
@@ -16,19 +18,26 @@ const (
 )
 
 // smallBuffers gives coder/websocket smaller buffers when it hijacks the
-// connection, and keeps the connection so the sink can set write deadlines
-// on it. If the client already sent bytes past the handshake, the original
-// reader holding them is kept.
+// connection, and puts the sink's backlog writer under its writer, so no
+// frame write ever waits for the peer. If the client already sent bytes
+// past the handshake, the original reader holding them is kept.
 type smallBuffers struct {
 	http.ResponseWriter
-	conn *net.Conn // set by Hijack
+	sink *sink // its backlog writer is set by Hijack
 }
 
 func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
-	*s.conn = conn
-	if err != nil || brw.Reader.Buffered() > 0 || brw.Writer.Buffered() > 0 {
+	if err != nil {
 		return conn, brw, err
 	}
-	return conn, bufio.NewReadWriter(bufio.NewReaderSize(conn, readBufferSize), bufio.NewWriterSize(conn, writeBufferSize)), nil
+	if brw.Writer.Buffered() > 0 {
+		brw.Flush() // net/http wrote nothing of ours; be sure
+	}
+	s.sink.bw = backlog.New(conn, s.sink.timeout, s.sink.drained)
+	r := brw.Reader
+	if r.Buffered() == 0 {
+		r = bufio.NewReaderSize(conn, readBufferSize)
+	}
+	return conn, bufio.NewReadWriter(r, bufio.NewWriterSize(s.sink.bw, writeBufferSize)), nil
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/backlog"
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -118,8 +118,8 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down; reconnect")
 		return
 	}
-	var nc net.Conn
-	wc, err := websocket.Accept(smallBuffers{w, &nc}, r, &websocket.AcceptOptions{
+	s := &sink{timeout: h.cfg.WriteTimeout}
+	wc, err := websocket.Accept(smallBuffers{w, s}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{Subprotocol},
 		OriginPatterns: h.cfg.OriginPatterns,
 	})
@@ -132,7 +132,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 	}
 	wc.SetReadLimit(h.cfg.ReadLimit)
 
-	s := &sink{wc: wc, nc: nc, timeout: h.cfg.WriteTimeout}
+	s.wc = wc
 	p.Transport = hub.TransportWebSocket
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil {
@@ -369,7 +369,8 @@ func closeForReason(r hub.CloseReason) (websocket.StatusCode, string) {
 // at a time.
 type sink struct {
 	wc      *websocket.Conn
-	nc      net.Conn // under wc, for write deadlines
+	bw      *backlog.Writer // under wc's buffered writer: every frame goes through it
+	hc      *hub.Conn       // set by Bind, before any write
 	timeout time.Duration
 
 	wg     sync.WaitGroup // pings, closes and the first-request timer in flight; run waits for them
@@ -379,14 +380,12 @@ type sink struct {
 	ending bool
 }
 
-// Write bounds the batch with a deadline on the connection rather than a
-// context: coder/websocket turns a context with a deadline into a timer, an
-// AfterFunc and a select per frame, which was an eighth of the server's CPU
-// at 80,000 deliveries/s. The deadline is cleared afterwards because the
-// library's own writes (pongs, the close frame) follow at any time.
-func (s *sink) Write(events []hub.Event) error {
-	s.nc.SetWriteDeadline(time.Now().Add(s.timeout))
-	defer s.nc.SetWriteDeadline(time.Time{})
+func (s *sink) Bind(c *hub.Conn) { s.hc = c }
+
+// Write hands each frame to coder/websocket with no deadline and no
+// context timer: the backlog writer under it never waits for the peer,
+// and bounds what it keeps with the write timeout instead.
+func (s *sink) Write(events []hub.Event) (bool, error) {
 	ctx := context.Background()
 	for i := range events {
 		if events[i].Kind == hub.KindHeartbeat {
@@ -398,10 +397,18 @@ func (s *sink) Write(events []hub.Event) error {
 			continue
 		}
 		if err := s.wc.Write(ctx, websocket.MessageText, b); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return s.bw.NotifyWhenDrained(), nil
+}
+
+// drained runs on the backlog's goroutine once a queued write is done, or
+// once writing what the library itself wrote (a pong, a close) failed.
+func (s *sink) drained(err error) {
+	if s.hc != nil {
+		s.hc.Drained(err)
+	}
 }
 
 // ping checks an idle peer with a protocol ping. coder/websocket's Ping
