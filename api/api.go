@@ -42,9 +42,10 @@ type Config struct {
 	// APIKey guards POST /v1/publish (header X-API-Key). Empty means only
 	// loopback callers may publish.
 	APIKey string
-	// Ready reports the state of each snapshot source by name ("ok" or
-	// "down: why") and an error, whose text is the reason, when none
-	// answers; nil means always ready (the embedded mode).
+	// Ready reports the state of each snapshot source by name ("ok",
+	// "down" or "not configured", never why: /readyz is public) and an
+	// error, whose text is the reason, when none answers; nil means always
+	// ready (the embedded mode).
 	Ready func(ctx context.Context) (checks map[string]string, err error)
 	// DemoSigner, when set, serves GET /demo/token: tokens for anyone. Only
 	// the embedded mode without a configured secret or key sets it.

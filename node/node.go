@@ -128,6 +128,7 @@ type Node struct {
 	store    *snapshot.Store
 	sim      *sim.Simulator // nil unless the demo is served
 	srv      *http.Server
+	sources  sourceStates // for /readyz
 
 	// DemoSecret is the random HS256 secret of an embedded node started
 	// without one; tokens for it come from GET /demo/token.
@@ -154,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.StreamMaxLen <= 0 {
 		cfg.StreamMaxLen = 10000
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger}
+	n := &Node{cfg: cfg, log: cfg.Logger, sources: sourceStates{log: cfg.Logger, down: map[string]bool{}}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -296,6 +297,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 // ready: the node can serve while either snapshot source answers. Both
 // are asked at once, so a stalled one cannot spend the other's deadline.
+// /readyz is public, so its checks give each source's state only; why a
+// source is down goes to the log.
 func (n *Node) ready(ctx context.Context) (map[string]string, error) {
 	var redisErr, pgErr error
 	var wg sync.WaitGroup
@@ -304,9 +307,12 @@ func (n *Node) ready(ctx context.Context) (map[string]string, error) {
 		wg.Go(func() { pgErr = n.pool.Ping(ctx) })
 	}
 	wg.Wait()
-	checks := map[string]string{"redis": sourceState(redisErr), "postgres": "not configured"}
+	// A probe its caller gave up on says nothing about the sources; were it
+	// counted, hanging up on /readyz would make them flap in the log.
+	record := !errors.Is(ctx.Err(), context.Canceled)
+	checks := map[string]string{"redis": n.sources.state("redis", redisErr, record), "postgres": "not configured"}
 	if n.pool != nil {
-		checks["postgres"] = sourceState(pgErr)
+		checks["postgres"] = n.sources.state("postgres", pgErr, record)
 	}
 	if redisErr == nil || (n.pool != nil && pgErr == nil) {
 		return checks, nil
@@ -314,9 +320,32 @@ func (n *Node) ready(ctx context.Context) (map[string]string, error) {
 	return checks, errors.New("no snapshot source answers")
 }
 
-func sourceState(err error) string {
+// sourceStates remembers whether each snapshot source was down at the last
+// probe, so that a source's error is logged when its state changes, not on
+// every probe: anyone may ask /readyz, as often as they like.
+type sourceStates struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	down map[string]bool
+}
+
+// state is a source's check, "ok" or "down"; with record, a change from the
+// last recorded state is logged, with err when the source went down.
+func (s *sourceStates) state(source string, err error, record bool) string {
+	if record {
+		s.mu.Lock()
+		was := s.down[source]
+		s.down[source] = err != nil
+		s.mu.Unlock()
+		switch {
+		case err != nil && !was:
+			s.log.Warn("snapshot source down", "source", source, "err", err)
+		case err == nil && was:
+			s.log.Info("snapshot source answers again", "source", source)
+		}
+	}
 	if err != nil {
-		return "down: " + err.Error()
+		return "down"
 	}
 	return "ok"
 }
