@@ -70,9 +70,10 @@ type Config struct {
 	// the client, for the per-address limits. Empty trusts no header: the
 	// client is the TCP peer.
 	TrustedProxies []*net.IPNet
-	// OriginPatterns are the origins whose pages may read the streams and
-	// the snapshot API with credentials (CORS), as the WebSocket endpoint
-	// takes them; empty allows none.
+	// OriginPatterns are the origins whose pages may open WebSockets and
+	// read the streams and the snapshot API with credentials (CORS), as
+	// the WebSocket endpoint takes them; empty allows none but the
+	// server's own host (checkOrigin).
 	OriginPatterns []string
 	// Admission, when set, admits streams (connect buckets, connection caps)
 	// and snapshot API calls (plan limits); nil admits everything.
@@ -104,11 +105,11 @@ func New(cfg Config) http.Handler {
 	e.Pre(s.limitURL)
 	e.Use(cors(cfg.OriginPatterns))
 
-	e.GET("/v1/events", s.limitStreams(s.authed(s.admitStream(cfg.SSE.Serve))))
-	e.GET("/v1/ws", s.limitStreams(s.authed(s.admitStream(cfg.WS.Serve))))
-	e.GET("/v1/tasks/:id", s.authed(s.limitAPI("task", s.getTask)))
-	e.GET("/v1/tasks", s.authed(s.limitAPI("tasks", s.getTasks)))
-	e.GET("/v1/projects/:id/tasks", s.authed(s.limitAPI("project_tasks", s.projectTasks)))
+	e.GET("/v1/events", s.checkOrigin(false, s.limitStreams(s.authed(s.admitStream(cfg.SSE.Serve)))))
+	e.GET("/v1/ws", s.checkOrigin(true, s.limitStreams(s.authed(s.admitStream(cfg.WS.Serve)))))
+	e.GET("/v1/tasks/:id", s.checkOrigin(false, s.authed(s.limitAPI("task", s.getTask))))
+	e.GET("/v1/tasks", s.checkOrigin(false, s.authed(s.limitAPI("tasks", s.getTasks))))
+	e.GET("/v1/projects/:id/tasks", s.checkOrigin(false, s.authed(s.limitAPI("project_tasks", s.projectTasks))))
 	e.POST("/v1/publish", s.publish)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)

@@ -110,7 +110,7 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.APIKey, "api-key", "", "key for POST /v1/publish (X-API-Key); empty allows loopback callers only")
 	fs.StringVar(&c.NodeName, "node-name", "", "name shown in hello and metrics; empty means the host name")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated addresses or CIDRs of load balancers whose X-Forwarded-For names the client for the per-address limits; empty trusts none")
-	fs.StringVar(&c.Origins, "allowed-origins", "", "comma-separated origin patterns allowed to open WebSockets besides the server's own host")
+	fs.StringVar(&c.Origins, "allowed-origins", "", "comma-separated origin patterns (host or scheme://host, with * wildcards) whose pages may open WebSockets and use the token cookie, besides the server's own host; other origins get 403")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 25*time.Second, "idle time after which a heartbeat is written")
 	fs.DurationVar(&c.PollInterval, "poll-interval", 2*time.Second, "while Pub/Sub is down, how often watched tasks are re-read (jittered)")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "a client slower than this per write is disconnected")
