@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,6 +129,10 @@ func New(cfg Config) http.Handler {
 	}
 	return e
 }
+
+// RequestTimeout is the error code of a request whose body did not arrive
+// within the node's request timeout (408).
+const RequestTimeout = "request_timeout"
 
 // apiError is an error with its status and code; handleError writes it.
 type apiError struct {
@@ -361,7 +366,10 @@ func (s *server) publish(c echo.Context) error {
 		return err
 	}
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, snapshot.MaxSize+1))
-	if err != nil {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded): // the server's ReadTimeout
+		return fail(http.StatusRequestTimeout, RequestTimeout, "the body did not arrive in time")
+	case err != nil:
 		return fail(http.StatusBadRequest, httperr.BadRequest, "reading the body failed")
 	}
 	if len(body) > snapshot.MaxSize {

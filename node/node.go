@@ -81,6 +81,15 @@ type Config struct {
 	// (503 past it) and per client address (429); zero means no limit.
 	MaxConns      int
 	MaxConnsPerIP int
+	// RequestTimeout bounds how long a request, headers and body, may take
+	// to arrive; zero means 10s. Streams are not bounded by it once they
+	// are established.
+	RequestTimeout time.Duration
+	// MaxHeaderBytes bounds a request's line and headers (431 past it);
+	// zero means 64 KiB.
+	MaxHeaderBytes int
+	// MaxURLBytes bounds a request's URL (414 past it); zero means 8 KiB.
+	MaxURLBytes int
 
 	// Streams appends every change published through this node to its
 	// tenant's Redis Stream, tails the streams of the tenants watched here
@@ -154,6 +163,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.StreamMaxLen <= 0 {
 		cfg.StreamMaxLen = 10000
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = 64 << 10
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, sources: sourceStates{log: cfg.Logger, down: map[string]bool{}}}
 	ok := false
@@ -276,7 +291,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Demo:       demo,
 		Client:     web.Client(),
 		Admission:  n.adm,
-		MaxConns:   cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, OriginPatterns: cfg.OriginPatterns,
+		MaxConns:   cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, MaxURLBytes: cfg.MaxURLBytes,
+		OriginPatterns: cfg.OriginPatterns,
 		TrustedProxies: cfg.TrustedProxies,
 		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.busStats, Stream: n.tailer, Admission: n.adm}),
 			promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}),
@@ -284,11 +300,17 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	})
 	// Made here, not in Serve, so Shutdown from another goroutine always
 	// finds it.
+	// ReadTimeout bounds the reading of a request, body included: without
+	// it a Content-Length whose body never comes holds a connection for
+	// good. It ends there: net/http clears the deadline once the body is
+	// read, and taking a stream's connection over (SSE, the WebSocket
+	// upgrade) clears it too.
 	n.srv = &http.Server{
 		Handler:           n.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.RequestTimeout,
+		ReadTimeout:       cfg.RequestTimeout,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	ok = true

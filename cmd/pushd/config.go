@@ -44,6 +44,9 @@ type config struct {
 	LogFormat      string
 	MaxConns       int
 	MaxConnsPerIP  int
+	RequestTimeout time.Duration
+	MaxHeaderBytes int
+	MaxURLBytes    int
 
 	RedisCacheURL    string
 	RedisControlURL  string
@@ -126,6 +129,9 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.RedisRealtimeURL, "redis-realtime-url", "", "Redis for Pub/Sub and streams; empty means --redis-url")
 	fs.IntVar(&c.MaxConns, "max-conns", 0, "streams this node holds before it answers 503; 0 means the open-file limit less 1,000 kept for Redis, PostgreSQL and requests")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 5000, "streams one client address may hold on this node (429 past it); 0 means no limit")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", 10*time.Second, "how long a request may take to arrive, headers and body; a connection still waiting for one is closed (a publish is answered 408 first); established streams are not bounded by it")
+	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", 64<<10, "longest request line and headers, in bytes (431 past it)")
+	fs.IntVar(&c.MaxURLBytes, "max-url-bytes", 8<<10, "longest request URL, in bytes (414 past it); at most --max-header-bytes, which counts it too")
 	a := &c.Admission
 	fs.IntVar(&a.UserBurst, "connect-user-burst", 20, "connects a user may make at once (token bucket capacity); 0 means no limit")
 	fs.Float64Var(&a.UserRate, "connect-user-rate", 1, "connects per second a user's bucket refills")
