@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,9 +43,10 @@ type Config struct {
 	// APIKey guards POST /v1/publish (header X-API-Key). Empty means only
 	// loopback callers may publish.
 	APIKey string
-	// Ready reports the state of each snapshot source by name ("ok" or
-	// "down: why") and an error, whose text is the reason, when none
-	// answers; nil means always ready (the embedded mode).
+	// Ready reports the state of each snapshot source by name ("ok",
+	// "down" or "not configured", never why: /readyz is public) and an
+	// error, whose text is the reason, when none answers; nil means always
+	// ready (the embedded mode).
 	Ready func(ctx context.Context) (checks map[string]string, err error)
 	// DemoSigner, when set, serves GET /demo/token: tokens for anyone. Only
 	// the embedded mode without a configured secret or key sets it.
@@ -69,9 +71,10 @@ type Config struct {
 	// the client, for the per-address limits. Empty trusts no header: the
 	// client is the TCP peer.
 	TrustedProxies []*net.IPNet
-	// OriginPatterns are the origins whose pages may read the streams and
-	// the snapshot API with credentials (CORS), as the WebSocket endpoint
-	// takes them; empty allows none.
+	// OriginPatterns are the origins whose pages may open WebSockets and
+	// read the streams and the snapshot API with credentials (CORS), as
+	// the WebSocket endpoint takes them; empty allows none but the
+	// server's own host (checkOrigin).
 	OriginPatterns []string
 	// Admission, when set, admits streams (connect buckets, connection caps)
 	// and snapshot API calls (plan limits); nil admits everything.
@@ -103,11 +106,11 @@ func New(cfg Config) http.Handler {
 	e.Pre(s.limitURL)
 	e.Use(cors(cfg.OriginPatterns))
 
-	e.GET("/v1/events", s.limitStreams(s.authed(s.admitStream(cfg.SSE.Serve))))
-	e.GET("/v1/ws", s.limitStreams(s.authed(s.admitStream(cfg.WS.Serve))))
-	e.GET("/v1/tasks/:id", s.authed(s.limitAPI("task", s.getTask)))
-	e.GET("/v1/tasks", s.authed(s.limitAPI("tasks", s.getTasks)))
-	e.GET("/v1/projects/:id/tasks", s.authed(s.limitAPI("project_tasks", s.projectTasks)))
+	e.GET("/v1/events", s.checkOrigin(false, s.limitStreams(s.authed(s.admitStream(cfg.SSE.Serve)))))
+	e.GET("/v1/ws", s.checkOrigin(true, s.limitStreams(s.authed(s.admitStream(cfg.WS.Serve)))))
+	e.GET("/v1/tasks/:id", s.checkOrigin(false, s.authed(s.limitAPI("task", s.getTask))))
+	e.GET("/v1/tasks", s.checkOrigin(false, s.authed(s.limitAPI("tasks", s.getTasks))))
+	e.GET("/v1/projects/:id/tasks", s.checkOrigin(false, s.authed(s.limitAPI("project_tasks", s.projectTasks))))
 	e.POST("/v1/publish", s.publish)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -126,6 +129,10 @@ func New(cfg Config) http.Handler {
 	}
 	return e
 }
+
+// RequestTimeout is the error code of a request whose body did not arrive
+// within the node's request timeout (408).
+const RequestTimeout = "request_timeout"
 
 // apiError is an error with its status and code; handleError writes it.
 type apiError struct {
@@ -359,7 +366,10 @@ func (s *server) publish(c echo.Context) error {
 		return err
 	}
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, snapshot.MaxSize+1))
-	if err != nil {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded): // the server's ReadTimeout
+		return fail(http.StatusRequestTimeout, RequestTimeout, "the body did not arrive in time")
+	case err != nil:
 		return fail(http.StatusBadRequest, httperr.BadRequest, "reading the body failed")
 	}
 	if len(body) > snapshot.MaxSize {

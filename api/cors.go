@@ -32,9 +32,9 @@ func cors(patterns []string) echo.MiddlewareFunc {
 
 // originAllowed matches an Origin header the way the WebSocket endpoint
 // does (coder/websocket's OriginPatterns): a pattern with a scheme is
-// matched against the whole origin, one without against its host, both
-// with path.Match and case-insensitively. A pattern that does not parse
-// matches nothing.
+// matched against scheme://host, one without against the host, both with
+// path.Match and case-insensitively. A pattern that does not parse
+// matches nothing, nor does an origin without a host ("null").
 func originAllowed(patterns []string, origin string) bool {
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" {
@@ -43,7 +43,7 @@ func originAllowed(patterns []string, origin string) bool {
 	for _, p := range patterns {
 		target := u.Host
 		if strings.Contains(p, "://") {
-			target = origin
+			target = u.Scheme + "://" + u.Host
 		}
 		if ok, err := path.Match(strings.ToLower(p), strings.ToLower(target)); err == nil && ok {
 			return true

@@ -50,3 +50,6 @@ func bearer(h string) string {
 	}
 	return strings.TrimSpace(h[len(scheme):])
 }
+
+// CookieName is the cookie Authenticate reads a token from.
+func (v *Verifier) CookieName() string { return v.cookieName }

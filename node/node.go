@@ -85,6 +85,15 @@ type Config struct {
 	// (503 past it) and per client address (429); zero means no limit.
 	MaxConns      int
 	MaxConnsPerIP int
+	// RequestTimeout bounds how long a request, headers and body, may take
+	// to arrive; zero means 10s. Streams are not bounded by it once they
+	// are established.
+	RequestTimeout time.Duration
+	// MaxHeaderBytes bounds a request's line and headers (431 past it);
+	// zero means 64 KiB.
+	MaxHeaderBytes int
+	// MaxURLBytes bounds a request's URL (414 past it); zero means 8 KiB.
+	MaxURLBytes int
 
 	// Streams appends every change published through this node to its
 	// tenant's Redis Stream, tails the streams of the tenants watched here
@@ -132,6 +141,7 @@ type Node struct {
 	store    *snapshot.Store
 	sim      *sim.Simulator // nil unless the demo is served
 	srv      *http.Server
+	sources  sourceStates // for /readyz
 
 	// DemoSecret is the random HS256 secret of an embedded node started
 	// without one; tokens for it come from GET /demo/token.
@@ -158,7 +168,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.StreamMaxLen <= 0 {
 		cfg.StreamMaxLen = 10000
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = 64 << 10
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, sources: sourceStates{log: cfg.Logger, down: map[string]bool{}}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -279,7 +295,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Demo:       demo,
 		Client:     web.Client(),
 		Admission:  n.adm,
-		MaxConns:   cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, OriginPatterns: cfg.OriginPatterns,
+		MaxConns:   cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, MaxURLBytes: cfg.MaxURLBytes,
+		OriginPatterns: cfg.OriginPatterns,
 		TrustedProxies: cfg.TrustedProxies,
 		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.busStats, Stream: n.tailer, Admission: n.adm}),
 			promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}),
@@ -287,11 +304,17 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	})
 	// Made here, not in Serve, so Shutdown from another goroutine always
 	// finds it.
+	// ReadTimeout bounds the reading of a request, body included: without
+	// it a Content-Length whose body never comes holds a connection for
+	// good. It ends there: net/http clears the deadline once the body is
+	// read, and taking a stream's connection over (SSE, the WebSocket
+	// upgrade) clears it too.
 	n.srv = &http.Server{
 		Handler:           n.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.RequestTimeout,
+		ReadTimeout:       cfg.RequestTimeout,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	ok = true
@@ -300,6 +323,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 // ready: the node can serve while either snapshot source answers. Both
 // are asked at once, so a stalled one cannot spend the other's deadline.
+// /readyz is public, so its checks give each source's state only; why a
+// source is down goes to the log.
 func (n *Node) ready(ctx context.Context) (map[string]string, error) {
 	var redisErr, pgErr error
 	var wg sync.WaitGroup
@@ -308,9 +333,12 @@ func (n *Node) ready(ctx context.Context) (map[string]string, error) {
 		wg.Go(func() { pgErr = n.pool.Ping(ctx) })
 	}
 	wg.Wait()
-	checks := map[string]string{"redis": sourceState(redisErr), "postgres": "not configured"}
+	// A probe its caller gave up on says nothing about the sources; were it
+	// counted, hanging up on /readyz would make them flap in the log.
+	record := !errors.Is(ctx.Err(), context.Canceled)
+	checks := map[string]string{"redis": n.sources.state("redis", redisErr, record), "postgres": "not configured"}
 	if n.pool != nil {
-		checks["postgres"] = sourceState(pgErr)
+		checks["postgres"] = n.sources.state("postgres", pgErr, record)
 	}
 	if redisErr == nil || (n.pool != nil && pgErr == nil) {
 		return checks, nil
@@ -318,9 +346,32 @@ func (n *Node) ready(ctx context.Context) (map[string]string, error) {
 	return checks, errors.New("no snapshot source answers")
 }
 
-func sourceState(err error) string {
+// sourceStates remembers whether each snapshot source was down at the last
+// probe, so that a source's error is logged when its state changes, not on
+// every probe: anyone may ask /readyz, as often as they like.
+type sourceStates struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	down map[string]bool
+}
+
+// state is a source's check, "ok" or "down"; with record, a change from the
+// last recorded state is logged, with err when the source went down.
+func (s *sourceStates) state(source string, err error, record bool) string {
+	if record {
+		s.mu.Lock()
+		was := s.down[source]
+		s.down[source] = err != nil
+		s.mu.Unlock()
+		switch {
+		case err != nil && !was:
+			s.log.Warn("snapshot source down", "source", source, "err", err)
+		case err == nil && was:
+			s.log.Info("snapshot source answers again", "source", source)
+		}
+	}
 	if err != nil {
-		return "down: " + err.Error()
+		return "down"
 	}
 	return "ok"
 }

@@ -124,7 +124,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		OriginPatterns: h.cfg.OriginPatterns,
 	})
 	if err != nil {
-		return // Accept answered the client (403 for a foreign origin, 400 for a bad handshake)
+		return // Accept answered the client: 400 for a bad handshake (the API refused foreign origins before)
 	}
 	if wc.Subprotocol() != Subprotocol {
 		wc.Close(websocket.StatusPolicyViolation, "subprotocol "+Subprotocol+" required")

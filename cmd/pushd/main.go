@@ -70,6 +70,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		RedisCacheURL: cfg.RedisCacheURL, RedisControlURL: cfg.RedisControlURL, RedisRealtimeURL: cfg.RedisRealtimeURL,
 		Admission: cfg.Admission.config(),
 		MaxConns:  maxConns(cfg.MaxConns), MaxConnsPerIP: cfg.MaxConnsPerIP,
+		RequestTimeout: cfg.RequestTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes, MaxURLBytes: cfg.MaxURLBytes,
 	})
 	if err != nil {
 		return err

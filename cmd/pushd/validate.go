@@ -107,6 +107,7 @@ func (c config) validate(from origins) error {
 	for name, d := range map[string]time.Duration{
 		"heartbeat": c.Heartbeat, "poll-interval": c.PollInterval, "write-timeout": c.WriteTimeout,
 		"sse-retry": c.Retry, "drain-timeout": c.DrainTimeout, "reconnect-after": c.ReconnectAfter,
+		"request-timeout": c.RequestTimeout,
 	} {
 		if d <= 0 {
 			bad(name, "%v: must be positive", d)
@@ -119,6 +120,14 @@ func (c config) validate(from origins) error {
 		if n < 0 {
 			bad(name, "%d: must not be negative", n)
 		}
+	}
+	for name, n := range map[string]int{"max-header-bytes": c.MaxHeaderBytes, "max-url-bytes": c.MaxURLBytes} {
+		if n <= 0 {
+			bad(name, "%d: must be positive", n)
+		}
+	}
+	if c.MaxURLBytes > c.MaxHeaderBytes && c.MaxHeaderBytes > 0 {
+		bad("max-url-bytes", "%d: must not exceed --max-header-bytes (%d), which counts the URL too", c.MaxURLBytes, c.MaxHeaderBytes)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
