@@ -33,8 +33,8 @@ type Conn struct {
 	tasks      map[string]struct{}
 	projects   map[string]struct{}
 	userScope  bool
-	delivered  map[string]int64       // per task, the last version taken for writing
-	pending    map[string]pendingTask // conflating outbox: one snapshot per task
+	delivered  map[string]int64       // per task, the last version taken for writing; at most maxTracked
+	pending    map[string]pendingTask // conflating outbox: one snapshot per task, at most maxTracked
 	order      []string               // tasks in pending, oldest first
 	control    []Event                // hello, errors and mode changes, in order, before tasks
 	trailer    []Event                // acks, after the tasks queued before them
@@ -164,14 +164,11 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	// of its projects and user) would only grow this map, request after
 	// request, so they are ignored.
 	for id, v := range s.Since {
-		if len(c.delivered) >= h.cfg.MaxSubscriptions+snapshot.MaxList && !has(c.tasks, id) {
+		if len(c.delivered) >= h.maxTracked() && !has(c.tasks, id) {
 			continue
 		}
 		if snapshot.ValidID(id) && v > c.delivered[id] {
-			if c.delivered == nil {
-				c.delivered = make(map[string]int64)
-			}
-			c.delivered[id] = v
+			c.rememberLocked(id, v)
 		}
 	}
 	// A client that brings a resume position is one coming back: counted
@@ -413,6 +410,15 @@ func (c *Conn) offer(s *snapshot.Snapshot, n news) {
 		}
 		h.stats.Conflated.Add(1)
 	} else {
+		if len(c.order) >= h.maxTracked() {
+			// More distinct tasks waiting than the connection can watch at
+			// once (a scope whose tasks come and go faster than the client
+			// reads): the client is too slow to hold them.
+			h.stats.SlowClosed.Add(1)
+			c.endLocked(CloseWriteFailed)
+			c.mu.Unlock()
+			return
+		}
 		if c.pending == nil {
 			c.pending = make(map[string]pendingTask)
 		}
@@ -486,10 +492,7 @@ func (c *Conn) takeLocked(buf []Event) []Event {
 		if s.TenantID != c.TenantID || !s.NewerThan(c.delivered[id]) {
 			continue
 		}
-		if c.delivered == nil {
-			c.delivered = make(map[string]int64)
-		}
-		c.delivered[id] = s.Version
+		c.rememberLocked(id, s.Version)
 		lastTask = len(buf)
 		buf = append(buf, Event{Kind: KindTask, Snapshot: s, news: p.news})
 	}
@@ -516,6 +519,31 @@ func (c *Conn) takeLocked(buf []Event) []Event {
 	}
 	c.heartbeat = false
 	return buf
+}
+
+// maxTracked bounds the tasks a connection keeps a delivered version or a
+// pending snapshot of: every task it can watch by id, and a full listing.
+func (h *Hub) maxTracked() int { return h.cfg.MaxSubscriptions + snapshot.MaxList }
+
+// rememberLocked records v as the version of task id taken for writing.
+// Past maxTracked, the version of another task is forgotten to make room:
+// one the connection does not watch by id, picked by the map's random
+// iteration start. A forgotten task's next change is newer than what was
+// sent, so it is delivered as it should be; only a resend of the version
+// sent could follow, and the store never hands out an older one.
+func (c *Conn) rememberLocked(id string, v int64) {
+	if c.delivered == nil {
+		c.delivered = make(map[string]int64)
+	}
+	if _, ok := c.delivered[id]; !ok && len(c.delivered) >= c.hub.maxTracked() {
+		for old := range c.delivered {
+			if !has(c.tasks, old) {
+				delete(c.delivered, old)
+				break
+			}
+		}
+	}
+	c.delivered[id] = v
 }
 
 func (c *Conn) hasWorkLocked() bool {

@@ -17,12 +17,7 @@ const maxCursorLen = 4096
 
 // encodeCursor writes the versions as "task=version,task=version". Neither
 // '=' nor ',' can occur in an id (snapshot.ValidID).
-func encodeCursor(b []byte, versions map[string]int64, last string) []byte {
-	if len(versions) > maxCursorTasks {
-		b = append(b, last...)
-		b = append(b, '=')
-		return strconv.AppendInt(b, versions[last], 10)
-	}
+func encodeCursor(b []byte, versions map[string]int64) []byte {
 	first := true
 	for id, v := range versions {
 		if !first {

@@ -109,3 +109,23 @@ func TestParseRequestSplitsCursorFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestEncoderVersionsAreBounded: a connection sent many tasks keeps no
+// more versions than a cursor can carry.
+func TestEncoderVersionsAreBounded(t *testing.T) {
+	var e encoder
+	var b []byte
+	for i := range 2000 {
+		s, err := snapshot.Parse(fmt.Appendf(nil, `{"task_id":"task_%04d","tenant_id":"t1","status":"RUNNING","version":7}`, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = e.cursor(b[:0], s, "")
+		if len(e.versions) > maxCursorTasks {
+			t.Fatalf("after %d tasks the encoder keeps %d versions, want at most %d", i+1, len(e.versions), maxCursorTasks)
+		}
+	}
+	if got, want := string(b), "task_1999=7"; got != want {
+		t.Fatalf("cursor %q, want %q", got, want)
+	}
+}

@@ -16,10 +16,12 @@ type encoder struct {
 	retry int64 // ms, sent with hello
 	// The delivered versions, for the id: cursor. Most connections watch
 	// one task, so the first is kept inline and the map is made only for a
-	// second.
+	// second. Past maxCursorTasks a cursor names only its own event's task,
+	// so the map is dropped for good (many): it would only grow.
 	oneTask    string
 	oneVersion int64
 	versions   map[string]int64
+	many       bool
 }
 
 // cursor records s as delivered and appends the connection's cursor to b:
@@ -27,23 +29,27 @@ type encoder struct {
 // The versions are recorded either way: an event without a stream cursor
 // may follow one.
 func (e *encoder) cursor(b []byte, s *snapshot.Snapshot, streamCursor string) []byte {
-	if e.versions == nil && (e.oneTask == "" || e.oneTask == s.TaskID) {
+	switch {
+	case e.many:
+	case e.versions == nil && (e.oneTask == "" || e.oneTask == s.TaskID):
 		e.oneTask, e.oneVersion = s.TaskID, s.Version
-		if streamCursor != "" {
-			return append(b, streamCursor...)
+	case e.versions == nil:
+		e.versions = map[string]int64{e.oneTask: e.oneVersion, s.TaskID: s.Version}
+	default:
+		e.versions[s.TaskID] = s.Version
+		if len(e.versions) > maxCursorTasks {
+			e.versions, e.many = nil, true
 		}
-		b = append(b, e.oneTask...)
-		b = append(b, '=')
-		return strconv.AppendInt(b, e.oneVersion, 10)
 	}
-	if e.versions == nil {
-		e.versions = map[string]int64{e.oneTask: e.oneVersion}
-	}
-	e.versions[s.TaskID] = s.Version
-	if streamCursor != "" {
+	switch {
+	case streamCursor != "":
 		return append(b, streamCursor...)
+	case e.versions != nil:
+		return encodeCursor(b, e.versions)
 	}
-	return encodeCursor(b, e.versions, s.TaskID)
+	b = append(b, s.TaskID...)
+	b = append(b, '=')
+	return strconv.AppendInt(b, s.Version, 10)
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
