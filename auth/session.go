@@ -28,8 +28,10 @@ func IsSessionToken(token string) bool { return strings.Count(token, ".") != 2 }
 
 // SessionsConfig configures Sessions. Redis is required.
 type SessionsConfig struct {
-	// Redis holds session:<token> (JSON {"tenant_id","user_id","plan"}),
-	// with the session's lifetime as its TTL.
+	// Redis holds session:<token> (JSON {"tenant_id","user_id","plan",
+	// "expires_at"}, expires_at in Unix milliseconds and optional), with the
+	// session's lifetime as its TTL. A stream ends at expires_at; without
+	// one it ends when re-validation finds the session gone.
 	Redis redis.UniversalClient
 	// DB, when set, is read on a Redis miss: table sessions (token,
 	// tenant_id, user_id, plan, expires_at). Nil means Redis is the only
@@ -68,6 +70,10 @@ type session struct {
 	TenantID string `json:"tenant_id"`
 	UserID   string `json:"user_id"`
 	Plan     string `json:"plan,omitempty"`
+	// ExpiresAt is Unix milliseconds; zero means the session names none.
+	// The write-back keeps it, so a session read from Redis ends its
+	// streams when the one read from PostgreSQL would.
+	ExpiresAt int64 `json:"expires_at,omitempty"`
 }
 
 func (s *Sessions) key(token string) string { return s.cfg.Prefix + "session:" + token }
@@ -111,7 +117,13 @@ func (s *Sessions) lookup(ctx context.Context, token string) (Principal, error) 
 		if err := json.Unmarshal(raw, &sess); err != nil {
 			return Principal{}, invalid("malformed session", err)
 		}
-		return principalOf(token, sess, time.Time{})
+		var expires time.Time
+		if sess.ExpiresAt != 0 {
+			if expires = time.UnixMilli(sess.ExpiresAt); !time.Now().Before(expires) {
+				return Principal{}, invalid("unknown session", nil) // expired, as PostgreSQL would say
+			}
+		}
+		return principalOf(token, sess, expires)
 	}
 	if s.cfg.DB == nil {
 		if errors.Is(rerr, redis.Nil) {
@@ -136,6 +148,8 @@ func (s *Sessions) lookup(ctx context.Context, token string) (Principal, error) 
 	if exp != nil {
 		expires = *exp
 		ttl = min(ttl, time.Until(expires))
+		// Truncated to the millisecond: the copy never outlives the row.
+		sess.ExpiresAt = expires.UnixMilli()
 	}
 	p, err := principalOf(token, sess, expires)
 	if err != nil {

@@ -1,0 +1,84 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/pushd/pushd/admission"
+)
+
+// expiredAt reads c until the server says its token expired and returns
+// when that arrived; it fails when nothing of the kind comes by deadline.
+func (c *sseClient) expiredAt(t *testing.T, name string, deadline time.Time) time.Time {
+	t.Helper()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-c.events:
+			if !ok {
+				t.Fatalf("%s: SSE stream ended without token_expired", name)
+			}
+			if ev.Event != "error" {
+				continue
+			}
+			at := time.Now()
+			var e struct {
+				Code   string
+				TaskID string `json:"task_id"`
+			}
+			if err := json.Unmarshal([]byte(ev.Data), &e); err != nil || e.Code != "token_expired" && e.TaskID == "" {
+				t.Fatalf("%s: error event %s, want code token_expired", name, ev.Data)
+			}
+			if e.Code == "token_expired" {
+				return at
+			}
+		case <-timer.C:
+			t.Fatalf("%s: no token_expired by %s", name, deadline.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// A session ends its streams at its expires_at, whether the node read it
+// from PostgreSQL or, for a later connection, from the Redis copy it wrote
+// back; re-validation, far off here, plays no part.
+func TestSessionStreamsEndAtExpiresAt(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.Heartbeat = 100 * time.Millisecond // the expiry check runs on the heartbeat tick
+	cfg.Admission = admission.Config{SessionCheckInterval: time.Hour}
+	srv := startNode(t, cfg)
+	ctx := context.Background()
+	tok := sessionToken()
+	var expires time.Time
+	if err := c.pg.Pool.QueryRow(ctx, `INSERT INTO sessions (token, tenant_id, user_id, plan, expires_at)
+		VALUES ($1, 't1', 'u1', '', now() + interval '2 seconds') RETURNING expires_at`, tok).Scan(&expires); err != nil {
+		t.Fatal(err)
+	}
+	fromPG := openSSE(t, srv.URL, tok, "task=x1")
+	if fromPG.Status != 200 {
+		t.Fatalf("SSE with a PostgreSQL session: %d %s", fromPG.Status, fromPG.Body)
+	}
+	key := c.redis.Names.Prefix + "session:" + tok
+	if n := c.redis.Client.Exists(ctx, key).Val(); n != 1 {
+		t.Fatal("the session was not written back to Redis")
+	}
+	fromRedis := openSSE(t, srv.URL, tok, "task=x1")
+	if fromRedis.Status != 200 {
+		t.Fatalf("SSE with the cached session: %d %s", fromRedis.Status, fromRedis.Body)
+	}
+	const bound = time.Second // the tick is 50ms; the rest is a loaded machine's slack
+	for _, sc := range []struct {
+		name string
+		*sseClient
+	}{{"session from PostgreSQL", fromPG}, {"session from the Redis cache", fromRedis}} {
+		late := sc.expiredAt(t, sc.name, expires.Add(5*time.Second)).Sub(expires)
+		t.Logf("%s: token_expired %v after expires_at", sc.name, late)
+		if late < -50*time.Millisecond || late > bound {
+			t.Errorf("%s: token_expired %v after expires_at, want within [-50ms, %v]", sc.name, late, bound)
+		}
+		sc.ended(t)
+	}
+}
