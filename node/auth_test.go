@@ -3,8 +3,11 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/pushd/pushd/admission"
 )
@@ -80,5 +83,73 @@ func TestSessionStreamsEndAtExpiresAt(t *testing.T) {
 			t.Errorf("%s: token_expired %v after expires_at, want within [-50ms, %v]", sc.name, late, bound)
 		}
 		sc.ended(t)
+	}
+}
+
+// jwtWith signs claims with the nodes' test secret, as another issuer or
+// service might.
+func jwtWith(t *testing.T, claims jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A node set up with an audience, an issuer and a longest token lifetime
+// refuses tokens made for another service, by another issuer or for too
+// long, and accepts the right ones; a node without them keeps accepting
+// all three.
+func TestJWTAudienceIssuerAndMaxTTL(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.JWTAudience = []string{"pushd", "pushd-staging"}
+	cfg.JWTIssuer = "https://login.example"
+	cfg.JWTMaxTTL = time.Hour
+	strict := startNode(t, cfg)
+	lax := startNode(t, c.config())
+
+	now := time.Now()
+	claims := func(edit func(jwt.MapClaims)) string {
+		m := jwt.MapClaims{"sub": "u1", "tenant_id": "t1", "aud": "pushd", "iss": "https://login.example",
+			"iat": now.Unix(), "exp": now.Add(30 * time.Minute).Unix()}
+		edit(m)
+		return jwtWith(t, m)
+	}
+	cases := []struct {
+		name    string
+		tok     string
+		refused bool // by the strict node; the lax one takes every token here
+	}{
+		{"right audience and issuer", claims(func(jwt.MapClaims) {}), false},
+		{"one of the audiences among others", claims(func(m jwt.MapClaims) { m["aud"] = []string{"billing", "pushd-staging"} }), false},
+		{"lifetime of exactly the limit", claims(func(m jwt.MapClaims) { m["exp"] = now.Add(time.Hour).Unix() }), false},
+		{"no iat, expiring within the limit", claims(func(m jwt.MapClaims) { delete(m, "iat") }), false},
+		{"another service's audience", claims(func(m jwt.MapClaims) { m["aud"] = "billing" }), true},
+		{"no audience", claims(func(m jwt.MapClaims) { delete(m, "aud") }), true},
+		{"another issuer", claims(func(m jwt.MapClaims) { m["iss"] = "https://evil.example" }), true},
+		{"no issuer", claims(func(m jwt.MapClaims) { delete(m, "iss") }), true},
+		{"exp - iat over the limit", claims(func(m jwt.MapClaims) { m["exp"] = now.Add(2 * time.Hour).Unix() }), true},
+		{"exp - iat over the limit, issued long ago", claims(func(m jwt.MapClaims) {
+			m["iat"], m["exp"] = now.Add(-24*time.Hour).Unix(), now.Add(10*time.Minute).Unix()
+		}), true},
+		{"no iat, expiring past the limit", claims(func(m jwt.MapClaims) { delete(m, "iat"); m["exp"] = now.Add(2 * time.Hour).Unix() }), true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// A task that does not exist: 404 means the token was taken.
+			resp, body := httpDo(t, http.MethodGet, strict.URL+"/v1/tasks/task_absent", tc.tok, "")
+			if tc.refused {
+				wantError(t, resp, body, http.StatusUnauthorized, "unauthorized")
+				if sc := openSSE(t, strict.URL, tc.tok, "task=task_absent"); sc.Status != http.StatusUnauthorized {
+					t.Fatalf("SSE: %d %s, want 401", sc.Status, sc.Body)
+				}
+			} else {
+				wantError(t, resp, body, http.StatusNotFound, "not_found")
+			}
+			resp, body = httpDo(t, http.MethodGet, lax.URL+"/v1/tasks/task_absent", tc.tok, "")
+			wantError(t, resp, body, http.StatusNotFound, "not_found")
+		})
 	}
 }

@@ -53,7 +53,12 @@ type Config struct {
 	JWTSecret       []byte
 	JWTPublicKeyPEM []byte
 	JWTAlgorithm    string
-	APIKey          string
+	// JWTAudience, JWTIssuer and JWTMaxTTL restrict the JWTs taken (see
+	// auth.Config); empty or zero checks nothing.
+	JWTAudience []string
+	JWTIssuer   string
+	JWTMaxTTL   time.Duration
+	APIKey      string
 
 	NodeName       string
 	OriginPatterns []string
@@ -235,7 +240,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if n.control != nil {
 		sessions = auth.NewSessions(auth.SessionsConfig{Redis: n.control, DB: n.pool, Prefix: cfg.KeyPrefix})
 	}
-	verifier, err := auth.New(auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm, Sessions: sessions})
+	verifier, err := auth.New(auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm,
+		Audience: cfg.JWTAudience, Issuer: cfg.JWTIssuer, MaxTTL: cfg.JWTMaxTTL, Sessions: sessions})
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,9 @@ type config struct {
 	JWTSecret      string
 	JWTPublicKey   string
 	JWTAlgorithm   string
+	JWTAudience    string
+	JWTIssuer      string
+	JWTMaxTTL      time.Duration
 	APIKey         string
 	NodeName       string
 	Origins        string
@@ -107,6 +110,9 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for client tokens")
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of the RS256, ES256 or EdDSA public key for client tokens")
 	fs.StringVar(&c.JWTAlgorithm, "jwt-algorithm", "", "pin the token algorithm (HS256, RS256, ES256, EdDSA); default from the key")
+	fs.StringVar(&c.JWTAudience, "jwt-audience", "", "comma-separated audiences: a token's aud claim must name one of them (401 otherwise); empty checks no audience")
+	fs.StringVar(&c.JWTIssuer, "jwt-issuer", "", "the iss claim every token must carry (401 otherwise); empty checks no issuer")
+	fs.DurationVar(&c.JWTMaxTTL, "jwt-max-ttl", 0, "longest lifetime a token may claim, exp - iat (exp - now when it has no iat); a longer one is refused with 401; 0 means no limit")
 	fs.StringVar(&c.APIKey, "api-key", "", "key for POST /v1/publish (X-API-Key); empty allows loopback callers only")
 	fs.StringVar(&c.NodeName, "node-name", "", "name shown in hello and metrics; empty means the host name")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated addresses or CIDRs of load balancers whose X-Forwarded-For names the client for the per-address limits; empty trusts none")
@@ -274,6 +280,17 @@ func (c config) trustedProxies() ([]*net.IPNet, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// jwtAudience parses --jwt-audience.
+func (c config) jwtAudience() []string {
+	var out []string
+	for a := range strings.SplitSeq(c.JWTAudience, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func (c config) originPatterns() []string {

@@ -101,6 +101,17 @@ func (c config) validate(from origins) error {
 	default:
 		bad("jwt-algorithm", "%q: want HS256, RS256, ES256 or EdDSA", c.JWTAlgorithm)
 	}
+	if c.JWTMaxTTL < 0 {
+		bad("jwt-max-ttl", "%v: must not be negative", c.JWTMaxTTL)
+	}
+	if c.JWTSecret == "" && c.JWTPublicKey == "" {
+		// The embedded mode's demo tokens carry neither claim.
+		for name, v := range map[string]string{"jwt-audience": c.JWTAudience, "jwt-issuer": c.JWTIssuer} {
+			if v != "" {
+				bad(name, "needs --jwt-secret or --jwt-public-key: it restricts the tokens of a real issuer")
+			}
+		}
+	}
 	if c.NodeName == "" {
 		bad("node-name", "the host name is unknown: set one")
 	}
