@@ -3,13 +3,17 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/testenv"
 )
 
 // expiredAt reads c until the server says its token expired and returns
@@ -152,4 +156,83 @@ func TestJWTAudienceIssuerAndMaxTTL(t *testing.T) {
 			wantError(t, resp, body, http.StatusNotFound, "not_found")
 		})
 	}
+}
+
+// A flood of unknown session tokens from one client address is refused
+// with 429 before it reaches PostgreSQL, past a small burst; another
+// address is not held back by it.
+func TestBadTokenFloodIsLimitedPerAddress(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	app := "pushd_flood_" + testenv.RandomSuffix(4)
+	cfg.DatabaseURL = c.pg.AppURL(app) // the node's backends, to flush their statistics
+	_, lb, _ := net.ParseCIDR("127.0.0.1/32")
+	cfg.TrustedProxies = []*net.IPNet{lb} // the test speaks for clients through X-Forwarded-For
+	cfg.AuthFailureBurst, cfg.AuthFailureRate = 20, 1 // the flags' defaults
+	srv := startNode(t, cfg)
+	before := c.pg.TableScans(t, "sessions") // a session lookup is one scan
+
+	tr := &http.Transport{MaxIdleConnsPerHost: 8}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	get := func(from, tok string) (int, http.Header, string) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/tasks/task_absent", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("X-Forwarded-For", from)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0, nil, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+
+	const workers, each = 8, 250
+	const flood = workers * each
+	var (
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		refusal  struct {
+			h    http.Header
+			body string
+		}
+		wg sync.WaitGroup
+	)
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				status, h, body := get("203.0.113.7", sessionToken())
+				mu.Lock()
+				statuses[status]++
+				if status == http.StatusTooManyRequests && refusal.h == nil {
+					refusal.h, refusal.body = h, body
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+
+	// Another address still has its own allowance: a bad token there is a
+	// plain 401 (one more lookup), and a good one goes through.
+	status, h, body := get("203.0.113.8", sessionToken())
+	wantError(t, &http.Response{StatusCode: status, Header: h}, []byte(body), http.StatusUnauthorized, "unauthorized")
+	status, h, body = get("203.0.113.8", token(t, "t1", "u1"))
+	wantError(t, &http.Response{StatusCode: status, Header: h}, []byte(body), http.StatusNotFound, "not_found")
+
+	c.pg.FlushStats(t, app)
+	lookups := c.pg.TableScans(t, "sessions") - before
+	t.Logf("flood of %d unknown tokens: statuses %v; %d session lookups in PostgreSQL", flood, statuses, lookups)
+	if statuses[http.StatusUnauthorized]+statuses[http.StatusTooManyRequests] != flood {
+		t.Fatalf("statuses %v, want only 401 and 429", statuses)
+	}
+	if lookups > flood*5/100 {
+		t.Errorf("%d session lookups for a flood of %d unknown tokens, want at most 5%%", lookups, flood)
+	}
+	if statuses[http.StatusTooManyRequests] < flood*95/100 {
+		t.Fatalf("%d of %d refused with 429, want at least 95%%", statuses[http.StatusTooManyRequests], flood)
+	}
+	want429(t, http.StatusTooManyRequests, refusal.h, refusal.body, "rate_limited", time.Second)
 }

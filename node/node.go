@@ -65,6 +65,12 @@ type Config struct {
 	// TrustedProxies are the load balancers whose X-Forwarded-For names
 	// the client for the per-address limits; empty means the TCP peer.
 	TrustedProxies []*net.IPNet
+	// AuthFailureBurst and AuthFailureRate limit failed authentications
+	// per client address, tracked for up to AuthFailureAddresses addresses
+	// (see api.Config); either of the first two zero means no limit.
+	AuthFailureBurst     int
+	AuthFailureRate      float64
+	AuthFailureAddresses int
 
 	Heartbeat    time.Duration // zero: the hub's default
 	PollInterval time.Duration // polling mode's re-read interval; zero: the hub's default (2s)
@@ -282,7 +288,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Client:     web.Client(),
 		Admission:  n.adm,
 		MaxConns:   cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, OriginPatterns: cfg.OriginPatterns,
-		TrustedProxies: cfg.TrustedProxies,
+		TrustedProxies:   cfg.TrustedProxies,
+		AuthFailureBurst: cfg.AuthFailureBurst, AuthFailureRate: cfg.AuthFailureRate, AuthFailureAddresses: cfg.AuthFailureAddresses,
 		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.busStats, Stream: n.tailer, Admission: n.adm}),
 			promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}),
 		Logger: cfg.Logger,

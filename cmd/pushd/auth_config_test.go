@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -11,9 +12,12 @@ import (
 // twin tests cover them too.
 func init() {
 	for name, fc := range map[string]flagCase{
-		"jwt-audience": {"env-aud", "flag-aud", func(c config) string { return c.JWTAudience }},
-		"jwt-issuer":   {"https://env.example", "https://flag.example", func(c config) string { return c.JWTIssuer }},
-		"jwt-max-ttl":  {"1h0m0s", "2h0m0s", func(c config) string { return dur(c.JWTMaxTTL) }},
+		"jwt-audience":           {"env-aud", "flag-aud", func(c config) string { return c.JWTAudience }},
+		"jwt-issuer":             {"https://env.example", "https://flag.example", func(c config) string { return c.JWTIssuer }},
+		"jwt-max-ttl":            {"1h0m0s", "2h0m0s", func(c config) string { return dur(c.JWTMaxTTL) }},
+		"auth-failure-burst":     {"5", "6", func(c config) string { return strconv.Itoa(c.AuthFailureBurst) }},
+		"auth-failure-rate":      {"0.5", "2", func(c config) string { return strconv.FormatFloat(c.AuthFailureRate, 'g', -1, 64) }},
+		"auth-failure-addresses": {"100", "200", func(c config) string { return strconv.Itoa(c.AuthFailureAddresses) }},
 	} {
 		flagCases[name] = fc
 	}
@@ -40,6 +44,30 @@ func TestJWTClaimFlags(t *testing.T) {
 		{[]string{"--jwt-max-ttl", "-1h"}, "--jwt-max-ttl (from the command line): -1h0m0s: must not be negative"},
 		{[]string{"--jwt-audience", "pushd"}, "--jwt-audience (from the command line): needs --jwt-secret or --jwt-public-key"},
 		{[]string{"--jwt-issuer", "https://login.example"}, "--jwt-issuer (from the command line): needs --jwt-secret or --jwt-public-key"},
+	} {
+		_, err := parseConfig(tc.args, env(), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestAuthFailureFlags(t *testing.T) {
+	c, err := parseConfig(nil, env(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.AuthFailureBurst != 20 || c.AuthFailureRate != 1 || c.AuthFailureAddresses != 65536 {
+		t.Errorf("defaults: burst %d, rate %v, addresses %d", c.AuthFailureBurst, c.AuthFailureRate, c.AuthFailureAddresses)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--auth-failure-burst", "-1"}, "--auth-failure-burst (from the command line): -1: must not be negative"},
+		{[]string{"--auth-failure-rate", "NaN"}, "--auth-failure-rate (from the command line): NaN: must be a number"},
+		{[]string{"--auth-failure-rate", "-1"}, "--auth-failure-rate (from the command line): -1: must be a number, not negative"},
+		{[]string{"--auth-failure-addresses", "0"}, "--auth-failure-addresses (from the command line): 0: must be at least 1"},
 	} {
 		_, err := parseConfig(tc.args, env(), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -48,6 +48,10 @@ type config struct {
 	MaxConns       int
 	MaxConnsPerIP  int
 
+	AuthFailureBurst     int
+	AuthFailureRate      float64
+	AuthFailureAddresses int
+
 	RedisCacheURL    string
 	RedisControlURL  string
 	RedisRealtimeURL string
@@ -132,6 +136,9 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.RedisRealtimeURL, "redis-realtime-url", "", "Redis for Pub/Sub and streams; empty means --redis-url")
 	fs.IntVar(&c.MaxConns, "max-conns", 0, "streams this node holds before it answers 503; 0 means the open-file limit less 1,000 kept for Redis, PostgreSQL and requests")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 5000, "streams one client address may hold on this node (429 past it); 0 means no limit")
+	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", 20, "failed authentications (invalid tokens) a client address may make at once; past them it is answered 429 before its token is checked; 0 means no limit")
+	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", 1, "failed authentications per second a client address's bucket refills")
+	fs.IntVar(&c.AuthFailureAddresses, "auth-failure-addresses", 65536, "client addresses whose failed authentications this node tracks; past it the least recently seen are forgotten")
 	a := &c.Admission
 	fs.IntVar(&a.UserBurst, "connect-user-burst", 20, "connects a user may make at once (token bucket capacity); 0 means no limit")
 	fs.Float64Var(&a.UserRate, "connect-user-rate", 1, "connects per second a user's bucket refills")

@@ -71,6 +71,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		RedisCacheURL: cfg.RedisCacheURL, RedisControlURL: cfg.RedisControlURL, RedisRealtimeURL: cfg.RedisRealtimeURL,
 		Admission: cfg.Admission.config(),
 		MaxConns:  maxConns(cfg.MaxConns), MaxConnsPerIP: cfg.MaxConnsPerIP,
+		AuthFailureBurst: cfg.AuthFailureBurst, AuthFailureRate: cfg.AuthFailureRate, AuthFailureAddresses: cfg.AuthFailureAddresses,
 	})
 	if err != nil {
 		return err

@@ -126,10 +126,16 @@ func (c config) validate(from origins) error {
 	if c.StreamMaxLen <= 0 {
 		bad("stream-maxlen", "%d: must be positive", c.StreamMaxLen)
 	}
-	for name, n := range map[string]int{"max-conns": c.MaxConns, "max-conns-per-ip": c.MaxConnsPerIP} {
+	for name, n := range map[string]int{"max-conns": c.MaxConns, "max-conns-per-ip": c.MaxConnsPerIP, "auth-failure-burst": c.AuthFailureBurst} {
 		if n < 0 {
 			bad(name, "%d: must not be negative", n)
 		}
+	}
+	if r := c.AuthFailureRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+		bad("auth-failure-rate", "%v: must be a number, not negative", r)
+	}
+	if c.AuthFailureAddresses < 1 {
+		bad("auth-failure-addresses", "%d: must be at least 1", c.AuthFailureAddresses)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
