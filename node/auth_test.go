@@ -167,7 +167,7 @@ func TestBadTokenFloodIsLimitedPerAddress(t *testing.T) {
 	app := "pushd_flood_" + testenv.RandomSuffix(4)
 	cfg.DatabaseURL = c.pg.AppURL(app) // the node's backends, to flush their statistics
 	_, lb, _ := net.ParseCIDR("127.0.0.1/32")
-	cfg.TrustedProxies = []*net.IPNet{lb} // the test speaks for clients through X-Forwarded-For
+	cfg.TrustedProxies = []*net.IPNet{lb}             // the test speaks for clients through X-Forwarded-For
 	cfg.AuthFailureBurst, cfg.AuthFailureRate = 20, 1 // the flags' defaults
 	srv := startNode(t, cfg)
 	before := c.pg.TableScans(t, "sessions") // a session lookup is one scan

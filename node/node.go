@@ -101,6 +101,11 @@ type Config struct {
 	// StreamMaxLen trims each stream with MAXLEN ~; zero means 10000.
 	StreamMaxLen int64
 
+	// Sessions configures the lookups of opaque session tokens (negative
+	// cache, PostgreSQL bound); the node sets its Redis (the control role),
+	// DB and Prefix. Without Redis there are no session tokens.
+	Sessions auth.SessionsConfig
+
 	// Admission configures connect rate limits, API plan limits and
 	// connection caps (package admission); the node sets its Redis (the
 	// control role; none in the embedded mode), Prefix and Logger.
@@ -244,7 +249,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	// Session tokens live in the control Redis, with PostgreSQL behind.
 	var sessions *auth.Sessions
 	if n.control != nil {
-		sessions = auth.NewSessions(auth.SessionsConfig{Redis: n.control, DB: n.pool, Prefix: cfg.KeyPrefix})
+		scfg := cfg.Sessions
+		scfg.Redis, scfg.DB, scfg.Prefix = n.control, n.pool, cfg.KeyPrefix
+		sessions = auth.NewSessions(scfg)
 	}
 	verifier, err := auth.New(auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm,
 		Audience: cfg.JWTAudience, Issuer: cfg.JWTIssuer, MaxTTL: cfg.JWTMaxTTL, Sessions: sessions})

@@ -6,18 +6,23 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The token and authentication flags join flagCases, so the -h and env
 // twin tests cover them too.
 func init() {
 	for name, fc := range map[string]flagCase{
-		"jwt-audience":           {"env-aud", "flag-aud", func(c config) string { return c.JWTAudience }},
-		"jwt-issuer":             {"https://env.example", "https://flag.example", func(c config) string { return c.JWTIssuer }},
-		"jwt-max-ttl":            {"1h0m0s", "2h0m0s", func(c config) string { return dur(c.JWTMaxTTL) }},
-		"auth-failure-burst":     {"5", "6", func(c config) string { return strconv.Itoa(c.AuthFailureBurst) }},
-		"auth-failure-rate":      {"0.5", "2", func(c config) string { return strconv.FormatFloat(c.AuthFailureRate, 'g', -1, 64) }},
-		"auth-failure-addresses": {"100", "200", func(c config) string { return strconv.Itoa(c.AuthFailureAddresses) }},
+		"jwt-audience":             {"env-aud", "flag-aud", func(c config) string { return c.JWTAudience }},
+		"jwt-issuer":               {"https://env.example", "https://flag.example", func(c config) string { return c.JWTIssuer }},
+		"jwt-max-ttl":              {"1h0m0s", "2h0m0s", func(c config) string { return dur(c.JWTMaxTTL) }},
+		"auth-failure-burst":       {"5", "6", func(c config) string { return strconv.Itoa(c.AuthFailureBurst) }},
+		"auth-failure-rate":        {"0.5", "2", func(c config) string { return strconv.FormatFloat(c.AuthFailureRate, 'g', -1, 64) }},
+		"auth-failure-addresses":   {"100", "200", func(c config) string { return strconv.Itoa(c.AuthFailureAddresses) }},
+		"session-negative-ttl":     {"5s", "20s", func(c config) string { return dur(c.Sessions.NegativeTTL) }},
+		"session-negative-entries": {"10", "20", func(c config) string { return strconv.Itoa(c.Sessions.NegativeEntries) }},
+		"session-db-queries":       {"2", "3", func(c config) string { return strconv.Itoa(c.Sessions.DBQueries) }},
+		"session-db-wait":          {"100ms", "200ms", func(c config) string { return dur(c.Sessions.DBWait) }},
 	} {
 		flagCases[name] = fc
 	}
@@ -68,6 +73,30 @@ func TestAuthFailureFlags(t *testing.T) {
 		{[]string{"--auth-failure-rate", "NaN"}, "--auth-failure-rate (from the command line): NaN: must be a number"},
 		{[]string{"--auth-failure-rate", "-1"}, "--auth-failure-rate (from the command line): -1: must be a number, not negative"},
 		{[]string{"--auth-failure-addresses", "0"}, "--auth-failure-addresses (from the command line): 0: must be at least 1"},
+	} {
+		_, err := parseConfig(tc.args, env(), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestSessionLookupFlags(t *testing.T) {
+	c, err := parseConfig(nil, env(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Sessions.config(); s.NegativeTTL != 10*time.Second || s.NegativeEntries != 65536 || s.MaxDBQueries != 4 || s.DBQueueWait != 500*time.Millisecond {
+		t.Errorf("defaults %+v", s)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--session-negative-ttl", "0s"}, "--session-negative-ttl (from the command line): 0s: must be positive"},
+		{[]string{"--session-db-wait", "0s"}, "--session-db-wait (from the command line): 0s: must be positive"},
+		{[]string{"--session-db-queries", "0"}, "--session-db-queries (from the command line): 0: must be at least 1"},
+		{[]string{"--session-negative-entries", "0"}, "--session-negative-entries (from the command line): 0: must be at least 1"},
 	} {
 		_, err := parseConfig(tc.args, env(), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

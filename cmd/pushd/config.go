@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/auth"
 )
 
 // config is every setting of a node. Each flag has a PUSHD_* environment
@@ -51,6 +52,7 @@ type config struct {
 	AuthFailureBurst     int
 	AuthFailureRate      float64
 	AuthFailureAddresses int
+	Sessions             sessionFlags
 
 	RedisCacheURL    string
 	RedisControlURL  string
@@ -70,6 +72,14 @@ type admissionFlags struct {
 	LeaseTTL, Renew, Reconcile   time.Duration
 	ExpectedNodes                int
 	Timeout, Retry, SessionCheck time.Duration
+}
+
+// sessionFlags are the session token lookups' settings (auth.SessionsConfig).
+type sessionFlags struct {
+	NegativeTTL     time.Duration
+	NegativeEntries int
+	DBQueries       int
+	DBWait          time.Duration
 }
 
 // envName is a flag's environment twin: --redis-url is PUSHD_REDIS_URL.
@@ -139,6 +149,10 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", 20, "failed authentications (invalid tokens) a client address may make at once; past them it is answered 429 before its token is checked; 0 means no limit")
 	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", 1, "failed authentications per second a client address's bucket refills")
 	fs.IntVar(&c.AuthFailureAddresses, "auth-failure-addresses", 65536, "client addresses whose failed authentications this node tracks; past it the least recently seen are forgotten")
+	fs.DurationVar(&c.Sessions.NegativeTTL, "session-negative-ttl", 10*time.Second, "how long this node remembers a session token PostgreSQL does not know, so its repeats cost no query (Redis is still asked)")
+	fs.IntVar(&c.Sessions.NegativeEntries, "session-negative-entries", 65536, "unknown session tokens this node remembers; past it the least recently refused are forgotten")
+	fs.IntVar(&c.Sessions.DBQueries, "session-db-queries", 4, "session lookups this node runs in PostgreSQL at once (besides the snapshot reads' 8); one more waits --session-db-wait, then gets 503")
+	fs.DurationVar(&c.Sessions.DBWait, "session-db-wait", 500*time.Millisecond, "how long a session lookup waits for one of --session-db-queries before it is answered 503 unavailable")
 	a := &c.Admission
 	fs.IntVar(&a.UserBurst, "connect-user-burst", 20, "connects a user may make at once (token bucket capacity); 0 means no limit")
 	fs.Float64Var(&a.UserRate, "connect-user-rate", 1, "connects per second a user's bucket refills")
@@ -308,6 +322,11 @@ func (c config) originPatterns() []string {
 		}
 	}
 	return out
+}
+
+// config is the auth.SessionsConfig of the flags; the node adds its stores.
+func (s sessionFlags) config() auth.SessionsConfig {
+	return auth.SessionsConfig{NegativeTTL: s.NegativeTTL, NegativeEntries: s.NegativeEntries, MaxDBQueries: s.DBQueries, DBQueueWait: s.DBWait}
 }
 
 // config is the admission.Config of the flags; the node adds its Redis.

@@ -69,8 +69,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		ReconnectAfter: cfg.ReconnectAfter, Demo: cfg.Demo, Logger: log,
 		Streams: cfg.Streams, StreamMaxLen: cfg.StreamMaxLen,
 		RedisCacheURL: cfg.RedisCacheURL, RedisControlURL: cfg.RedisControlURL, RedisRealtimeURL: cfg.RedisRealtimeURL,
-		Admission: cfg.Admission.config(),
-		MaxConns:  maxConns(cfg.MaxConns), MaxConnsPerIP: cfg.MaxConnsPerIP,
+		Admission: cfg.Admission.config(), Sessions: cfg.Sessions.config(),
+		MaxConns: maxConns(cfg.MaxConns), MaxConnsPerIP: cfg.MaxConnsPerIP,
 		AuthFailureBurst: cfg.AuthFailureBurst, AuthFailureRate: cfg.AuthFailureRate, AuthFailureAddresses: cfg.AuthFailureAddresses,
 	})
 	if err != nil {

@@ -118,6 +118,7 @@ func (c config) validate(from origins) error {
 	for name, d := range map[string]time.Duration{
 		"heartbeat": c.Heartbeat, "poll-interval": c.PollInterval, "write-timeout": c.WriteTimeout,
 		"sse-retry": c.Retry, "drain-timeout": c.DrainTimeout, "reconnect-after": c.ReconnectAfter,
+		"session-negative-ttl": c.Sessions.NegativeTTL, "session-db-wait": c.Sessions.DBWait,
 	} {
 		if d <= 0 {
 			bad(name, "%v: must be positive", d)
@@ -134,8 +135,11 @@ func (c config) validate(from origins) error {
 	if r := c.AuthFailureRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 		bad("auth-failure-rate", "%v: must be a number, not negative", r)
 	}
-	if c.AuthFailureAddresses < 1 {
-		bad("auth-failure-addresses", "%d: must be at least 1", c.AuthFailureAddresses)
+	for name, n := range map[string]int{"auth-failure-addresses": c.AuthFailureAddresses,
+		"session-negative-entries": c.Sessions.NegativeEntries, "session-db-queries": c.Sessions.DBQueries} {
+		if n < 1 {
+			bad(name, "%d: must be at least 1", n)
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
