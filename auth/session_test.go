@@ -47,10 +47,8 @@ func TestPlanClaimRoundTrip(t *testing.T) {
 }
 
 func TestSessionsRedisThenPostgres(t *testing.T) {
-	r := testenv.SharedRedis(t)
-	pg := testenv.Database(t)
+	sessions, r, pg := sessionsOn(t, "pushd_auth_sessions_"+testenv.RandomSuffix(4), auth.SessionsConfig{})
 	ctx := context.Background()
-	sessions := auth.NewSessions(auth.SessionsConfig{Redis: r.Client, DB: pg.Pool, Prefix: r.Names.Prefix})
 	v, err := auth.New(auth.Config{Secret: testSecret, Sessions: sessions})
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +105,8 @@ func TestSessionsStoreDown(t *testing.T) {
 
 // sessionsOn returns Sessions over the shared Redis and a pool of its own
 // on the package database, named app so FlushStats can find its backends.
+// The pool's statistics are flushed when the test ends, so that they cannot
+// turn up in a later test's count.
 func sessionsOn(t *testing.T, app string, cfg auth.SessionsConfig) (*auth.Sessions, testenv.Redis, testenv.Postgres) {
 	t.Helper()
 	r := testenv.SharedRedis(t)
@@ -115,7 +115,10 @@ func sessionsOn(t *testing.T, app string, cfg auth.SessionsConfig) (*auth.Sessio
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() {
+		pool.Close()
+		pg.FlushStats(t, app)
+	})
 	cfg.Redis, cfg.DB, cfg.Prefix = r.Client, pool, r.Names.Prefix
 	return auth.NewSessions(cfg), r, pg
 }
