@@ -79,16 +79,22 @@ type rateLimitBody struct {
 // refuse answers 429 with Retry-After (whole seconds, rounded up) and the
 // rule that refused in the message.
 func refuse(c echo.Context, d admission.Decision) error {
-	wait := max(d.RetryAfter, time.Millisecond)
-	body := rateLimitBody{Error: httperr.RateLimited, RetryAfterMS: wait.Milliseconds(), Message: "rate limited (" + d.Rule + "); retry later"}
-	if wait%time.Millisecond != 0 {
-		body.RetryAfterMS++
-	}
 	switch d.Rule {
 	case admission.RuleUserCap:
-		body.Error, body.Message = TooManyConnections, "too many open connections for this user"
+		return writeRateLimited(c, d.RetryAfter, TooManyConnections, "too many open connections for this user")
 	case admission.RuleTenantCap:
-		body.Error, body.Message = TooManyConnections, "too many open connections for this tenant"
+		return writeRateLimited(c, d.RetryAfter, TooManyConnections, "too many open connections for this tenant")
+	}
+	return writeRateLimited(c, d.RetryAfter, httperr.RateLimited, "rate limited ("+d.Rule+"); retry later")
+}
+
+// writeRateLimited answers 429 with Retry-After and a rateLimitBody; the
+// wait is at least a millisecond and rounded up to one.
+func writeRateLimited(c echo.Context, wait time.Duration, code, message string) error {
+	wait = max(wait, time.Millisecond)
+	body := rateLimitBody{Error: code, RetryAfterMS: wait.Milliseconds(), Message: message}
+	if wait%time.Millisecond != 0 {
+		body.RetryAfterMS++
 	}
 	w := c.Response()
 	h := w.Header()

@@ -71,6 +71,15 @@ type Config struct {
 	// the client, for the per-address limits. Empty trusts no header: the
 	// client is the TCP peer.
 	TrustedProxies []*net.IPNet
+	// AuthFailureBurst and AuthFailureRate are the token bucket of failed
+	// authentications (invalid tokens) per client address: capacity and
+	// refill per second. An address whose bucket is empty is answered 429
+	// before its token is looked at. Either zero means no limit.
+	// AuthFailureAddresses bounds the addresses tracked, the least recently
+	// seen forgotten first; zero means 65536.
+	AuthFailureBurst     int
+	AuthFailureRate      float64
+	AuthFailureAddresses int
 	// OriginPatterns are the origins whose pages may open WebSockets and
 	// read the streams and the snapshot API with credentials (CORS), as
 	// the WebSocket endpoint takes them; empty allows none but the
@@ -83,8 +92,9 @@ type Config struct {
 }
 
 type server struct {
-	cfg Config
-	log *slog.Logger
+	cfg      Config
+	log      *slog.Logger
+	failures *authFailures
 }
 
 // New returns the HTTP handler of a node.
@@ -98,7 +108,7 @@ func New(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{cfg: cfg, log: cfg.Logger}
+	s := &server{cfg: cfg, log: cfg.Logger, failures: newAuthFailures(cfg.AuthFailureBurst, cfg.AuthFailureRate, cfg.AuthFailureAddresses)}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
@@ -179,10 +189,17 @@ func codeForStatus(status int) string {
 	return httperr.BadRequest
 }
 
-// authed authenticates the request before h runs.
+// authed authenticates the request before h runs. Only invalid tokens
+// count as failures: an expired one was signed by the issuer, and its
+// client must hear token_expired to fetch a fresh one.
 func (s *server) authed(h func(echo.Context, hub.Principal) error) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		attempt, wait := s.failures.begin(c.RealIP())
+		if wait > 0 {
+			return tooManyFailures(c, wait)
+		}
 		p, err := s.cfg.Auth.Authenticate(c.Request())
+		attempt.end(errors.Is(err, auth.ErrInvalidToken))
 		switch {
 		case err == nil:
 		case errors.Is(err, auth.ErrTokenExpired):

@@ -4,7 +4,9 @@
 // A token is a JWT whose "sub" claim names the user, whose "tenant_id" claim
 // names the tenant and whose "exp" claim is required. The Verifier pins one
 // signing algorithm, chosen by the configured key, so "alg: none" and
-// algorithm-confusion tokens are refused before any key is used.
+// algorithm-confusion tokens are refused before any key is used. Optionally
+// the "aud" and "iss" claims must match the configuration, and a token may
+// claim no longer a lifetime than a configured maximum.
 package auth
 
 import (

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/pushd/pushd/snapshot"
@@ -28,8 +30,10 @@ func IsSessionToken(token string) bool { return strings.Count(token, ".") != 2 }
 
 // SessionsConfig configures Sessions. Redis is required.
 type SessionsConfig struct {
-	// Redis holds session:<token> (JSON {"tenant_id","user_id","plan"}),
-	// with the session's lifetime as its TTL.
+	// Redis holds session:<token> (JSON {"tenant_id","user_id","plan",
+	// "expires_at"}, expires_at in Unix milliseconds and optional), with the
+	// session's lifetime as its TTL. A stream ends at expires_at; without
+	// one it ends when re-validation finds the session gone.
 	Redis redis.UniversalClient
 	// DB, when set, is read on a Redis miss: table sessions (token,
 	// tenant_id, user_id, plan, expires_at). Nil means Redis is the only
@@ -42,6 +46,20 @@ type SessionsConfig struct {
 	CacheTTL time.Duration
 	// Timeout bounds each lookup; zero means 2s.
 	Timeout time.Duration
+	// NegativeTTL is how long a token the database does not know is
+	// remembered, in process, so that its repeats cost no query; Redis is
+	// still asked, so a session written there meanwhile is found. Zero
+	// means 10s; negative disables it. NegativeEntries bounds the tokens
+	// remembered, the least recently refused forgotten first; zero means
+	// 65536.
+	NegativeTTL     time.Duration
+	NegativeEntries int
+	// MaxDBQueries caps the lookups in the database at once; zero means 4.
+	// A lookup that finds them all taken waits DBQueueWait (zero means
+	// 500ms), then fails with ErrUnavailable rather than queue behind a
+	// slow or flooded database.
+	MaxDBQueries int
+	DBQueueWait  time.Duration
 }
 
 // Sessions resolves opaque session tokens: Redis first, then PostgreSQL,
@@ -50,6 +68,13 @@ type SessionsConfig struct {
 type Sessions struct {
 	cfg SessionsConfig
 	sf  singleflight.Group
+	// unknown maps the tokens the database lately did not know to when
+	// that stops being trusted. In process rather than in Redis: made-up
+	// tokens would otherwise each cost a Redis write and memory there, and
+	// what it saves, database queries, is bounded per node anyway. Nil
+	// when disabled.
+	unknown *lru.Cache[string, time.Time]
+	dbSlots *semaphore.Weighted
 }
 
 // NewSessions returns a session resolver.
@@ -60,7 +85,23 @@ func NewSessions(cfg SessionsConfig) *Sessions {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second
 	}
-	return &Sessions{cfg: cfg}
+	if cfg.NegativeTTL == 0 {
+		cfg.NegativeTTL = 10 * time.Second
+	}
+	if cfg.NegativeEntries <= 0 {
+		cfg.NegativeEntries = 1 << 16
+	}
+	if cfg.MaxDBQueries <= 0 {
+		cfg.MaxDBQueries = 4
+	}
+	if cfg.DBQueueWait <= 0 {
+		cfg.DBQueueWait = 500 * time.Millisecond
+	}
+	s := &Sessions{cfg: cfg, dbSlots: semaphore.NewWeighted(int64(cfg.MaxDBQueries))}
+	if cfg.NegativeTTL > 0 {
+		s.unknown, _ = lru.New[string, time.Time](cfg.NegativeEntries) // errs only on a size <= 0
+	}
+	return s
 }
 
 // session is the JSON of session:<token>.
@@ -68,6 +109,10 @@ type session struct {
 	TenantID string `json:"tenant_id"`
 	UserID   string `json:"user_id"`
 	Plan     string `json:"plan,omitempty"`
+	// ExpiresAt is Unix milliseconds; zero means the session names none.
+	// The write-back keeps it, so a session read from Redis ends its
+	// streams when the one read from PostgreSQL would.
+	ExpiresAt int64 `json:"expires_at,omitempty"`
 }
 
 func (s *Sessions) key(token string) string { return s.cfg.Prefix + "session:" + token }
@@ -111,7 +156,13 @@ func (s *Sessions) lookup(ctx context.Context, token string) (Principal, error) 
 		if err := json.Unmarshal(raw, &sess); err != nil {
 			return Principal{}, invalid("malformed session", err)
 		}
-		return principalOf(token, sess, time.Time{})
+		var expires time.Time
+		if sess.ExpiresAt != 0 {
+			if expires = time.UnixMilli(sess.ExpiresAt); !time.Now().Before(expires) {
+				return Principal{}, invalid("unknown session", nil) // expired, as PostgreSQL would say
+			}
+		}
+		return principalOf(token, sess, expires)
 	}
 	if s.cfg.DB == nil {
 		if errors.Is(rerr, redis.Nil) {
@@ -119,14 +170,15 @@ func (s *Sessions) lookup(ctx context.Context, token string) (Principal, error) 
 		}
 		return Principal{}, fmt.Errorf("%w: %w", ErrUnavailable, rerr)
 	}
-	var (
-		sess session
-		exp  *time.Time
-	)
-	err := s.cfg.DB.QueryRow(ctx, `SELECT tenant_id, user_id, plan, expires_at FROM sessions
-		WHERE token = $1 AND (expires_at IS NULL OR expires_at > now())`, token).Scan(&sess.TenantID, &sess.UserID, &sess.Plan, &exp)
+	if s.knownUnknown(token) {
+		return Principal{}, invalid("unknown session", nil)
+	}
+	sess, exp, err := s.query(ctx, token)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
+		if s.unknown != nil {
+			s.unknown.Add(token, time.Now().Add(s.cfg.NegativeTTL))
+		}
 		return Principal{}, invalid("unknown session", nil)
 	case err != nil:
 		return Principal{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -136,6 +188,8 @@ func (s *Sessions) lookup(ctx context.Context, token string) (Principal, error) 
 	if exp != nil {
 		expires = *exp
 		ttl = min(ttl, time.Until(expires))
+		// Truncated to the millisecond: the copy never outlives the row.
+		sess.ExpiresAt = expires.UnixMilli()
 	}
 	p, err := principalOf(token, sess, expires)
 	if err != nil {
@@ -149,6 +203,34 @@ func (s *Sessions) lookup(ctx context.Context, token string) (Principal, error) 
 		}
 	}
 	return p, nil
+}
+
+// knownUnknown reports whether the database lately did not know token.
+func (s *Sessions) knownUnknown(token string) bool {
+	if s.unknown == nil {
+		return false
+	}
+	until, ok := s.unknown.Get(token)
+	if ok && time.Now().After(until) {
+		s.unknown.Remove(token)
+		return false
+	}
+	return ok
+}
+
+// query reads token's live session from the database, holding one of
+// MaxDBQueries slots.
+func (s *Sessions) query(ctx context.Context, token string) (sess session, exp *time.Time, err error) {
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.DBQueueWait)
+	err = s.dbSlots.Acquire(wctx, 1)
+	cancel()
+	if err != nil {
+		return sess, nil, fmt.Errorf("%d session lookups in flight for %v", s.cfg.MaxDBQueries, s.cfg.DBQueueWait)
+	}
+	defer s.dbSlots.Release(1)
+	err = s.cfg.DB.QueryRow(ctx, `SELECT tenant_id, user_id, plan, expires_at FROM sessions
+		WHERE token = $1 AND (expires_at IS NULL OR expires_at > now())`, token).Scan(&sess.TenantID, &sess.UserID, &sess.Plan, &exp)
+	return sess, exp, err
 }
 
 func principalOf(token string, sess session, expires time.Time) (Principal, error) {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/auth"
@@ -45,10 +47,8 @@ func TestPlanClaimRoundTrip(t *testing.T) {
 }
 
 func TestSessionsRedisThenPostgres(t *testing.T) {
-	r := testenv.SharedRedis(t)
-	pg := testenv.Database(t)
+	sessions, r, pg := sessionsOn(t, "pushd_auth_sessions_"+testenv.RandomSuffix(4), auth.SessionsConfig{})
 	ctx := context.Background()
-	sessions := auth.NewSessions(auth.SessionsConfig{Redis: r.Client, DB: pg.Pool, Prefix: r.Names.Prefix})
 	v, err := auth.New(auth.Config{Secret: testSecret, Sessions: sessions})
 	if err != nil {
 		t.Fatal(err)
@@ -100,5 +100,107 @@ func TestSessionsStoreDown(t *testing.T) {
 	}
 	if _, err := sessions.Valid(context.Background(), []string{"s_" + testenv.RandomSuffix(12)}); err == nil {
 		t.Fatal("Valid reported sessions with the store down")
+	}
+}
+
+// sessionsOn returns Sessions over the shared Redis and a pool of its own
+// on the package database, named app so FlushStats can find its backends.
+// The pool's statistics are flushed when the test ends, so that they cannot
+// turn up in a later test's count.
+func sessionsOn(t *testing.T, app string, cfg auth.SessionsConfig) (*auth.Sessions, testenv.Redis, testenv.Postgres) {
+	t.Helper()
+	r := testenv.SharedRedis(t)
+	pg := testenv.Database(t)
+	pool, err := pgxpool.New(context.Background(), pg.AppURL(app))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		pg.FlushStats(t, app)
+	})
+	cfg.Redis, cfg.DB, cfg.Prefix = r.Client, pool, r.Names.Prefix
+	return auth.NewSessions(cfg), r, pg
+}
+
+// An unknown session token is looked up in PostgreSQL once, however often
+// it comes back within the negative TTL; Redis is still asked each time, so
+// a session written there meanwhile is found.
+func TestSessionsUnknownTokenCachedNegatively(t *testing.T) {
+	app := "pushd_auth_neg_" + testenv.RandomSuffix(4)
+	sessions, r, pg := sessionsOn(t, app, auth.SessionsConfig{NegativeTTL: time.Minute})
+	ctx := context.Background()
+	before := pg.TableScans(t, "sessions")
+	tok := "unknown_" + testenv.RandomSuffix(12)
+	const tries = 50
+	for range tries {
+		if _, err := sessions.Resolve(ctx, tok); !errors.Is(err, auth.ErrInvalidToken) {
+			t.Fatalf("unknown token: %v, want ErrInvalidToken", err)
+		}
+	}
+	pg.FlushStats(t, app)
+	if lookups := pg.TableScans(t, "sessions") - before; lookups != 1 {
+		t.Fatalf("%d tries of one unknown token made %d PostgreSQL lookups, want 1", tries, lookups)
+	}
+	r.Client.Set(ctx, r.Names.Prefix+"session:"+tok, `{"tenant_id":"t1","user_id":"u1"}`, time.Minute)
+	if p, err := sessions.Resolve(ctx, tok); err != nil || p.UserID != "u1" {
+		t.Fatalf("session written to Redis after a miss: %+v, %v", p, err)
+	}
+}
+
+// Session lookups hold at most MaxDBQueries PostgreSQL queries at once;
+// one that finds them all taken for DBQueueWait fails with ErrUnavailable
+// instead of queueing behind them.
+func TestSessionsLookupsBoundedInPostgres(t *testing.T) {
+	app := "pushd_auth_bound_" + testenv.RandomSuffix(4)
+	const bound, lookups = 2, 6
+	sessions, _, pg := sessionsOn(t, app, auth.SessionsConfig{MaxDBQueries: bound, DBQueueWait: 100 * time.Millisecond, Timeout: time.Minute})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	defer wg.Wait() // after the rollback below
+	// A transaction holding the table makes every lookup wait in PostgreSQL.
+	lock, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx)
+	if _, err := lock.Exec(ctx, "LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, lookups)
+	for range lookups {
+		wg.Go(func() {
+			_, err := sessions.Resolve(ctx, "unknown_"+testenv.RandomSuffix(12))
+			errs <- err
+		})
+	}
+	var unavailable, waiting int
+	deadline := time.Now().Add(10 * time.Second)
+	for unavailable < lookups-bound || waiting != bound {
+		if time.Now().After(deadline) {
+			lock.Rollback(ctx)
+			t.Fatalf("with the table locked: %d of %d lookups failed as unavailable and %d wait in PostgreSQL, want %d and %d",
+				unavailable, lookups, waiting, lookups-bound, bound)
+		}
+		select {
+		case err := <-errs:
+			if !errors.Is(err, auth.ErrUnavailable) {
+				t.Fatalf("a lookup beyond the bound: %v, want ErrUnavailable", err)
+			}
+			unavailable++
+		case <-time.After(20 * time.Millisecond): // polling PostgreSQL, with a deadline
+		}
+		if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range bound {
+		if err := <-errs; !errors.Is(err, auth.ErrInvalidToken) {
+			t.Fatalf("a lookup within the bound, once the table is free: %v, want ErrInvalidToken", err)
+		}
 	}
 }

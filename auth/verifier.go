@@ -41,6 +41,17 @@ type Config struct {
 	// Leeway is the clock skew allowed when checking exp, nbf and iat. Zero
 	// means 5s; a negative leeway is an error.
 	Leeway time.Duration
+	// Audience, when set, are the audiences a JWT may be for: its aud claim
+	// must name at least one of them. Empty checks no audience.
+	Audience []string
+	// Issuer, when set, is the iss claim every JWT must carry. Empty checks
+	// no issuer.
+	Issuer string
+	// MaxTTL, when positive, is the longest lifetime a JWT may claim:
+	// exp - iat, or, for a token without iat, exp - now less the leeway. A
+	// token past it is refused however it is signed, so a leaked long-lived
+	// one cannot be used here. Zero means no limit; negative is an error.
+	MaxTTL time.Duration
 	// Sessions, when set, resolves opaque session tokens (any token that is
 	// not a JWT, see IsSessionToken); nil means only JWTs are accepted.
 	Sessions *Sessions
@@ -52,6 +63,8 @@ type Verifier struct {
 	key        any // []byte, *rsa.PublicKey, *ecdsa.PublicKey or ed25519.PublicKey
 	cookieName string
 	parser     *jwt.Parser
+	leeway     time.Duration
+	maxTTL     time.Duration
 	sessions   *Sessions
 }
 
@@ -61,6 +74,12 @@ type Verifier struct {
 func New(cfg Config) (*Verifier, error) {
 	if cfg.Leeway < 0 {
 		return nil, errors.New("auth: negative leeway")
+	}
+	if cfg.MaxTTL < 0 {
+		return nil, errors.New("auth: negative maximum token lifetime")
+	}
+	if slices.Contains(cfg.Audience, "") {
+		return nil, errors.New("auth: empty audience")
 	}
 	if cfg.Leeway == 0 {
 		cfg.Leeway = defaultLeeway
@@ -96,17 +115,26 @@ func New(cfg Config) (*Verifier, error) {
 		}
 	}
 
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods([]string{alg}),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithLeeway(cfg.Leeway),
+	}
+	if len(cfg.Audience) > 0 {
+		opts = append(opts, jwt.WithAudience(cfg.Audience...))
+	}
+	if cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
+	}
 	return &Verifier{
 		alg:        alg,
 		key:        key,
 		cookieName: cfg.CookieName,
 		sessions:   cfg.Sessions,
-		parser: jwt.NewParser(
-			jwt.WithValidMethods([]string{alg}),
-			jwt.WithExpirationRequired(),
-			jwt.WithIssuedAt(),
-			jwt.WithLeeway(cfg.Leeway),
-		),
+		leeway:     cfg.Leeway,
+		maxTTL:     cfg.MaxTTL,
+		parser:     jwt.NewParser(opts...),
 	}, nil
 }
 
@@ -175,6 +203,15 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 	if c.ExpiresAt == nil {
 		return Principal{}, invalid("missing exp claim", nil)
 	}
+	if v.maxTTL > 0 {
+		life := time.Until(c.ExpiresAt.Time) - v.leeway
+		if c.IssuedAt != nil {
+			life = c.ExpiresAt.Sub(c.IssuedAt.Time)
+		}
+		if life > v.maxTTL {
+			return Principal{}, invalid("lifetime longer than the limit", nil)
+		}
+	}
 	if !snapshot.ValidID(c.Subject) {
 		return Principal{}, invalid("missing or invalid sub claim", nil)
 	}
@@ -212,7 +249,11 @@ func classify(err error) error {
 	case errors.Is(err, jwt.ErrTokenUnverifiable):
 		return invalid("unverifiable", err)
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return invalid("missing exp claim", err)
+		return invalid("missing required claim (exp, or the configured aud or iss)", err)
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return invalid("not for this audience", err)
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return invalid("from another issuer", err)
 	case errors.Is(err, jwt.ErrTokenExpired):
 		// Only reached with a good signature: the parser checks it first.
 		return &tokenError{sentinel: ErrTokenExpired, cause: err}

@@ -409,6 +409,8 @@ func TestNew(t *testing.T) {
 		{"unsupported algorithm", auth.Config{Secret: testSecret, Algorithm: "HS512"}},
 		{"algorithm none", auth.Config{Secret: testSecret, Algorithm: "none"}},
 		{"negative leeway", auth.Config{Secret: testSecret, Leeway: -time.Second}},
+		{"negative maximum lifetime", auth.Config{Secret: testSecret, MaxTTL: -time.Second}},
+		{"empty audience", auth.Config{Secret: testSecret, Audience: []string{"pushd", ""}}},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {

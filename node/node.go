@@ -53,13 +53,24 @@ type Config struct {
 	JWTSecret       []byte
 	JWTPublicKeyPEM []byte
 	JWTAlgorithm    string
-	APIKey          string
+	// JWTAudience, JWTIssuer and JWTMaxTTL restrict the JWTs taken (see
+	// auth.Config); empty or zero checks nothing.
+	JWTAudience []string
+	JWTIssuer   string
+	JWTMaxTTL   time.Duration
+	APIKey      string
 
 	NodeName       string
 	OriginPatterns []string
 	// TrustedProxies are the load balancers whose X-Forwarded-For names
 	// the client for the per-address limits; empty means the TCP peer.
 	TrustedProxies []*net.IPNet
+	// AuthFailureBurst and AuthFailureRate limit failed authentications
+	// per client address, tracked for up to AuthFailureAddresses addresses
+	// (see api.Config); either of the first two zero means no limit.
+	AuthFailureBurst     int
+	AuthFailureRate      float64
+	AuthFailureAddresses int
 
 	Heartbeat    time.Duration // zero: the hub's default
 	PollInterval time.Duration // polling mode's re-read interval; zero: the hub's default (2s)
@@ -102,6 +113,11 @@ type Config struct {
 	Streams bool
 	// StreamMaxLen trims each stream with MAXLEN ~; zero means 10000.
 	StreamMaxLen int64
+
+	// Sessions configures the lookups of opaque session tokens (negative
+	// cache, PostgreSQL bound); the node sets its Redis (the control role),
+	// DB and Prefix. Without Redis there are no session tokens.
+	Sessions auth.SessionsConfig
 
 	// Admission configures connect rate limits, API plan limits and
 	// connection caps (package admission); the node sets its Redis (the
@@ -253,9 +269,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	// Session tokens live in the control Redis, with PostgreSQL behind.
 	var sessions *auth.Sessions
 	if n.control != nil {
-		sessions = auth.NewSessions(auth.SessionsConfig{Redis: n.control, DB: n.pool, Prefix: cfg.KeyPrefix})
+		scfg := cfg.Sessions
+		scfg.Redis, scfg.DB, scfg.Prefix = n.control, n.pool, cfg.KeyPrefix
+		sessions = auth.NewSessions(scfg)
 	}
-	verifier, err := auth.New(auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm, Sessions: sessions})
+	verifier, err := auth.New(auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm,
+		Audience: cfg.JWTAudience, Issuer: cfg.JWTIssuer, MaxTTL: cfg.JWTMaxTTL, Sessions: sessions})
 	if err != nil {
 		return nil, err
 	}
@@ -296,8 +315,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Client:     web.Client(),
 		Admission:  n.adm,
 		MaxConns:   cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, MaxURLBytes: cfg.MaxURLBytes,
-		OriginPatterns: cfg.OriginPatterns,
-		TrustedProxies: cfg.TrustedProxies,
+		OriginPatterns:   cfg.OriginPatterns,
+		TrustedProxies:   cfg.TrustedProxies,
+		AuthFailureBurst: cfg.AuthFailureBurst, AuthFailureRate: cfg.AuthFailureRate, AuthFailureAddresses: cfg.AuthFailureAddresses,
 		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.busStats, Stream: n.tailer, Admission: n.adm}),
 			promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}),
 		Logger: cfg.Logger,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/auth"
 )
 
 // config is every setting of a node. Each flag has a PUSHD_* environment
@@ -25,6 +26,9 @@ type config struct {
 	JWTSecret      string
 	JWTPublicKey   string
 	JWTAlgorithm   string
+	JWTAudience    string
+	JWTIssuer      string
+	JWTMaxTTL      time.Duration
 	APIKey         string
 	NodeName       string
 	Origins        string
@@ -48,6 +52,11 @@ type config struct {
 	MaxHeaderBytes int
 	MaxURLBytes    int
 
+	AuthFailureBurst     int
+	AuthFailureRate      float64
+	AuthFailureAddresses int
+	Sessions             sessionFlags
+
 	RedisCacheURL    string
 	RedisControlURL  string
 	RedisRealtimeURL string
@@ -66,6 +75,14 @@ type admissionFlags struct {
 	LeaseTTL, Renew, Reconcile   time.Duration
 	ExpectedNodes                int
 	Timeout, Retry, SessionCheck time.Duration
+}
+
+// sessionFlags are the session token lookups' settings (auth.SessionsConfig).
+type sessionFlags struct {
+	NegativeTTL     time.Duration
+	NegativeEntries int
+	DBQueries       int
+	DBWait          time.Duration
 }
 
 // envName is a flag's environment twin: --redis-url is PUSHD_REDIS_URL.
@@ -110,6 +127,9 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for client tokens")
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of the RS256, ES256 or EdDSA public key for client tokens")
 	fs.StringVar(&c.JWTAlgorithm, "jwt-algorithm", "", "pin the token algorithm (HS256, RS256, ES256, EdDSA); default from the key")
+	fs.StringVar(&c.JWTAudience, "jwt-audience", "", "comma-separated audiences: a token's aud claim must name one of them (401 otherwise); empty checks no audience")
+	fs.StringVar(&c.JWTIssuer, "jwt-issuer", "", "the iss claim every token must carry (401 otherwise); empty checks no issuer")
+	fs.DurationVar(&c.JWTMaxTTL, "jwt-max-ttl", 0, "longest lifetime a token may claim, exp - iat (exp - now when it has no iat); a longer one is refused with 401; 0 means no limit")
 	fs.StringVar(&c.APIKey, "api-key", "", "key for POST /v1/publish (X-API-Key); empty allows loopback callers only")
 	fs.StringVar(&c.NodeName, "node-name", "", "name shown in hello and metrics; empty means the host name")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated addresses or CIDRs of load balancers whose X-Forwarded-For names the client for the per-address limits; empty trusts none")
@@ -132,6 +152,13 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 10*time.Second, "how long a request may take to arrive, headers and body; a connection still waiting for one is closed (a publish is answered 408 first); established streams are not bounded by it")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", 64<<10, "longest request line and headers, in bytes (431 past it)")
 	fs.IntVar(&c.MaxURLBytes, "max-url-bytes", 8<<10, "longest request URL, in bytes (414 past it); at most --max-header-bytes, which counts it too")
+	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", 20, "failed authentications (invalid tokens) a client address may make at once; past them it is answered 429 before its token is checked; 0 means no limit")
+	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", 1, "failed authentications per second a client address's bucket refills")
+	fs.IntVar(&c.AuthFailureAddresses, "auth-failure-addresses", 65536, "client addresses whose failed authentications this node tracks; past it the least recently seen are forgotten")
+	fs.DurationVar(&c.Sessions.NegativeTTL, "session-negative-ttl", 10*time.Second, "how long this node remembers a session token PostgreSQL does not know, so its repeats cost no query (Redis is still asked)")
+	fs.IntVar(&c.Sessions.NegativeEntries, "session-negative-entries", 65536, "unknown session tokens this node remembers; past it the least recently refused are forgotten")
+	fs.IntVar(&c.Sessions.DBQueries, "session-db-queries", 4, "session lookups this node runs in PostgreSQL at once (besides the snapshot reads' 8); one more waits --session-db-wait, then gets 503")
+	fs.DurationVar(&c.Sessions.DBWait, "session-db-wait", 500*time.Millisecond, "how long a session lookup waits for one of --session-db-queries before it is answered 503 unavailable")
 	a := &c.Admission
 	fs.IntVar(&a.UserBurst, "connect-user-burst", 20, "connects a user may make at once (token bucket capacity); 0 means no limit")
 	fs.Float64Var(&a.UserRate, "connect-user-rate", 1, "connects per second a user's bucket refills")
@@ -282,6 +309,17 @@ func (c config) trustedProxies() ([]*net.IPNet, error) {
 	return out, nil
 }
 
+// jwtAudience parses --jwt-audience.
+func (c config) jwtAudience() []string {
+	var out []string
+	for a := range strings.SplitSeq(c.JWTAudience, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 func (c config) originPatterns() []string {
 	var out []string
 	for o := range strings.SplitSeq(c.Origins, ",") {
@@ -290,6 +328,11 @@ func (c config) originPatterns() []string {
 		}
 	}
 	return out
+}
+
+// config is the auth.SessionsConfig of the flags; the node adds its stores.
+func (s sessionFlags) config() auth.SessionsConfig {
+	return auth.SessionsConfig{NegativeTTL: s.NegativeTTL, NegativeEntries: s.NegativeEntries, MaxDBQueries: s.DBQueries, DBQueueWait: s.DBWait}
 }
 
 // config is the admission.Config of the flags; the node adds its Redis.

@@ -63,6 +63,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	n, err := node.New(ctx, node.Config{
 		RedisURL: cfg.RedisURL, RedisCluster: cfg.RedisCluster, KeyPrefix: cfg.KeyPrefix, DatabaseURL: cfg.DatabaseURL,
 		JWTSecret: []byte(cfg.JWTSecret), JWTPublicKeyPEM: pem, JWTAlgorithm: cfg.JWTAlgorithm,
+		JWTAudience: cfg.jwtAudience(), JWTIssuer: cfg.JWTIssuer, JWTMaxTTL: cfg.JWTMaxTTL,
 		APIKey: cfg.APIKey, NodeName: cfg.NodeName, OriginPatterns: cfg.originPatterns(), TrustedProxies: proxies,
 		Heartbeat: cfg.Heartbeat, PollInterval: cfg.PollInterval, WriteTimeout: cfg.WriteTimeout, SSERetry: cfg.Retry,
 		ReconnectAfter: cfg.ReconnectAfter, Demo: cfg.Demo, Logger: log,
@@ -71,6 +72,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		Admission: cfg.Admission.config(),
 		MaxConns:  maxConns(cfg.MaxConns), MaxConnsPerIP: cfg.MaxConnsPerIP,
 		RequestTimeout: cfg.RequestTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes, MaxURLBytes: cfg.MaxURLBytes,
+		Sessions:         cfg.Sessions.config(),
+		AuthFailureBurst: cfg.AuthFailureBurst, AuthFailureRate: cfg.AuthFailureRate, AuthFailureAddresses: cfg.AuthFailureAddresses,
 	})
 	if err != nil {
 		return err

@@ -101,13 +101,25 @@ func (c config) validate(from origins) error {
 	default:
 		bad("jwt-algorithm", "%q: want HS256, RS256, ES256 or EdDSA", c.JWTAlgorithm)
 	}
+	if c.JWTMaxTTL < 0 {
+		bad("jwt-max-ttl", "%v: must not be negative", c.JWTMaxTTL)
+	}
+	if c.JWTSecret == "" && c.JWTPublicKey == "" {
+		// The embedded mode's demo tokens carry neither claim.
+		for name, v := range map[string]string{"jwt-audience": c.JWTAudience, "jwt-issuer": c.JWTIssuer} {
+			if v != "" {
+				bad(name, "needs --jwt-secret or --jwt-public-key: it restricts the tokens of a real issuer")
+			}
+		}
+	}
 	if c.NodeName == "" {
 		bad("node-name", "the host name is unknown: set one")
 	}
 	for name, d := range map[string]time.Duration{
 		"heartbeat": c.Heartbeat, "poll-interval": c.PollInterval, "write-timeout": c.WriteTimeout,
 		"sse-retry": c.Retry, "drain-timeout": c.DrainTimeout, "reconnect-after": c.ReconnectAfter,
-		"request-timeout": c.RequestTimeout,
+		"request-timeout":      c.RequestTimeout,
+		"session-negative-ttl": c.Sessions.NegativeTTL, "session-db-wait": c.Sessions.DBWait,
 	} {
 		if d <= 0 {
 			bad(name, "%v: must be positive", d)
@@ -116,7 +128,7 @@ func (c config) validate(from origins) error {
 	if c.StreamMaxLen <= 0 {
 		bad("stream-maxlen", "%d: must be positive", c.StreamMaxLen)
 	}
-	for name, n := range map[string]int{"max-conns": c.MaxConns, "max-conns-per-ip": c.MaxConnsPerIP} {
+	for name, n := range map[string]int{"max-conns": c.MaxConns, "max-conns-per-ip": c.MaxConnsPerIP, "auth-failure-burst": c.AuthFailureBurst} {
 		if n < 0 {
 			bad(name, "%d: must not be negative", n)
 		}
@@ -128,6 +140,15 @@ func (c config) validate(from origins) error {
 	}
 	if c.MaxURLBytes > c.MaxHeaderBytes && c.MaxHeaderBytes > 0 {
 		bad("max-url-bytes", "%d: must not exceed --max-header-bytes (%d), which counts the URL too", c.MaxURLBytes, c.MaxHeaderBytes)
+	}
+	if r := c.AuthFailureRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+		bad("auth-failure-rate", "%v: must be a number, not negative", r)
+	}
+	for name, n := range map[string]int{"auth-failure-addresses": c.AuthFailureAddresses,
+		"session-negative-entries": c.Sessions.NegativeEntries, "session-db-queries": c.Sessions.DBQueries} {
+		if n < 1 {
+			bad(name, "%d: must be at least 1", n)
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
