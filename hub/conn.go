@@ -97,6 +97,8 @@ type Rejection struct {
 	TaskID    string `json:"task_id,omitempty"`
 	ProjectID string `json:"project_id,omitempty"`
 	Code      string `json:"code"`
+	// RetryAfterMS, with CodeRateLimited, is when to ask again.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // Subscribe adds s to what the connection watches and queues the current
@@ -120,6 +122,7 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	}
 	// Indexed while c.mu is held, so a concurrent Close sees every entry.
 	room := h.cfg.MaxSubscriptions - len(c.tasks) - len(c.projects)
+	budget := readBudget{h: h, k: key{c.TenantID, c.UserID}, now: time.Now()}
 	for _, id := range s.Tasks {
 		switch {
 		case !snapshot.ValidID(id):
@@ -127,6 +130,8 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 		case has(c.tasks, id):
 		case room <= 0:
 			rejected = append(rejected, Rejection{TaskID: id, Code: CodeTooMany})
+		case !h.readIsFree(c.TenantID, id) && !budget.take():
+			rejected = append(rejected, Rejection{TaskID: id, Code: CodeRateLimited, RetryAfterMS: budget.waitMS()})
 		default:
 			room--
 			c.tasks = add(c.tasks, id)
@@ -141,6 +146,8 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 		case has(c.projects, id):
 		case room <= 0:
 			rejected = append(rejected, Rejection{ProjectID: id, Code: CodeTooMany})
+		case !h.listIsFree(byProject, c.TenantID, id) && !budget.take():
+			rejected = append(rejected, Rejection{ProjectID: id, Code: CodeRateLimited, RetryAfterMS: budget.waitMS()})
 		default:
 			room--
 			if len(c.projects) == 0 && !c.userScope {
@@ -151,7 +158,12 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 			projects = append(projects, id)
 		}
 	}
-	if s.User && !c.userScope && c.UserID != "" {
+	userLimited := false
+	if s.User && !c.userScope && c.UserID != "" && !h.listIsFree(byUser, c.TenantID, c.UserID) && !budget.take() {
+		userLimited = true
+		rejected = append(rejected, Rejection{Code: CodeRateLimited, RetryAfterMS: budget.waitMS()})
+	}
+	if s.User && !c.userScope && c.UserID != "" && !userLimited {
 		if len(c.projects) == 0 {
 			h.idx.addScoped(c.TenantID, 1)
 		}
@@ -268,6 +280,48 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	unread = slices.ContainsFunc(rejected, func(r Rejection) bool { return r.Code == CodeUnavailable })
 	return rejected, nil
 }
+
+// readIsFree reports whether subscribing to the task costs no remote read:
+// a connection of the tenant here watches it, so its read is shared or
+// cached, or the source has it cached.
+func (h *Hub) readIsFree(tenant, id string) bool {
+	return h.idx.has(byTask, key{tenant, id}) || h.cfg.Source.Cached(id)
+}
+
+// listIsFree is readIsFree of a project (by byProject) or user listing.
+func (h *Hub) listIsFree(by int, tenant, id string) bool {
+	if h.idx.has(by, key{tenant, id}) {
+		return true
+	}
+	if by == byProject {
+		return h.cfg.Source.ListCached(tenant, id, "")
+	}
+	return h.cfg.Source.ListCached(tenant, "", id)
+}
+
+// readBudget takes a subscription's reads from its user's budget, one id
+// at a time, so the ids within it are served in order.
+type readBudget struct {
+	h     *Hub
+	k     key
+	now   time.Time
+	wait  time.Duration
+	spent bool // the budget ran out: the request's later ids are refused without asking
+}
+
+func (b *readBudget) take() bool {
+	if !b.spent {
+		got, wait := b.h.budgets.take(b.k, 1, b.now)
+		if got == 1 {
+			return true
+		}
+		b.spent, b.wait = true, wait
+	}
+	b.h.stats.ReadsLimited.Add(1)
+	return false
+}
+
+func (b *readBudget) waitMS() int64 { return max(b.wait.Milliseconds(), 1) }
 
 // settle marks the connection's initial state offered: from now on the
 // tenant's stream position covers everything it watches, so its writes may

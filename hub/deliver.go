@@ -234,6 +234,7 @@ func (h *Hub) tickInterval() time.Duration {
 }
 
 func (h *Hub) tick(now time.Time) {
+	h.budgets.sweep(now)
 	idle := now.Add(-h.cfg.HeartbeatInterval).UnixNano()
 	for _, c := range h.allConns() {
 		if (!c.ExpiresAt.IsZero() && now.After(c.ExpiresAt)) || (c.Hold != nil && c.Hold.Revoked()) {

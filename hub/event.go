@@ -35,6 +35,9 @@ type Event struct {
 	TaskID    string
 	ProjectID string
 	AfterMS   int
+	// RetryAfterMS, on a rate_limited error, is when the refused ids may
+	// be asked for again.
+	RetryAfterMS int64
 
 	ConnID      string
 	Node        string
@@ -61,6 +64,7 @@ const (
 	CodeSlowClient    = "slow_client"
 	CodeShuttingDown  = "shutting_down"
 	CodeForbiddenUser = "forbidden"
+	CodeRateLimited   = "rate_limited" // the user's read budget is spent; RetryAfterMS says for how long
 )
 
 // CloseReason tells a transport why the hub closed a connection, so it can

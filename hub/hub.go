@@ -31,6 +31,12 @@ type Source interface {
 	Reload(ctx context.Context, taskIDs []string) (map[string]*snapshot.Snapshot, error)
 	GetMany(ctx context.Context, taskIDs []string) (map[string]*snapshot.Snapshot, error)
 	Observe(taskID string, version int64)
+	// Cached and ListCached report whether a Get of the task, or a listing
+	// of the project (projectID set) or user (userID set), would be
+	// answered without a remote read (from a cache in process, or because
+	// there is no remote source): such reads cost no user's read budget.
+	Cached(taskID string) bool
+	ListCached(tenantID, projectID, userID string) bool
 }
 
 // Bus is the subscription side of fanout.Bus.
@@ -72,6 +78,16 @@ type Config struct {
 	// MaxPollBackoff caps the wait between polls while no source answers;
 	// zero means 30s.
 	MaxPollBackoff time.Duration
+	// SubscribeReads and SubscribeReadBurst are each user's budget of
+	// snapshot reads caused by subscriptions, per node: a token bucket
+	// refilling SubscribeReads per second up to SubscribeReadBurst. A task
+	// id costs one read unless a connection of the tenant on this node
+	// watches it already or the Source has it cached (a reconnect storm
+	// reads each task once, whoever asks); a project or user listing costs
+	// one. Ids past it are refused with rate_limited and how long to wait.
+	// Zero means 50 per second with bursts of 500.
+	SubscribeReads     float64
+	SubscribeReadBurst int
 	// MaxControl bounds queued non-task events (errors) per connection; past
 	// it the connection is closed as a slow client. Zero means 256.
 	MaxControl int
@@ -101,6 +117,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxPollBackoff <= 0 {
 		c.MaxPollBackoff = 30 * time.Second
+	}
+	if c.SubscribeReads <= 0 {
+		c.SubscribeReads = 50
+	}
+	if c.SubscribeReadBurst <= 0 {
+		c.SubscribeReadBurst = 500
 	}
 	if c.MaxControl <= 0 {
 		c.MaxControl = 256
@@ -143,7 +165,8 @@ type Hub struct {
 	mode       string
 	modeReason string
 
-	poll poller
+	poll    poller
+	budgets readBudgets
 
 	runq     workQueue[*Conn] // connections with something to write
 	dispatch dispatchQueue    // tasks to re-read and deliver
@@ -170,6 +193,7 @@ func New(cfg Config) *Hub {
 	h.idx.init()
 	h.mode = ModePush
 	h.poll.init()
+	h.budgets.init(cfg.SubscribeReads, cfg.SubscribeReadBurst)
 	h.runq.init()
 	h.dispatch.init()
 	for range cfg.Writers {
@@ -440,6 +464,7 @@ type Stats struct {
 	PollErrors      atomic.Int64 // rounds in which no source answered for some tasks
 	BusRetries      atomic.Int64 // bus subscriptions retried after failing
 	ReadRetries     atomic.Int64 // rounds re-reading, in batches, the tenants of connections whose initial read failed
+	ReadsLimited    atomic.Int64 // subscribed ids and scopes refused because their user's read budget was spent
 
 	// With a Stream.
 	CatchUps        atomic.Int64 // bus gaps (a tenant's Resync, a lost bus's poll round or its restoration) closed by the stream instead of re-reading

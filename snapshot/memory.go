@@ -107,6 +107,12 @@ func (m *MemoryStore) Reload(ctx context.Context, taskIDs []string) (map[string]
 // Observe does nothing: a MemoryStore has no cache to make stale.
 func (m *MemoryStore) Observe(string, int64) {}
 
+// Cached is always true: a MemoryStore has no remote source to spare.
+func (m *MemoryStore) Cached(string) bool { return true }
+
+// ListCached is always true, as Cached.
+func (m *MemoryStore) ListCached(string, string, string) bool { return true }
+
 // SetIfNewer stores s unless the store holds the same or a newer version of
 // the task, and reports whether it did.
 func (m *MemoryStore) SetIfNewer(_ context.Context, s *Snapshot) (bool, error) {

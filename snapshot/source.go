@@ -26,6 +26,11 @@ type Source interface {
 	// cached older copy or cached absence is served afterwards. It does no
 	// I/O and never blocks.
 	Observe(taskID string, version int64)
+	// Cached reports whether Get(taskID, 0) would be answered without a
+	// remote read, and ListCached the same of ListProject (projectID set)
+	// or ListUser (userID set). They do no I/O.
+	Cached(taskID string) bool
+	ListCached(tenantID, projectID, userID string) bool
 }
 
 // Writer stores snapshots, keeping versions monotonic.

@@ -436,6 +436,16 @@ func (s *Store) rememberFor(snap *Snapshot, ttl time.Duration) *Snapshot {
 	return newest
 }
 
+// Cached reports whether Get(taskID, 0) would be answered from the
+// in-process caches, without Redis or PostgreSQL.
+func (s *Store) Cached(taskID string) bool {
+	if _, ok := s.tasks.get(taskID); ok {
+		return true
+	}
+	_, ok := s.missing.get(taskID)
+	return ok
+}
+
 // Observe records that a notification announced version of the task: a
 // cached copy older than that and a cached "not found" are dropped, so the
 // next read goes to Redis. The hub calls it for every notification, watched
@@ -587,7 +597,7 @@ func (s *Store) ListProject(ctx context.Context, tenantID, projectID string) ([]
 	if !ValidID(tenantID) || !ValidID(projectID) {
 		return nil, ErrInvalidID
 	}
-	return s.list(ctx, "project\x00"+tenantID+"\x00"+projectID, sqlTasksByProject, tenantID, projectID)
+	return s.list(ctx, projectListKey(tenantID, projectID), sqlTasksByProject, tenantID, projectID)
 }
 
 // ListUser returns the snapshots of a user's MaxList most recently updated
@@ -596,11 +606,28 @@ func (s *Store) ListUser(ctx context.Context, tenantID, userID string) ([]*Snaps
 	if !ValidID(tenantID) || !ValidID(userID) {
 		return nil, ErrInvalidID
 	}
-	return s.list(ctx, "user\x00"+tenantID+"\x00"+userID, sqlTasksByUser, tenantID, userID)
+	return s.list(ctx, userListKey(tenantID, userID), sqlTasksByUser, tenantID, userID)
 }
 
-// list serves a list query; key cannot collide between kinds because ids
-// never hold a NUL byte.
+// The keys of the list cache cannot collide between kinds because ids never
+// hold a NUL byte.
+func projectListKey(tenantID, projectID string) string {
+	return "project\x00" + tenantID + "\x00" + projectID
+}
+func userListKey(tenantID, userID string) string { return "user\x00" + tenantID + "\x00" + userID }
+
+// ListCached reports whether ListProject (projectID set) or ListUser would
+// be answered from the in-process cache.
+func (s *Store) ListCached(tenantID, projectID, userID string) bool {
+	key := userListKey(tenantID, userID)
+	if projectID != "" {
+		key = projectListKey(tenantID, projectID)
+	}
+	_, ok := s.lists.get(key)
+	return ok
+}
+
+// list serves a list query.
 func (s *Store) list(ctx context.Context, key, sql string, args ...any) ([]*Snapshot, error) {
 	if s.db == nil {
 		return nil, fmt.Errorf("list: %w: no database", ErrUnavailable)

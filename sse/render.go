@@ -99,11 +99,12 @@ func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 		}{ev.Mode, ev.Reason})
 	case hub.KindError:
 		writeJSON(b, "error", struct {
-			Code      string `json:"code"`
-			Message   string `json:"message,omitempty"`
-			TaskID    string `json:"task_id,omitempty"`
-			ProjectID string `json:"project_id,omitempty"`
-		}{ev.Code, ev.Message, ev.TaskID, ev.ProjectID})
+			Code         string `json:"code"`
+			Message      string `json:"message,omitempty"`
+			TaskID       string `json:"task_id,omitempty"`
+			ProjectID    string `json:"project_id,omitempty"`
+			RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+		}{ev.Code, ev.Message, ev.TaskID, ev.ProjectID, ev.RetryAfterMS})
 	case hub.KindSync:
 		// Only the id matters: EventSource keeps it as the Last-Event-ID it
 		// reconnects with. A browser with no listener for "sync" sees

@@ -59,7 +59,10 @@ type Config struct {
 	// Zero means 10 per second with bursts of 20.
 	RequestRate  float64
 	RequestBurst int
-	Logger       *slog.Logger // nil means slog.Default()
+	// SubscribeTimeout bounds the reads of one subscribe request; zero
+	// means 10s.
+	SubscribeTimeout time.Duration
+	Logger           *slog.Logger // nil means slog.Default()
 }
 
 // Handler serves /v1/ws.
@@ -94,6 +97,9 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.RequestBurst <= 0 {
 		cfg.RequestBurst = 20
+	}
+	if cfg.SubscribeTimeout <= 0 {
+		cfg.SubscribeTimeout = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -254,7 +260,7 @@ func (h *Handler) handle(ctx context.Context, data []byte, c *hub.Conn, bad *int
 	*bad = 0
 	switch req.Op {
 	case "subscribe":
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		sctx, cancel := context.WithTimeout(ctx, h.cfg.SubscribeTimeout)
 		rejected, err := c.Subscribe(sctx, hub.Subscription{
 			Tasks: req.Tasks, Projects: req.Projects, User: req.Scope == "user", Since: req.Since,
 		})
@@ -499,12 +505,13 @@ func render(ev *hub.Event) ([]byte, bool) {
 		}{"mode", ev.Mode, ev.Reason}
 	case hub.KindError:
 		v = struct {
-			Type      string `json:"type"`
-			Code      string `json:"code"`
-			Message   string `json:"message,omitempty"`
-			TaskID    string `json:"task_id,omitempty"`
-			ProjectID string `json:"project_id,omitempty"`
-		}{"error", ev.Code, ev.Message, ev.TaskID, ev.ProjectID}
+			Type         string `json:"type"`
+			Code         string `json:"code"`
+			Message      string `json:"message,omitempty"`
+			TaskID       string `json:"task_id,omitempty"`
+			ProjectID    string `json:"project_id,omitempty"`
+			RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+		}{"error", ev.Code, ev.Message, ev.TaskID, ev.ProjectID, ev.RetryAfterMS}
 	case hub.KindReconnect:
 		v = struct {
 			Type    string `json:"type"`
