@@ -81,7 +81,31 @@ type Config struct {
 	// Writers is the size of the hub's pool of writers; zero: the hub's
 	// default (32). They never wait for a client, so it bounds CPU, not
 	// how many slow clients the node tolerates.
-	Writers  int
+	Writers int
+	// Per-connection limits; each zero means the default in brackets.
+	// MaxSubscriptions: tasks plus projects one connection watches (200).
+	// MaxIDs: tasks plus projects of one request, an SSE URL or a
+	// WebSocket subscribe (100). SubscribeTimeout: the initial reads of
+	// one subscription (10s). WSMaxMessageBytes: one WebSocket message
+	// from a client, closed with 1009 past it (64 KiB). WSRequestRate and
+	// WSRequestBurst: a WebSocket's requests, a token bucket (10/s, 20).
+	// WSMaxBadMessages: malformed or over-rate requests in a row before
+	// 1008 (10). FirstRequestTimeout: how long a WebSocket may wait before
+	// its first request (10s).
+	MaxSubscriptions    int
+	MaxIDs              int
+	SubscribeTimeout    time.Duration
+	WSMaxMessageBytes   int64
+	WSRequestRate       float64
+	WSRequestBurst      int
+	WSMaxBadMessages    int
+	FirstRequestTimeout time.Duration
+	// SubscribeReads and SubscribeReadBurst are each user's budget, on
+	// this node, of snapshot reads that subscriptions cause (50/s, bursts
+	// of 500); ids past it are refused with rate_limited.
+	SubscribeReads     float64
+	SubscribeReadBurst int
+
 	SSERetry time.Duration // zero: the SSE default
 	// DisconnectCheck is how often SSE connections held without a goroutine
 	// are checked for a client that went away; zero: the SSE default (5s).
@@ -291,13 +315,18 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.hub = hub.New(hub.Config{
 		Source: source, Bus: hubBus, Stream: hubStream, HeartbeatInterval: cfg.Heartbeat, PollInterval: cfg.PollInterval,
 		NodeName: cfg.NodeName, Logger: cfg.Logger, Writers: cfg.Writers,
+		MaxSubscriptions: cfg.MaxSubscriptions, SubscribeReads: cfg.SubscribeReads, SubscribeReadBurst: cfg.SubscribeReadBurst,
 	})
 	n.bus.Start(n.hub)
 	if n.tailer != nil {
 		n.tailer.Start(n.hub)
 	}
-	n.ws = ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout, Logger: cfg.Logger})
+	n.ws = ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout,
+		ReadLimit: cfg.WSMaxMessageBytes, MaxBadMessages: cfg.WSMaxBadMessages, MaxIDs: cfg.MaxIDs,
+		FirstRequestTimeout: cfg.FirstRequestTimeout, RequestRate: cfg.WSRequestRate, RequestBurst: cfg.WSRequestBurst,
+		SubscribeTimeout: cfg.SubscribeTimeout, Logger: cfg.Logger})
 	n.sse = sse.New(sse.Config{Hub: n.hub, Retry: cfg.SSERetry, WriteTimeout: cfg.WriteTimeout,
+		SubscribeTimeout: cfg.SubscribeTimeout, MaxTasks: cfg.MaxIDs,
 		CheckInterval: cfg.DisconnectCheck, Logger: cfg.Logger})
 	var demo http.Handler
 	if cfg.Demo || cfg.Embedded() {

@@ -51,6 +51,7 @@ type config struct {
 	RequestTimeout time.Duration
 	MaxHeaderBytes int
 	MaxURLBytes    int
+	Conn           connFlags
 
 	AuthFailureBurst     int
 	AuthFailureRate      float64
@@ -61,6 +62,17 @@ type config struct {
 	RedisControlURL  string
 	RedisRealtimeURL string
 	Admission        admissionFlags
+}
+
+// connFlags are the per-connection limits and the writer pool.
+type connFlags struct {
+	Writers, MaxSubscriptions, MaxIDs     int
+	WSMaxMessageBytes                     int64
+	WSRequestRate                         float64
+	WSRequestBurst, WSMaxBadMessages      int
+	FirstRequestTimeout, SubscribeTimeout time.Duration
+	SubscribeReads                        float64
+	SubscribeReadBurst                    int
 }
 
 // admissionFlags are the admission limits (package admission); a limit of
@@ -159,6 +171,18 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.Sessions.NegativeEntries, "session-negative-entries", 65536, "unknown session tokens this node remembers; past it the least recently refused are forgotten")
 	fs.IntVar(&c.Sessions.DBQueries, "session-db-queries", 4, "session lookups this node runs in PostgreSQL at once (besides the snapshot reads' 8); one more waits --session-db-wait, then gets 503")
 	fs.DurationVar(&c.Sessions.DBWait, "session-db-wait", 500*time.Millisecond, "how long a session lookup waits for one of --session-db-queries before it is answered 503 unavailable")
+	cf := &c.Conn
+	fs.IntVar(&cf.Writers, "writers", 32, "goroutines writing to connections; they never wait for a client (a stalled one's bytes wait on a goroutine of its own), so this bounds CPU only")
+	fs.IntVar(&cf.MaxSubscriptions, "max-subscriptions", 200, "tasks plus projects one connection may watch; more are refused with too_many_subscriptions")
+	fs.IntVar(&cf.MaxIDs, "max-ids", 100, "tasks plus projects in one request: an SSE URL (400 past it) or a WebSocket subscribe (bad_request)")
+	fs.DurationVar(&cf.SubscribeTimeout, "subscribe-timeout", 10*time.Second, "longest the initial reads of one subscription may take")
+	fs.Float64Var(&cf.SubscribeReads, "subscribe-reads", 50, "snapshot reads per second that one user's subscriptions may cause on this node (one per task id, project or user scope subscribed), refilling a bucket of --subscribe-read-burst; ids past it get rate_limited with retry_after_ms")
+	fs.IntVar(&cf.SubscribeReadBurst, "subscribe-read-burst", 500, "snapshot reads one user's subscriptions may cause at once on this node")
+	fs.Int64Var(&cf.WSMaxMessageBytes, "ws-max-message-bytes", 64<<10, "longest WebSocket message a client may send; a longer one closes the connection with 1009")
+	fs.Float64Var(&cf.WSRequestRate, "ws-request-rate", 10, "requests per second one WebSocket may send (token bucket refill); one over it is dropped with rate_limited")
+	fs.IntVar(&cf.WSRequestBurst, "ws-request-burst", 20, "requests one WebSocket may send at once")
+	fs.IntVar(&cf.WSMaxBadMessages, "ws-max-bad-messages", 10, "malformed or dropped WebSocket requests in a row before the connection is closed with 1008")
+	fs.DurationVar(&cf.FirstRequestTimeout, "first-request-timeout", 10*time.Second, "how long a new WebSocket may wait before its first request; then it is closed with 1008")
 	a := &c.Admission
 	fs.IntVar(&a.UserBurst, "connect-user-burst", 20, "connects a user may make at once (token bucket capacity); 0 means no limit")
 	fs.Float64Var(&a.UserRate, "connect-user-rate", 1, "connects per second a user's bucket refills")

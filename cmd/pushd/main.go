@@ -72,7 +72,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		Admission: cfg.Admission.config(),
 		MaxConns:  maxConns(cfg.MaxConns), MaxConnsPerIP: cfg.MaxConnsPerIP,
 		RequestTimeout: cfg.RequestTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes, MaxURLBytes: cfg.MaxURLBytes,
-		Sessions:         cfg.Sessions.config(),
+		Sessions: cfg.Sessions.config(),
+		Writers:  cfg.Conn.Writers, MaxSubscriptions: cfg.Conn.MaxSubscriptions, MaxIDs: cfg.Conn.MaxIDs,
+		SubscribeTimeout: cfg.Conn.SubscribeTimeout, SubscribeReads: cfg.Conn.SubscribeReads, SubscribeReadBurst: cfg.Conn.SubscribeReadBurst,
+		WSMaxMessageBytes: cfg.Conn.WSMaxMessageBytes, WSRequestRate: cfg.Conn.WSRequestRate, WSRequestBurst: cfg.Conn.WSRequestBurst,
+		WSMaxBadMessages: cfg.Conn.WSMaxBadMessages, FirstRequestTimeout: cfg.Conn.FirstRequestTimeout,
 		AuthFailureBurst: cfg.AuthFailureBurst, AuthFailureRate: cfg.AuthFailureRate, AuthFailureAddresses: cfg.AuthFailureAddresses,
 	})
 	if err != nil {

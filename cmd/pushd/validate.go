@@ -118,7 +118,8 @@ func (c config) validate(from origins) error {
 	for name, d := range map[string]time.Duration{
 		"heartbeat": c.Heartbeat, "poll-interval": c.PollInterval, "write-timeout": c.WriteTimeout,
 		"sse-retry": c.Retry, "drain-timeout": c.DrainTimeout, "reconnect-after": c.ReconnectAfter,
-		"request-timeout":      c.RequestTimeout,
+		"request-timeout":   c.RequestTimeout,
+		"subscribe-timeout": c.Conn.SubscribeTimeout, "first-request-timeout": c.Conn.FirstRequestTimeout,
 		"session-negative-ttl": c.Sessions.NegativeTTL, "session-db-wait": c.Sessions.DBWait,
 	} {
 		if d <= 0 {
@@ -133,7 +134,10 @@ func (c config) validate(from origins) error {
 			bad(name, "%d: must not be negative", n)
 		}
 	}
-	for name, n := range map[string]int{"max-header-bytes": c.MaxHeaderBytes, "max-url-bytes": c.MaxURLBytes} {
+	for name, n := range map[string]int{"max-header-bytes": c.MaxHeaderBytes, "max-url-bytes": c.MaxURLBytes,
+		"writers": c.Conn.Writers, "max-subscriptions": c.Conn.MaxSubscriptions, "max-ids": c.Conn.MaxIDs,
+		"subscribe-read-burst": c.Conn.SubscribeReadBurst, "ws-request-burst": c.Conn.WSRequestBurst,
+		"ws-max-bad-messages": c.Conn.WSMaxBadMessages, "ws-max-message-bytes": int(min(c.Conn.WSMaxMessageBytes, 1<<30))} {
 		if n <= 0 {
 			bad(name, "%d: must be positive", n)
 		}
@@ -143,6 +147,11 @@ func (c config) validate(from origins) error {
 	}
 	if r := c.AuthFailureRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 		bad("auth-failure-rate", "%v: must be a number, not negative", r)
+	}
+	for name, r := range map[string]float64{"subscribe-reads": c.Conn.SubscribeReads, "ws-request-rate": c.Conn.WSRequestRate} {
+		if math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 {
+			bad(name, "%v: must be a positive number", r)
+		}
 	}
 	for name, n := range map[string]int{"auth-failure-addresses": c.AuthFailureAddresses,
 		"session-negative-entries": c.Sessions.NegativeEntries, "session-db-queries": c.Sessions.DBQueries} {
