@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 )
@@ -108,7 +109,8 @@ func (m *MemoryStore) Reload(ctx context.Context, taskIDs []string) (map[string]
 func (m *MemoryStore) Observe(string, int64) {}
 
 // SetIfNewer stores s unless the store holds the same or a newer version of
-// the task, and reports whether it did.
+// the task, and reports whether it did. A task held as another tenant's
+// fails with ErrTenantMismatch, as on Redis.
 func (m *MemoryStore) SetIfNewer(_ context.Context, s *Snapshot) (bool, error) {
 	if s == nil {
 		return false, errors.New("set: nil snapshot")
@@ -116,6 +118,9 @@ func (m *MemoryStore) SetIfNewer(_ context.Context, s *Snapshot) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	old := m.tasks[s.TaskID]
+	if old != nil && old.TenantID != s.TenantID {
+		return false, fmt.Errorf("set %s: %w", s.TaskID, ErrTenantMismatch)
+	}
 	if old != nil && !s.NewerThan(old.Version) {
 		return false, nil
 	}

@@ -6,7 +6,11 @@
 // The contract of a snapshot document (Parse): a JSON object of at most
 // MaxSize bytes, nested at most MaxDepth levels, with a valid task_id and
 // tenant_id and an integer version from 1 to MaxVersion. Versions only go
-// up.
+// up, and a task belongs to one tenant: a write of another tenant's
+// snapshot of a stored task is refused with ErrTenantMismatch. A stored
+// document whose version or tenant the write script cannot read is never
+// overwritten before it expires (ErrStoredUnreadable): letting any version
+// in could let an older one in.
 package snapshot
 
 import (
@@ -32,6 +36,15 @@ var (
 	// ErrUnavailable: no source could answer (Redis and PostgreSQL both down,
 	// or the PostgreSQL fallback is saturated).
 	ErrUnavailable = errors.New("snapshot sources unavailable")
+	// ErrTenantMismatch: a write was refused because the stored snapshot
+	// of the task belongs to another tenant. Task ids are global, so
+	// letting it in would move the task out of its owner's reach.
+	ErrTenantMismatch = errors.New("the task belongs to another tenant")
+	// ErrStoredUnreadable: a write was refused because the stored document
+	// of the task is one whose version and tenant cannot be read (written
+	// by hand, or by an older pushd). Nothing proves the new version is
+	// newer, so nothing replaces it before it expires.
+	ErrStoredUnreadable = errors.New("the stored snapshot cannot be read")
 )
 
 // Snapshot is one version of a task's state. It is immutable once parsed and
