@@ -369,6 +369,12 @@ func (s *server) projectTasks(c echo.Context, p hub.Principal) error {
 	return writeList(c, out)
 }
 
+// Codes of POST /v1/publish's refusals (409).
+const (
+	TenantMismatch   = "tenant_mismatch"   // the task is stored as another tenant's
+	StoredUnreadable = "stored_unreadable" // the stored document's version cannot be read
+)
+
 type publishResult struct {
 	Written bool   `json:"written"`
 	TaskID  string `json:"task_id"`
@@ -397,7 +403,18 @@ func (s *server) publish(c echo.Context) error {
 		return fail(http.StatusBadRequest, "invalid_snapshot", strings.TrimPrefix(err.Error(), "snapshot: "))
 	}
 	written, err := s.cfg.Publisher.Publish(c.Request().Context(), snap)
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, snapshot.ErrTenantMismatch):
+		// Task ids are global: storing it would take the task from its
+		// owner. The owner is not named to the caller.
+		s.log.Warn("publish refused: the task belongs to another tenant", "task", snap.TaskID, "tenant", snap.TenantID, "version", snap.Version)
+		return fail(http.StatusConflict, TenantMismatch, "task "+snap.TaskID+" belongs to another tenant; its snapshot was not stored")
+	case errors.Is(err, snapshot.ErrStoredUnreadable):
+		s.log.Warn("publish refused: the stored snapshot cannot be read", "task", snap.TaskID, "version", snap.Version)
+		return fail(http.StatusConflict, StoredUnreadable, "the stored snapshot of task "+snap.TaskID+
+			" cannot be read, so no version can be proven newer; it is replaced once it expires")
+	default:
 		s.log.Warn("publish failed", "task", snap.TaskID, "err", err)
 		return fail(http.StatusServiceUnavailable, httperr.Unavailable, "the snapshot could not be stored; retry")
 	}

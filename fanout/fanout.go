@@ -157,6 +157,9 @@ type Bus interface {
 // State Service and of POST /v1/publish.
 type Publisher interface {
 	// Publish stores s if it is newer than the stored version and, if it
-	// was, announces it. written is false for a stale snapshot.
+	// was, announces it. written is false for a stale snapshot. A task
+	// stored as another tenant's fails with snapshot.ErrTenantMismatch, and
+	// on Redis a stored document whose version cannot be read with
+	// snapshot.ErrStoredUnreadable; neither is stored or announced.
 	Publish(ctx context.Context, s *snapshot.Snapshot) (written bool, err error)
 }

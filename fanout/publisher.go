@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -39,10 +40,39 @@ type RedisClient interface {
 // tenant's stream, whose hash tag is the channel's, and SPUBLISHes; a retry
 // appends no second entry for a version whose first one is still among the
 // stream's newest.
+//
+// A snapshot of a task that Redis holds as another tenant's is refused
+// with snapshot.ErrTenantMismatch, one whose stored document cannot be read
+// with snapshot.ErrStoredUnreadable: neither is stored nor announced, and
+// Stats counts both.
 type RedisPublisher struct {
 	client       RedisClient
 	names        keys.Names
 	streamMaxLen int64 // > 0: append to the tenant's stream, trimmed to about this many entries
+
+	tenantMismatches, unreadableStored atomic.Uint64
+}
+
+// PublisherStats are monotonic counters of a RedisPublisher's refusals.
+type PublisherStats struct {
+	TenantMismatches uint64 // snapshots refused: Redis holds the task as another tenant's
+	UnreadableStored uint64 // snapshots refused: the stored document's version or tenant could not be read
+}
+
+// Stats returns the counters so far.
+func (p *RedisPublisher) Stats() PublisherStats {
+	return PublisherStats{TenantMismatches: p.tenantMismatches.Load(), UnreadableStored: p.unreadableStored.Load()}
+}
+
+// refused counts a write the script refused, and returns err.
+func (p *RedisPublisher) refused(err error) error {
+	switch {
+	case errors.Is(err, snapshot.ErrTenantMismatch):
+		p.tenantMismatches.Add(1)
+	case errors.Is(err, snapshot.ErrStoredUnreadable):
+		p.unreadableStored.Add(1)
+	}
+	return fmt.Errorf("publish: %w", err)
 }
 
 // PublisherOption configures a RedisPublisher.
@@ -84,7 +114,7 @@ func (p *RedisPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (wri
 	}
 	written, err = snapshot.WriteStream(ctx, p.client, p.names, s, 0, p.names.Channel(s.TenantID), msg, p.streamMaxLen)
 	if err != nil {
-		return false, fmt.Errorf("publish: %w", err)
+		return false, p.refused(err)
 	}
 	return written, nil
 }
@@ -92,7 +122,7 @@ func (p *RedisPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (wri
 func (p *RedisPublisher) publishSharded(ctx context.Context, s *snapshot.Snapshot, msg []byte) (written bool, err error) {
 	out, err := snapshot.WriteIfNewer(ctx, p.client, p.names, s, 0)
 	if err != nil {
-		return false, fmt.Errorf("publish: %w", err)
+		return false, p.refused(err)
 	}
 	if out == snapshot.Stale {
 		return false, nil

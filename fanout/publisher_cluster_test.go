@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -13,7 +14,8 @@ import (
 // slot: every written version appends exactly one entry and is SPUBLISHed,
 // a stale one neither; a Current version (a retry) is announced again but
 // appends only when its first announcement never reached the stream; the
-// stream's creation sets its epoch. Tenants live on every master.
+// stream's creation sets its epoch; another tenant's snapshot of a stored
+// task is refused and never announced. Tenants live on every master.
 func TestClusterPublisherWithStream(t *testing.T) {
 	f := newClusterFixture(t, 1)
 	for _, tenant := range f.tenants {
@@ -88,6 +90,23 @@ func TestClusterPublisherWithStream(t *testing.T) {
 		if epoch := f.cl.Get(ctx, clusterNames.StreamEpoch(tenant)).Val(); len(again) != 1 || epoch != again[0].ID || epoch == entries[0].ID {
 			t.Fatalf("%s: recreated stream %v with epoch %q; want one entry, its id the new epoch", tenant, again, epoch)
 		}
+	}
+
+	// Another tenant's snapshot of a stored task is refused before any
+	// announcement: the next notification heard on that tenant's channel
+	// is the marker published after it.
+	owner, other := f.tenants[0], f.tenants[len(f.tenants)-1]
+	if written, err := p.Publish(ctx, testSnapshot(t, other, "task-"+owner, 9)); written || !errors.Is(err, snapshot.ErrTenantMismatch) {
+		t.Fatalf("publish of %s's task by %s = %v, %v; want refused with ErrTenantMismatch", owner, other, written, err)
+	}
+	if written, err := p.Publish(ctx, testSnapshot(t, other, "marker-"+other, 1)); err != nil || !written {
+		t.Fatalf("publish marker = %v, %v", written, err)
+	}
+	if n := next(t, f.r.notes, "notification"); n.TaskID != "marker-"+other {
+		t.Fatalf("heard %+v before the marker", n)
+	}
+	if s := p.Stats(); s.TenantMismatches != 1 {
+		t.Fatalf("stats %+v, want one tenant mismatch", s)
 	}
 	none(t, f.r.notes, "notification")
 	f.noCrossSlot(t)

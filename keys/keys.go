@@ -21,6 +21,13 @@ type Names struct {
 // Snapshot is the key of a task's JSON snapshot.
 func (n Names) Snapshot(taskID string) string { return n.task("task:snapshot:", taskID) }
 
+// SnapshotMeta is the key beside a task's snapshot that the write script
+// keeps for it: the stored version, the tenant and a digest of the stored
+// document, so a write compares versions and tenants without decoding the
+// document, and notices a document written by hand since. It shares the
+// snapshot key's hash tag on Redis Cluster.
+func (n Names) SnapshotMeta(taskID string) string { return n.task("task:snapshot-meta:", taskID) }
+
 // NotFound is the key of a task's negative-cache marker.
 func (n Names) NotFound(taskID string) string { return n.task("task:notfound:", taskID) }
 

@@ -14,8 +14,8 @@ import (
 // On Redis Cluster, with the cluster's key names, every path of the store
 // works over tasks whose keys live on every master: the write script, the
 // batched read (no cross-slot MGET), the PostgreSQL fallback's write-back,
-// the negative cache's script, and WriteIfNewer's three outcomes. The
-// cluster never answers CROSSSLOT.
+// the negative cache's script, and WriteIfNewer's outcomes, refusals
+// included. The cluster never answers CROSSSLOT.
 func TestStoreOnRedisCluster(t *testing.T) {
 	c := testenv.StartRedisCluster(t, 3)
 	cc := c.Client()
@@ -81,6 +81,17 @@ func TestStoreOnRedisCluster(t *testing.T) {
 		if err != nil || out != step.want {
 			t.Errorf("WriteIfNewer v%d = %v, %v; want %v", step.version, out, err, step.want)
 		}
+	}
+	// The refusals, whose keys are in the task's slot too.
+	if out, err := snapshot.WriteIfNewer(ctx, cc, names, snap(t, id, "t2", "RUNNING", 5), 0); out != snapshot.TenantMismatch || !errors.Is(err, snapshot.ErrTenantMismatch) {
+		t.Errorf("WriteIfNewer of another tenant = %v, %v; want TenantMismatch", out, err)
+	}
+	deep := ids[1]
+	if err := cc.Set(ctx, names.Snapshot(deep), deepDoc(deep, "t1", 5, 1000), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := snapshot.WriteIfNewer(ctx, cc, names, snap(t, deep, "t1", "RUNNING", 3), 0); out != snapshot.Unreadable || !errors.Is(err, snapshot.ErrStoredUnreadable) {
+		t.Errorf("WriteIfNewer v3 over an undecodable v5 = %v, %v; want Unreadable", out, err)
 	}
 	if n := c.ErrorCount("CROSSSLOT"); n != 0 {
 		t.Fatalf("the cluster answered CROSSSLOT %d times", n)

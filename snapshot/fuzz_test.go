@@ -19,6 +19,9 @@ func FuzzParse(f *testing.F) {
 		`{"task_id":"a","tenant_id":"t","version":0}`,
 		`{"task_id":"a","tenant_id":"t","version":1.5}`,
 		`{"task_id":"a","tenant_id":"t","version":9223372036854775807}`,
+		`{"task_id":"a","tenant_id":"t","version":9007199254740992}`,
+		`{"task_id":"a","tenant_id":"t","version":1,"x":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`,
+		`{"task\u005fid":"a","tenant_id":"t","version":1}`,
 		`{"task_id":"a/../b","tenant_id":"t","version":1}`,
 		`{"task_id":"a","tenant_id":"","version":1}`,
 		`{"task_id":"a","tenant_id":"t","version":1,"x":{"nested":[1,2,{"y":"\u2028"}]}}`,
@@ -41,7 +44,7 @@ func FuzzParse(f *testing.F) {
 		if !json.Valid(raw) {
 			t.Fatalf("accepted document %q is not valid JSON", raw)
 		}
-		if !snapshot.ValidID(s.TaskID) || !snapshot.ValidID(s.TenantID) || s.Version <= 0 {
+		if !snapshot.ValidID(s.TaskID) || !snapshot.ValidID(s.TenantID) || s.Version <= 0 || s.Version > snapshot.MaxVersion {
 			t.Fatalf("accepted %+v", s)
 		}
 		// A browser reads the forwarded document with JSON.parse: exact

@@ -3,6 +3,7 @@ package snapshot_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,12 @@ func doc(task, tenant, status string, version int64) []byte {
 	return fmt.Appendf(nil, `{"task_id":%q,"tenant_id":%q,"project_id":"p1","user_id":"u1",`+
 		`"status":%q,"progress":45,"version":%d,"updated_at":1710000000000}`,
 		task, tenant, status, version)
+}
+
+// deepDoc is a snapshot document whose field "x" nests depth arrays.
+func deepDoc(task, tenant string, version int64, depth int) []byte {
+	return fmt.Appendf(nil, `{"task_id":%q,"tenant_id":%q,"status":"RUNNING","version":%d,"x":%s%s}`,
+		task, tenant, version, strings.Repeat("[", depth), strings.Repeat("]", depth))
 }
 
 func mustParse(t testing.TB, b []byte) *snapshot.Snapshot {

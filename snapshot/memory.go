@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 )
@@ -114,7 +115,8 @@ func (m *MemoryStore) Cached(string) bool { return true }
 func (m *MemoryStore) ListCached(string, string, string) bool { return true }
 
 // SetIfNewer stores s unless the store holds the same or a newer version of
-// the task, and reports whether it did.
+// the task, and reports whether it did. A task held as another tenant's
+// fails with ErrTenantMismatch, as on Redis.
 func (m *MemoryStore) SetIfNewer(_ context.Context, s *Snapshot) (bool, error) {
 	if s == nil {
 		return false, errors.New("set: nil snapshot")
@@ -122,6 +124,9 @@ func (m *MemoryStore) SetIfNewer(_ context.Context, s *Snapshot) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	old := m.tasks[s.TaskID]
+	if old != nil && old.TenantID != s.TenantID {
+		return false, fmt.Errorf("set %s: %w", s.TaskID, ErrTenantMismatch)
+	}
 	if old != nil && !s.NewerThan(old.Version) {
 		return false, nil
 	}

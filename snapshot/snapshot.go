@@ -2,6 +2,15 @@
 // reads and writes it: an in-process cache, singleflight per task, Redis,
 // a negative cache and a bounded PostgreSQL fallback on the read path; one
 // Lua script (SetIfNewer) on the write path.
+//
+// The contract of a snapshot document (Parse): a JSON object of at most
+// MaxSize bytes, nested at most MaxDepth levels, with a valid task_id and
+// tenant_id and an integer version from 1 to MaxVersion. Versions only go
+// up, and a task belongs to one tenant: a write of another tenant's
+// snapshot of a stored task is refused with ErrTenantMismatch. A stored
+// document whose version or tenant the write script cannot read is never
+// overwritten before it expires (ErrStoredUnreadable): letting any version
+// in could let an older one in.
 package snapshot
 
 import (
@@ -14,6 +23,7 @@ import (
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Errors callers branch on.
@@ -26,6 +36,15 @@ var (
 	// ErrUnavailable: no source could answer (Redis and PostgreSQL both down,
 	// or the PostgreSQL fallback is saturated).
 	ErrUnavailable = errors.New("snapshot sources unavailable")
+	// ErrTenantMismatch: a write was refused because the stored snapshot
+	// of the task belongs to another tenant. Task ids are global, so
+	// letting it in would move the task out of its owner's reach.
+	ErrTenantMismatch = errors.New("the task belongs to another tenant")
+	// ErrStoredUnreadable: a write was refused because the stored document
+	// of the task is one whose version and tenant cannot be read (written
+	// by hand, or by an older pushd). Nothing proves the new version is
+	// newer, so nothing replaces it before it expires.
+	ErrStoredUnreadable = errors.New("the stored snapshot cannot be read")
 )
 
 // Snapshot is one version of a task's state. It is immutable once parsed and
@@ -67,8 +86,20 @@ func (s *Snapshot) Encoded(slot int, encode func(*Snapshot) []byte) []byte {
 	return *s.encoded[slot].Load()
 }
 
-// MaxSize bounds a snapshot document.
-const MaxSize = 64 << 10
+// Bounds of a snapshot document.
+const (
+	// MaxSize bounds its length in bytes.
+	MaxSize = 64 << 10
+	// MaxDepth bounds its nesting: the document's own object is level 1,
+	// so a field may hold 63 levels of objects and arrays. Redis's Lua
+	// JSON decoder gives up at 1,000 levels; no task state needs more
+	// than a few.
+	MaxDepth = 64
+	// MaxVersion is the largest version: 2^53-1, the largest integer a
+	// double holds exactly. Browsers (JSON.parse) and Redis's Lua both
+	// compare versions as doubles, so a larger one would compare wrongly.
+	MaxVersion = 1<<53 - 1
+)
 
 // known is the part of the document pushd reads.
 type known struct {
@@ -94,13 +125,94 @@ func decodeKnown(b []byte) (known, error) {
 	return k, err
 }
 
+var (
+	errNotObject = errors.New("not a JSON object")
+	errTooDeep   = fmt.Errorf("nested deeper than %d levels", MaxDepth)
+)
+
+// UnmarshalJSONFrom reads the known fields with JSON v2's rules and skips
+// the others, refusing them past MaxDepth, in one pass over the document.
+func (k *known) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	if tok.Kind() != '{' {
+		return errNotObject
+	}
+	var unquoted []byte
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadValue() // the decoder checks syntax and duplicates
+		if err != nil {
+			return err
+		}
+		raw := name[1 : len(name)-1]
+		if bytes.IndexByte(raw, '\\') >= 0 {
+			if unquoted, err = jsontext.AppendUnquote(unquoted[:0], name); err != nil {
+				return err
+			}
+			raw = unquoted
+		}
+		var dst any
+		switch string(raw) {
+		case "task_id":
+			dst = &k.TaskID
+		case "tenant_id":
+			dst = &k.TenantID
+		case "project_id":
+			dst = &k.ProjectID
+		case "user_id":
+			dst = &k.UserID
+		case "status":
+			dst = &k.Status
+		case "version":
+			dst = &k.Version
+		case "updated_at":
+			dst = &k.UpdatedAt
+		}
+		if dst != nil {
+			err = jsonv2.UnmarshalDecode(dec, dst)
+		} else {
+			err = skipShallow(dec)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_, err = dec.ReadToken()
+	return err
+}
+
+// skipShallow skips the next value, failing once it nests past MaxDepth.
+func skipShallow(dec *jsontext.Decoder) error {
+	if k := dec.PeekKind(); k != '{' && k != '[' {
+		return dec.SkipValue()
+	}
+	depth := dec.StackDepth()
+	for {
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		if dec.StackDepth() > MaxDepth {
+			return errTooDeep
+		}
+		if dec.StackDepth() == depth {
+			return nil
+		}
+	}
+}
+
 // Parse validates a snapshot document and returns it. The document must be a
-// JSON object with a valid task_id and tenant_id and a positive version.
+// JSON object of at most MaxSize bytes and MaxDepth levels, with a valid
+// task_id and tenant_id and a version from 1 to MaxVersion.
 func Parse(b []byte) (*Snapshot, error) {
 	if len(b) > MaxSize {
 		return nil, fmt.Errorf("snapshot: %d bytes exceeds %d", len(b), MaxSize)
 	}
 	k, err := decodeKnown(b)
+	if errors.Is(err, errTooDeep) {
+		return nil, fmt.Errorf("snapshot: %w", errTooDeep) // without the decoder's long JSON pointer
+	}
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
@@ -115,6 +227,8 @@ func Parse(b []byte) (*Snapshot, error) {
 		return nil, fmt.Errorf("snapshot: user_id: %w", ErrInvalidID)
 	case k.Version == nil || *k.Version <= 0:
 		return nil, errors.New("snapshot: version must be a positive integer")
+	case *k.Version > MaxVersion:
+		return nil, fmt.Errorf("snapshot: version %d exceeds %d (2^53-1), the largest integer browsers and Redis compare exactly", *k.Version, MaxVersion)
 	}
 	var raw []byte
 	if isCompact(b) {

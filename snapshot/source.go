@@ -37,6 +37,7 @@ type Source interface {
 type Writer interface {
 	// SetIfNewer stores s only if no snapshot of the task is stored or the
 	// stored version is lower, and clears the task's negative cache. It
-	// reports whether it wrote.
+	// reports whether it wrote. A task stored as another tenant's is never
+	// overwritten: that fails with ErrTenantMismatch.
 	SetIfNewer(ctx context.Context, s *Snapshot) (bool, error)
 }

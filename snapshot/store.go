@@ -118,6 +118,9 @@ type Stats struct {
 	RedisSkipped  uint64 // reads that skipped Redis for a second after it failed
 	DBHits        uint64 // snapshots PostgreSQL returned
 	SharedCalls   uint64 // reads that joined a fetch already in flight for the same task or list (singleflight)
+
+	TenantMismatches uint64 // writes (SetIfNewer, write-backs) refused: Redis holds the task as another tenant's
+	UnreadableStored uint64 // writes refused: the stored document's version or tenant could not be read
 }
 
 // counters are the live Stats.
@@ -127,6 +130,7 @@ type counters struct {
 	negativeHits, cacheHits, writeBacks             atomic.Uint64
 	cacheMisses, redisNegative, redisSkipped        atomic.Uint64
 	dbHits, sharedCalls                             atomic.Uint64
+	tenantMismatches, unreadableStored              atomic.Uint64
 }
 
 // Store reads snapshots through an in-process cache, singleflight per task,
@@ -236,7 +240,21 @@ func (s *Store) Stats() Stats {
 		RedisSkipped:  c.redisSkipped.Load(),
 		DBHits:        c.dbHits.Load(),
 		SharedCalls:   c.sharedCalls.Load(),
+
+		TenantMismatches: c.tenantMismatches.Load(),
+		UnreadableStored: c.unreadableStored.Load(),
 	}
+}
+
+// countRefusal counts a write the script refused, and returns err.
+func (s *Store) countRefusal(err error) error {
+	switch {
+	case errors.Is(err, ErrTenantMismatch):
+		s.stats.tenantMismatches.Add(1)
+	case errors.Is(err, ErrStoredUnreadable):
+		s.stats.unreadableStored.Add(1)
+	}
+	return err
 }
 
 // Get returns the task's snapshot: from the in-process cache when it holds
@@ -572,7 +590,9 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 
 // SetIfNewer writes s to Redis with the TTL its status calls for, if Redis
 // holds no newer version, and caches it in process. It fails with
-// ErrUnavailable when the Store has no Redis.
+// ErrUnavailable when the Store has no Redis, and with ErrTenantMismatch or
+// ErrStoredUnreadable when the write script refused it (see Write); a
+// refused snapshot is not cached.
 func (s *Store) SetIfNewer(ctx context.Context, snap *Snapshot) (bool, error) {
 	if snap == nil {
 		return false, errors.New("set: nil snapshot")
@@ -582,7 +602,7 @@ func (s *Store) SetIfNewer(ctx context.Context, snap *Snapshot) (bool, error) {
 	}
 	written, err := Write(ctx, s.rdb, s.names, snap, TTLWithJitter(snap.Status), "", nil)
 	if err != nil {
-		return false, err
+		return false, s.countRefusal(err)
 	}
 	// Even when Redis held a newer version, snap is a real version of a
 	// task that exists: remember keeps the newer of it and the cached one.

@@ -148,20 +148,26 @@ func (s *Store) getEach(ctx context.Context, names []string) ([]any, error) {
 // writeBack stores snapshots read from PostgreSQL in Redis with the TTL their
 // status calls for, unless Redis holds a newer version. Failures are logged
 // at debug and otherwise ignored: the snapshot was served, and Redis may be
-// down.
+// down. A write refused because Redis holds the task as another tenant's
+// is logged as a warning: something wrote it there by hand.
 func (s *Store) writeBack(ctx context.Context, snaps []*Snapshot) {
 	calls := make([]scriptCall, len(snaps))
 	for i, snap := range snaps {
 		calls[i] = scriptCall{
-			keys: []string{s.names.Snapshot(snap.TaskID), s.names.NotFound(snap.TaskID)},
+			keys: writeKeys(s.names, snap.TaskID),
 			args: writeArgs(snap, TTLWithJitter(snap.Status), "", nil),
 		}
 	}
 	for i, res := range s.runScripts(ctx, setIfNewerScript, calls) {
+		if res.err == nil {
+			res.err = s.countRefusal(Outcome(res.n).err(snaps[i].TaskID))
+		}
 		switch {
+		case errors.Is(res.err, ErrTenantMismatch):
+			s.log.WarnContext(ctx, "snapshot: write-back refused, redis holds the task as another tenant's", "task_id", snaps[i].TaskID, "tenant_id", snaps[i].TenantID)
 		case res.err != nil:
 			s.log.DebugContext(ctx, "snapshot: write-back failed", "task_id", snaps[i].TaskID, "err", res.err)
-		case res.n == 1:
+		case Outcome(res.n) == Written:
 			s.stats.writeBacks.Add(1)
 		}
 	}

@@ -39,10 +39,16 @@ const EventChanged = "task.changed"
 // wrote and channel is not empty, publishes message on channel: one Lua script,
 // one round trip, so a notification is never published for a snapshot that
 // was not stored. ttl <= 0 means TTLWithJitter(s.Status). It reports whether
-// it wrote.
+// it wrote. A stored snapshot of another tenant, or a stored document whose
+// version cannot be read, refuses the write with ErrTenantMismatch or
+// ErrStoredUnreadable (see Outcome).
+//
+// Beside the document the script keeps keys.Names.SnapshotMeta: the
+// version, the tenant and a digest of the document, so writes compare
+// without decoding it and readers GET the document key as before.
 //
 // Store.SetIfNewer and the fanout publisher both write through it. The script
-// names two keys, which share a slot on Redis Cluster only with
+// names keys that share a slot on Redis Cluster only with
 // keys.Names.Cluster's names; there the announcement, in the tenant's slot,
 // cannot come from the same script: see WriteIfNewer.
 func Write(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, ttl time.Duration, channel string, message []byte) (written bool, err error) {
@@ -64,7 +70,7 @@ func WriteStream(ctx context.Context, rdb redis.Scripter, names keys.Names, s *S
 	if ttl <= 0 {
 		ttl = TTLWithJitter(s.Status)
 	}
-	ks := []string{names.Snapshot(s.TaskID), names.NotFound(s.TaskID)}
+	ks := writeKeys(names, s.TaskID)
 	args := writeArgs(s, ttl, channel, message)
 	if streamMaxLen > 0 {
 		ks = append(ks, names.Stream(s.TenantID), names.StreamEpoch(s.TenantID))
@@ -74,7 +80,8 @@ func WriteStream(ctx context.Context, rdb redis.Scripter, names keys.Names, s *S
 	if err != nil {
 		return false, fmt.Errorf("snapshot write %s: %w", s.TaskID, err)
 	}
-	return Outcome(n) == Written, nil
+	out := Outcome(n)
+	return out == Written, out.err(s.TaskID)
 }
 
 // Outcome is what a conditional write did.
@@ -85,13 +92,33 @@ const (
 	Stale   Outcome = 0 // a newer version is stored: nothing written
 	Written Outcome = 1
 	Current Outcome = 2 // this very version is stored already: nothing written
+	// TenantMismatch: the stored snapshot is another tenant's; nothing
+	// written (ErrTenantMismatch).
+	TenantMismatch Outcome = 3
+	// Unreadable: the stored document's version or tenant cannot be read;
+	// nothing written until it expires (ErrStoredUnreadable).
+	Unreadable Outcome = 4
 )
+
+// err is the error of a refused write, nil for the other outcomes.
+func (o Outcome) err(taskID string) error {
+	switch o {
+	case Stale, Written, Current:
+		return nil
+	case TenantMismatch:
+		return fmt.Errorf("snapshot write %s: %w", taskID, ErrTenantMismatch)
+	case Unreadable:
+		return fmt.Errorf("snapshot write %s: %w", taskID, ErrStoredUnreadable)
+	}
+	return fmt.Errorf("snapshot write %s: unknown script reply %d", taskID, int(o))
+}
 
 // WriteIfNewer is Write without an announcement, telling a stale version
 // from one stored already. On Redis Cluster the snapshot lives in the task's
 // slot and the tenant's channel in another, so a publisher announces in a
 // second call; when that call fails, the caller's retry finds its version
-// Current and announces again, so watchers never miss a stored change.
+// Current and announces again, so watchers never miss a stored change. A
+// refused write returns TenantMismatch or Unreadable with its error.
 func WriteIfNewer(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, ttl time.Duration) (Outcome, error) {
 	if s == nil || len(s.raw) == 0 {
 		return Stale, errors.New("snapshot write: empty snapshot")
@@ -99,12 +126,12 @@ func WriteIfNewer(ctx context.Context, rdb redis.Scripter, names keys.Names, s *
 	if ttl <= 0 {
 		ttl = TTLWithJitter(s.Status)
 	}
-	ks := []string{names.Snapshot(s.TaskID), names.NotFound(s.TaskID)}
-	n, err := setIfNewerScript.Run(ctx, rdb, ks, writeArgs(s, ttl, "", nil)...).Int64()
+	n, err := setIfNewerScript.Run(ctx, rdb, writeKeys(names, s.TaskID), writeArgs(s, ttl, "", nil)...).Int64()
 	if err != nil {
 		return Stale, fmt.Errorf("snapshot write %s: %w", s.TaskID, err)
 	}
-	return Outcome(n), nil
+	out := Outcome(n)
+	return out, out.err(s.TaskID)
 }
 
 // AnnounceWindow is how many of a stream's newest entries Announce searches
@@ -152,8 +179,13 @@ func Announce(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snap
 	return n == 1, nil
 }
 
+// writeKeys are the first KEYS of setifnewer.lua, all in the task's slot.
+func writeKeys(names keys.Names, taskID string) []string {
+	return []string{names.Snapshot(taskID), names.NotFound(taskID), names.SnapshotMeta(taskID)}
+}
+
 // writeArgs are the first ARGV of setifnewer.lua.
 func writeArgs(s *Snapshot, ttl time.Duration, channel string, message []byte) []any {
 	ms := max(ttl.Milliseconds(), 1)
-	return []any{s.raw, strconv.FormatInt(s.Version, 10), ms, channel, message}
+	return []any{s.raw, strconv.FormatInt(s.Version, 10), ms, channel, message, s.TenantID}
 }

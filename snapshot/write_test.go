@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -43,16 +44,27 @@ func TestWriteOnlyNewer(t *testing.T) {
 	}
 }
 
-func TestWriteOverwritesUndecodable(t *testing.T) {
+// A stored document whose version and tenant the script cannot read (junk,
+// a document Redis's Lua cannot decode, one without a version or tenant)
+// refuses every write: nothing proves the new version newer. One stored
+// without a TTL gets the refused write's, so the task is not frozen forever.
+func TestWriteRefusedOverUnreadable(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
 	ctx := ctxT(t)
-	id := testenv.UniqueID("task")
-	for _, junk := range []string{"not json", `{"version":"9"}`, `[1,2]`} {
-		r.Client.Set(ctx, r.Names.Snapshot(id), junk, time.Minute)
+	for _, junk := range []string{"not json", `{"version":"9","tenant_id":"t1"}`, `{"version":9}`, `[1,2]`, string(deepDoc("x", "t1", 9, 1000))} {
+		id := testenv.UniqueID("task")
+		key := r.Names.Snapshot(id)
+		r.Client.Set(ctx, key, junk, 0)
 		got, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", 1), 0, "", nil)
-		if err != nil || !got {
-			t.Errorf("Write over %q = %v, %v; want true, nil", junk, got, err)
+		if got || !errors.Is(err, snapshot.ErrStoredUnreadable) {
+			t.Errorf("Write over %.40q = %v, %v; want false, ErrStoredUnreadable", junk, got, err)
+		}
+		if stored := r.Client.Get(ctx, key).Val(); stored != junk {
+			t.Errorf("Write over %.40q replaced it with %.60q", junk, stored)
+		}
+		if pttl := r.Client.PTTL(ctx, key).Val(); pttl <= 0 || pttl > snapshot.TTL("RUNNING")*11/10 {
+			t.Errorf("%.40q left with PTTL %v, want the refused write's TTL", junk, pttl)
 		}
 	}
 }
