@@ -96,8 +96,10 @@ func (c *Conn) Drained(err error) {
 	c.mu.Lock()
 	p := c.parked
 	c.parked = parking{}
+	gone := c.closed || c.ending // a write cut by the close, not a slow client
 	c.mu.Unlock()
 	switch {
+	case gone:
 	case err != nil:
 		h.writeFailed(c, err)
 	case !p.on:

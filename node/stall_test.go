@@ -118,7 +118,15 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 	t.Logf("healthy clients converged %v after the last publish; %d writes queued for stalled clients", converged, st.Backlogged.Load())
 
 	// The stalled are cut once their backlog outlives the write timeout.
+	// Changes keep coming, as they would: with none, what a stalled client
+	// was sent could all fit in its socket's buffers, and only the next
+	// heartbeat would find it full.
+	v := int64(rounds)
 	waitUntilWithin(t, "the stalled clients cut", 3*cfg.WriteTimeout, func() bool {
+		v++
+		for _, id := range bigIDs {
+			c.goPublish(t, strings.Replace(doc(id, "t1", v, "RUNNING"), `"x_custom"`, `"pad":"`+pad+`","x_custom"`, 1))
+		}
 		return s.Hub().Len() == healthySSE+healthyWS && st.WriteErrors.Load() >= stalledSSE+stalledWS
 	})
 	t.Logf("stalled clients cut %v after the last publish", time.Since(lastPublish))
@@ -277,5 +285,37 @@ func waitUntilWithin(t *testing.T, what string, within time.Duration, cond func(
 			t.Fatalf("not within %v: %s", within, what)
 		}
 		time.Sleep(20 * time.Millisecond) // polling the node's state; nothing to wait on
+	}
+}
+
+// TestStreamsOutliveTheWriteTimeout: the write timeout bounds a backlog,
+// not a stream's life. A deadline left on the socket by the stream's first
+// write would fail every write after it once it passed.
+func TestStreamsOutliveTheWriteTimeout(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.WriteTimeout = 300 * time.Millisecond
+	s := startNode(t, cfg)
+	task := testenv.UniqueID("task")
+	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))
+	tok := token(t, "t1", "u1")
+	sse := healthySSEClient(t, s.URL, tok, task)
+	defer sse.close()
+	ws := healthyWSClient(t, s.URL, tok, task)
+	defer ws.close()
+	for _, h := range []*healthyClient{sse, ws} {
+		if v := h.next(t); v != 1 {
+			t.Fatalf("initial version %d", v)
+		}
+	}
+	time.Sleep(3 * cfg.WriteTimeout) // the streams outlive the timeout: the scenario, not synchronization
+	c.goPublish(t, doc(task, "t1", 2, "RUNNING"))
+	for name, h := range map[string]*healthyClient{"SSE": sse, "WebSocket": ws} {
+		if v := h.next(t); v != 2 {
+			t.Fatalf("%s: version %d after the write timeout passed, want 2", name, v)
+		}
+	}
+	if we := s.Hub().Stats().WriteErrors.Load(); we != 0 {
+		t.Fatalf("%d write errors on streams whose clients read everything", we)
 	}
 }

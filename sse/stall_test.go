@@ -31,7 +31,7 @@ func TestStalledStreamHoldsNoWriter(t *testing.T) {
 			bus := fanout.NewMemoryBus()
 			h := hub.New(hub.Config{Source: store, Bus: bus, Writers: 1})
 			bus.Start(h)
-			s := sse.New(sse.Config{Hub: h, WriteTimeout: 2 * time.Second, NoHijack: noHijack, CheckInterval: 50 * time.Millisecond})
+			s := sse.New(sse.Config{Hub: h, WriteTimeout: 8 * time.Second, NoHijack: noHijack, CheckInterval: 50 * time.Millisecond})
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				s.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1"})
 			}))
@@ -66,7 +66,9 @@ func TestStalledStreamHoldsNoWriter(t *testing.T) {
 				time.Sleep(10 * time.Millisecond) // polling the hub for the stalled stream's registration
 			}
 
-			const rounds = 40 // 40 × 600 KB for the stalled client: far past its socket's buffers
+			// 7 MB for the stalled client, past what loopback buffers take
+			// (about 3 MB), in far less time than the write timeout.
+			const rounds = 12
 			for v := int64(2); v <= rounds; v++ {
 				for i := range 10 {
 					publish(fmt.Sprintf("task_big%d", i), v, 60<<10)

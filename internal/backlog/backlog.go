@@ -13,7 +13,8 @@ import (
 )
 
 // Writer is an io.Writer over a net.Conn whose Write never waits for the
-// peer. Use it as the only writer of the connection.
+// peer. Use it as the only writer of the connection, and leave no write
+// deadline on the connection: the non-blocking write honours it too.
 type Writer struct {
 	conn    net.Conn
 	raw     syscall.RawConn // nil when the connection has no descriptor: tryWrite uses a short deadline
@@ -106,12 +107,14 @@ func (w *Writer) drain() {
 		w.mu.Lock()
 		b := w.pending
 		if len(b) == 0 {
+			// Cleared before the next Write can run: the non-blocking path
+			// honours a deadline too, and this one may be about to pass.
+			w.conn.SetWriteDeadline(time.Time{})
 			w.draining = false
 			notify := w.notify
 			w.notify = false
 			w.pending = nil // an idle connection keeps no buffer
 			w.mu.Unlock()
-			w.conn.SetWriteDeadline(time.Time{})
 			if notify {
 				w.drained(nil)
 			}
@@ -125,8 +128,10 @@ func (w *Writer) drain() {
 			w.mu.Lock()
 			w.err, w.pending, w.draining, w.notify = err, nil, false, false
 			w.mu.Unlock()
-			w.conn.Close() // the stream is cut mid-message: nothing more can be written to it
+			// Reported before the close, so the owner learns why the
+			// connection ends before its reader sees it end.
 			w.drained(err)
+			w.conn.Close() // the stream is cut mid-message: nothing more can be written to it
 			return
 		}
 		spare = b
