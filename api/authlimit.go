@@ -24,8 +24,15 @@ type authFailures struct {
 	burst int
 	rate  rate.Limit
 
-	mu      sync.Mutex // guards buckets: simplelru is not safe for concurrent use
-	buckets *simplelru.LRU[string, *rate.Limiter]
+	mu      sync.Mutex // guards buckets and every bucket: simplelru is not safe for concurrent use
+	buckets *simplelru.LRU[string, *failureBucket]
+}
+
+// failureBucket is one address's bucket and its checks in flight, each of
+// which may yet fail and take a token.
+type failureBucket struct {
+	lim      *rate.Limiter
+	inFlight int
 }
 
 func newAuthFailures(burst int, perSecond float64, addresses int) *authFailures {
@@ -35,42 +42,50 @@ func newAuthFailures(burst int, perSecond float64, addresses int) *authFailures 
 	if addresses <= 0 {
 		addresses = defaultAuthFailureAddresses
 	}
-	buckets, _ := simplelru.NewLRU[string, *rate.Limiter](addresses, nil) // errs only on a size <= 0
+	buckets, _ := simplelru.NewLRU[string, *failureBucket](addresses, nil) // errs only on a size <= 0
 	return &authFailures{burst: burst, rate: rate.Limit(perSecond), buckets: buckets}
 }
 
 // authAttempt is one authentication counted against its address's bucket.
-type authAttempt struct{ r *rate.Reservation }
+type authAttempt struct {
+	f *authFailures
+	b *failureBucket
+}
 
-// begin takes one failure from addr's bucket before a token is checked,
-// or, when the bucket is empty, says how long until it has one. Taking it
-// first, rather than after a failure, lets only as many checks run at once
-// as the bucket holds: a burst of parallel requests cannot all slip in on
-// the last token.
+// begin admits one check of addr's token, or, when its bucket holds no
+// token that a check in flight may not yet take, says how long until it
+// does. Counting the checks in flight against the bucket lets only as many
+// run at once as could fail: a burst of parallel requests cannot all slip
+// in on the last token. Only a failed check takes its token (end).
 func (f *authFailures) begin(addr string) (authAttempt, time.Duration) {
 	if f == nil {
 		return authAttempt{}, 0
 	}
 	f.mu.Lock()
-	lim, ok := f.buckets.Get(addr)
+	defer f.mu.Unlock()
+	b, ok := f.buckets.Get(addr)
 	if !ok {
-		lim = rate.NewLimiter(f.rate, f.burst)
-		f.buckets.Add(addr, lim)
+		b = &failureBucket{lim: rate.NewLimiter(f.rate, f.burst)}
+		f.buckets.Add(addr, b)
 	}
-	f.mu.Unlock()
 	now := time.Now()
-	r := lim.ReserveN(now, 1)
-	if wait := r.DelayFrom(now); wait > 0 {
-		r.CancelAt(now)
-		return authAttempt{}, wait
+	if free := b.lim.TokensAt(now) - float64(b.inFlight); free < 1 {
+		return authAttempt{}, time.Duration((1 - free) / float64(f.rate) * float64(time.Second))
 	}
-	return authAttempt{r: r}, 0
+	b.inFlight++
+	return authAttempt{f, b}, 0
 }
 
-// end gives the failure back unless the check failed.
+// end closes the check; a failed one takes its token from the bucket.
 func (a authAttempt) end(failed bool) {
-	if a.r != nil && !failed {
-		a.r.Cancel()
+	if a.b == nil {
+		return
+	}
+	a.f.mu.Lock()
+	defer a.f.mu.Unlock()
+	a.b.inFlight--
+	if failed {
+		a.b.lim.AllowN(time.Now(), 1)
 	}
 }
 

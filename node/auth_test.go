@@ -235,4 +235,14 @@ func TestBadTokenFloodIsLimitedPerAddress(t *testing.T) {
 		t.Fatalf("%d of %d refused with 429, want at least 95%%", statuses[http.StatusTooManyRequests], flood)
 	}
 	want429(t, http.StatusTooManyRequests, refusal.h, refusal.body, "rate_limited", time.Second)
+
+	// Good tokens take nothing from an address's allowance: far more of
+	// them than its burst all go through.
+	good := token(t, "t1", "u1")
+	for i := range 5 * cfg.AuthFailureBurst {
+		status, _, body := get("203.0.113.9", good)
+		if status != http.StatusNotFound {
+			t.Fatalf("good token %d from one address: %d %s, want 404 (the failure limit counted a success)", i+1, status, body)
+		}
+	}
 }
