@@ -467,10 +467,13 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 	args = append(args, cfg.ServerArgs...)
 	// Admission limits are for browsers, and the load generator is a few
 	// users on 16 addresses opening thousands of connections a second: off
-	// unless -server-env sets them. Environment, not flags, so servers
+	// unless -server-env sets them, the failed-authentication bucket per
+	// address too (a server that counts every authentication against it
+	// would otherwise let 20 connections per address in). Environment, not flags, so servers
 	// built from commits older than the flags still start.
 	env := append([]string{"PUSHD_CONNECT_IP_BURST=0", "PUSHD_CONNECT_USER_BURST=0",
-		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0"}, cfg.ServerEnv...)
+		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0",
+		"PUSHD_AUTH_FAILURE_BURST=0"}, cfg.ServerEnv...)
 	r.server = &pushdServer{bin: bin, args: args, env: env, port: sport, logDir: dir}
 	res.Server.Args = args[len(args)-len(cfg.ServerArgs):]
 	res.Server.Env = cfg.ServerEnv
