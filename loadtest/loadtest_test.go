@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 		os.Exit(workerMain(os.Stdin, os.Stdout))
 	}
 	code := m.Run()
+	if serverDir != "" {
+		os.RemoveAll(serverDir)
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
@@ -193,11 +196,6 @@ func TestScenarios(t *testing.T) {
 			})
 		})
 	}
-	t.Cleanup(func() {
-		if serverDir != "" {
-			os.RemoveAll(serverDir)
-		}
-	})
 }
 
 // TestStall runs the stall scenario small: 20 healthy clients, half SSE and
