@@ -322,12 +322,12 @@ func (c *Controller) connectBuckets(ctx context.Context, tenant, user, ip string
 	now := time.Now()
 	d := Decision{Allowed: true, Local: true}
 	if ipOn {
-		if wait, ok := c.local.take("ip:"+ip, c.cfg.ConnectIPRate, c.cfg.ConnectIPBurst, now); !ok {
+		if wait, ok := c.local.take(localBucket("ip", ip), c.cfg.ConnectIPRate, c.cfg.ConnectIPBurst, now); !ok {
 			return Decision{Rule: RuleConnectIP, RetryAfter: wait, Local: true}
 		}
 	}
 	if userOn {
-		if wait, ok := c.local.take("u:"+tenant+":"+user, c.cfg.ConnectUserRate, c.cfg.ConnectUserBurst, now); !ok {
+		if wait, ok := c.local.take(localBucket("u", tenant, user), c.cfg.ConnectUserRate, c.cfg.ConnectUserBurst, now); !ok {
 			return Decision{Rule: RuleConnectUser, RetryAfter: wait, Local: true}
 		}
 	}

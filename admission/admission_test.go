@@ -361,3 +361,67 @@ func TestLocalOnly(t *testing.T) {
 	}
 	h.Release()
 }
+
+// Ids may hold ':' (snapshot.ValidID allows it), and admission's API takes
+// any string: tenant "tY:a" with user "b" and tenant "tY" with user "a:b"
+// are two users, and so are the users of the pair of tenants with braces in
+// their ids below, which a plain join would give one count key. Each gets a
+// bucket, a window and a count of its own, in Redis and on local limits.
+func TestIDsThatJoinAlikeHaveLimitsOfTheirOwn(t *testing.T) {
+	cfg := Config{
+		ConnectUserBurst: 1, ConnectUserRate: 0.001,
+		MaxConnsPerUser: 1,
+		Plans:           map[string]int{PlanFree: 1},
+	}
+	pairs := [][2][2]string{
+		{{"tY:a", "b"}, {"tY", "a:b"}},
+		{{"x", "y}:user:z"}, {"x}:user:y", "z"}},
+	}
+	ctx := context.Background()
+	check := func(t *testing.T, c *Controller, wantLocal bool) {
+		for _, p := range pairs {
+			for _, id := range p {
+				h, d := c.Connect(ctx, id[0], id[1], "", "")
+				if !d.Allowed || d.Local != wantLocal {
+					t.Errorf("first connect of tenant %q user %q: %+v, want allowed (local %v)", id[0], id[1], d, wantLocal)
+					continue
+				}
+				t.Cleanup(h.Release)
+			}
+			// Each of the pair is at its limits now: one more is refused.
+			for _, id := range p {
+				if _, d := c.Connect(ctx, id[0], id[1], "", ""); d.Allowed || d.Rule != RuleConnectUser {
+					t.Errorf("second connect of tenant %q user %q: %+v, want refused by %s", id[0], id[1], d, RuleConnectUser)
+				}
+			}
+			// The API window: tenant and endpoint join the same way.
+			for _, id := range p {
+				if d := c.API(ctx, id[0], "", id[1]); !d.Allowed {
+					t.Errorf("first call of tenant %q to endpoint %q: %+v, want allowed", id[0], id[1], d)
+				}
+			}
+		}
+	}
+	t.Run("redis", func(t *testing.T) {
+		c, _ := shared(t, cfg)
+		check(t, c, false)
+	})
+	t.Run("local", func(t *testing.T) {
+		check(t, newController(t, cfg), true)
+	})
+
+	// The fleet caps, without the bucket in front of them.
+	t.Run("caps", func(t *testing.T) {
+		c, _ := shared(t, Config{MaxConnsPerUser: 1})
+		for _, p := range pairs {
+			for _, id := range p {
+				h, d := c.Connect(ctx, id[0], id[1], "", "")
+				if !d.Allowed {
+					t.Errorf("first connection of tenant %q user %q: %+v, want allowed", id[0], id[1], d)
+					continue
+				}
+				t.Cleanup(h.Release)
+			}
+		}
+	})
+}

@@ -39,7 +39,7 @@ func (c *Controller) API(ctx context.Context, tenant, claimPlan, endpoint string
 	// The node's share of the window, as a bucket that refills evenly.
 	share := c.localShare(limit)
 	perSecond := float64(share) / window.Seconds()
-	if wait, ok := c.local.take("api:"+tenant+":"+endpoint, perSecond, share, time.Now()); !ok {
+	if wait, ok := c.local.take(localBucket("api", tenant, endpoint), perSecond, share, time.Now()); !ok {
 		return c.count(Decision{Rule: RuleAPI, RetryAfter: wait, Local: true})
 	}
 	c.allow(RuleAPI)

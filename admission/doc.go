@@ -18,7 +18,9 @@
 // again after Config.RetryAfterFailure. Without Redis (the embedded mode)
 // the local limits are the only ones.
 //
-// Redis keys (every one behind Config.Prefix):
+// Redis keys (every one behind Config.Prefix; where a key names two ids, or
+// an id in a hash tag, each id is spelled with keys.Join, so that ids
+// holding ':' or braces never make two principals share a key):
 //
 //	rl:conn:user:<tenant>:<user>        connect bucket of a user (hash tokens, ts)
 //	rl:conn:ip:<ip>                     connect bucket of a client IP

@@ -94,14 +94,6 @@ func (s *leaseSet) init() {
 // Redis.
 type deadLease struct{ tenant, member string }
 
-// leaseUser is the user of a lease member (<16 hex>:<user>).
-func leaseUser(member string) string {
-	if len(member) < 17 {
-		return ""
-	}
-	return member[17:]
-}
-
 func (s *leaseSet) add(h *Hold) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -165,7 +157,7 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 		c.local.open(tenant, user, 0, 0, true)
 		return h, Decision{Allowed: true}
 	}
-	h.member = newLeaseID() + ":" + user
+	h.member = leaseMember(newLeaseID(), user)
 	if c.useRedis() {
 		tctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		cmd := acquireScript.Run(tctx, c.rdb, c.capKeys(tenant, user),

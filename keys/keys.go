@@ -2,7 +2,10 @@
 // the Task State Service, the publisher and the nodes agree on one spelling.
 package keys
 
-import "strings"
+import (
+	"net/url"
+	"strings"
+)
 
 // Names builds key and channel names. The zero value uses the names of
 // DESIGN.md with no prefix.
@@ -78,4 +81,33 @@ func (n Names) TenantFromChannel(channel string) (string, bool) {
 		return "", false
 	}
 	return tenant, true
+}
+
+// Join spells ids as one part of a key name: each id query-escaped, then
+// joined by ':'. Every key that names two or more ids (a user within its
+// tenant, say) is spelled with it, and so is an id inside a hash tag. Ids
+// may hold ':' themselves (tenant "t:a" with user "b", tenant "t" with user
+// "a:b"), and callers pass ids from tokens: a plain join would give two
+// principals one key. An escaped id holds no ':', '{' or '}', so different
+// ids never share a spelling, and a hash tag is exactly its id. Ids of
+// letters, digits and "-_.~" are spelled as they are.
+func Join(ids ...string) string {
+	esc := make([]string, len(ids))
+	for i, id := range ids {
+		esc[i] = url.QueryEscape(id)
+	}
+	return strings.Join(esc, ":")
+}
+
+// Split is Join's inverse: the ids a part joined by Join names.
+func Split(joined string) ([]string, error) {
+	ids := strings.Split(joined, ":")
+	for i, e := range ids {
+		id, err := url.QueryUnescape(e)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }

@@ -7,10 +7,12 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/pushd/pushd/snapshot"
 )
 
 // scenarios in the order -quick runs them.
-var scenarios = []string{"idle", "fanout", "churn", "storm", "outage"}
+var scenarios = []string{"idle", "fanout", "churn", "storm", "outage", "stall"}
 
 // config is one run's settings. Zero values of the scenario figures (conns,
 // tasks, rate, ...) take the scenario's defaults in withDefaults.
@@ -27,6 +29,12 @@ type config struct {
 	ChurnRate float64 // connections closed and opened per second
 	Outage    time.Duration
 	Settle    time.Duration // longest wait for convergence
+
+	// stall: the stalled clients beside the healthy ones (-conns), and the
+	// snapshot size. Negative counts take the scenario's defaults.
+	StalledSSE    int
+	StalledWS     int
+	SnapshotBytes int // 0: the scenario's default (stall 30,000; else about 440, unpadded)
 
 	Workers     int
 	PerWorker   int
@@ -56,17 +64,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.Scenario, "scenario", "", "idle, fanout, churn, storm or outage (with -quick: empty runs every one)")
-	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws (with -quick and no -transport: both)")
+	fs.StringVar(&c.Scenario, "scenario", "", "idle, fanout, churn, storm, outage or stall (with -quick: empty runs every one)")
+	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws (with -quick and no -transport: both); stall always runs both")
 	fs.BoolVar(&c.Quick, "quick", false, "a smoke run of every scenario at small scale (200 connections, 5 s)")
-	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000)")
-	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500)")
-	fs.IntVar(&c.Tenants, "tenants", 10, "tenants the tasks are spread over")
-	fs.Float64Var(&c.Rate, "rate", 0, "updates published per second, spread evenly over the tasks (default: fanout 1000, churn 200, outage 200)")
-	fs.DurationVar(&c.Duration, "duration", 0, "how long updates flow (default 20s)")
+	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000, stall 1000 healthy ones, half SSE and half WebSocket)")
+	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500, stall 100)")
+	fs.IntVar(&c.Tenants, "tenants", 10, "tenants the tasks are spread over (stall: default 1, so every stalled client watches every task)")
+	fs.Float64Var(&c.Rate, "rate", 0, "updates published per second, spread evenly over the tasks (default: fanout 1000, churn 200, outage 200, stall 100)")
+	fs.DurationVar(&c.Duration, "duration", 0, "how long updates flow (default 20s; stall: each of its two phases)")
 	fs.Float64Var(&c.ChurnRate, "churn-rate", 0, "churn: connections closed and as many opened per second (default 200)")
 	fs.DurationVar(&c.Outage, "outage", 5*time.Second, "outage: how long Redis stays down")
 	fs.DurationVar(&c.Settle, "settle", 10*time.Second, "longest wait for every connection to hold its task's last version")
+	fs.IntVar(&c.StalledSSE, "stalled-sse", 0, "stall: SSE clients that subscribe to every task of their tenant, then never read (default 200)")
+	fs.IntVar(&c.StalledWS, "stalled-ws", 0, "stall: WebSocket clients likewise (default 200)")
+	fs.IntVar(&c.SnapshotBytes, "snapshot-bytes", 0, "pad every published snapshot to this many bytes (default: stall 30000, else unpadded, about 440)")
 	fs.IntVar(&c.Workers, "workers", 0, "worker processes (default conns / per-worker, rounded up)")
 	fs.IntVar(&c.PerWorker, "per-worker", 5000, "most connections one worker holds (one process may hold 20000 open files)")
 	fs.Float64Var(&c.Ramp, "ramp", 2000, "connections opened per second, over all workers")
@@ -86,7 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.ProfileWorkers, "profile-workers", "", "write each worker's CPU profile to this directory")
 	fs.Bool("worker", false, "run as a worker (internal)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: loadtest -scenario idle|fanout|churn|storm|outage [-transport sse|ws] [flags]\n       loadtest -quick\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: loadtest -scenario idle|fanout|churn|storm|outage|stall [-transport sse|ws] [flags]\n       loadtest -quick\n\n")
 		fs.VisitAll(func(f *flag.Flag) {
 			if f.Name == "worker" {
 				return
@@ -109,6 +120,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.Quick && !set["transport"] {
 		c.Transport = ""
 	}
+	// Zero is a count of its own here: unset takes the scenario's default.
+	if !set["stalled-sse"] {
+		c.StalledSSE = -1
+	}
+	if !set["stalled-ws"] {
+		c.StalledWS = -1
+	}
+	if !set["tenants"] {
+		c.Tenants = 0
+	}
 	c.ServerArgs = strings.Fields(*serverArgs)
 	for kv := range strings.SplitSeq(*serverEnv, ",") {
 		if kv = strings.TrimSpace(kv); kv != "" {
@@ -119,7 +140,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	if c.Scenario == "" && !c.Quick {
-		return c, fmt.Errorf("-scenario is required (idle, fanout, churn, storm, outage), or -quick")
+		return c, fmt.Errorf("-scenario is required (idle, fanout, churn, storm, outage, stall), or -quick")
 	}
 	if c.Scenario != "" && !validScenario(c.Scenario) {
 		return c, fmt.Errorf("-scenario %q: want one of %s", c.Scenario, strings.Join(scenarios, ", "))
@@ -135,8 +156,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.ServerSrc == "" {
 		return c, fmt.Errorf("-server-src: want head, worktree or a git revision")
 	}
-	if c.PerWorker <= 0 || c.Ramp <= 0 || c.Sources <= 0 || c.Sources > 250 || c.Publishers <= 0 || c.Tenants <= 0 {
+	if c.PerWorker <= 0 || c.Ramp <= 0 || c.Sources <= 0 || c.Sources > 250 || c.Publishers <= 0 || (set["tenants"] && c.Tenants <= 0) {
 		return c, fmt.Errorf("-per-worker, -ramp, -publishers and -tenants must be positive, -sources 1 to 250")
+	}
+	if set["snapshot-bytes"] && (c.SnapshotBytes < 0 || c.SnapshotBytes > snapshot.MaxSize) {
+		return c, fmt.Errorf("-snapshot-bytes %d: want 1 to %d", c.SnapshotBytes, snapshot.MaxSize)
 	}
 	c.Command = commandLine(args)
 	return c, nil
@@ -156,20 +180,23 @@ func (c config) withDefaults() config {
 	type defaults struct {
 		conns, tasks int
 		rate, churn  float64
+		stalled      int // stalled SSE clients, and as many WebSocket ones
 	}
 	full := map[string]defaults{
-		"idle":   {15000, 0, 0, 0},
-		"fanout": {10000, 1000, 1000, 0},
-		"churn":  {2000, 1000, 200, 200},
-		"storm":  {10000, 1000, 0, 0},
-		"outage": {2000, 500, 200, 0},
+		"idle":   {15000, 0, 0, 0, 0},
+		"fanout": {10000, 1000, 1000, 0, 0},
+		"churn":  {2000, 1000, 200, 200, 0},
+		"storm":  {10000, 1000, 0, 0, 0},
+		"outage": {2000, 500, 200, 0, 0},
+		"stall":  {1000, 100, 100, 0, 200},
 	}
 	quick := map[string]defaults{
-		"idle":   {200, 0, 0, 0},
-		"fanout": {200, 20, 100, 0},
-		"churn":  {200, 50, 50, 40},
-		"storm":  {200, 20, 0, 0},
-		"outage": {200, 20, 50, 0},
+		"idle":   {200, 0, 0, 0, 0},
+		"fanout": {200, 20, 100, 0, 0},
+		"churn":  {200, 50, 50, 40, 0},
+		"storm":  {200, 20, 0, 0, 0},
+		"outage": {200, 20, 50, 0, 0},
+		"stall":  {40, 10, 100, 0, 16},
 	}
 	d := full[c.Scenario]
 	if c.Quick {
@@ -189,6 +216,26 @@ func (c config) withDefaults() config {
 	}
 	if c.ChurnRate <= 0 {
 		c.ChurnRate = d.churn
+	}
+	if c.StalledSSE < 0 {
+		c.StalledSSE = d.stalled
+	}
+	if c.StalledWS < 0 {
+		c.StalledWS = d.stalled
+	}
+	if c.Tenants <= 0 {
+		c.Tenants = 10
+		if c.Scenario == "stall" {
+			// One tenant: a stalled client can watch only its tenant's
+			// tasks, and so it watches all of them.
+			c.Tenants = 1
+		}
+	}
+	if c.SnapshotBytes <= 0 && c.Scenario == "stall" {
+		c.SnapshotBytes = 30000
+	}
+	if c.Scenario == "stall" {
+		c.Transport = "sse+ws"
 	}
 	if c.Duration <= 0 {
 		c.Duration = 20 * time.Second

@@ -22,7 +22,8 @@ type conn struct {
 	id    int
 	task  int32
 	token string
-	slot  int // index in w.conns, guarded by w.connsMu
+	ws    bool // WebSocket, else SSE
+	slot  int  // index in w.conns, guarded by w.connsMu
 
 	// Owned by the run goroutine.
 	phys      int64  // the newest version on the current physical connection
@@ -117,7 +118,7 @@ func (c *conn) run(first func(error)) {
 		c.phys, c.gotFirst = 0, false
 		var err error
 		established := false
-		if c.w.transport == "ws" {
+		if c.ws {
 			established, err = c.sessionWS(&first)
 		} else {
 			established, err = c.sessionSSE(&first)
@@ -227,6 +228,7 @@ func (c *conn) onTask(data []byte, recv int64) {
 	}
 	if sent >= c.dialStart {
 		recordUS(s.latency, recv-sent)
+		recordUS(s.byTransport[transportIndex(c.ws)], recv-sent)
 	} else {
 		s.catchUp++
 	}

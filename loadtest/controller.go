@@ -189,24 +189,43 @@ func (r *run) phase(ctx context.Context, name string) error {
 	return err
 }
 
+// openGroup is connections First..First+Count-1 over one transport.
+type openGroup struct {
+	first, count int
+	transport    string
+}
+
+// openGroups are the run's connections: all over its transport, or for
+// stall, half over SSE and half over WebSocket.
+func (r *run) openGroups() []openGroup {
+	if r.cfg.Scenario == "stall" {
+		half := r.cfg.Conns / 2
+		return []openGroup{{0, half, "sse"}, {half, r.cfg.Conns - half, "ws"}}
+	}
+	return []openGroup{{0, r.cfg.Conns, r.cfg.Transport}}
+}
+
 // connectAll opens every connection, ramped, and waits until each holds its
 // task's current version.
 func (r *run) connectAll(ctx context.Context) error {
 	n := len(r.workers)
-	per := (r.cfg.Conns + n - 1) / n
 	started := time.Now()
-	timeout := time.Duration(float64(r.cfg.Conns)/r.cfg.Ramp*2*float64(time.Second)) + time.Minute
-	replies, err := r.all(ctx, func(i int) command {
-		first := i * per
-		return command{Cmd: "open", First: first, Count: max(0, min(per, r.cfg.Conns-first)), Tasks: r.cfg.Tasks, Rate: r.cfg.Ramp / float64(n)}
-	}, "opened", timeout)
-	if err != nil {
-		return err
-	}
 	opened, failed := 0, 0
-	for _, rp := range replies {
-		opened += rp.Opened
-		failed += rp.Failed
+	for _, g := range r.openGroups() {
+		per := (g.count + n - 1) / n
+		timeout := time.Duration(float64(g.count)/r.cfg.Ramp*2*float64(time.Second)) + time.Minute
+		replies, err := r.all(ctx, func(i int) command {
+			first := i * per
+			return command{Cmd: "open", First: g.first + first, Count: max(0, min(per, g.count-first)), Tasks: r.cfg.Tasks,
+				Rate: r.cfg.Ramp / float64(n), Transport: g.transport}
+		}, "opened", timeout)
+		if err != nil {
+			return err
+		}
+		for _, rp := range replies {
+			opened += rp.Opened
+			failed += rp.Failed
+		}
 	}
 	r.logf("opened %d connections (%d failed at first) in %v", opened, failed, time.Since(started).Round(time.Millisecond))
 	if failed > 0 {
@@ -367,6 +386,9 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 	}
 	for _, s := range scen {
 		for _, t := range transports {
+			if s == "stall" && t != transports[0] {
+				continue // one run has both transports
+			}
 			c := cfg
 			c.Scenario, c.Transport = s, t
 			runs = append(runs, c.withDefaults())
@@ -445,10 +467,13 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 	args = append(args, cfg.ServerArgs...)
 	// Admission limits are for browsers, and the load generator is a few
 	// users on 16 addresses opening thousands of connections a second: off
-	// unless -server-env sets them. Environment, not flags, so servers
+	// unless -server-env sets them, the failed-authentication bucket per
+	// address too (a server that counts every authentication against it
+	// would otherwise let 20 connections per address in). Environment, not flags, so servers
 	// built from commits older than the flags still start.
 	env := append([]string{"PUSHD_CONNECT_IP_BURST=0", "PUSHD_CONNECT_USER_BURST=0",
-		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0"}, cfg.ServerEnv...)
+		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0",
+		"PUSHD_AUTH_FAILURE_BURST=0"}, cfg.ServerEnv...)
 	r.server = &pushdServer{bin: bin, args: args, env: env, port: sport, logDir: dir}
 	res.Server.Args = args[len(args)-len(cfg.ServerArgs):]
 	res.Server.Env = cfg.ServerEnv
@@ -460,7 +485,7 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 	r.rdb = redis.NewClient(&redis.Options{Addr: r.redis.addr(), PoolSize: cfg.Publishers + 8, MaxRetries: -1,
 		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 	defer r.rdb.Close()
-	r.pub = newPublisher(r.rdb, r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers)
+	r.pub = newPublisher(r.rdb, r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
 
 	sctx, stopSampler := context.WithCancel(ctx)
 	r.samp = &sampler{server: r.server, start: r.start}
@@ -499,7 +524,7 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 	r.logf("started: redis :%d, database %s, pushd :%d, %d workers", rport, r.db.name, sport, cfg.Workers)
 
 	scenario := map[string]func(context.Context, *run) error{
-		"idle": runIdle, "fanout": runFanout, "churn": runChurn, "storm": runStorm, "outage": runOutage,
+		"idle": runIdle, "fanout": runFanout, "churn": runChurn, "storm": runStorm, "outage": runOutage, "stall": runStall,
 	}[cfg.Scenario]
 	if err := scenario(ctx, r); err != nil {
 		if tail := r.server.logTail(); tail != "" {

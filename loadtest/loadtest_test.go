@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 		os.Exit(workerMain(os.Stdin, os.Stdout))
 	}
 	code := m.Run()
+	if serverDir != "" {
+		os.RemoveAll(serverDir)
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
@@ -92,7 +95,11 @@ func runTiny(t *testing.T, cfg config) *result {
 	if cfg.Scenario == "idle" {
 		cfg.Tasks = cfg.Conns
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	timeout := time.Minute
+	if cfg.Scenario == "stall" {
+		timeout = 3 * time.Minute // two phases, each waiting up to 15 s for convergence
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	res, err := runOne(ctx, cfg, bin, commit, t.TempDir(), logWriter{t})
 	if err != nil {
@@ -123,13 +130,20 @@ func runTiny(t *testing.T, cfg config) *result {
 
 func figureOf(t *testing.T, res *result, name string) float64 {
 	t.Helper()
+	v, ok := lookupFigure(res, name)
+	if !ok {
+		t.Fatalf("no figure %q in %+v", name, res.Figures)
+	}
+	return v
+}
+
+func lookupFigure(res *result, name string) (float64, bool) {
 	for _, f := range res.Figures {
 		if f.Name == name {
-			return f.Value
+			return f.Value, true
 		}
 	}
-	t.Fatalf("no figure %q in %+v", name, res.Figures)
-	return 0
+	return 0, false
 }
 
 func TestScenarios(t *testing.T) {
@@ -182,11 +196,51 @@ func TestScenarios(t *testing.T) {
 			})
 		})
 	}
-	t.Cleanup(func() {
-		if serverDir != "" {
-			os.RemoveAll(serverDir)
+}
+
+// TestStall runs the stall scenario small: 20 healthy clients, half SSE and
+// half WebSocket, alone and then beside 16 + 16 stalled clients watching
+// every task with 30 KB snapshots. As many stalled clients as the node has
+// writers (32, the hub's default, which no setting changes) are enough to
+// hold every writer if a stalled client can. The report must have each
+// phase's latency by transport and convergence, the stalled clients, and
+// every healthy client must hold its last version within 2 s of the last
+// publish in both phases (runTiny fails a run whose report says otherwise).
+func TestStall(t *testing.T) {
+	cfg := tinyConfig("stall", "")
+	cfg.Conns, cfg.Tasks, cfg.Tenants, cfg.Rate, cfg.Duration = 20, 10, 1, 100, 3*time.Second
+	cfg.StalledSSE, cfg.StalledWS = 16, 16
+	res := runTiny(t, cfg)
+	if res.Transport != "sse+ws" || res.StalledSSE != 16 || res.StalledWS != 16 || res.SnapBytes != 30000 {
+		t.Errorf("run settings: transport %q, stalled %d + %d, snapshots of %d bytes", res.Transport, res.StalledSSE, res.StalledWS, res.SnapBytes)
+	}
+	for _, phase := range []string{"alone", "beside"} {
+		for _, tr := range []string{"sse", "ws"} {
+			if l := res.Latencies[phase+"_"+tr]; l == nil || l.Count == 0 || l.P99 < l.P50 || l.Max < l.P99 {
+				t.Errorf("%s %s latency: %+v", phase, tr, l)
+			}
 		}
-	})
+		if n := figureOf(t, res, phase+"_healthy"); n != 20 {
+			t.Errorf("%s: %v healthy clients, want 20", phase, n)
+		}
+		for _, within := range []string{"2s", "15s"} {
+			if n := figureOf(t, res, phase+"_not_converged_"+within); n != 0 {
+				t.Errorf("%s: %v healthy clients without their last version within %s of the last publish", phase, n, within)
+			}
+		}
+		if s, ok := lookupFigure(res, phase+"_converge_s"); !ok || s > 2 {
+			t.Errorf("%s: converged %.2f s after the last publish (reported: %v), want within 2 s", phase, s, ok)
+		}
+	}
+	for _, tr := range []string{"sse", "ws"} {
+		if n := figureOf(t, res, "stalled_"+tr); n != 16 {
+			t.Errorf("%v stalled %s clients connected, want 16", n, tr)
+		}
+		if n := figureOf(t, res, "stalled_"+tr+"_cut"); n < 0 || n > 16 {
+			t.Errorf("%v stalled %s clients cut of 16", n, tr)
+		}
+		figureOf(t, res, "p99_beside_over_alone_"+tr)
+	}
 }
 
 // TestReadSSE parses a stream with every field the loadtest reads, a

@@ -9,8 +9,9 @@
 // Scenarios: idle (memory per connection), fanout (latency, deliveries/s,
 // convergence), churn (connections opening and closing under load), storm
 // (every client reconnecting to a restarted node with Redis cold), outage
-// (Redis killed and restarted under load). Each run writes a JSON result
-// (-out) and prints a markdown table row for docs/BENCHMARKS.md; it exits
+// (Redis killed and restarted under load), stall (healthy clients alone,
+// then beside clients that subscribe and never read). Each run writes a
+// JSON result (-out) and prints a markdown table row for docs/BENCHMARKS.md; it exits
 // non-zero when a connection did not converge or saw a version go backwards.
 //
 // The controller re-executes itself with -worker for each worker process;

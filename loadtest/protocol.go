@@ -11,7 +11,7 @@ import (
 
 // command is one controller → worker message; Cmd says which fields matter.
 type command struct {
-	Cmd string `json:"cmd"` // init, open, phase, expect, churn, wake, report, quit
+	Cmd string `json:"cmd"` // init, open, phase, expect, churn, wake, stall, convergence, cuts, report, quit
 
 	// init
 	URL       string   `json:"url,omitempty"`
@@ -22,11 +22,15 @@ type command struct {
 	Worker    int      `json:"worker,omitempty"`
 
 	// open: connections First..First+Count-1, connection i watching task
-	// i mod Tasks, at Rate per second. churn: Rate per second, over Tasks.
-	First int     `json:"first,omitempty"`
-	Count int     `json:"count,omitempty"`
-	Tasks int     `json:"tasks,omitempty"`
-	Rate  float64 `json:"rate,omitempty"`
+	// i mod Tasks, at Rate per second, over Transport (empty: the one of
+	// init). churn: Rate per second, over Tasks. stall: Count stalled SSE
+	// clients and CountWS stalled WebSocket clients, client j of tenant
+	// (First+j) mod tenants watching every task of it, at Rate per second.
+	First   int     `json:"first,omitempty"`
+	Count   int     `json:"count,omitempty"`
+	CountWS int     `json:"count_ws,omitempty"`
+	Tasks   int     `json:"tasks,omitempty"`
+	Rate    float64 `json:"rate,omitempty"`
 
 	// phase: deliveries from now on are recorded under Phase.
 	Phase string `json:"phase,omitempty"`
@@ -41,11 +45,15 @@ type command struct {
 	// wake: clients waiting to reconnect do so now, each after a random
 	// delay up to JitterNs.
 	JitterNs int64 `json:"jitter_ns,omitempty"`
+
+	// convergence: how long after RefNs (Unix ns) each connection first
+	// held the version of the latest expect.
+	RefNs int64 `json:"ref_ns,omitempty"`
 }
 
 // reply is one worker → controller message.
 type reply struct {
-	Type string `json:"type"` // ready, opened, progress, report, churned, log
+	Type string `json:"type"` // ready, opened, stalled, progress, convergence, cuts, report, churned, log
 
 	// opened
 	Opened int `json:"opened,omitempty"`
@@ -57,6 +65,12 @@ type reply struct {
 	Live          int   `json:"live,omitempty"`
 	ConvergedAtNs int64 `json:"converged_at_ns,omitempty"`
 	Seq           int64 `json:"seq,omitempty"`
+
+	// convergence: per converged connection, its first holding the
+	// expected version, in ns after RefNs (negative: it held it already).
+	Delays []int64 `json:"delays,omitempty"`
+	// cuts: the worker's stalled clients.
+	Stalled []stalledReport `json:"stalled,omitempty"`
 
 	Report *workerReport `json:"report,omitempty"`
 	Msg    string        `json:"msg,omitempty"`
@@ -80,6 +94,15 @@ type workerReport struct {
 	Phases        map[string]*phaseReport `json:"phases"`
 	ModeEvents    map[string]*modeSeen    `json:"mode_events,omitempty"`
 	Goroutines    int                     `json:"goroutines"`
+	Stalled       []stalledReport         `json:"stalled,omitempty"`
+}
+
+// stalledReport is one stalled client: when its handshake ended and when
+// the server's end of its socket was seen closed (0: not seen).
+type stalledReport struct {
+	WS       bool  `json:"ws,omitempty"`
+	OpenedNs int64 `json:"opened_ns"`
+	CutNs    int64 `json:"cut_ns,omitempty"`
 }
 
 // phaseReport is the deliveries received while a phase was current.
@@ -89,6 +112,9 @@ type phaseReport struct {
 	Latency    string `json:"latency"`  // encoded HdrHistogram, µs
 	Connects   int64  `json:"connects"`
 	Connect    string `json:"connect"` // encoded HdrHistogram of dial → first snapshot, µs
+	// LatencyByTransport is Latency split by the connection's transport
+	// (sse, ws): runs that mix them report each.
+	LatencyByTransport map[string]string `json:"latency_by_transport,omitempty"`
 }
 
 // modeSeen is when clients received a mode event.

@@ -30,6 +30,9 @@ type publisher struct {
 	tasks   int
 	tenants int
 	shards  int
+	size    int // pad each snapshot to about this many bytes; 0: no padding
+
+	lastStored atomic.Int64 // Unix ns when the latest publish was stored
 
 	versions  []int64        // next version to write - 1, per task; owned by the task's shard
 	published []atomic.Int64 // newest version stored (Redis, or PostgreSQL when Redis failed), per task
@@ -46,10 +49,10 @@ type publisher struct {
 	lastErr string
 }
 
-func newPublisher(rdb *redis.Client, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards int) *publisher {
+func newPublisher(rdb *redis.Client, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards, size int) *publisher {
 	return &publisher{
 		pub: fanout.NewRedisPublisher(rdb, keys.Names{}), pg: pg, pgMode: pgMode,
-		tasks: tasks, tenants: tenants, shards: shards,
+		tasks: tasks, tenants: tenants, shards: shards, size: size,
 		versions:  make([]int64, tasks),
 		published: make([]atomic.Int64, tasks),
 	}
@@ -79,9 +82,11 @@ var (
 	models    = []string{"veo-3", "kling-2.1", "gen-4", "ray-2"}
 )
 
-// doc is task i's snapshot at version v, about 350 bytes, with sent_ns, an
-// extra field pushd forwards untouched.
+// doc is task i's snapshot at version v, about 440 bytes, with sent_ns, an
+// extra field pushd forwards untouched, and with p.size a pad field that
+// brings it to that size.
 func (p *publisher) doc(b []byte, i int, v int64, updated, sent time.Time) []byte {
+	start := len(b)
 	status, stage, progress, queue := statusOf(v), stages[1+int(v)%(len(stages)-1)], int(v%100), -1
 	if v == 1 {
 		stage, progress, queue = "queued", 0, i%50
@@ -120,8 +125,15 @@ func (p *publisher) doc(b []byte, i int, v int64, updated, sent time.Time) []byt
 	b = strconv.AppendInt(b, int64(100-progress)*900, 10)
 	b = append(b, `,"region":"us-east1","worker_pool":"gpu-h100-pool-`...)
 	b = strconv.AppendInt(b, int64(i%16), 10)
-	b = append(b, `","duration_s":8,"resolution":"1080p"}`...)
-	return b
+	b = append(b, `","duration_s":8,"resolution":"1080p"`...)
+	if pad := p.size - (len(b) - start) - len(`,"pad":""}`); pad > 0 {
+		b = append(b, `,"pad":"`...)
+		for range pad {
+			b = append(b, 'x')
+		}
+		b = append(b, '"')
+	}
+	return append(b, '}')
 }
 
 // publish writes task i's next version.
@@ -161,6 +173,10 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 	}
 	p.stored.Add(1)
 	p.published[i].Store(v)
+	// Publishes in flight end in any order: keep the latest.
+	now := time.Now().UnixNano()
+	for last := p.lastStored.Load(); now > last && !p.lastStored.CompareAndSwap(last, now); last = p.lastStored.Load() {
+	}
 	return buf
 }
 

@@ -26,6 +26,9 @@ type result struct {
 	ChurnRate  float64 `json:"churn_rate,omitempty"`
 	Duration   string  `json:"duration,omitempty"`
 	Outage     string  `json:"outage,omitempty"`
+	StalledSSE int     `json:"stalled_sse,omitempty"`
+	StalledWS  int     `json:"stalled_ws,omitempty"`
+	SnapBytes  int     `json:"snapshot_bytes,omitempty"`
 	Quick      bool    `json:"quick,omitempty"`
 	Commit     string  `json:"commit"`
 	Command    string  `json:"command"`
@@ -104,10 +107,14 @@ func newResult(cfg config, commit string) *result {
 	}
 	r.Started = r.started.UTC().Format(time.RFC3339)
 	switch cfg.Scenario {
-	case "fanout", "churn", "outage":
+	case "fanout", "churn", "outage", "stall":
 		r.Rate = cfg.Rate
 		r.Duration = cfg.Duration.String()
 	}
+	if cfg.Scenario == "stall" {
+		r.StalledSSE, r.StalledWS = cfg.StalledSSE, cfg.StalledWS
+	}
+	r.SnapBytes = cfg.SnapshotBytes
 	if cfg.Scenario == "churn" {
 		r.ChurnRate = cfg.ChurnRate
 	}
@@ -354,13 +361,26 @@ type merged struct {
 type mergedPhase struct {
 	Deliveries, CatchUp, Connects int64
 	Latency, Connect              *hdrhistogram.Histogram
+	ByTransport                   map[string]*hdrhistogram.Histogram
+}
+
+func newMergedPhase() *mergedPhase {
+	return &mergedPhase{Latency: newHist(), Connect: newHist(), ByTransport: map[string]*hdrhistogram.Histogram{}}
 }
 
 func (m *merged) phase(name string) *mergedPhase {
 	if p := m.phases[name]; p != nil {
 		return p
 	}
-	return &mergedPhase{Latency: newHist(), Connect: newHist()}
+	return newMergedPhase()
+}
+
+// transportLatency is the phase's latency of one transport's connections.
+func (p *mergedPhase) transportLatency(transport string) *hdrhistogram.Histogram {
+	if h := p.ByTransport[transport]; h != nil {
+		return h
+	}
+	return newHist()
 }
 
 // expectedIn are client counts a scenario causes on purpose: in a storm,
@@ -409,6 +429,7 @@ func mergeReports(scenario string, replies []reply) *merged {
 		if len(m.RegressionEx) < 10 {
 			m.RegressionEx = append(m.RegressionEx, w.RegressionEx...)
 		}
+		m.Stalled = append(m.Stalled, w.Stalled...)
 		for k, v := range w.Errors {
 			m.Errors[k] += v
 		}
@@ -426,7 +447,7 @@ func mergeReports(scenario string, replies []reply) *merged {
 		for name, p := range w.Phases {
 			mp := m.phases[name]
 			if mp == nil {
-				mp = &mergedPhase{Latency: newHist(), Connect: newHist()}
+				mp = newMergedPhase()
 				m.phases[name] = mp
 			}
 			mp.Deliveries += p.Deliveries
@@ -434,6 +455,14 @@ func mergeReports(scenario string, replies []reply) *merged {
 			mp.Connects += p.Connects
 			mp.Latency.Merge(decodeHist(p.Latency))
 			mp.Connect.Merge(decodeHist(p.Connect))
+			for t, enc := range p.LatencyByTransport {
+				h := mp.ByTransport[t]
+				if h == nil {
+					h = newHist()
+					mp.ByTransport[t] = h
+				}
+				h.Merge(decodeHist(enc))
+			}
 		}
 	}
 	return m

@@ -55,6 +55,7 @@ func workerMain(in io.Reader, out io.Writer) int {
 	}
 	w.stopProgress()
 	w.stopChurn()
+	w.stopStall()
 	w.closeAll()
 	return 0
 }
@@ -69,6 +70,7 @@ type worker struct {
 	transport string
 	tenants   int
 	signer    *auth.Signer
+	sources   []string // loopback source addresses, as init named them
 	dialers   []*net.Dialer
 	clients   []*http.Client // per source, for WebSocket handshakes
 	index     int
@@ -101,10 +103,15 @@ type worker struct {
 	modeMu   sync.Mutex
 	modeSeen map[string]*modeSeen
 
+	stalledMu sync.Mutex
+	stalled   []*stalledConn // guarded by stalledMu
+
 	progressStop chan struct{} // owned by the command loop
 	progressDone chan struct{}
 	churnStop    chan struct{}
 	churnDone    chan struct{}
+	stallStop    chan struct{} // owned by the command loop once stall answered
+	stallDone    chan struct{}
 }
 
 func newWake() *chan struct{} { c := make(chan struct{}); return &c }
@@ -139,6 +146,12 @@ func (w *worker) handle(cmd command) {
 		w.send(reply{Type: "churning"})
 	case "wake":
 		w.wakeAll(time.Duration(cmd.JitterNs))
+	case "stall":
+		w.stall(cmd)
+	case "convergence":
+		w.send(w.convergence(cmd.RefNs))
+	case "cuts":
+		w.send(reply{Type: "cuts", Stalled: w.stalledReports()})
 	case "report":
 		w.stopProgress()
 		w.send(reply{Type: "report", Report: w.report()})
@@ -153,6 +166,7 @@ func (w *worker) init(cmd command) {
 	w.tenants = max(cmd.Tenants, 1)
 	w.signer = auth.NewSigner(cmd.Secret)
 	w.index = cmd.Worker
+	w.sources = cmd.Sources
 	w.tokens = map[int]string{}
 	w.errs = map[string]int64{}
 	w.modeSeen = map[string]*modeSeen{}
@@ -231,9 +245,13 @@ func (w *worker) open(cmd command) {
 	defer tick.Stop()
 	for i := 0; i < cmd.Count; {
 		due := min(int(cmd.Rate*time.Since(start).Seconds())+1, cmd.Count)
+		ws := w.transport == "ws"
+		if cmd.Transport != "" {
+			ws = cmd.Transport == "ws"
+		}
 		for ; i < due; i++ {
 			id := cmd.First + i
-			c := w.newConn(id, id%cmd.Tasks)
+			c := w.newConn(id, id%cmd.Tasks, ws)
 			wg.Add(1)
 			go c.run(func(err error) {
 				if err != nil {
@@ -252,8 +270,8 @@ func (w *worker) open(cmd command) {
 	w.send(reply{Type: "opened", Opened: int(ok.Load()), Failed: int(failed.Load())})
 }
 
-func (w *worker) newConn(id, task int) *conn {
-	c := &conn{w: w, id: id, task: int32(task), token: w.token(task)}
+func (w *worker) newConn(id, task int, ws bool) *conn {
+	c := &conn{w: w, id: id, task: int32(task), token: w.token(task), ws: ws}
 	w.connsMu.Lock()
 	c.slot = len(w.conns)
 	w.conns = append(w.conns, c)
@@ -318,7 +336,7 @@ func (w *worker) startChurn(cmd command) {
 					w.churnClosed.Add(1)
 				}
 				id := int(w.nextID.Add(1))
-				c := w.newConn(id, rand.IntN(cmd.Tasks))
+				c := w.newConn(id, rand.IntN(cmd.Tasks), w.transport == "ws")
 				go c.run(nil)
 			}
 		}
@@ -352,13 +370,24 @@ type phase struct {
 }
 
 type phaseShard struct {
-	mu         sync.Mutex
-	latency    *hdrhistogram.Histogram
-	connect    *hdrhistogram.Histogram
-	deliveries int64
-	catchUp    int64
-	connects   int64
-	_          [40]byte // keep shards on separate cache lines
+	mu          sync.Mutex
+	latency     *hdrhistogram.Histogram
+	byTransport [2]*hdrhistogram.Histogram // latency again, indexed by transportIndex
+	connect     *hdrhistogram.Histogram
+	deliveries  int64
+	catchUp     int64
+	connects    int64
+	_           [24]byte // keep shards on separate cache lines
+}
+
+// transports names the index of phaseShard.byTransport.
+var transports = [2]string{"sse", "ws"}
+
+func transportIndex(ws bool) int {
+	if ws {
+		return 1
+	}
+	return 0
 }
 
 func (w *worker) setPhase(name string) {
@@ -373,6 +402,9 @@ func (w *worker) setPhase(name string) {
 		for i := range p.shards {
 			p.shards[i].latency = newHist()
 			p.shards[i].connect = newHist()
+			for t := range p.shards[i].byTransport {
+				p.shards[i].byTransport[t] = newHist()
+			}
 		}
 		w.phases[name] = p
 	}
@@ -441,6 +473,7 @@ func (w *worker) report() *workerReport {
 		Phases:        map[string]*phaseReport{},
 		ModeEvents:    map[string]*modeSeen{},
 		Goroutines:    runtime.NumGoroutine(),
+		Stalled:       w.stalledReports(),
 	}
 	for _, c := range w.snapshotConns() {
 		r.Live++
@@ -484,18 +517,27 @@ func (w *worker) report() *workerReport {
 	for _, n := range names {
 		p := w.phases[n]
 		lat, con := newHist(), newHist()
-		pr := &phaseReport{}
+		byT := [2]*hdrhistogram.Histogram{newHist(), newHist()}
+		pr := &phaseReport{LatencyByTransport: map[string]string{}}
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
 			lat.Merge(s.latency)
 			con.Merge(s.connect)
+			for t, h := range s.byTransport {
+				byT[t].Merge(h)
+			}
 			pr.Deliveries += s.deliveries
 			pr.CatchUp += s.catchUp
 			pr.Connects += s.connects
 			s.mu.Unlock()
 		}
 		pr.Latency, pr.Connect = encodeHist(lat), encodeHist(con)
+		for t, h := range byT {
+			if h.TotalCount() > 0 {
+				pr.LatencyByTransport[transports[t]] = encodeHist(h)
+			}
+		}
 		r.Phases[n] = pr
 	}
 	w.phaseMu.Unlock()
