@@ -525,13 +525,14 @@ func (c *Conn) scheduleLocked() {
 }
 
 // takeLocked moves what is pending into buf for one write, marking each task
-// version delivered so nothing older or equal is queued after it.
+// version delivered so nothing older or equal is queued after it; complete
+// is false when tasks were left for the next write (maxBatchBytes).
 //
 // The stream position is read first: whatever it covers was offered to the
 // connection before this take, so it is in buf or was written already. Only
 // the last task event of buf carries it; a client that got the events
 // before it but not it still holds the previous one.
-func (c *Conn) takeLocked(buf []Event) []Event {
+func (c *Conn) takeLocked(buf []Event) (_ []Event, complete bool) {
 	var position string
 	if c.cursors && c.settled {
 		position = c.hub.cfg.Stream.Position(c.TenantID)
@@ -539,7 +540,12 @@ func (c *Conn) takeLocked(buf []Event) []Event {
 	buf = append(buf, c.control...)
 	c.control = nil // rare (hello, errors, modes): an idle connection keeps no slice
 	lastTask := -1
+	taken, size := 0, 0
 	for _, id := range c.order {
+		if size >= maxBatchBytes {
+			break // the rest waits for the next turn: see maxBatchBytes
+		}
+		taken++
 		p := c.pending[id]
 		s := p.snap
 		delete(c.pending, id)
@@ -548,10 +554,17 @@ func (c *Conn) takeLocked(buf []Event) []Event {
 		}
 		c.rememberLocked(id, s.Version)
 		lastTask = len(buf)
+		size += len(s.JSON())
 		buf = append(buf, Event{Kind: KindTask, Snapshot: s, news: p.news})
 	}
-	clear(c.order)
-	c.order = c.order[:0]
+	rest := copy(c.order, c.order[taken:])
+	clear(c.order[rest:])
+	c.order = c.order[:rest]
+	if rest > 0 {
+		// The position, acks and a reconnect come after every task queued
+		// before them: they wait for the rest.
+		return buf, false
+	}
 	if position != "" {
 		if lastTask >= 0 {
 			buf[lastTask].Cursor = position
@@ -572,8 +585,16 @@ func (c *Conn) takeLocked(buf []Event) []Event {
 		buf = append(buf, Event{Kind: KindHeartbeat})
 	}
 	c.heartbeat = false
-	return buf
+	return buf, true
 }
+
+// maxBatchBytes bounds the snapshots one write takes from an outbox (a
+// subscription's initial state can be hundreds of tasks). The rest waits
+// for the connection's next turn, behind every other connection queued
+// meanwhile: a big batch neither holds a writer for long nor lands in one
+// buffer, and a client that stops reading has at most this much in its
+// backlog.
+const maxBatchBytes = 128 << 10
 
 // maxTracked bounds the tasks a connection keeps a delivered version or a
 // pending snapshot of: every task it can watch by id, and a full listing.

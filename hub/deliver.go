@@ -34,8 +34,8 @@ func (h *Hub) flush(c *Conn, buf []Event) []Event {
 		c.writeMu.Unlock()
 		return buf
 	}
-	buf = c.takeLocked(buf)
-	endAfter, reason := c.endAfter, c.endReason
+	buf, complete := c.takeLocked(buf)
+	endAfter, reason := c.endAfter && complete, c.endReason
 	// Set before the write: the sink may call Drained before Write returns.
 	c.parked = parking{on: true, end: endAfter, reason: reason}
 	c.mu.Unlock()
