@@ -105,6 +105,10 @@ type Config struct {
 	// of 500); ids past it are refused with rate_limited.
 	SubscribeReads     float64
 	SubscribeReadBurst int
+	// SendBuffer is each stream's socket send buffer (SO_SNDBUF), bounding
+	// what the kernel holds for a client that stopped reading; zero leaves
+	// the kernel's autotuning (up to 4 MB a socket on Linux).
+	SendBuffer int
 
 	SSERetry time.Duration // zero: the SSE default
 	// DisconnectCheck is how often SSE connections held without a goroutine
@@ -324,9 +328,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.ws = ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout,
 		ReadLimit: cfg.WSMaxMessageBytes, MaxBadMessages: cfg.WSMaxBadMessages, MaxIDs: cfg.MaxIDs,
 		FirstRequestTimeout: cfg.FirstRequestTimeout, RequestRate: cfg.WSRequestRate, RequestBurst: cfg.WSRequestBurst,
-		SubscribeTimeout: cfg.SubscribeTimeout, Logger: cfg.Logger})
+		SubscribeTimeout: cfg.SubscribeTimeout, SendBuffer: cfg.SendBuffer, Logger: cfg.Logger})
 	n.sse = sse.New(sse.Config{Hub: n.hub, Retry: cfg.SSERetry, WriteTimeout: cfg.WriteTimeout,
-		SubscribeTimeout: cfg.SubscribeTimeout, MaxTasks: cfg.MaxIDs,
+		SubscribeTimeout: cfg.SubscribeTimeout, MaxTasks: cfg.MaxIDs, SendBuffer: cfg.SendBuffer,
 		CheckInterval: cfg.DisconnectCheck, Logger: cfg.Logger})
 	var demo http.Handler
 	if cfg.Demo || cfg.Embedded() {

@@ -36,6 +36,10 @@ type Config struct {
 	// client that went away (one non-blocking peek per connection); between
 	// checks, the next write notices. Zero means 5s.
 	CheckInterval time.Duration
+	// SendBuffer, when positive, sets each taken-over connection's socket
+	// send buffer (SO_SNDBUF), which bounds what the kernel holds for a
+	// client that stopped reading; zero leaves the kernel's autotuning.
+	SendBuffer int
 	// NoHijack keeps every connection in its handler goroutine, as HTTP/2
 	// streams are; for comparison and debugging.
 	NoHijack bool

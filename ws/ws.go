@@ -59,6 +59,10 @@ type Config struct {
 	// Zero means 10 per second with bursts of 20.
 	RequestRate  float64
 	RequestBurst int
+	// SendBuffer, when positive, sets each connection's socket send buffer
+	// (SO_SNDBUF), which bounds what the kernel holds for a client that
+	// stopped reading; zero leaves the kernel's autotuning.
+	SendBuffer int
 	// SubscribeTimeout bounds the reads of one subscribe request; zero
 	// means 10s.
 	SubscribeTimeout time.Duration
@@ -124,7 +128,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down; reconnect")
 		return
 	}
-	s := &sink{timeout: h.cfg.WriteTimeout}
+	s := &sink{timeout: h.cfg.WriteTimeout, sendBuffer: h.cfg.SendBuffer}
 	wc, err := websocket.Accept(smallBuffers{w, s}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{Subprotocol},
 		OriginPatterns: h.cfg.OriginPatterns,
@@ -378,6 +382,8 @@ type sink struct {
 	bw      *backlog.Writer // under wc's buffered writer: every frame goes through it
 	hc      *hub.Conn       // set by Bind, before any write
 	timeout time.Duration
+	// sendBuffer is the socket send buffer Hijack sets; 0 leaves it.
+	sendBuffer int
 
 	wg     sync.WaitGroup // pings, closes and the first-request timer in flight; run waits for them
 	mu     sync.Mutex     // guards the fields below

@@ -73,6 +73,7 @@ type connFlags struct {
 	FirstRequestTimeout, SubscribeTimeout time.Duration
 	SubscribeReads                        float64
 	SubscribeReadBurst                    int
+	SendBuffer                            int
 }
 
 // admissionFlags are the admission limits (package admission); a limit of
@@ -182,6 +183,7 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.Float64Var(&cf.WSRequestRate, "ws-request-rate", 10, "requests per second one WebSocket may send (token bucket refill); one over it is dropped with rate_limited")
 	fs.IntVar(&cf.WSRequestBurst, "ws-request-burst", 20, "requests one WebSocket may send at once")
 	fs.IntVar(&cf.WSMaxBadMessages, "ws-max-bad-messages", 10, "malformed or dropped WebSocket requests in a row before the connection is closed with 1008")
+	fs.IntVar(&cf.SendBuffer, "socket-send-buffer", 256<<10, "each stream's socket send buffer in bytes (SO_SNDBUF): what the kernel holds for a client that stopped reading, before its bytes wait in pushd and its write timeout runs; 0 leaves the kernel's autotuning (up to 4 MB a socket)")
 	fs.DurationVar(&cf.FirstRequestTimeout, "first-request-timeout", 10*time.Second, "how long a new WebSocket may wait before its first request; then it is closed with 1008")
 	a := &c.Admission
 	fs.IntVar(&a.UserBurst, "connect-user-burst", 20, "connects a user may make at once (token bucket capacity); 0 means no limit")

@@ -24,6 +24,7 @@ func init() {
 		"ws-request-burst":      {"4", "5", func(c config) string { return itoa(c.Conn.WSRequestBurst) }},
 		"ws-max-bad-messages":   {"2", "3", func(c config) string { return itoa(c.Conn.WSMaxBadMessages) }},
 		"first-request-timeout": {"5s", "6s", func(c config) string { return dur(c.Conn.FirstRequestTimeout) }},
+		"socket-send-buffer":    {"65536", "0", func(c config) string { return itoa(c.Conn.SendBuffer) }},
 	} {
 		flagCases[name] = fc
 	}

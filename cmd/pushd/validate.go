@@ -129,7 +129,8 @@ func (c config) validate(from origins) error {
 	if c.StreamMaxLen <= 0 {
 		bad("stream-maxlen", "%d: must be positive", c.StreamMaxLen)
 	}
-	for name, n := range map[string]int{"max-conns": c.MaxConns, "max-conns-per-ip": c.MaxConnsPerIP, "auth-failure-burst": c.AuthFailureBurst} {
+	for name, n := range map[string]int{"max-conns": c.MaxConns, "max-conns-per-ip": c.MaxConnsPerIP, "auth-failure-burst": c.AuthFailureBurst,
+		"socket-send-buffer": c.Conn.SendBuffer} {
 		if n < 0 {
 			bad(name, "%d: must not be negative", n)
 		}
