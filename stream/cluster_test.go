@@ -42,8 +42,8 @@ func newClusterFixture(t *testing.T, perMaster int) *clusterFixture {
 	// Each stream exists before it is watched, so every tail has a
 	// position from its placement on.
 	ctx := ctxT(t)
-	for _, tenant := range f.tenants {
-		if _, err := f.pub.Publish(ctx, snap(t, tenant, "before", 1)); err != nil {
+	for _, tenant := range f.tenants { // a task id is one tenant's: each has its own
+		if _, err := f.pub.Publish(ctx, snap(t, tenant, "before-"+tenant, 1)); err != nil {
 			t.Fatal(err)
 		}
 	}
