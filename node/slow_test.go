@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -188,19 +187,4 @@ func TestUnresponsiveWebSocketPeerIsClosedAfterPing(t *testing.T) {
 // stalledSSE opens an SSE stream for query that reads its response headers
 // and then nothing more, with a small receive buffer so the server's
 // writes block sooner. The connection closes when the test ends.
-func stalledSSE(t *testing.T, base, tok string, query []string) {
-	t.Helper()
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-		return nil
-	}}
-	conn, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "GET /v1/events?%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", strings.Join(query, "&"), tok)
-	if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("slow client: %v %v", resp, err)
-	}
-}
+func stalledSSE(t *testing.T, base, tok string, query []string) { stalledSSEConn(t, base, tok, query) }
