@@ -78,6 +78,8 @@ var (
 	dropped       = counter("dropped_total", "Snapshots not delivered, by reason: stale (not newer than what the client has) or tenant (another tenant's).", "reason")
 	disconnects   = counter("disconnects_total", "Connections the server ended, by reason: slow_client (a write failed or timed out) or token_expired.", "reason")
 	heartbeats    = counter("heartbeats_total", "Heartbeats written to idle connections.")
+	backlogged    = counter("writes_backlogged_total", "Writes a connection's full socket could not take at once, handed to a goroutine of that connection's own instead of holding a shared writer.")
+	readsLimited  = counter("subscribe_reads_limited_total", "Subscribed task ids, projects and user scopes refused rate_limited because their user's read budget on this node was spent.")
 	polls         = counter("polls_total", "Polling rounds (re-reading every watched task while Pub/Sub is down).")
 	pollErrors    = counter("poll_errors_total", "Polling rounds in which no source answered for some tasks.")
 	resyncs       = counter("resyncs_total", "Tenants re-read after their subscription was re-established.")
@@ -132,7 +134,7 @@ var (
 	staleness    = prometheus.NewDesc("pushd_snapshot_staleness_seconds", "Time from a snapshot's updated_at to its write to a client, per task event of a change (notification, poll, stream), not of a subscription's initial state. Includes clock skew with the Task State Service.", nil, nil)
 
 	all = []metric{connections, mode, modeSwitches, opened, notifications, fetches, fetchErrors, delivered, conflated,
-		dropped, disconnects, heartbeats, polls, pollErrors, resyncs, busRetries,
+		dropped, disconnects, heartbeats, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
 		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard,
 		streamsTailed, streamLength, streamEntries, streamReads, streamMalformed, streamCatchUps, tailResyncs,
@@ -175,6 +177,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	emit(disconnects, float64(st.WriteErrors.Load()+st.SlowClosed.Load()), "slow_client")
 	emit(disconnects, float64(st.ExpiredClosed.Load()), "token_expired")
 	emit(heartbeats, float64(st.Heartbeats.Load()))
+	emit(backlogged, float64(st.Backlogged.Load()))
+	emit(readsLimited, float64(st.ReadsLimited.Load()))
 	emit(polls, float64(st.Polls.Load()))
 	emit(pollErrors, float64(st.PollErrors.Load()))
 	emit(resyncs, float64(st.Resyncs.Load()))

@@ -60,6 +60,9 @@ func TestSubscribeFloodStaysWithinReadBudget(t *testing.T) {
 	if queries > budget {
 		t.Fatalf("the flood caused %d PostgreSQL queries in %v, want at most its budget %d", queries, elapsed, budget)
 	}
+	if got := scrape(t, s.URL)["pushd_subscribe_reads_limited_total"]; got != float64(limited) {
+		t.Fatalf("pushd_subscribe_reads_limited_total %v, want the %d ids refused", got, limited)
+	}
 
 	// Another user of the tenant, and another tenant, read as before.
 	for _, who := range []struct{ tenant, user, task string }{{"t1", "neighbour", own}, {"t2", "u2", other}} {
