@@ -21,6 +21,9 @@
 //   sets the delay instead. An EventSource cannot see status codes, so after
 //   a connection that failed before its hello the client probes the same URL
 //   with fetch to read the status.
+// - Asks again for ids the server refused rate_limited (its read budget for
+//   the user) once their retry_after_ms has passed, plus jitter: a
+//   subscribe of those ids on WebSocket, a reconnect with the cursor on SSE.
 // - Falls back to polling GET /v1/tasks?ids= (and a project's task list)
 //   when it cannot hold a stream: after repeated failures, or when no hello
 //   arrives in time (a proxy that buffers the response); it keeps trying to
@@ -109,6 +112,7 @@ export class PushdClient extends EventTarget {
   #wsReqID = 0;
   #helloSeen = false;
   #helloTimer = null;
+  #limitTimer = null; // asks again for ids refused rate_limited
   #retryTimer = null;
   #hintMs = null; // a server's reconnect hint for the next attempt
   #attempt = 0; // reconnects since the last hello, for the backoff
@@ -319,6 +323,14 @@ export class PushdClient extends EventTarget {
         // The server's "event: error": a refused subscription, not a failure.
         const m = json(e);
         if (m?.code === 'token_expired') this.#tokenValue = null; // the stream ends next; reconnect with a new one
+        if (m?.code === 'rate_limited') {
+          // An SSE stream's subscription is its URL: ask again by
+          // reconnecting (with the cursor) once the budget allows.
+          this.#afterLimit(gen, [m], () => {
+            this.#hintMs = 0;
+            this.#fail(gen, { reason: 'rate_limited', probe: false });
+          });
+        }
         if (m) this.#emit('error', m);
         return;
       }
@@ -365,9 +377,22 @@ export class PushdClient extends EventTarget {
         case 'hello': this.#hello(m); break;
         case 'task': if (m.task) this.#offer(m.task, 'ws'); break;
         case 'mode': this.#mode(m); break;
-        case 'ack':
+        case 'ack': {
+          const limited = (m.rejected || []).filter((r) => r.code === 'rate_limited');
+          if (limited.length) {
+            this.#afterLimit(gen, limited, () => {
+              const req = { op: 'subscribe', id: ++this.#wsReqID, tasks: [], projects: [] };
+              for (const r of limited) {
+                if (r.task_id) req.tasks.push(r.task_id);
+                else if (r.project_id) req.projects.push(r.project_id);
+                else req.scope = 'user';
+              }
+              this.#send(req);
+            });
+          }
           for (const r of m.rejected || []) this.#emit('error', r);
           break;
+        }
         case 'error':
           if (m.code === 'token_expired') this.#tokenValue = null;
           this.#emit('error', m);
@@ -435,6 +460,24 @@ export class PushdClient extends EventTarget {
     this.#emitState();
   }
 
+  // #afterLimit runs ask once the longest retry_after_ms of the refusals
+  // has passed, plus up to half of it again so that a page's many
+  // connections do not come back together; refusals arriving meanwhile
+  // join the same wait on SSE, and ask for their own ids on WebSocket.
+  #afterLimit(gen, refusals, ask) {
+    const wait = Math.max(1, ...refusals.map((r) => Number(r.retry_after_ms) || 1000));
+    const delay = wait + Math.random() * wait / 2;
+    if (this.#transport === 'sse') {
+      if (this.#limitTimer) return;
+      this.#limitTimer = setTimeout(() => {
+        this.#limitTimer = null;
+        if (gen === this.#gen) ask();
+      }, delay);
+      return;
+    }
+    setTimeout(() => gen === this.#gen && ask(), delay);
+  }
+
   #hint(afterMs) {
     // Used when the connection ends, which the server does next.
     if (typeof afterMs === 'number' && afterMs >= 0) this.#hintMs = afterMs;
@@ -500,6 +543,8 @@ export class PushdClient extends EventTarget {
   #teardown() {
     clearTimeout(this.#helloTimer);
     this.#helloTimer = null;
+    clearTimeout(this.#limitTimer);
+    this.#limitTimer = null;
     if (this.#es) {
       this.#es.close();
       this.#es = null;
