@@ -250,8 +250,12 @@ func (c *Controller) flushReleases() {
 	c.leases.mu.Lock()
 	rel := c.leases.released
 	c.leases.released = nil
-	expired := c.leases.expired
-	if len(expired) > 0 {
+	// Taken only when it holds something, and then replaced: an empty map
+	// kept here would still be the one purgeLater writes to, and reading
+	// it below, outside the lock, would race with it.
+	var expired map[string]deadLease
+	if len(c.leases.expired) > 0 {
+		expired = c.leases.expired
 		c.leases.expired = make(map[string]deadLease)
 	}
 	c.leases.mu.Unlock()
