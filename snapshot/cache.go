@@ -135,3 +135,20 @@ func (c *cache[V]) len() int {
 	}
 	return n
 }
+
+// raise stores v under key unless a higher value is stored: update for
+// versions, without a closure to allocate on every notification.
+func raise(c *cache[int64], key string, v int64) {
+	sh := c.shard(key)
+	now := monotime()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	old, present := sh.m[key]
+	if present && old.v > v {
+		v = old.v
+	}
+	if !present && len(sh.m) >= c.shardCap {
+		sh.evict(now, c.shardCap-c.shardCap/8)
+	}
+	sh.m[key] = cacheItem[int64]{v: v, exp: now + c.ttl}
+}

@@ -148,9 +148,13 @@ type Store struct {
 	// sem holds a token per PostgreSQL query in flight.
 	sem chan struct{}
 
-	tasks   *cache[*Snapshot]   // newest snapshot seen per task id
-	missing *cache[struct{}]    // task ids known to be absent
-	lists   *cache[[]*Snapshot] // list results per listKey
+	tasks   *cache[*Snapshot] // newest snapshot seen per task id
+	missing *cache[struct{}]  // task ids known to be absent
+	// observed is the highest version notifications announced per task,
+	// recently: a read that would answer older (a cached copy, or a fetch
+	// in flight from before the change) is not the task's current state.
+	observed *cache[int64]
+	lists    *cache[[]*Snapshot] // list results per listKey
 
 	flights     singleflight.Group // Redis, then PostgreSQL, per task id
 	dbFlights   singleflight.Group // PostgreSQL only, per task id
@@ -192,6 +196,9 @@ func NewStore(cfg Config) *Store {
 		// the long-lived one.
 		missing: newCache[struct{}](min(cfg.NegativeTTL, cfg.CacheTTL), negativeCacheCap),
 		lists:   newCache[[]*Snapshot](cfg.ListCacheTTL, listCacheCap),
+		// Longer than any fetch runs, so a fetch that started before a
+		// change was announced cannot outlive what the announcement said.
+		observed: newCache[int64](2*cfg.FetchTimeout, taskCacheCap),
 	}
 }
 
@@ -264,6 +271,12 @@ func (s *Store) countRefusal(err error) error {
 func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*Snapshot, error) {
 	if !ValidID(taskID) {
 		return nil, ErrInvalidID
+	}
+	// A subscriber's read (atLeast 0) may come after the notification of
+	// the task's newest version was heard and before it was watched: it
+	// must answer with that version, not one cached or fetched before it.
+	if v, ok := s.observed.get(taskID); ok && v > atLeast {
+		atLeast = v
 	}
 	if snap, ok := s.tasks.get(taskID); ok && snap.Version >= atLeast {
 		s.stats.cacheHits.Add(1)
@@ -470,6 +483,7 @@ func (s *Store) Cached(taskID string) bool {
 // or not, so a connection that subscribes later never starts from a copy
 // this node knows is stale. It does no I/O.
 func (s *Store) Observe(taskID string, version int64) {
+	raise(s.observed, taskID, version)
 	if snap, ok := s.tasks.get(taskID); ok && snap.Version < version {
 		s.tasks.delete(taskID)
 	}
