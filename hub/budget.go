@@ -25,9 +25,9 @@ func (b *readBudgets) init(perSecond float64, burst int) {
 	b.buckets = make(map[key]*rate.Limiter)
 }
 
-// take takes n reads for the user and reports how many it got; when short,
-// wait is how long until the next read is allowed.
-func (b *readBudgets) take(k key, n int, now time.Time) (got int, wait time.Duration) {
+// take takes one read for the user and reports whether it got it; when
+// not, wait is how long until the next one is allowed.
+func (b *readBudgets) take(k key, now time.Time) (ok bool, wait time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	lim := b.buckets[k]
@@ -35,16 +35,12 @@ func (b *readBudgets) take(k key, n int, now time.Time) (got int, wait time.Dura
 		lim = rate.NewLimiter(b.perSecond, b.burst)
 		b.buckets[k] = lim
 	}
-	got = min(n, int(lim.TokensAt(now)))
-	if got > 0 {
-		lim.AllowN(now, got)
+	r := lim.ReserveN(now, 1)
+	if wait = r.DelayFrom(now); wait > 0 {
+		r.CancelAt(now) // a refused read takes nothing from the bucket
+		return false, wait
 	}
-	if got < n {
-		r := lim.ReserveN(now, 1)
-		wait = r.DelayFrom(now)
-		r.CancelAt(now)
-	}
-	return got, wait
+	return true, 0
 }
 
 // sweep forgets the buckets that have refilled: they are as a new one.

@@ -311,8 +311,8 @@ type readBudget struct {
 
 func (b *readBudget) take() bool {
 	if !b.spent {
-		got, wait := b.h.budgets.take(b.k, 1, b.now)
-		if got == 1 {
+		ok, wait := b.h.budgets.take(b.k, b.now)
+		if ok {
 			return true
 		}
 		b.spent, b.wait = true, wait

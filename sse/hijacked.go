@@ -67,7 +67,7 @@ func hijack(w http.ResponseWriter) (net.Conn, bool) {
 // connection has no goroutine. The hub's writers write to it; the reaper
 // notices a client that went away and closes what the hub ends.
 func (h *Handler) serveHijacked(conn net.Conn, head string, p hub.Principal, sub hub.Subscription) {
-	setSendBuffer(conn, h.cfg.SendBuffer)
+	backlog.SetSendBuffer(conn, h.cfg.SendBuffer)
 	conn.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
 	if _, err := conn.Write([]byte(head)); err != nil {
 		conn.Close()
@@ -263,11 +263,4 @@ func (r *reaper) close() {
 			<-r.finished
 		}
 	})
-}
-
-// setSendBuffer sets a TCP connection's send buffer; n <= 0 leaves it.
-func setSendBuffer(conn net.Conn, n int) {
-	if tc, ok := conn.(*net.TCPConn); ok && n > 0 {
-		tc.SetWriteBuffer(n)
-	}
 }

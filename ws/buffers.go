@@ -34,9 +34,7 @@ func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if brw.Writer.Buffered() > 0 {
 		brw.Flush() // net/http wrote nothing of ours; be sure
 	}
-	if tc, ok := conn.(*net.TCPConn); ok && s.sink.sendBuffer > 0 {
-		tc.SetWriteBuffer(s.sink.sendBuffer)
-	}
+	backlog.SetSendBuffer(conn, s.sink.sendBuffer)
 	s.sink.bw = backlog.New(conn, s.sink.timeout, s.sink.drained)
 	r := brw.Reader
 	if r.Buffered() == 0 {

@@ -80,6 +80,15 @@ func (w *Writer) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// SetSendBuffer sets a TCP connection's socket send buffer (SO_SNDBUF),
+// which bounds what the kernel holds for a peer that stopped reading
+// before a Writer keeps the rest; n <= 0 leaves the kernel's autotuning.
+func SetSendBuffer(conn net.Conn, n int) {
+	if tc, ok := conn.(*net.TCPConn); ok && n > 0 {
+		tc.SetWriteBuffer(n)
+	}
+}
+
 // NotifyWhenDrained reports whether bytes are still waiting to be written;
 // if so, drained is called once they are, or once writing them failed.
 func (w *Writer) NotifyWhenDrained() bool {
