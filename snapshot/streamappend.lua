@@ -7,13 +7,27 @@
 -- incarnation (first write, or Redis lost it): its first id becomes the
 -- epoch, so readers holding ids of the old one notice. A missing epoch key on
 -- a live stream is replaced too: readers then see a new epoch and resync,
--- which is always safe. Returns the new entry's id.
+-- which is always safe. A stream recreated within the millisecond its
+-- previous incarnation began would get that incarnation's first id, and so
+-- its epoch: it takes the next id instead, so the epoch always changes.
+-- Returns the new entry's id.
 local function append(stream, epoch, maxlen, task, version, etype, project, user, occurred)
   local fresh = redis.call('EXISTS', stream) == 0
-  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
-    'task_id', task, 'version', version, 'event_type', etype,
-    'project_id', project, 'user_id', user, 'occurred_at', occurred)
-  if fresh or redis.call('EXISTS', epoch) == 0 then
+  local function xadd(id)
+    return redis.call('XADD', stream, 'MAXLEN', '~', maxlen, id,
+      'task_id', task, 'version', version, 'event_type', etype,
+      'project_id', project, 'user_id', user, 'occurred_at', occurred)
+  end
+  local id = xadd('*')
+  if fresh then
+    local old = redis.call('GET', epoch)
+    if old == id then
+      local ms, seq = string.match(old, '^(%d+)-(%d+)$')
+      redis.call('DEL', stream)
+      id = xadd(ms .. '-' .. string.format('%.0f', tonumber(seq) + 1))
+    end
+    redis.call('SET', epoch, id)
+  elseif redis.call('EXISTS', epoch) == 0 then
     redis.call('SET', epoch, id)
   end
   return id

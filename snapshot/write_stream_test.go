@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/pushd/pushd/snapshot"
@@ -94,4 +95,40 @@ func TestWriteWithoutStreamAppendsNothing(t *testing.T) {
 	if n := r.Client.Exists(ctx, r.Names.Stream(tenant), r.Names.StreamEpoch(tenant)).Val(); n != 0 {
 		t.Fatalf("%d stream keys exist after a write without a stream", n)
 	}
+}
+
+// A stream lost and recreated at once, many times over, gets a new epoch
+// each time, even when the new incarnation begins within the millisecond
+// the old one did and so would get its first id.
+func TestRecreatedStreamAlwaysGetsANewEpoch(t *testing.T) {
+	t.Parallel()
+	r := testenv.SharedRedis(t)
+	ctx := ctxT(t)
+	tenant := testenv.UniqueID("tenant")
+	id := testenv.UniqueID("task")
+	stream, epochKey := r.Names.Stream(tenant), r.Names.StreamEpoch(tenant)
+	const rounds = 300
+	prev := ""
+	sameMS := 0
+	for v := int64(1); v <= rounds; v++ {
+		if err := r.Client.Del(ctx, stream).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := snapshot.WriteStream(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", v), 0, "", nil, 1000); err != nil || !ok {
+			t.Fatalf("WriteStream v%d = %v, %v", v, ok, err)
+		}
+		entries, err := r.Client.XRange(ctx, stream, "-", "+").Result()
+		if err != nil || len(entries) != 1 {
+			t.Fatalf("v%d: stream holds %v (%v), want one entry", v, entries, err)
+		}
+		epoch := r.Client.Get(ctx, epochKey).Val()
+		if epoch != entries[0].ID || epoch == prev {
+			t.Fatalf("v%d: epoch %q, first id %s, previous epoch %q: want the first id, new", v, epoch, entries[0].ID, prev)
+		}
+		if prevMS, _, _ := strings.Cut(prev, "-"); prev != "" && strings.HasPrefix(epoch, prevMS+"-") {
+			sameMS++
+		}
+		prev = epoch
+	}
+	t.Logf("%d of %d incarnations began in the millisecond of the one before", sameMS, rounds)
 }
