@@ -104,6 +104,7 @@ var (
 	streamLength    = gauge("stream_length_entries", "Entries in the streams the node tails, as of their last check: the sum, and the longest.", "stat")
 	streamEntries   = counter("stream_entries_total", "Stream entries read and delivered to the hub.")
 	streamReads     = counter("stream_reads_total", "XREAD calls, by result: ok or error.", "result")
+	streamRechecks  = counter("stream_rechecks_total", "Times a stream reader checked its tails again before reading on, because a read failed or ran on a new connection (a restarted or promoted Redis).")
 	streamMalformed = counter("stream_malformed_total", "Stream entries skipped for lacking a valid task_id or version.")
 	streamCatchUps  = counter("stream_catchups_total", "Pub/Sub gaps (lost subscription, resubscribed tenant) the stream closed without re-reading.")
 	tailResyncs     = counter("stream_tail_resyncs_total", "Tenants re-read because their tail could not continue, by reason: trimmed, epoch (stream recreated), backwards (stream lost), start.", "reason")
@@ -137,7 +138,7 @@ var (
 		dropped, disconnects, heartbeats, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
 		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard,
-		streamsTailed, streamLength, streamEntries, streamReads, streamMalformed, streamCatchUps, tailResyncs,
+		streamsTailed, streamLength, streamEntries, streamReads, streamRechecks, streamMalformed, streamCatchUps, tailResyncs,
 		resumes, replayed, resumeTasks, resumeFallbacks,
 		admAllowed, admRejected, admFallbacks, admStoreErrors, admStoreUp, leases, leaseEvents, reconciles, reconcileDiff, sessionsClosed,
 		connsOpen, ssePush, wsPush, reconnects, refetch, sfShared, pubsubLosses}
@@ -239,6 +240,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		emit(streamEntries, float64(ts.Entries))
 		emit(streamReads, float64(ts.Reads), "ok")
 		emit(streamReads, float64(ts.ReadErrors), "error")
+		emit(streamRechecks, float64(ts.Rechecks))
 		emit(streamMalformed, float64(ts.Malformed))
 		emit(streamCatchUps, float64(st.CatchUps.Load()))
 		for reason, n := range ts.TailResyncs {

@@ -37,6 +37,7 @@ var LagBuckets = [...]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1,
 
 type counters struct {
 	reads, readErrors, entries, applyErrors, malformed atomic.Int64
+	rechecks                                           atomic.Int64
 	replays, replayed                                  atomic.Int64
 	fallbacks                                          [len(fallbackReasons)]atomic.Int64
 	resyncs                                            [len(resyncReasons)]atomic.Int64
@@ -65,6 +66,7 @@ type Stats struct {
 	MaxLength   int64 // the longest of them, as of the last check
 	Reads       int64 // XREAD calls (on a cluster, pipelined rounds) that answered
 	ReadErrors  int64 // XREAD calls (on a cluster, rounds) that failed
+	Rechecks    int64 // times a reader checked its tails again before reading on: a read failed, or ran on a connection new since the last check
 	Entries     int64 // entries read and delivered to the hub
 	Malformed   int64 // entries skipped: no valid task_id or version
 	ApplyErrors int64 // batches the hub could not deliver (retried)
@@ -81,7 +83,7 @@ type Stats struct {
 
 func (c *counters) stats() Stats {
 	s := Stats{
-		Reads: c.reads.Load(), ReadErrors: c.readErrors.Load(), Entries: c.entries.Load(),
+		Reads: c.reads.Load(), ReadErrors: c.readErrors.Load(), Rechecks: c.rechecks.Load(), Entries: c.entries.Load(),
 		Malformed: c.malformed.Load(), ApplyErrors: c.applyErrors.Load(),
 		Replays: c.replays.Load(), Replayed: c.replayed.Load(),
 		ResumeFallbacks: make(map[string]int64, len(fallbackReasons)),

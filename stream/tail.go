@@ -725,6 +725,9 @@ func (r *reader) sleep(d time.Duration) bool {
 
 // distrust takes the tails out of Covers until a check clears them.
 func (r *reader) distrust(tails []*tail) {
+	if !r.doubt {
+		r.t.stats.rechecks.Add(1)
+	}
 	r.doubt = true
 	r.t.mu.Lock()
 	for _, tl := range tails {
