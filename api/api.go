@@ -41,7 +41,8 @@ type Config struct {
 	WS        *ws.Handler
 
 	// APIKey guards POST /v1/publish (header X-API-Key). Empty means only
-	// loopback callers may publish.
+	// loopback callers may publish: the TCP peer and, behind
+	// TrustedProxies, the client the proxy names.
 	APIKey string
 	// Ready reports the state of each snapshot source by name ("ok",
 	// "down" or "not configured", never why: /readyz is public) and an
@@ -382,7 +383,7 @@ type publishResult struct {
 }
 
 func (s *server) publish(c echo.Context) error {
-	if err := s.checkAPIKey(c.Request()); err != nil {
+	if err := s.checkAPIKey(c); err != nil {
 		return err
 	}
 	if err := onlyParams(c); err != nil {
@@ -421,10 +422,14 @@ func (s *server) publish(c echo.Context) error {
 	return c.JSON(http.StatusOK, publishResult{Written: written, TaskID: snap.TaskID, Version: snap.Version})
 }
 
-func (s *server) checkAPIKey(r *http.Request) error {
+func (s *server) checkAPIKey(c echo.Context) error {
+	r := c.Request()
 	if s.cfg.APIKey == "" {
+		// Both the peer and the client it names (c.RealIP, the peer itself
+		// unless it is a trusted proxy): a proxy on this host is a loopback
+		// peer whoever its client is.
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		if !isLoopback(host) || !isLoopback(c.RealIP()) {
 			return fail(http.StatusForbidden, httperr.Forbidden, "publishing without an API key is allowed from loopback only")
 		}
 		return nil
@@ -437,6 +442,11 @@ func (s *server) checkAPIKey(r *http.Request) error {
 		return fail(http.StatusUnauthorized, httperr.Unauthorized, "invalid API key")
 	}
 	return nil
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (s *server) healthz(c echo.Context) error {

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -119,5 +120,71 @@ func TestPublishKey(t *testing.T) {
 	}
 	if strings.Contains(out, key) {
 		t.Errorf("the key is in the log:\n%s", out)
+	}
+}
+
+// Without Config.APIKey only loopback callers may publish: the TCP peer
+// must be a loopback address, and behind a trusted proxy so must be the
+// client it names, since a proxy on the same host makes every client's
+// peer loopback. X-Forwarded-For or X-Real-IP from anyone else cannot make
+// a caller loopback. Refusals are 403 forbidden and store nothing.
+func TestPublishWithoutKeyOnlyFromLoopback(t *testing.T) {
+	rd := testenv.SharedRedis(t)
+	pub := fanout.NewRedisPublisher(rd.Client, rd.Names)
+	cidr := func(s string) *net.IPNet {
+		_, n, err := net.ParseCIDR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	direct := api.New(api.Config{Publisher: pub})
+	remoteLB := api.New(api.Config{Publisher: pub, TrustedProxies: []*net.IPNet{cidr("203.0.113.0/24")}})
+	localProxy := api.New(api.Config{Publisher: pub, TrustedProxies: []*net.IPNet{cidr("127.0.0.1/32")}})
+
+	// Over a real socket, the test is a loopback caller.
+	srv := httptest.NewServer(direct)
+	t.Cleanup(srv.Close)
+	task := testenv.UniqueID("task")
+	if r := do(t, srv.URL, req{method: "POST", path: "/v1/publish", body: doc(task, "t1", 1, "")}); r.status != http.StatusOK {
+		t.Fatalf("loopback caller: %d %q", r.status, r.body)
+	}
+	if s := stored(t, rd, task); s == nil || s.Version != 1 {
+		t.Fatalf("loopback caller: stored %+v", s)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		h       http.Handler
+		remote  string
+		header  map[string]string
+		allowed bool
+	}{
+		{"127.0.0.1", direct, "127.0.0.1:4000", nil, true},
+		{"127.0.0.2", direct, "127.0.0.2:4000", nil, true},
+		{"::1", direct, "[::1]:4000", nil, true},
+		{"remote IPv4", direct, "203.0.113.7:4000", nil, false},
+		{"remote IPv6", direct, "[2001:db8::1]:4000", nil, false},
+		{"unparsable peer", direct, "somewhere", nil, false},
+		{"remote claiming loopback in X-Forwarded-For", direct, "203.0.113.7:4000", map[string]string{"X-Forwarded-For": "127.0.0.1"}, false},
+		{"remote claiming loopback in X-Real-IP", direct, "203.0.113.7:4000", map[string]string{"X-Real-IP": "127.0.0.1"}, false},
+		{"trusted remote LB naming loopback", remoteLB, "203.0.113.7:4000", map[string]string{"X-Forwarded-For": "127.0.0.1"}, false},
+		{"local proxy without X-Forwarded-For", localProxy, "127.0.0.1:4000", nil, true},
+		{"local proxy naming a loopback client", localProxy, "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "127.0.0.1"}, true},
+		{"local proxy naming a remote client", localProxy, "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "198.51.100.9"}, false},
+		{"local proxy, remote client claiming loopback", localProxy, "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "127.0.0.1, 198.51.100.9"}, false},
+	} {
+		task := testenv.UniqueID("task")
+		r := serveFrom(tc.h, tc.remote, req{method: "POST", path: "/v1/publish", header: tc.header, body: doc(task, "t1", 1, "")})
+		s := stored(t, rd, task)
+		switch {
+		case tc.allowed && (r.status != http.StatusOK || s == nil):
+			t.Errorf("%s: %d %q, stored %v; want it published", tc.name, r.status, r.body, s != nil)
+		case !tc.allowed:
+			wantError(t, tc.name, r, http.StatusForbidden, "forbidden")
+			if s != nil {
+				t.Errorf("%s: refused, yet stored", tc.name)
+			}
+		}
 	}
 }
