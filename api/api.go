@@ -220,8 +220,13 @@ func (s *server) authed(h func(echo.Context, hub.Principal) error) echo.HandlerF
 // onlyParams refuses query parameters other than allowed (and access_token,
 // which any authenticated endpoint takes).
 func onlyParams(c echo.Context, allowed ...string) error {
+	return exactParams(c, append(allowed, "access_token")...)
+}
+
+// exactParams refuses query parameters other than allowed.
+func exactParams(c echo.Context, allowed ...string) error {
 	for k := range c.QueryParams() {
-		if k != "access_token" && !slices.Contains(allowed, k) {
+		if !slices.Contains(allowed, k) {
 			return fail(http.StatusBadRequest, httperr.UnknownParameter, "unknown parameter "+httperr.Truncate(strconv.Quote(k), 64))
 		}
 	}
@@ -386,7 +391,9 @@ func (s *server) publish(c echo.Context) error {
 	if err := s.checkAPIKey(c); err != nil {
 		return err
 	}
-	if err := onlyParams(c); err != nil {
+	// Not even access_token: publishing takes no token, and a key put
+	// there by mistake would otherwise pass unnoticed into access logs.
+	if err := exactParams(c); err != nil {
 		return err
 	}
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, snapshot.MaxSize+1))

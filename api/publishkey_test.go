@@ -72,6 +72,7 @@ func TestPublishKey(t *testing.T) {
 		// With the right header the query is still no place for a key: the
 		// parameter is refused, without its value in the message.
 		{"right header and ?api_key=", "?api_key=" + key, map[string]string{"X-API-Key": key}, 400, "unknown_parameter"},
+		{"right header and ?access_token=", "?access_token=" + key, map[string]string{"X-API-Key": key}, 400, "unknown_parameter"},
 	} {
 		task := testenv.UniqueID("task")
 		r := do(t, srv.URL, req{method: "POST", path: "/v1/publish" + tc.query, header: tc.header, body: doc(task, tenant, 1, "")})
