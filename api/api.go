@@ -41,7 +41,8 @@ type Config struct {
 	WS        *ws.Handler
 
 	// APIKey guards POST /v1/publish (header X-API-Key). Empty means only
-	// loopback callers may publish.
+	// loopback callers may publish: the TCP peer and, behind
+	// TrustedProxies, the client the proxy names.
 	APIKey string
 	// Ready reports the state of each snapshot source by name ("ok",
 	// "down" or "not configured", never why: /readyz is public) and an
@@ -219,8 +220,13 @@ func (s *server) authed(h func(echo.Context, hub.Principal) error) echo.HandlerF
 // onlyParams refuses query parameters other than allowed (and access_token,
 // which any authenticated endpoint takes).
 func onlyParams(c echo.Context, allowed ...string) error {
+	return exactParams(c, append(allowed, "access_token")...)
+}
+
+// exactParams refuses query parameters other than allowed.
+func exactParams(c echo.Context, allowed ...string) error {
 	for k := range c.QueryParams() {
-		if k != "access_token" && !slices.Contains(allowed, k) {
+		if !slices.Contains(allowed, k) {
 			return fail(http.StatusBadRequest, httperr.UnknownParameter, "unknown parameter "+httperr.Truncate(strconv.Quote(k), 64))
 		}
 	}
@@ -382,10 +388,12 @@ type publishResult struct {
 }
 
 func (s *server) publish(c echo.Context) error {
-	if err := s.checkAPIKey(c.Request()); err != nil {
+	if err := s.checkAPIKey(c); err != nil {
 		return err
 	}
-	if err := onlyParams(c); err != nil {
+	// Not even access_token: publishing takes no token, and a key put
+	// there by mistake would otherwise pass unnoticed into access logs.
+	if err := exactParams(c); err != nil {
 		return err
 	}
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, snapshot.MaxSize+1))
@@ -421,10 +429,14 @@ func (s *server) publish(c echo.Context) error {
 	return c.JSON(http.StatusOK, publishResult{Written: written, TaskID: snap.TaskID, Version: snap.Version})
 }
 
-func (s *server) checkAPIKey(r *http.Request) error {
+func (s *server) checkAPIKey(c echo.Context) error {
+	r := c.Request()
 	if s.cfg.APIKey == "" {
+		// Both the peer and the client it names (c.RealIP, the peer itself
+		// unless it is a trusted proxy): a proxy on this host is a loopback
+		// peer whoever its client is.
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		if !isLoopback(host) || !isLoopback(c.RealIP()) {
 			return fail(http.StatusForbidden, httperr.Forbidden, "publishing without an API key is allowed from loopback only")
 		}
 		return nil
@@ -437,6 +449,11 @@ func (s *server) checkAPIKey(r *http.Request) error {
 		return fail(http.StatusUnauthorized, httperr.Unauthorized, "invalid API key")
 	}
 	return nil
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (s *server) healthz(c echo.Context) error {
