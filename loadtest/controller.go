@@ -523,6 +523,10 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 	}
 	r.logf("started: redis :%d, database %s, pushd :%d, %d workers", rport, r.db.name, sport, cfg.Workers)
 
+	// The server at rest before anyone connects: what it must come back to
+	// once every client is gone.
+	_, baseline := r.samp.settled(ctx, 2)
+
 	scenario := map[string]func(context.Context, *run) error{
 		"idle": runIdle, "fanout": runFanout, "churn": runChurn, "storm": runStorm, "outage": runOutage, "stall": runStall,
 	}[cfg.Scenario]
@@ -532,8 +536,60 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		}
 		return res, err
 	}
-	return res, nil
+	return res, r.disconnectAll(ctx, baseline)
 }
+
+// goroutineSlack is how many goroutines above its pre-connect baseline the
+// server may keep once every client is gone: what it starts on first use
+// (0 to 2 measured), far below one per client (the smallest run has 50).
+// SSE connections hold no goroutine while idle, so pushd_connections is
+// checked as well.
+const goroutineSlack = 5
+
+// disconnectAll closes every client and waits until the server holds no
+// connection and its goroutines are back within goroutineSlack of
+// baseline; a server that keeps them fails the run.
+func (r *run) disconnectAll(ctx context.Context, baseline float64) error {
+	if _, err := r.all(ctx, func(int) command { return command{Cmd: "close"} }, "closed", 30*time.Second); err != nil {
+		return err
+	}
+	closed := time.Now()
+	deadline := closed.Add(disconnectWait)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var g, conns float64
+	for {
+		m := r.scrape(ctx)
+		g, conns = m["go_goroutines"], m["pushd_connections"]
+		if g > 0 && conns == 0 && g <= baseline+goroutineSlack {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.res.fig("goroutines_baseline", baseline, "", false)
+			r.res.fig("goroutines_after_disconnect", g, "", false)
+			r.res.fig("connections_after_disconnect", conns, "", false)
+			r.res.fail("SERVER KEPT GOROUTINES: %v goroutines and %v connections %v after every client disconnected, want at most the %v before anyone connected + %d",
+				g, conns, disconnectWait, baseline, goroutineSlack)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	r.logf("server back to %v goroutines (baseline %v) %v after every client disconnected", g, baseline, time.Since(closed).Round(time.Millisecond))
+	r.res.fig("goroutines_baseline", baseline, "", false)
+	r.res.fig("goroutines_after_disconnect", g, "", false)
+	r.res.fig("connections_after_disconnect", conns, "", false)
+	r.res.fig("disconnect_settle_s", time.Since(closed).Seconds(), "s", false)
+	return nil
+}
+
+// disconnectWait bounds how long the server may take to release every
+// closed client: an idle SSE connection whose client left is found by the
+// disconnect check, every 5 s.
+const disconnectWait = 15 * time.Second
 
 // quietRedis drops go-redis's own log lines: a Redis killed on purpose would
 // otherwise print one per failed dial. The publisher counts its errors.

@@ -109,6 +109,8 @@ func runTiny(t *testing.T, cfg config) *result {
 	res.report(&buf)
 	t.Log(buf.String())
 	t.Log(res.row())
+	// Every scenario: every live connection holds its task's last version
+	// and none saw a version go backwards.
 	c := res.Convergence
 	if c == nil {
 		t.Fatal("no convergence report")
@@ -124,6 +126,15 @@ func runTiny(t *testing.T, cfg config) *result {
 	}
 	if len(res.Samples) == 0 || res.Samples[len(res.Samples)-1].RSSKB == 0 {
 		t.Error("no samples of the server")
+	}
+	// Once every client is gone the server is back to what it held before
+	// anyone connected (disconnectAll waited for it, with a deadline).
+	base, after := figureOf(t, res, "goroutines_baseline"), figureOf(t, res, "goroutines_after_disconnect")
+	if base <= 0 || after > base+goroutineSlack {
+		t.Errorf("server goroutines %v after every client disconnected, want at most the %v before anyone connected + %d", after, base, goroutineSlack)
+	}
+	if n := figureOf(t, res, "connections_after_disconnect"); n != 0 {
+		t.Errorf("the server holds %v connections after every client disconnected", n)
 	}
 	return res
 }

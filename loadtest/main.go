@@ -12,7 +12,8 @@
 // (Redis killed and restarted under load), stall (healthy clients alone,
 // then beside clients that subscribe and never read). Each run writes a
 // JSON result (-out) and prints a markdown table row for docs/BENCHMARKS.md; it exits
-// non-zero when a connection did not converge or saw a version go backwards.
+// non-zero when a connection did not converge or saw a version go backwards,
+// or when the server kept connections or goroutines once every client left.
 //
 // The controller re-executes itself with -worker for each worker process;
 // workers read commands as JSON lines on stdin and answer on stdout.

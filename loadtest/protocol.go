@@ -11,7 +11,7 @@ import (
 
 // command is one controller → worker message; Cmd says which fields matter.
 type command struct {
-	Cmd string `json:"cmd"` // init, open, phase, expect, churn, wake, stall, convergence, cuts, report, quit
+	Cmd string `json:"cmd"` // init, open, phase, expect, churn, wake, stall, convergence, cuts, report, close, quit
 
 	// init
 	URL       string   `json:"url,omitempty"`
@@ -53,7 +53,7 @@ type command struct {
 
 // reply is one worker → controller message.
 type reply struct {
-	Type string `json:"type"` // ready, opened, stalled, progress, convergence, cuts, report, churned, log
+	Type string `json:"type"` // ready, opened, stalled, progress, convergence, cuts, report, churned, closed, log
 
 	// opened
 	Opened int `json:"opened,omitempty"`

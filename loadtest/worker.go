@@ -155,6 +155,11 @@ func (w *worker) handle(cmd command) {
 	case "report":
 		w.stopProgress()
 		w.send(reply{Type: "report", Report: w.report()})
+	case "close":
+		w.stopChurn()
+		w.stopStall()
+		w.closeAll()
+		w.send(reply{Type: "closed"})
 	default:
 		w.logf("unknown command %q", cmd.Cmd)
 	}

@@ -205,7 +205,13 @@ func TestRedisKilledClientsPollThenConverge(t *testing.T) {
 	for _, w := range ws {
 		w.waitMode(t, "polling")
 	}
-	t.Logf("every client in polling mode %v after Redis was killed", time.Since(killed).Round(time.Millisecond))
+	// The bus reports the loss at once (a refused redial, not a timeout);
+	// 3 s is the promise, measured in tens of milliseconds.
+	toPolling := time.Since(killed)
+	t.Logf("every client in polling mode %v after Redis was killed", toPolling.Round(time.Millisecond))
+	if toPolling > 3*time.Second {
+		t.Fatalf("every client in polling mode %v after Redis was killed, want within 3s", toPolling.Round(time.Millisecond))
+	}
 	wantMetric(t, s.URL, `pushd_mode{mode="polling"} 1`)
 	wantMetric(t, s.URL, `pushd_mode_switches_total 1`)
 
@@ -215,7 +221,13 @@ func TestRedisKilledClientsPollThenConverge(t *testing.T) {
 	for i, w := range ws {
 		w.waitVersion(t, 2, &last[i])
 	}
-	t.Logf("a change in PostgreSQL reached every client %v later (poll interval %v)", time.Since(written).Round(time.Millisecond), c.config().PollInterval)
+	// A poll round is due at most one jittered interval (+20 %) later;
+	// the second is for the round's read and the writes to six clients.
+	reached, poll := time.Since(written), c.config().PollInterval
+	t.Logf("a change in PostgreSQL reached every client %v later (poll interval %v)", reached.Round(time.Millisecond), poll)
+	if reached > poll+time.Second {
+		t.Fatalf("a change in PostgreSQL reached every client %v after it was written, want within the poll interval %v + 1s", reached.Round(time.Millisecond), poll)
+	}
 	resp, _ := httpDo(t, http.MethodGet, s.URL+"/readyz", "", "")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/readyz %d while PostgreSQL answers", resp.StatusCode)
@@ -271,10 +283,16 @@ func TestHalfOpenSubscriptionIsDetectedByLiveness(t *testing.T) {
 	}
 	// The link goes silent: no error, no close, nothing moves. New
 	// connections pass, so a node that notices and redials recovers.
+	stalled := time.Now()
 	proxy.Stall()
 	c.setSilently(t, task, 2) // a change the stalled subscription cannot carry
 	for i, w := range ws {
 		w.waitVersion(t, 2, &last[i])
+	}
+	resynced := time.Since(stalled)
+	t.Logf("every client had the change only a resync brings %v after the link stalled", resynced.Round(time.Millisecond))
+	if window := livenessWindow(cfg.LivenessInterval); resynced > window+resyncMargin {
+		t.Fatalf("every client had the change only a resync brings %v after the link stalled, want within the liveness window %v + %v", resynced.Round(time.Millisecond), window, resyncMargin)
 	}
 	c.write(t, task, 3, true)
 	for i, w := range ws {
@@ -420,6 +438,7 @@ func TestDrainSpreadsClosesAndClientsMoveToAnotherNode(t *testing.T) {
 	const drain = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
+	began := time.Now()
 	go a.Shutdown(ctx)
 	c.write(t, task, 2, true) // changes during the drain
 
@@ -435,9 +454,22 @@ func TestDrainSpreadsClosesAndClientsMoveToAnotherNode(t *testing.T) {
 	}
 	sort.Slice(ends, func(i, j int) bool { return ends[i].Before(ends[j]) })
 	spread := ends[n-1].Sub(ends[0])
-	t.Logf("%d closes spread over %v of a %v drain", n, spread.Round(time.Millisecond), drain)
+	t.Logf("%d closes spread over %v of a %v drain, the last %v after it began, at most %d within %v", n, spread.Round(time.Millisecond), drain,
+		ends[n-1].Sub(began).Round(time.Millisecond), mostWithin(ends, drain/10), drain/10)
 	if spread < drain/4 {
 		t.Fatalf("closes spread over %v, want at least a quarter of the %v drain period: a ramp, not a wall", spread, drain)
+	}
+	// The node closes in 10 batches over the first half of the drain (the
+	// last one at 0.9 of it), leaving the rest for clients to go; a quarter
+	// of the drain is the margin for the last batch to reach its clients.
+	// Closes spread over the whole drain, or left to its deadline, fail.
+	if last := ends[n-1].Sub(began); last > drain*3/4 {
+		t.Fatalf("the last close ended %v after the drain began, want within %v: the first half of the %v drain, plus a quarter as margin", last.Round(time.Millisecond), drain*3/4, drain)
+	}
+	// A batch is a tenth of the closes, 100 ms from the next: a tenth of
+	// the drain holds two or three. Half of them at once is a wall.
+	if most := mostWithin(ends, drain/10); most > n/2 {
+		t.Fatalf("%d of %d closes within %v, want at most half in any tenth of the %v drain", most, n, drain/10, drain)
 	}
 	// Each client reconnects to the other node with its cursor and
 	// converges on the version written during the drain.
@@ -457,6 +489,19 @@ func TestDrainSpreadsClosesAndClientsMoveToAnotherNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// mostWithin returns the most of the sorted times that fall within any
+// window of length d.
+func mostWithin(ts []time.Time, d time.Duration) int {
+	most, j := 0, 0
+	for i := range ts {
+		for ts[i].Sub(ts[j]) > d {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	return most
 }
 
 // reconnectAt resumes a stream with a Last-Event-ID and waits until the
@@ -577,3 +622,17 @@ func TestBothSourcesDownClientsKeepStateAndAreTold(t *testing.T) {
 		t.Fatalf("/readyz %d %s after recovery", resp.StatusCode, body)
 	}
 }
+
+// livenessWindow is how long a stalled subscription can go unnoticed with
+// the bus's LivenessInterval (fanout.RedisConfig): the first PUBLISH after
+// the stall goes out within an interval (+10 % jitter); the bus declares the
+// link dead once that acknowledged message stays unheard for its
+// LivenessTimeout (3 intervals), which it checks at each tick, one more
+// interval at most.
+func livenessWindow(interval time.Duration) time.Duration {
+	return 3*interval + 2*interval*11/10
+}
+
+// resyncMargin is the redial, the resubscription and the re-read that
+// follows it, on a loaded machine.
+const resyncMargin = time.Second
