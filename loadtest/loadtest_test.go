@@ -199,7 +199,10 @@ func TestScenarios(t *testing.T) {
 			})
 			t.Run("outage", func(t *testing.T) {
 				res := runTiny(t, tinyConfig("outage", transport))
-				figureOf(t, res, "to_polling_s")
+				// The promise the node's failure tests hold it to as well.
+				if s := figureOf(t, res, "to_polling_s"); s > 3 {
+					t.Errorf("the server reported polling %.3f s after Redis was killed, want within 3 s", s)
+				}
 				figureOf(t, res, "catch_up_s")
 				if res.Publisher.PGWrites == 0 {
 					t.Error("the publisher wrote no PostgreSQL row while Redis was down")
