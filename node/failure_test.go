@@ -327,12 +327,16 @@ func TestPostgresUnreachableRedisKeepsServing(t *testing.T) {
 func TestReconnectStormWithColdRedisQueriesEachTaskOnce(t *testing.T) {
 	c := newPrivateCluster(t)
 	cfg := c.config()
-	// Under -race on two cores shared with the other packages' tests
-	// (Chromium among them), a Redis read can take longer than the 750 ms
-	// a node gives it, and the node then treats Redis as down for a second,
-	// on purpose: it reads PostgreSQL without writing back (the Redis
-	// failure tests cover that). This test is about a storm against a cold
-	// but healthy Redis, so its reads get the time the machine needs.
+	// Under -race on two cores shared with other tests the process starves
+	// its own goroutines: a Redis read outlasts the 750 ms the default 3 s
+	// fetch timeout gives it, and the node treats Redis as down for a
+	// second, on purpose, reading PostgreSQL instead, once per task each
+	// time the task's in-process copy expires (104-133 queries with the
+	// default timeout and both cores busy; the Redis failure tests cover
+	// that mode). That is not the storm's second query per task, which was
+	// a Get and a GetMany of the task not sharing one; this test is about a
+	// storm against a cold but healthy Redis, so its reads get the time the
+	// machine needs.
 	cfg.SnapshotFetchTimeout = 12 * time.Second
 	s := startNode(t, cfg)
 	const tasks, clients = 100, 2000
@@ -363,14 +367,12 @@ func TestReconnectStormWithColdRedisQueriesEachTaskOnce(t *testing.T) {
 	}
 	st := s.Store().Stats()
 	t.Logf("%d clients over %d tasks: %d PostgreSQL queries, %d Redis reads, %d write-backs (%+v)", clients, tasks, st.DBQueries, st.RedisReads, st.WriteBacks, st)
-	// A loaded machine can fill the PostgreSQL queue: the clients whose
-	// reads were refused are told unavailable and the hub re-reads their
-	// tenant's tasks in batches, which may overlap a storm query still in
-	// flight. Those rounds are bounded; the storm itself is not allowed a
-	// second query per task.
-	retries := uint64(s.Hub().Stats().ReadRetries.Load())
-	if allowed := tasks + retries*((tasks+snapshot.MaxMany-1)/snapshot.MaxMany); st.DBQueries > allowed {
-		t.Fatalf("%d PostgreSQL queries for %d tasks and %d retry rounds, want at most one per task and one per retried batch", st.DBQueries, tasks, retries)
+	// Refused reads (a full PostgreSQL queue) are retried by the hub with
+	// GetMany, which shares the query of a task a Get is reading, so no
+	// path reads a task twice: at most one query and one row per task.
+	retries := s.Hub().Stats().ReadRetries.Load()
+	if st.DBQueries > tasks || st.DBHits > tasks {
+		t.Fatalf("%d PostgreSQL queries returning %d rows for %d tasks (%d rounds retrying refused reads), want each task read once", st.DBQueries, st.DBHits, tasks, retries)
 	}
 }
 

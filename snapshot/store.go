@@ -160,6 +160,13 @@ type Store struct {
 	dbFlights   singleflight.Group // PostgreSQL only, per task id
 	listFlights singleflight.Group // per listKey
 
+	// dbReads holds the PostgreSQL reads of tasks running now, by task id,
+	// registered from before they wait for a slot until what they read is
+	// cached and written back (readDB): Get's flights and GetMany's batches
+	// share them, so a task is not queried twice at once.
+	dbMu    sync.Mutex
+	dbReads map[string]*dbRead // guarded by dbMu
+
 	// redisRetryAt is the monotime before which reads skip Redis.
 	redisRetryAt atomic.Int64
 
@@ -411,21 +418,29 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 		return nil, unavailable(id, redisErr)
 	}
 
-	var snap *Snapshot
-	err := s.query(ctx, sqlTaskByID, []any{id}, func(row *Snapshot) { snap = row })
+	// dbOnly: Redis was older than announced, so only a read sent from now
+	// on will do.
+	res, err := s.readDB(ctx, []string{id}, atLeast, !dbOnly)
+	defer res.release() // once cached and written back
+	if err != nil {
+		return nil, unavailable(id, errors.Join(redisErr, err))
+	}
+	snap := res.found[id]
+	if len(res.rows)+len(res.absent) == 0 {
+		// Another read's (which caches and writes it back), or the cache's.
+		if snap == nil {
+			return nil, ErrNotFound
+		}
+		return s.cachedIfNewer(snap), nil
+	}
 	// Redis missed, lost a write, or was skipped: tell it what PostgreSQL
 	// said. Not after a Redis error: Redis is likely down, and waiting on it
 	// again would only delay the answer.
 	toRedis := s.rdb != nil && redisErr == nil && s.redisUsable()
-	switch {
-	case err != nil:
-		return nil, unavailable(id, errors.Join(redisErr, err))
-	case snap == nil:
-		s.stats.dbMisses.Add(1)
+	if snap == nil {
 		s.setMissing(ctx, []string{id}, toRedis)
 		return nil, ErrNotFound
 	}
-	s.stats.dbHits.Add(1)
 	if toRedis {
 		s.writeBack(ctx, []*Snapshot{snap})
 		return s.remember(snap), nil
@@ -578,28 +593,42 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 		return nil, fmt.Errorf("get many: %w", unavailable(rest[0], redisErr))
 	}
 
-	var rows []*Snapshot
-	err := s.query(ctx, sqlTasksByIDs, []any{rest}, func(row *Snapshot) { rows = append(rows, row) })
+	// Tasks a Get's flight or another batch is reading from PostgreSQL
+	// are waited for, not queried again.
+	res, err := s.readDB(ctx, rest, 0, cached)
+	defer res.release() // once cached and written back
+	toRedis := s.rdb != nil && redisErr == nil && s.redisUsable()
+	for _, row := range res.rows {
+		if toRedis {
+			out[row.TaskID] = s.remember(row)
+		} else {
+			// As in fetch: it stands in for the write-back Redis cannot take.
+			out[row.TaskID] = s.rememberFor(row, standInTTL)
+		}
+	}
+	if toRedis && len(res.rows) > 0 {
+		s.writeBack(ctx, res.rows)
+	}
+	s.setMissing(ctx, res.absent, toRedis)
 	if err != nil {
 		return nil, fmt.Errorf("get many: %w: %w", ErrUnavailable, errors.Join(redisErr, err))
 	}
-	var absent []string
-	s.stats.dbHits.Add(uint64(len(rows)))
-	for _, row := range rows {
-		out[row.TaskID] = s.remember(row)
-	}
-	for _, id := range rest {
-		if out[id] == nil {
-			absent = append(absent, id)
+	for id, snap := range res.found {
+		if out[id] == nil { // another read's, or the cache's
+			out[id] = s.cachedIfNewer(snap)
 		}
 	}
-	s.stats.dbMisses.Add(uint64(len(absent)))
-	toRedis := s.rdb != nil && redisErr == nil && s.redisUsable()
-	if toRedis && len(rows) > 0 {
-		s.writeBack(ctx, rows)
-	}
-	s.setMissing(ctx, absent, toRedis)
 	return out, nil
+}
+
+// cachedIfNewer returns the cached copy of snap's task if it is newer, else
+// snap. For a snapshot another read caches: remembering it again here
+// would cut short the time a stand-in copy is kept.
+func (s *Store) cachedIfNewer(snap *Snapshot) *Snapshot {
+	if cur, ok := s.tasks.get(snap.TaskID); ok && cur.NewerThan(snap.Version) {
+		return cur
+	}
+	return snap
 }
 
 // SetIfNewer writes s to Redis with the TTL its status calls for, if Redis

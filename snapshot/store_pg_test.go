@@ -138,3 +138,50 @@ func TestStoreCallerCancelDoesNotFailSharedFetch(t *testing.T) {
 		t.Errorf("stats %+v, want the one shared query, successful", st)
 	}
 }
+
+// A task is read from PostgreSQL once while a read of it is running,
+// whether the reads are Gets or GetMany batches; a Reload does not share a
+// read sent before it, which could miss a change it is looking for.
+func TestStoreGetAndGetManyShareAQuery(t *testing.T) {
+	e := newEnv(t, snapshot.Config{StatementTimeout: time.Minute, FetchTimeout: time.Minute, DBQueueWait: time.Minute, CacheTTL: time.Hour})
+	a, b := testenv.UniqueID("task"), testenv.UniqueID("task")
+	e.insert(t, a, "RUNNING", 1)
+	e.insert(t, b, "RUNNING", 2)
+	unlock := lockTasks(t, e.pg)
+
+	type result struct {
+		got map[string]*snapshot.Snapshot
+		err error
+	}
+	results := make(chan result, 3)
+	go func() {
+		snap, err := e.store.Get(context.Background(), a, 0)
+		results <- result{map[string]*snapshot.Snapshot{a: snap}, err}
+	}()
+	waitFor(t, "the Get's query", func() bool { return e.store.Stats().DBQueries == 1 })
+	go func() {
+		got, err := e.store.GetMany(context.Background(), []string{a, b})
+		results <- result{got, err}
+	}()
+	waitFor(t, "the GetMany's query", func() bool { return e.store.Stats().DBQueries == 2 })
+	go func() {
+		got, err := e.store.Reload(context.Background(), []string{a})
+		results <- result{got, err}
+	}()
+	waitFor(t, "the Reload's query", func() bool { return e.store.Stats().DBQueries == 3 })
+
+	unlock()
+	for range 3 {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.got[a] == nil || r.got[a].Version != 1 || (r.got[b] != nil && r.got[b].Version != 2) {
+			t.Fatalf("read %v, want version 1 of %s (and 2 of %s)", r.got, a, b)
+		}
+	}
+	// Without sharing the GetMany reads a again: four rows.
+	if st := e.store.Stats(); st.DBQueries != 3 || st.DBHits != 3 || st.WriteBacks != 2 {
+		t.Errorf("stats %+v, want 3 queries returning 3 rows (a by the Get, b by the GetMany, a by the Reload) and 2 write-backs", st)
+	}
+}

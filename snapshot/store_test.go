@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,6 +258,41 @@ func TestStoreOneReadForABurst(t *testing.T) {
 				t.Errorf("stats delta %+v, want %d Redis read(s) and %d quer(ies)", d, tc.reads, tc.queries)
 			}
 		})
+	}
+}
+
+// A burst of Gets and GetManys of the same cold tasks reads each from
+// PostgreSQL once, whichever kind of read gets there first.
+func TestStoreGetAndGetManyBurstReadsEachTaskOnce(t *testing.T) {
+	t.Parallel()
+	// Nothing may expire, time out or be refused mid-test on a loaded machine.
+	e := newEnv(t, snapshot.Config{CacheTTL: time.Hour, FetchTimeout: time.Minute, DBQueueWait: time.Minute})
+	ids := make([]string, 10)
+	for i := range ids {
+		ids[i] = testenv.UniqueID("task")
+		e.insert(t, ids[i], "RUNNING", int64(i+1))
+	}
+	var n atomic.Int64
+	errs := burst(200, func() error {
+		i := int(n.Add(1))
+		if i%2 == 0 {
+			got, err := e.store.Get(context.Background(), ids[i%len(ids)], 0)
+			if err == nil && got.Version != int64(i%len(ids)+1) {
+				err = fmt.Errorf("%s: version %d, want %d", got.TaskID, got.Version, i%len(ids)+1)
+			}
+			return err
+		}
+		got, err := e.store.GetMany(context.Background(), ids)
+		if err == nil && len(got) != len(ids) {
+			err = fmt.Errorf("GetMany found %d of %d tasks", len(got), len(ids))
+		}
+		return err
+	})
+	for _, err := range errs {
+		t.Fatal(err)
+	}
+	if st := e.store.Stats(); st.DBHits != uint64(len(ids)) || st.DBQueries > uint64(len(ids)) {
+		t.Errorf("stats %+v: %d rows read in %d queries, want each of the %d tasks read once", st, st.DBHits, st.DBQueries, len(ids))
 	}
 }
 

@@ -1,0 +1,144 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"math"
+)
+
+// dbRead is one PostgreSQL query of tasks by id, shared by every read of
+// those tasks that needs PostgreSQL while it is registered: a Get's flight
+// and a GetMany batch alike, whichever sent it.
+type dbRead struct {
+	start int64         // monotime it was registered
+	done  chan struct{} // closed once rows and err are set
+	rows  map[string]*Snapshot
+	err   error
+}
+
+// dbResult is what readDB read.
+type dbResult struct {
+	found map[string]*Snapshot // every id found, by this call, a shared read or the cache
+	// rows and absent are what this call's own query found: the caller
+	// caches and writes them back before it calls release.
+	rows   []*Snapshot
+	absent []string
+	mine   *dbRead
+	ids    []string // registered to mine
+	s      *Store
+}
+
+// release unregisters the caller's query, once what it read is in the
+// in-process cache and, when Redis took it, in Redis: until then a read of
+// those tasks shares it instead of sending one more. Idempotent.
+func (r *dbResult) release() {
+	if r.mine == nil {
+		return
+	}
+	r.s.dbMu.Lock()
+	for _, id := range r.ids {
+		if r.s.dbReads[id] == r.mine {
+			delete(r.s.dbReads, id)
+		}
+	}
+	r.s.dbMu.Unlock()
+	r.mine = nil
+}
+
+// readDB reads ids from PostgreSQL with at most one query per task at a
+// time across the Store: an id another caller is reading is waited for,
+// and the rest go in one query of this call, registered before it waits
+// for a PostgreSQL slot. With cached set and atLeast <= 0 any registered
+// read is shared, as singleflight shares a flight, and an id the cache
+// holds meanwhile is answered from it; otherwise (Reload, or a version
+// announced) only reads registered from now on are, as they cannot miss
+// a change made before this call. The caller must call release once it
+// has cached what it read, even when err is set; err reports a failed
+// query, this call's or a shared one, and the rows read before it are in
+// the result still.
+func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached bool) (*dbResult, error) {
+	notBefore := int64(math.MinInt64)
+	if !cached || atLeast > 0 {
+		notBefore = monotime()
+	}
+	res := &dbResult{s: s, found: make(map[string]*Snapshot, len(ids))}
+	joined := make(map[string]*dbRead)
+	s.dbMu.Lock()
+	for _, id := range ids {
+		if r := s.dbReads[id]; r != nil && r.start >= notBefore {
+			joined[id] = r
+			continue
+		}
+		// The owner of a read that just finished caches its rows before
+		// it unregisters them.
+		if cached {
+			if snap, ok := s.tasks.get(id); ok && snap.Version >= atLeast {
+				s.stats.cacheHits.Add(1)
+				res.found[id] = snap
+				continue
+			}
+			if _, ok := s.missing.get(id); ok && atLeast <= 0 {
+				s.stats.negativeHits.Add(1)
+				continue
+			}
+		}
+		if res.mine == nil {
+			res.mine = &dbRead{start: monotime(), done: make(chan struct{})}
+			if s.dbReads == nil {
+				s.dbReads = make(map[string]*dbRead)
+			}
+		}
+		s.dbReads[id] = res.mine
+		res.ids = append(res.ids, id)
+	}
+	s.dbMu.Unlock()
+
+	var errs error
+	if r := res.mine; r != nil {
+		sql, args := sqlTaskByID, []any{res.ids[0]}
+		if len(res.ids) > 1 {
+			sql, args = sqlTasksByIDs, []any{res.ids}
+		}
+		r.rows = make(map[string]*Snapshot, len(res.ids))
+		r.err = s.query(ctx, sql, args, func(row *Snapshot) {
+			r.rows[row.TaskID] = row
+			res.rows = append(res.rows, row)
+		})
+		close(r.done)
+		if r.err != nil {
+			// Nothing to cache: the next reader queries again.
+			res.release()
+			res.rows = nil
+			errs = r.err
+		} else {
+			for _, id := range res.ids {
+				if row := r.rows[id]; row != nil {
+					res.found[id] = row
+				} else {
+					res.absent = append(res.absent, id)
+				}
+			}
+			s.stats.dbHits.Add(uint64(len(res.rows)))
+			s.stats.dbMisses.Add(uint64(len(res.absent)))
+		}
+	}
+	failed := make(map[*dbRead]bool)
+	for id, r := range joined {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return res, errors.Join(errs, ctx.Err())
+		}
+		s.stats.sharedCalls.Add(1)
+		switch {
+		case r.err == nil:
+			if row := r.rows[id]; row != nil {
+				res.found[id] = row
+			}
+		case !failed[r]: // its error once, however many ids it held
+			failed[r] = true
+			errs = errors.Join(errs, r.err)
+		}
+	}
+	return res, errs
+}
