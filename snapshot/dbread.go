@@ -100,10 +100,14 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 			sql, args = sqlTasksByIDs, []any{res.ids}
 		}
 		r.rows = make(map[string]*Snapshot, len(res.ids))
-		r.err = s.query(ctx, sql, args, func(row *Snapshot) {
+		// Others may be waiting on this query: a caller that leaves (a
+		// batch read whose client hung up) must not fail their reads.
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FetchTimeout)
+		r.err = s.query(qctx, sql, args, func(row *Snapshot) {
 			r.rows[row.TaskID] = row
 			res.rows = append(res.rows, row)
 		})
+		cancel()
 		close(r.done)
 		if r.err != nil {
 			// Nothing to cache: the next reader queries again.

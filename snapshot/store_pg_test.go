@@ -3,6 +3,7 @@ package snapshot_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -183,5 +184,40 @@ func TestStoreGetAndGetManyShareAQuery(t *testing.T) {
 	// Without sharing the GetMany reads a again: four rows.
 	if st := e.store.Stats(); st.DBQueries != 3 || st.DBHits != 3 || st.WriteBacks != 2 {
 		t.Errorf("stats %+v, want 3 queries returning 3 rows (a by the Get, b by the GetMany, a by the Reload) and 2 write-backs", st)
+	}
+}
+
+// A batch read whose caller leaves (a client that hung up) still finishes
+// the PostgreSQL query others wait on: their reads neither fail nor query
+// again.
+func TestStoreSharedQueryOutlivesItsCaller(t *testing.T) {
+	e := newEnv(t, snapshot.Config{StatementTimeout: time.Minute, FetchTimeout: time.Minute, DBQueueWait: time.Minute, CacheTTL: time.Hour})
+	a := testenv.UniqueID("task")
+	e.insert(t, a, "RUNNING", 1)
+	unlock := lockTasks(t, e.pg)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := e.store.GetMany(ctx, []string{a})
+		left <- err
+	}()
+	waitFor(t, "the batch's query", func() bool { return e.store.Stats().DBQueries == 1 })
+	cancel() // its caller is gone; the query is still registered
+	got := make(chan error, 1)
+	go func() {
+		snap, err := e.store.Get(context.Background(), a, 0)
+		if err == nil && snap.Version != 1 {
+			err = fmt.Errorf("version %d, want 1", snap.Version)
+		}
+		got <- err
+	}()
+	unlock()
+	if err := <-got; err != nil {
+		t.Fatalf("the Get that shared a departed caller's query: %v", err)
+	}
+	<-left
+	if st := e.store.Stats(); st.DBQueries != 1 {
+		t.Fatalf("%d PostgreSQL queries, want the departed caller's one, shared", st.DBQueries)
 	}
 }
