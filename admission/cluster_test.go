@@ -16,7 +16,7 @@ import (
 	"github.com/pushd/pushd/testenv"
 )
 
-// TestAdmissionOnRedisCluster is issue 10's test of record for admission:
+// TestAdmissionOnRedisCluster is the cluster test of record for admission:
 // on a Redis Cluster of three masters, with tenants, users, client IPs and
 // sessions whose keys land on every master, the paths a node takes (connect
 // buckets, plan windows, fleet caps with their leases acquired, renewed,

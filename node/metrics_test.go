@@ -136,7 +136,7 @@ func (s *session) step(name string, want map[string]float64, gate []string, vary
 	s.last = now
 }
 
-// TestMetricsCountAScriptedSession is the test of record of issue 8's
+// TestMetricsCountAScriptedSession is the test of record of the node's
 // metrics: connects over both transports, a reconnect with a cursor on
 // each, a publish, a cache miss answered by PostgreSQL, a malformed
 // notification, a rate-limited connect and a slow client, each followed

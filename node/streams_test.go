@@ -18,7 +18,7 @@ import (
 	"github.com/pushd/pushd/testenv"
 )
 
-// The tests of issue 6: per-tenant streams, resume cursors, replay.
+// Per-tenant streams, resume cursors, replay.
 
 func (c *cluster) streamConfig() node.Config {
 	cfg := c.config()

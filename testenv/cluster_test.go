@@ -9,7 +9,7 @@ import (
 	"github.com/pushd/pushd/testenv"
 )
 
-// TestRedisClusterServesEverySlotAndFailsOver: the cluster issue 10's
+// TestRedisClusterServesEverySlotAndFailsOver: the cluster the fleet's
 // tests run on has three masters with a replica each, serves keys of every
 // slot, and when a master is killed its replica takes over, keeping what
 // was written; the killed node rejoins as a replica.
@@ -44,7 +44,7 @@ func TestRedisClusterServesEverySlotAndFailsOver(t *testing.T) {
 			t.Fatalf("key:%d after the failover: %v, %v", i, v, err)
 		}
 		// go-redis keeps dialing the dead master until it reloads the
-		// slot map (pushd's cluster mode must do the same, issue 10).
+		// slot map (pushd's cluster mode must do the same).
 		cl.ReloadState(ctx)
 		time.Sleep(50 * time.Millisecond) // the reload is asynchronous; poll the key with a deadline
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/pushd/pushd/testenv"
 )
 
-// Issue 10's tests of record: pushd processes on a private Redis Cluster of
+// The fleet's tests of record: pushd processes on a private Redis Cluster of
 // three masters with a replica each, browsers' SSE streams spread over the
 // nodes, and the Task State Service publishing straight into the cluster
 // (the fanout publisher) or through a node (POST /v1/publish).
