@@ -1,15 +1,12 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -92,27 +89,4 @@ func wantError(t *testing.T, what string, r reply, status int, code string) {
 	case !strings.HasPrefix(r.header.Get("Content-Type"), "application/json"):
 		t.Errorf("%s: Content-Type %q, want application/json", what, r.header.Get("Content-Type"))
 	}
-}
-
-// logBuffer is a debug-level logger's destination, written by the
-// server's goroutines and read by the test.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

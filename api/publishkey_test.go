@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -41,11 +42,11 @@ func stored(t *testing.T, rd testenv.Redis, task string) *snapshot.Snapshot {
 func TestPublishKey(t *testing.T) {
 	rd := testenv.SharedRedis(t)
 	key := "pk-" + testenv.RandomSuffix(16)
-	var logs logBuffer
+	var logs testenv.LogBuffer
 	srv := httptest.NewServer(api.New(api.Config{
 		Publisher: fanout.NewRedisPublisher(rd.Client, rd.Names),
 		APIKey:    key,
-		Logger:    logs.logger(),
+		Logger:    slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}))
 	t.Cleanup(srv.Close)
 	tenant := testenv.UniqueID("tenant")

@@ -1,11 +1,9 @@
 package node_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -88,30 +86,12 @@ func openWithOrigin(t *testing.T, u, tok, origin string) *http.Response {
 	return resp
 }
 
-// syncBuffer is a log destination written from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestTokensNeverLogged runs requests that log, at debug level, with
 // tokens in every place a client puts them (valid, expired, forged), and
 // checks that no log line holds a token or its signature.
 func TestTokensNeverLogged(t *testing.T) {
 	c := newCluster(t)
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	cfg := c.config()
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s := startNode(t, cfg)

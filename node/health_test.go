@@ -122,7 +122,7 @@ func TestReadyzFailsWhileDraining(t *testing.T) {
 func TestReadyzTellsStrangersOnlyStates(t *testing.T) {
 	redisPort, pgPort := testenv.FreePort(t), testenv.FreePort(t)
 	const pgUser, pgDB = "pushd_probe_user_7f3a", "pushd_probe_db_9c1e"
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	s := startNode(t, node.Config{
 		RedisURL:    fmt.Sprintf("redis://127.0.0.1:%d/0", redisPort),
 		DatabaseURL: fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", pgUser, pgPort, pgDB),
