@@ -122,6 +122,9 @@ func TestReadyzFailsWhileDraining(t *testing.T) {
 func TestReadyzTellsStrangersOnlyStates(t *testing.T) {
 	redisPort, pgPort := testenv.FreePort(t), testenv.FreePort(t)
 	const pgUser, pgDB = "pushd_probe_user_7f3a", "pushd_probe_db_9c1e"
+	// Registered first: runs once the node's clients of the unreachable
+	// servers are closed.
+	t.Cleanup(func() { testenv.WaitDialRetriesEnded(t) })
 	var logs testenv.LogBuffer
 	s := startNode(t, node.Config{
 		RedisURL:    fmt.Sprintf("redis://127.0.0.1:%d/0", redisPort),

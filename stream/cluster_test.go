@@ -1,10 +1,8 @@
 package stream_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -167,7 +165,7 @@ func TestClusterTailDeliversFromEveryMaster(t *testing.T) {
 // silently skips a change, and the changes published during and after the
 // failover all arrive.
 func TestClusterTailSurvivesFailover(t *testing.T) {
-	t.Cleanup(func() { waitDialRetriesEnded(t) }) // registered first: runs after every client closed
+	t.Cleanup(func() { testenv.WaitDialRetriesEnded(t) }) // registered first: runs after every client closed
 	f := newClusterFixture(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -232,28 +230,6 @@ func TestClusterTailSurvivesFailover(t *testing.T) {
 		t.Errorf("no reader checked its tails again after a master died (%d reads failed)", s.ReadErrors)
 	}
 	f.noCrossSlot(t)
-}
-
-// waitDialRetriesEnded waits until go-redis's background dial retries have
-// ended. A pool whose dial failed (here: to the killed master) retries in a
-// goroutine that sleeps a second between attempts and sees its pool closed
-// only when it wakes; the package's leak check would otherwise report it.
-// One still running after a few seconds belongs to a pool nobody closed.
-func waitDialRetriesEnded(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if !bytes.Contains(buf[:n], []byte("(*ConnPool).tryDial")) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("a go-redis dial retry still runs 5s after the test's clients closed:\n%s", buf[:n])
-			return
-		}
-		time.Sleep(50 * time.Millisecond) // a library goroutine we cannot wait on; poll with a deadline
-	}
 }
 
 // A tenant's slot migrates by hand while its task keeps changing: MIGRATE
