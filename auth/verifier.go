@@ -27,7 +27,7 @@ type Config struct {
 	// a public-key algorithm and PublicKeyPEM is set instead.
 	Secret []byte
 	// PublicKeyPEM is a PEM-encoded public key: "PUBLIC KEY" (PKIX),
-	// "RSA PUBLIC KEY" (PKCS #1) or a "CERTIFICATE" whose key is used. The
+	// "RSA PUBLIC KEY" (PKCS1) or a "CERTIFICATE" whose key is used. The
 	// key type pins the algorithm: RSA (2048 bits or more) means RS256,
 	// ECDSA P-256 means ES256, Ed25519 means EdDSA. Empty means Secret is set.
 	PublicKeyPEM []byte

@@ -33,7 +33,8 @@ type ClusterConfig struct {
 	// Client is the node's cluster client: the bus asks it which master
 	// owns a channel's slot, and reloads its slot map when it moved.
 	Client *redis.ClusterClient
-	// Names spells the tenant channels. The zero value uses DESIGN.md's names.
+	// Names spells the tenant channels. The zero value uses the names of
+	// docs/DESIGN.md, "Key names".
 	Names keys.Names
 	// Linger is how long an unreferenced tenant stays subscribed. Zero means 2s.
 	Linger time.Duration

@@ -101,7 +101,7 @@ type Handler interface {
 
 // LossHandler may also be implemented by a Handler that wants to hear when
 // a bus's subscription stops being trustworthy and when it works again, to
-// switch between push and polling (DESIGN.md, "Modes and failures"). Its
+// switch between push and polling (docs/DESIGN.md, "Failure modes"). Its
 // methods are called from the bus's reading loop, as Handler's are, one call
 // at a time, and must not block.
 //

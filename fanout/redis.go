@@ -35,7 +35,8 @@ type RedisConfig struct {
 	// broadcasts to every node); a *redis.Ring cannot open a Pub/Sub
 	// connection without a channel and is refused.
 	Client redis.UniversalClient
-	// Names spells the tenant channels. The zero value uses DESIGN.md's names.
+	// Names spells the tenant channels. The zero value uses the names of
+	// docs/DESIGN.md, "Key names".
 	Names keys.Names
 	// Linger is how long an unreferenced tenant stays subscribed, so a
 	// browser that reconnects costs no UNSUBSCRIBE and SUBSCRIBE. Zero means 2s.

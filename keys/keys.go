@@ -8,7 +8,7 @@ import (
 )
 
 // Names builds key and channel names. The zero value uses the names of
-// DESIGN.md with no prefix.
+// docs/DESIGN.md, "Key names", with no prefix.
 type Names struct {
 	// Prefix is prepended to every key, channel and stream. Empty means none.
 	// It lets several environments (or test packages) share one Redis.
@@ -16,8 +16,8 @@ type Names struct {
 	// Cluster spells the task keys for Redis Cluster: the task id in braces,
 	// a hash tag, so a task's snapshot and negative-cache marker share the
 	// slot the scripts that touch both need (task:snapshot:{<task_id>}).
-	// Standalone Redis keeps DESIGN.md's names, which Task State Services
-	// already write.
+	// Standalone Redis keeps the names without braces, which Task State
+	// Services already write (docs/DESIGN.md, "Key names").
 	Cluster bool
 }
 

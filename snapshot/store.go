@@ -40,7 +40,8 @@ type Config struct {
 	// DB is the PostgreSQL fallback. Nil means none: a Redis miss is
 	// ErrNotFound and ListProject/ListUser fail with ErrUnavailable.
 	DB *pgxpool.Pool
-	// Names spells the Redis keys. The zero value uses DESIGN.md's names.
+	// Names spells the Redis keys. The zero value uses the names of
+	// docs/DESIGN.md, "Key names".
 	Names keys.Names
 	// CacheTTL is how long a snapshot stays in the in-process cache. Zero
 	// means 500ms; negative disables the cache.

@@ -96,7 +96,8 @@ func (s *Store) queryTx(ctx context.Context, sql string, args []any, each func(*
 }
 
 // taskRow is a generation_tasks row in the order and spelling of the
-// snapshot JSON of DESIGN.md; nil pointers encode as null.
+// snapshot JSON of docs/DESIGN.md, "Snapshot document"; nil pointers
+// encode as null.
 type taskRow struct {
 	TaskID         string  `json:"task_id"`
 	TenantID       string  `json:"tenant_id"`

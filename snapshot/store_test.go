@@ -124,8 +124,9 @@ func TestStoreFallsBackToPostgres(t *testing.T) {
 		t.Errorf("stats delta %+v, want a Redis miss, a query and a write-back", d)
 	}
 
-	// The document has every field of DESIGN.md's snapshot JSON, in order,
-	// nulls as null, updated_at in Unix ms and version as a number.
+	// The document has every field of the snapshot JSON of docs/DESIGN.md,
+	// "Snapshot document", in order, nulls as null, updated_at in Unix ms
+	// and version as a number.
 	want := `{"task_id":"` + id + `","tenant_id":"t1","project_id":"p1","user_id":"u1",` +
 		`"status":"SUCCEEDED","progress":10,"stage":null,"provider":null,"model":null,"queue_position":null,` +
 		`"preview_asset_id":null,"output_asset_id":null,"error_code":null,"version":9,"updated_at":1710000000000}`

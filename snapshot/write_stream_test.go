@@ -10,8 +10,9 @@ import (
 )
 
 // WriteStream appends one entry per version that moved, in the round trip
-// that stores and publishes it, with the fields of DESIGN.md; a stale
-// version appends nothing, and the stream's creation records its epoch.
+// that stores and publishes it, with the fields of docs/DESIGN.md,
+// "Streams and their epoch"; a stale version appends nothing, and the
+// stream's creation records its epoch.
 func TestWriteStreamAppendsOnlyWhatItWrote(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)

@@ -52,7 +52,8 @@ type Config struct {
 	// the cluster client splits per master, and when nothing came waits up
 	// to Block (less when a tenant is added) before the next round.
 	Client redis.UniversalClient
-	// Names spells the streams. The zero value uses DESIGN.md's names.
+	// Names spells the streams. The zero value uses the names of
+	// docs/DESIGN.md, "Key names".
 	Names keys.Names
 	// Readers bounds the connections that XREAD (per master on a cluster);
 	// each XREAD round covers every stream of the tenants hashed to its

@@ -1,8 +1,9 @@
 package sim
 
-// State is one snapshot of a simulated task, in the DESIGN.md snapshot
-// shape plus fields of the demo's own (kind, prompt, output_url,
-// error_message), which pushd forwards untouched like any unknown field.
+// State is one snapshot of a simulated task, in the shape of
+// docs/DESIGN.md, "Snapshot document", plus fields of the demo's own
+// (kind, prompt, output_url, error_message), which pushd forwards untouched
+// like any unknown field.
 type State struct {
 	TaskID         string  `json:"task_id"`
 	TenantID       string  `json:"tenant_id"`
