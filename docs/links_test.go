@@ -137,6 +137,8 @@ func TestCheckerFindsProblems(t *testing.T) {
 		{"design link", "docs/A.md", "as [" + design + ", Key names](" + design + "#key-names) says", ""},
 		{"design link to no section", "docs/A.md", "as [the design](" + design + "#nope) says", "no such section"},
 		{"design named without section", "docs/A.md", "as docs/" + design + " says", "without a section"},
+		{"design linked as a whole", "README.md", "see [docs/" + design + "](docs/" + design + ")", ""},
+		{"source: design linked as a whole is no link", "x/x.go", "// see (docs/" + design + ")", "without a section"},
 		{"source: design section", "x/x.go", "// see docs/" + design + `, "Failure modes".`, ""},
 		{"source: design section by anchor", "x/x.go", "// see docs/" + design + "#key-names.", ""},
 		{"source: design without section", "x/x.go", "// the names of " + design + ".", "without its path"},
