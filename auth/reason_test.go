@@ -59,6 +59,12 @@ func TestReasonOf(t *testing.T) {
 			}
 		})
 	}
+	if alg := newVerifier(t, strict).Algorithm(); alg != auth.AlgHS256 {
+		t.Errorf("Algorithm() = %s, want HS256", alg)
+	}
+	if alg := newVerifier(t, auth.Config{PublicKeyPEM: ecKey().pem}).Algorithm(); alg != auth.AlgES256 {
+		t.Errorf("Algorithm() = %s, want ES256", alg)
+	}
 	if _, ok := auth.ReasonOf(auth.ErrMissingToken); ok {
 		t.Error("ReasonOf(ErrMissingToken) reports a reason")
 	}

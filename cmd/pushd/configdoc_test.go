@@ -27,7 +27,11 @@ func settingsTable() string {
 		if f.DefValue != "" {
 			def = "`" + f.DefValue + "`"
 		}
-		fmt.Fprintf(&b, "| `--%s` | `%s` | `%s` | %s | %s |\n", f.Name, envName(f.Name), f.Name, def, strings.ReplaceAll(f.Usage, "|", `\|`))
+		key := "`" + f.Name + "`"
+		if f.Name == "config" { // a config file cannot name another
+			key = "none"
+		}
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, strings.ReplaceAll(f.Usage, "|", `\|`))
 	})
 	return b.String()
 }
