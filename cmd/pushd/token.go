@@ -363,11 +363,20 @@ func (c config) explain(v *auth.Verifier, tok string, err error) string {
 		}
 		return fmt.Sprintf("lifetime %v (%s) is longer than --jwt-max-ttl %v (from %s)", life.Round(time.Second), how, c.JWTMaxTTL, c.from.of("jwt-max-ttl"))
 	case auth.ReasonSubject:
-		return fmt.Sprintf("sub %v (the user) is missing or not an id of letters, digits and _ - . :", mc["sub"])
+		return badID(mc, "sub", "the user")
 	case auth.ReasonTenant:
-		return fmt.Sprintf("tenant_id %v is missing or not an id of letters, digits and _ - . :", mc["tenant_id"])
+		return badID(mc, "tenant_id", "the tenant")
 	}
 	return string(reason)
+}
+
+// badID says what is wrong with the id claim name.
+func badID(mc jwt.MapClaims, name, what string) string {
+	v, ok := mc[name]
+	if !ok {
+		return fmt.Sprintf("missing claim %s (%s)", name, what)
+	}
+	return fmt.Sprintf("%s %#v (%s) is not an id of letters, digits and _ - . :", name, v, what)
 }
 
 // keySetting names the key the node verifies with and where it came from.
