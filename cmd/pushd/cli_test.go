@@ -62,6 +62,7 @@ func TestBinaryCLIConventions(t *testing.T) {
 		{[]string{"token", "-h"}, "Usage: pushd token --tenant ID"},
 		{[]string{"token", "--help"}, "Usage: pushd token --tenant ID"},
 		{[]string{"token", "verify", "-h"}, "Usage: pushd token verify [TOKEN|-]"},
+		{[]string{"version", "-h"}, "Usage: pushd version"},
 	} {
 		if out, errOut, code := runBinaryCmd(t, nil, tc.args...); code != 0 || !strings.HasPrefix(out, tc.want) || errOut != "" {
 			t.Errorf("pushd %v: exit %d, stderr %q, stdout:\n%s\nwant exit 0 and stdout starting %q", tc.args, code, errOut, out, tc.want)

@@ -135,9 +135,9 @@ func (o origins) settingError(name, format string, args ...any) error {
 // newFlagSet defines every setting on c. Defaults live here and only here:
 // -h, docs/CONFIG.md (checked by a test) and the config file all read them
 // from the flag set.
-func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
+func newFlagSet(c *config) *flag.FlagSet {
 	fs := flag.NewFlagSet("pushd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // parseArgs words the errors and prints -h
 	fs.StringVar(&c.ConfigFile, "config", "", "file of settings, one \"name = value\" a line (names are the flags'); flags and the environment win over it")
 	fs.StringVar(&c.Listen, "listen", ":8080", "address to serve")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:port/db); empty with no database URL runs the embedded mode")
@@ -245,7 +245,7 @@ which wins over the file.
 // stdout and returns flag.ErrHelp.
 func parseConfig(args, environ []string, stdout io.Writer) (config, error) {
 	var c config
-	fs := newFlagSet(&c, io.Discard)
+	fs := newFlagSet(&c)
 	if err := parseArgs(fs, args, stdout); err != nil {
 		return c, err
 	}
@@ -268,7 +268,7 @@ func (c *config) load(fs *flag.FlagSet, env environment) error {
 	c.from = from
 	fs.Visit(func(f *flag.Flag) { from[f.Name] = fromFlag })
 
-	settings := newFlagSet(&config{}, io.Discard)
+	settings := newFlagSet(&config{})
 	c.warnings = env.unknownVariables(settings)
 	var errs []error
 	settings.VisitAll(func(f *flag.Flag) {
@@ -333,7 +333,7 @@ func applyConfigFile(fs *flag.FlagSet, path string, from origins) []error {
 	if err != nil {
 		return []error{from.settingError("config", "%v", err)}
 	}
-	check := newFlagSet(&config{}, io.Discard)
+	check := newFlagSet(&config{})
 	var errs []error
 	for _, s := range settings {
 		where := fmt.Sprintf("%s:%d", path, s.line)

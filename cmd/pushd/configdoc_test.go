@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -22,7 +21,7 @@ const (
 func settingsTable() string {
 	var b strings.Builder
 	b.WriteString("| flag | environment | file key | default | meaning |\n| --- | --- | --- | --- | --- |\n")
-	newFlagSet(&config{}, io.Discard).VisitAll(func(f *flag.Flag) {
+	newFlagSet(&config{}).VisitAll(func(f *flag.Flag) {
 		def := "none"
 		if f.DefValue != "" {
 			def = "`" + f.DefValue + "`"

@@ -1,7 +1,8 @@
 // Command pushd serves real-time task status to browsers over SSE and
 // WebSocket. Run it with no configuration for the embedded mode; see
 // pushd -h (or docs/CONFIG.md) for the flags, their PUSHD_* environment
-// twins and the config file; pushd version prints the build's version.
+// twins and the config file; pushd version prints the build's version, and
+// pushd token mints and verifies client tokens with the node's settings.
 package main
 
 import (
@@ -35,6 +36,10 @@ func cli(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	}
 	switch cmd {
 	case "version", "-version", "--version":
+		if len(args) == 2 && (args[1] == "-h" || args[1] == "-help" || args[1] == "--help") {
+			fmt.Fprintln(stdout, "Usage: pushd version (or pushd --version)\n\nPrints the version, the commit and the Go release of this build.")
+			break
+		}
 		if len(args) > 1 {
 			err = usageErrorf("version takes no arguments")
 			break

@@ -45,12 +45,12 @@ type tokenClaims struct {
 // usage that lists the command's own flags and the node's settings it
 // reads.
 func tokenFlagSet(c *config, name, synopsis string) *flag.FlagSet {
-	fs := newFlagSet(c, io.Discard)
+	fs := newFlagSet(c)
 	fs.Init(name, flag.ContinueOnError)
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "Usage: %s\n\n", synopsis)
-		node := newFlagSet(&config{}, io.Discard)
+		node := newFlagSet(&config{})
 		fs.VisitAll(func(f *flag.Flag) {
 			if node.Lookup(f.Name) == nil {
 				printFlag(w, f, "")
