@@ -80,6 +80,9 @@ func TestBinaryCLIConventions(t *testing.T) {
 		{[]string{"--max-conns", "many"}, "pushd: --max-conns many: want a whole number\n"},
 		{[]string{"--drain-timeout", "0s"}, "pushd: --drain-timeout (from the command line): 0s: must be positive\n"},
 		{[]string{"version", "extra"}, "pushd: version takes no arguments\n"},
+		{[]string{"--demo=maybe"}, "pushd: --demo maybe: want true or false\n"},
+		{[]string{"tokn", "--tenant", "t1"}, "pushd: unknown command \"tokn\"; did you mean token? (run pushd -h)\n"},
+		{[]string{"--listen", ":1", "tokn"}, "pushd: unexpected argument \"tokn\" (run pushd -h for the flags)\n"},
 		{[]string{"token", "--tenat", "t1"}, "pushd: unknown flag --tenat; did you mean --tenant? (run pushd token -h for the flags)\n"},
 	} {
 		if out, errOut, code := runBinaryCmd(t, nil, tc.args...); code != 2 || errOut != tc.want || out != "" {

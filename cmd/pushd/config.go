@@ -250,6 +250,9 @@ func parseConfig(args, environ []string, stdout io.Writer) (config, error) {
 		return c, err
 	}
 	if fs.NArg() > 0 {
+		if guess := closest(fs.Arg(0), []string{"token", "version"}); guess != "" && fs.NArg() == len(args) {
+			return c, usageErrorf("unknown command %q; did you mean %s? (run pushd -h)", fs.Arg(0), guess)
+		}
 		return c, usageErrorf("unexpected argument %q (run pushd -h for the flags)", fs.Arg(0))
 	}
 	if err := c.load(fs, newEnvironment(environ)); err != nil {
