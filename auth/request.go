@@ -53,3 +53,7 @@ func bearer(h string) string {
 
 // CookieName is the cookie Authenticate reads a token from.
 func (v *Verifier) CookieName() string { return v.cookieName }
+
+// Algorithm is the signing algorithm v pins: AlgHS256, AlgRS256, AlgES256
+// or AlgEdDSA.
+func (v *Verifier) Algorithm() string { return v.alg }

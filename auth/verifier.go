@@ -192,16 +192,19 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 		return Principal{}, ErrMissingToken
 	}
 	if len(token) > MaxTokenLen {
-		return Principal{}, invalid("token longer than the limit", nil)
+		return Principal{}, invalid(ReasonTooLong, nil)
 	}
 
 	var c claims
-	if _, err := v.parser.ParseWithClaims(token, &c, v.keyFor); err != nil {
+	if t, err := v.parser.ParseWithClaims(token, &c, v.keyFor); err != nil {
+		if errors.Is(err, jwt.ErrTokenSignatureInvalid) && t != nil && t.Method != nil && t.Method.Alg() != v.alg {
+			return Principal{}, invalid(ReasonAlgorithm, err)
+		}
 		return Principal{}, classify(err)
 	}
 	// The parser already required exp; a nil here would be a library bug.
 	if c.ExpiresAt == nil {
-		return Principal{}, invalid("missing exp claim", nil)
+		return Principal{}, invalid(ReasonMissingClaim, nil)
 	}
 	if v.maxTTL > 0 {
 		life := time.Until(c.ExpiresAt.Time) - v.leeway
@@ -209,14 +212,14 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 			life = c.ExpiresAt.Sub(c.IssuedAt.Time)
 		}
 		if life > v.maxTTL {
-			return Principal{}, invalid("lifetime longer than the limit", nil)
+			return Principal{}, invalid(ReasonLifetime, nil)
 		}
 	}
 	if !snapshot.ValidID(c.Subject) {
-		return Principal{}, invalid("missing or invalid sub claim", nil)
+		return Principal{}, invalid(ReasonSubject, nil)
 	}
 	if !snapshot.ValidID(c.TenantID) {
-		return Principal{}, invalid("missing or invalid tenant_id claim", nil)
+		return Principal{}, invalid(ReasonTenant, nil)
 	}
 	p := Principal{TenantID: c.TenantID, UserID: c.Subject, ExpiresAt: c.ExpiresAt.Time}
 	// A plan claim only selects limits; one that is not a plain name is
@@ -243,26 +246,26 @@ func (v *Verifier) keyFor(t *jwt.Token) (any, error) {
 func classify(err error) error {
 	switch {
 	case errors.Is(err, jwt.ErrTokenMalformed):
-		return invalid("malformed", err)
+		return invalid(ReasonMalformed, err)
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
-		return invalid("bad signature or algorithm", err)
+		return invalid(ReasonSignature, err)
 	case errors.Is(err, jwt.ErrTokenUnverifiable):
-		return invalid("unverifiable", err)
+		return invalid(ReasonUnverifiable, err)
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return invalid("missing required claim (exp, or the configured aud or iss)", err)
+		return invalid(ReasonMissingClaim, err)
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):
-		return invalid("not for this audience", err)
+		return invalid(ReasonAudience, err)
 	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
-		return invalid("from another issuer", err)
+		return invalid(ReasonIssuer, err)
 	case errors.Is(err, jwt.ErrTokenExpired):
 		// Only reached with a good signature: the parser checks it first.
-		return &tokenError{sentinel: ErrTokenExpired, cause: err}
+		return &tokenError{sentinel: ErrTokenExpired, reason: ReasonExpired, cause: err}
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
-		return invalid("not valid yet", err)
+		return invalid(ReasonNotYetValid, err)
 	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
-		return invalid("issued in the future", err)
+		return invalid(ReasonIssuedLater, err)
 	default:
-		return invalid("bad claims", err)
+		return invalid(ReasonClaims, err)
 	}
 }
 
@@ -271,19 +274,19 @@ func classify(err error) error {
 // printed.
 type tokenError struct {
 	sentinel error
-	reason   string
+	reason   Reason
 	cause    error
 }
 
-func invalid(reason string, cause error) error {
+func invalid(reason Reason, cause error) error {
 	return &tokenError{sentinel: ErrInvalidToken, reason: reason, cause: cause}
 }
 
 func (e *tokenError) Error() string {
-	if e.reason == "" {
+	if e.sentinel == ErrTokenExpired {
 		return e.sentinel.Error()
 	}
-	return e.sentinel.Error() + ": " + e.reason
+	return e.sentinel.Error() + ": " + string(e.reason)
 }
 
 func (e *tokenError) Unwrap() []error {
@@ -291,4 +294,37 @@ func (e *tokenError) Unwrap() []error {
 		return []error{e.sentinel}
 	}
 	return []error{e.sentinel, e.cause}
+}
+
+// Reason is why Verify refused a token. The server logs only the error; a
+// tool that explains a refusal (pushd token verify) branches on the reason.
+type Reason string
+
+// The reasons Verify's errors carry; ReasonOf returns them.
+const (
+	ReasonTooLong      Reason = "token longer than the limit"
+	ReasonMalformed    Reason = "malformed"
+	ReasonUnverifiable Reason = "unverifiable" // an algorithm no verifier knows, such as none
+	ReasonAlgorithm    Reason = "signed with another algorithm"
+	ReasonSignature    Reason = "bad signature"
+	ReasonMissingClaim Reason = "missing required claim (exp, or the configured aud or iss)"
+	ReasonAudience     Reason = "not for this audience"
+	ReasonIssuer       Reason = "from another issuer"
+	ReasonExpired      Reason = "expired"
+	ReasonNotYetValid  Reason = "not valid yet"
+	ReasonIssuedLater  Reason = "issued in the future"
+	ReasonClaims       Reason = "bad claims"
+	ReasonLifetime     Reason = "lifetime longer than the limit"
+	ReasonSubject      Reason = "missing or invalid sub claim"
+	ReasonTenant       Reason = "missing or invalid tenant_id claim"
+)
+
+// ReasonOf returns the reason of an error Verify returned, and false for
+// any other error (ErrMissingToken among them).
+func ReasonOf(err error) (Reason, bool) {
+	var te *tokenError
+	if errors.As(err, &te) {
+		return te.reason, true
+	}
+	return "", false
 }

@@ -23,6 +23,8 @@ func init() {
 		"session-negative-entries": {"10", "20", func(c config) string { return strconv.Itoa(c.Sessions.NegativeEntries) }},
 		"session-db-queries":       {"2", "3", func(c config) string { return strconv.Itoa(c.Sessions.DBQueries) }},
 		"session-db-wait":          {"100ms", "200ms", func(c config) string { return dur(c.Sessions.DBWait) }},
+		"jwt-secret-file":          {"testdata/env-secret", "testdata/flag-secret", func(c config) string { return c.JWTSecretFile }},
+		"api-key-file":             {"testdata/env-secret", "testdata/flag-secret", func(c config) string { return c.APIKeyFile }},
 	} {
 		flagCases[name] = fc
 	}

@@ -24,12 +24,14 @@ type config struct {
 	KeyPrefix      string
 	DatabaseURL    string
 	JWTSecret      string
+	JWTSecretFile  string
 	JWTPublicKey   string
 	JWTAlgorithm   string
 	JWTAudience    string
 	JWTIssuer      string
 	JWTMaxTTL      time.Duration
 	APIKey         string
+	APIKeyFile     string
 	NodeName       string
 	Origins        string
 	TrustedProxies string
@@ -62,6 +64,11 @@ type config struct {
 	RedisControlURL  string
 	RedisRealtimeURL string
 	Admission        admissionFlags
+
+	// warnings are what the start logs and goes on: unknown PUSHD_*
+	// variables, a short secret.
+	warnings []warning
+	from     origins // where each setting came from, for messages
 }
 
 // connFlags are the per-connection limits and the writer pool.
@@ -128,31 +135,33 @@ func (o origins) settingError(name, format string, args ...any) error {
 // newFlagSet defines every setting on c. Defaults live here and only here:
 // -h, docs/CONFIG.md (checked by a test) and the config file all read them
 // from the flag set.
-func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
+func newFlagSet(c *config) *flag.FlagSet {
 	fs := flag.NewFlagSet("pushd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // parseArgs words the errors and prints -h
 	fs.StringVar(&c.ConfigFile, "config", "", "file of settings, one \"name = value\" a line (names are the flags'); flags and the environment win over it")
 	fs.StringVar(&c.Listen, "listen", ":8080", "address to serve")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:port/db); empty with no database URL runs the embedded mode")
 	fs.BoolVar(&c.RedisCluster, "redis-cluster", false, "--redis-url lists seed nodes of a Redis Cluster, comma-separated; notifications travel on sharded Pub/Sub")
 	fs.StringVar(&c.KeyPrefix, "key-prefix", "", "prefix of every Redis key and channel, for sharing one Redis between environments")
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (pgx), the fallback and fact source behind Redis")
-	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for client tokens")
+	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for client tokens; at least 32 random bytes (a shorter one is warned of)")
+	fs.StringVar(&c.JWTSecretFile, "jwt-secret-file", "", "file holding --jwt-secret, one trailing newline trimmed (for secrets mounted as files); set one of the two")
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of the RS256, ES256 or EdDSA public key for client tokens")
 	fs.StringVar(&c.JWTAlgorithm, "jwt-algorithm", "", "pin the token algorithm (HS256, RS256, ES256, EdDSA); default from the key")
 	fs.StringVar(&c.JWTAudience, "jwt-audience", "", "comma-separated audiences: a token's aud claim must name one of them (401 otherwise); empty checks no audience")
 	fs.StringVar(&c.JWTIssuer, "jwt-issuer", "", "the iss claim every token must carry (401 otherwise); empty checks no issuer")
-	fs.DurationVar(&c.JWTMaxTTL, "jwt-max-ttl", 0, "longest lifetime a token may claim, exp - iat (exp - now when it has no iat); a longer one is refused with 401; 0 means no limit")
+	durationVar(fs, &c.JWTMaxTTL, "jwt-max-ttl", 0, "longest lifetime a token may claim, exp - iat (exp - now when it has no iat); a longer one is refused with 401; 0 means no limit")
 	fs.StringVar(&c.APIKey, "api-key", "", "key for POST /v1/publish (X-API-Key); empty allows loopback callers only")
+	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file holding --api-key, one trailing newline trimmed; set one of the two")
 	fs.StringVar(&c.NodeName, "node-name", "", "name shown in hello and metrics; empty means the host name")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated addresses or CIDRs of load balancers whose X-Forwarded-For names the client for the per-address limits; empty trusts none")
 	fs.StringVar(&c.Origins, "allowed-origins", "", "comma-separated origin patterns (host or scheme://host, with * wildcards) whose pages may open WebSockets and use the token cookie, besides the server's own host; other origins get 403")
-	fs.DurationVar(&c.Heartbeat, "heartbeat", 25*time.Second, "idle time after which a heartbeat is written")
-	fs.DurationVar(&c.PollInterval, "poll-interval", 2*time.Second, "while Pub/Sub is down, how often watched tasks are re-read (jittered)")
-	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "a client slower than this per write is disconnected")
-	fs.DurationVar(&c.Retry, "sse-retry", 2*time.Second, "base SSE reconnect delay (each connection adds up to 50% jitter)")
-	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 10*time.Second, "how long shutdown spends closing connections")
-	fs.DurationVar(&c.ReconnectAfter, "reconnect-after", 5*time.Second, "clients of a draining node reconnect after a random delay up to this")
+	durationVar(fs, &c.Heartbeat, "heartbeat", 25*time.Second, "idle time after which a heartbeat is written")
+	durationVar(fs, &c.PollInterval, "poll-interval", 2*time.Second, "while Pub/Sub is down, how often watched tasks are re-read (jittered)")
+	durationVar(fs, &c.WriteTimeout, "write-timeout", 10*time.Second, "a client slower than this per write is disconnected")
+	durationVar(fs, &c.Retry, "sse-retry", 2*time.Second, "base SSE reconnect delay (each connection adds up to 50% jitter)")
+	durationVar(fs, &c.DrainTimeout, "drain-timeout", 10*time.Second, "how long shutdown spends closing connections")
+	durationVar(fs, &c.ReconnectAfter, "reconnect-after", 5*time.Second, "clients of a draining node reconnect after a random delay up to this")
 	fs.BoolVar(&c.Streams, "streams", false, "also append every change to the tenant's Redis Stream, tail the streams to close Pub/Sub gaps, and resume SSE clients from stream cursors")
 	fs.Int64Var(&c.StreamMaxLen, "stream-maxlen", 10000, "with --streams, trim each tenant's stream to about this many entries (XADD MAXLEN ~)")
 	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private")
@@ -162,21 +171,21 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.RedisRealtimeURL, "redis-realtime-url", "", "Redis for Pub/Sub and streams; empty means --redis-url")
 	fs.IntVar(&c.MaxConns, "max-conns", 0, "streams this node holds before it answers 503; 0 means the open-file limit less 1,000 kept for Redis, PostgreSQL and requests")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 5000, "streams one client address may hold on this node (429 past it); 0 means no limit")
-	fs.DurationVar(&c.RequestTimeout, "request-timeout", 10*time.Second, "how long a request may take to arrive, headers and body; a connection still waiting for one is closed (a publish is answered 408 first); established streams are not bounded by it")
+	durationVar(fs, &c.RequestTimeout, "request-timeout", 10*time.Second, "how long a request may take to arrive, headers and body; a connection still waiting for one is closed (a publish is answered 408 first); established streams are not bounded by it")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", 64<<10, "longest request line and headers, in bytes (431 past it)")
 	fs.IntVar(&c.MaxURLBytes, "max-url-bytes", 8<<10, "longest request URL, in bytes (414 past it); at most --max-header-bytes, which counts it too")
 	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", 20, "failed authentications (invalid tokens) a client address may make at once; past them it is answered 429 before its token is checked; 0 means no limit")
 	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", 1, "failed authentications per second a client address's bucket refills")
 	fs.IntVar(&c.AuthFailureAddresses, "auth-failure-addresses", 65536, "client addresses whose failed authentications this node tracks; past it the least recently seen are forgotten")
-	fs.DurationVar(&c.Sessions.NegativeTTL, "session-negative-ttl", 10*time.Second, "how long this node remembers a session token PostgreSQL does not know, so its repeats cost no query (Redis is still asked)")
+	durationVar(fs, &c.Sessions.NegativeTTL, "session-negative-ttl", 10*time.Second, "how long this node remembers a session token PostgreSQL does not know, so its repeats cost no query (Redis is still asked)")
 	fs.IntVar(&c.Sessions.NegativeEntries, "session-negative-entries", 65536, "unknown session tokens this node remembers; past it the least recently refused are forgotten")
 	fs.IntVar(&c.Sessions.DBQueries, "session-db-queries", 4, "session lookups this node runs in PostgreSQL at once (besides the snapshot reads' 8); one more waits --session-db-wait, then gets 503")
-	fs.DurationVar(&c.Sessions.DBWait, "session-db-wait", 500*time.Millisecond, "how long a session lookup waits for one of --session-db-queries before it is answered 503 unavailable")
+	durationVar(fs, &c.Sessions.DBWait, "session-db-wait", 500*time.Millisecond, "how long a session lookup waits for one of --session-db-queries before it is answered 503 unavailable")
 	cf := &c.Conn
 	fs.IntVar(&cf.Writers, "writers", 32, "goroutines writing to connections; they never wait for a client (a stalled one's bytes wait on a goroutine of its own), so this bounds CPU only")
 	fs.IntVar(&cf.MaxSubscriptions, "max-subscriptions", 200, "tasks plus projects one connection may watch; more are refused with too_many_subscriptions")
 	fs.IntVar(&cf.MaxIDs, "max-ids", 100, "tasks plus projects in one request: an SSE URL (400 past it) or a WebSocket subscribe (bad_request)")
-	fs.DurationVar(&cf.SubscribeTimeout, "subscribe-timeout", 10*time.Second, "longest the initial reads of one subscription may take")
+	durationVar(fs, &cf.SubscribeTimeout, "subscribe-timeout", 10*time.Second, "longest the initial reads of one subscription may take")
 	fs.Float64Var(&cf.SubscribeReads, "subscribe-reads", 50, "snapshot reads per second that one user's subscriptions may cause on this node (one per task id, project or user scope subscribed), refilling a bucket of --subscribe-read-burst; ids past it get rate_limited with retry_after_ms")
 	fs.IntVar(&cf.SubscribeReadBurst, "subscribe-read-burst", 500, "snapshot reads one user's subscriptions may cause at once on this node")
 	fs.Int64Var(&cf.WSMaxMessageBytes, "ws-max-message-bytes", 64<<10, "longest WebSocket message a client may send; a longer one closes the connection with 1009")
@@ -184,7 +193,7 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cf.WSRequestBurst, "ws-request-burst", 20, "requests one WebSocket may send at once")
 	fs.IntVar(&cf.WSMaxBadMessages, "ws-max-bad-messages", 10, "malformed or dropped WebSocket requests in a row before the connection is closed with 1008")
 	fs.IntVar(&cf.SendBuffer, "socket-send-buffer", 256<<10, "each stream's socket send buffer in bytes (SO_SNDBUF): what the kernel holds for a client that stopped reading, before its bytes wait in pushd and its write timeout runs; 0 leaves the kernel's autotuning (up to 4 MB a socket)")
-	fs.DurationVar(&cf.FirstRequestTimeout, "first-request-timeout", 10*time.Second, "how long a new WebSocket may wait before its first request; then it is closed with 1008")
+	durationVar(fs, &cf.FirstRequestTimeout, "first-request-timeout", 10*time.Second, "how long a new WebSocket may wait before its first request; then it is closed with 1008")
 	a := &c.Admission
 	fs.IntVar(&a.UserBurst, "connect-user-burst", 20, "connects a user may make at once (token bucket capacity); 0 means no limit")
 	fs.Float64Var(&a.UserRate, "connect-user-rate", 1, "connects per second a user's bucket refills")
@@ -196,20 +205,22 @@ func newFlagSet(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&a.Pro, "api-limit-pro", 600, "the same on the pro plan")
 	fs.IntVar(&a.Enterprise, "api-limit-enterprise", 6000, "the same on the enterprise plan")
 	fs.StringVar(&a.DefaultPlan, "default-plan", "free", "plan of a tenant that neither its token (plan claim) nor its configuration (tenant:<id> hash, field plan) names")
-	fs.DurationVar(&a.APIWindow, "api-window", time.Minute, "sliding window of the API limits")
-	fs.DurationVar(&a.PlanCacheTTL, "plan-cache-ttl", time.Minute, "how long a tenant's configured plan is cached in process")
-	fs.DurationVar(&a.LeaseTTL, "lease-ttl", 30*time.Second, "how long a connection's lease outlives its node's last renewal")
-	fs.DurationVar(&a.Renew, "lease-renew-interval", 10*time.Second, "how often a node renews its connections' leases (one pipelined round trip)")
-	fs.DurationVar(&a.Reconcile, "lease-reconcile-interval", time.Minute, "how often connection counts are rebuilt from live leases")
+	durationVar(fs, &a.APIWindow, "api-window", time.Minute, "sliding window of the API limits")
+	durationVar(fs, &a.PlanCacheTTL, "plan-cache-ttl", time.Minute, "how long a tenant's configured plan is cached in process")
+	durationVar(fs, &a.LeaseTTL, "lease-ttl", 30*time.Second, "how long a connection's lease outlives its node's last renewal")
+	durationVar(fs, &a.Renew, "lease-renew-interval", 10*time.Second, "how often a node renews its connections' leases (one pipelined round trip)")
+	durationVar(fs, &a.Reconcile, "lease-reconcile-interval", time.Minute, "how often connection counts are rebuilt from live leases")
 	fs.IntVar(&a.ExpectedNodes, "expected-nodes", 1, "nodes in the fleet: while the control Redis is down each node allows this share of the caps and API limits")
-	fs.DurationVar(&a.Timeout, "admission-timeout", 100*time.Millisecond, "longest wait for the control Redis per admission check before local limits decide")
-	fs.DurationVar(&a.Retry, "admission-retry", time.Second, "after the control Redis failed, how long local limits decide before Redis is tried again")
-	fs.DurationVar(&a.SessionCheck, "session-check-interval", 10*time.Second, "how often the sessions of open connections are re-validated")
+	durationVar(fs, &a.Timeout, "admission-timeout", 100*time.Millisecond, "longest wait for the control Redis per admission check before local limits decide")
+	durationVar(fs, &a.Retry, "admission-retry", time.Second, "after the control Redis failed, how long local limits decide before Redis is tried again")
+	durationVar(fs, &a.SessionCheck, "session-check-interval", 10*time.Second, "how often the sessions of open connections are re-validated")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: pushd [flags]
        pushd version
+       pushd token [flags]         mint a token (pushd token -h)
+       pushd token verify [TOKEN]  check a token as this node would
 
 Every flag can also be set by its environment variable, or as
 "name = value" in the --config file. A flag wins over the environment,
@@ -230,22 +241,41 @@ which wins over the file.
 // parseConfig reads the settings: flags, then their PUSHD_* twins for what
 // the flags left unset, then the --config file for what both left, then
 // defaults. Every value is validated; the error names each bad setting and
-// where its value came from.
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+// where its value came from, and is a usageError. -h prints the usage on
+// stdout and returns flag.ErrHelp.
+func parseConfig(args, environ []string, stdout io.Writer) (config, error) {
 	var c config
-	fs := newFlagSet(&c, stderr)
-	if err := fs.Parse(args); err != nil {
+	fs := newFlagSet(&c)
+	if err := parseArgs(fs, args, stdout); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		if guess := closest(fs.Arg(0), []string{"token", "version"}); guess != "" && fs.NArg() == len(args) {
+			return c, usageErrorf("unknown command %q; did you mean %s? (run pushd -h)", fs.Arg(0), guess)
+		}
+		return c, usageErrorf("unexpected argument %q (run pushd -h for the flags)", fs.Arg(0))
 	}
+	if err := c.load(fs, newEnvironment(environ)); err != nil {
+		return c, usageError{err}
+	}
+	return c, nil
+}
+
+// load completes a command line fs has parsed into c: the environment and
+// the config file fill in the settings it left unset, the secret files are
+// read, and everything is validated. It reports every bad setting at once.
+// Only the node's settings are read from the environment and the file, so a
+// command's own flags (pushd token's --tenant) have no twins.
+func (c *config) load(fs *flag.FlagSet, env environment) error {
 	from := origins{}
+	c.from = from
 	fs.Visit(func(f *flag.Flag) { from[f.Name] = fromFlag })
 
+	settings := newFlagSet(&config{})
+	c.warnings = env.unknownVariables(settings)
 	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		v := getenv(envName(f.Name))
+	settings.VisitAll(func(f *flag.Flag) {
+		v := env[envName(f.Name)]
 		if _, set := from[f.Name]; set || v == "" {
 			return
 		}
@@ -257,13 +287,45 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.ConfigFile != "" {
 		errs = append(errs, applyConfigFile(fs, c.ConfigFile, from)...)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return c, err
-	}
+	errs = append(errs, c.readSecretFile("jwt-secret", &c.JWTSecret, c.JWTSecretFile, from))
+	errs = append(errs, c.readSecretFile("api-key", &c.APIKey, c.APIKeyFile, from))
 	if c.NodeName == "" {
 		c.NodeName, _ = os.Hostname()
 	}
-	return c, c.validate(from)
+	// A setting that failed to parse kept its default, which validate
+	// passes, so its errors are the other settings'.
+	errs = append(errs, c.validate(from))
+	if n := len(c.JWTSecret); n > 0 && n < minSecretBytes {
+		c.warnings = append(c.warnings, warning{"HS256 secret shorter than 32 bytes: a short secret can be guessed, and whoever guesses it mints tokens",
+			[]any{"setting", "jwt-secret", "from", from.of("jwt-secret"), "bytes", n}})
+	}
+	return errors.Join(errs...)
+}
+
+// minSecretBytes is the shortest HS256 secret pushd takes without a
+// warning: as many bytes as the hash, as RFC 7518 requires.
+const minSecretBytes = 32
+
+// readSecretFile sets *value from the file the name-file setting names,
+// less one trailing newline, which editors and echo add.
+func (c *config) readSecretFile(name string, value *string, path string, from origins) error {
+	if path == "" {
+		return nil
+	}
+	if *value != "" {
+		return from.settingError(name+"-file", "set --%s (from %s) or --%s-file, not both", name, from.of(name), name)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return from.settingError(name+"-file", "%v", err)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return from.settingError(name+"-file", "%s is empty", path)
+	}
+	*value = s
+	from[name] = "the file " + path
+	return nil
 }
 
 // applyConfigFile sets, from the file, every flag the command line and
@@ -274,7 +336,7 @@ func applyConfigFile(fs *flag.FlagSet, path string, from origins) []error {
 	if err != nil {
 		return []error{from.settingError("config", "%v", err)}
 	}
-	check := newFlagSet(&config{}, io.Discard)
+	check := newFlagSet(&config{})
 	var errs []error
 	for _, s := range settings {
 		where := fmt.Sprintf("%s:%d", path, s.line)

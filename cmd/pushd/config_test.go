@@ -14,13 +14,13 @@ import (
 	"time"
 )
 
-// env is a getenv over a map.
-func env(kv ...string) func(string) string {
-	m := make(map[string]string)
+// env is an environment of name, value pairs.
+func env(kv ...string) []string {
+	var out []string
 	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
+		out = append(out, kv[i]+"="+kv[i+1])
 	}
-	return func(k string) string { return m[k] }
+	return out
 }
 
 // flagCase says how to set a flag and where its value lands.
@@ -172,7 +172,7 @@ func TestParseConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		args   []string
-		getenv func(string) string
+		getenv []string
 		want   string // in the error
 	}{
 		{"bad duration in env", nil, env("PUSHD_HEARTBEAT", "soon"), `--heartbeat (from PUSHD_HEARTBEAT): invalid value "soon"`},
@@ -207,7 +207,7 @@ func TestRunRefusesBadSettingsBeforeServing(t *testing.T) {
 	} {
 		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
 			var out bytes.Buffer
-			err := run(tc.args, env(), &out)
+			err := run(tc.args, env(), &out, &out)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("run %v: %v, want an error containing %q\n%s", tc.args, err, tc.want, &out)
 			}
@@ -217,7 +217,7 @@ func TestRunRefusesBadSettingsBeforeServing(t *testing.T) {
 
 func TestRunHelp(t *testing.T) {
 	var out bytes.Buffer
-	if err := run([]string{"-h"}, env(), &out); !errors.Is(err, flag.ErrHelp) {
+	if err := run([]string{"-h"}, env(), &out, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("run -h: %v, want flag.ErrHelp (main exits 0)", err)
 	}
 	if !strings.Contains(out.String(), "PUSHD_REDIS_URL") {

@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -22,12 +21,16 @@ const (
 func settingsTable() string {
 	var b strings.Builder
 	b.WriteString("| flag | environment | file key | default | meaning |\n| --- | --- | --- | --- | --- |\n")
-	newFlagSet(&config{}, io.Discard).VisitAll(func(f *flag.Flag) {
+	newFlagSet(&config{}).VisitAll(func(f *flag.Flag) {
 		def := "none"
 		if f.DefValue != "" {
 			def = "`" + f.DefValue + "`"
 		}
-		fmt.Fprintf(&b, "| `--%s` | `%s` | `%s` | %s | %s |\n", f.Name, envName(f.Name), f.Name, def, strings.ReplaceAll(f.Usage, "|", `\|`))
+		key := "`" + f.Name + "`"
+		if f.Name == "config" { // a config file cannot name another
+			key = "none"
+		}
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, strings.ReplaceAll(f.Usage, "|", `\|`))
 	})
 	return b.String()
 }

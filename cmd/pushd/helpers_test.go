@@ -162,9 +162,15 @@ type proc struct {
 // The kernel picks the port, so no other process can take it in between.
 func startBinary(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startBinaryEnv(t, nil, args...)
+}
+
+// startBinaryEnv is startBinary with the PUSHD_* variables of env.
+func startBinaryEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{log: newLogBuffer(), exited: make(chan struct{})}
 	p.cmd = exec.Command(binary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...)
-	p.cmd.Env = envWithoutPushd()
+	p.cmd.Env = append(envWithoutPushd(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,8 @@
 // Command pushd serves real-time task status to browsers over SSE and
 // WebSocket. Run it with no configuration for the embedded mode; see
 // pushd -h (or docs/CONFIG.md) for the flags, their PUSHD_* environment
-// twins and the config file; pushd version prints the build's version.
+// twins and the config file; pushd version prints the build's version, and
+// pushd token mints and verifies client tokens with the node's settings.
 package main
 
 import (
@@ -22,25 +23,45 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "version" {
-		if len(os.Args) > 2 {
-			fmt.Fprintln(os.Stderr, "pushd: version takes no arguments")
-			os.Exit(2)
-		}
-		fmt.Println(readBuildInfo())
-		return
-	}
-	if err := run(os.Args[1:], os.Getenv, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "pushd:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli(os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
 }
 
-func run(args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := parseConfig(args, getenv, stderr)
+// cli runs one command line and returns the exit status: 0, 1 when the
+// node or a command fails, 2 for a command line or setting it refuses.
+func cli(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var err error
+	cmd := ""
+	if len(args) > 0 {
+		cmd = args[0]
+	}
+	switch cmd {
+	case "version", "-version", "--version":
+		if len(args) == 2 && (args[1] == "-h" || args[1] == "-help" || args[1] == "--help") {
+			fmt.Fprintln(stdout, "Usage: pushd version (or pushd --version)\n\nPrints the version, the commit and the Go release of this build.")
+			break
+		}
+		if len(args) > 1 {
+			err = usageErrorf("version takes no arguments")
+			break
+		}
+		fmt.Fprintln(stdout, readBuildInfo())
+	case "token":
+		err = tokenCommand(args[1:], environ, stdin, stdout, stderr)
+	default:
+		err = run(args, environ, stdout, stderr)
+	}
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintln(stderr, "pushd:", err)
+	if errors.As(err, new(usageError)) {
+		return 2
+	}
+	return 1
+}
+
+func run(args, environ []string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, environ, stdout)
 	if err != nil {
 		return err
 	}
@@ -53,6 +74,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		if pem, err = os.ReadFile(cfg.JWTPublicKey); err != nil {
 			return fmt.Errorf("jwt public key: %w", err)
 		}
+	}
+	for _, w := range cfg.warnings {
+		log.Warn(w.msg, w.args...)
 	}
 	bi := readBuildInfo()
 	log.Info("pushd starting", "version", bi.Version, "commit", bi.Commit, "modified", bi.Modified, "config", cfg.ConfigFile)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"syscall"
@@ -205,7 +206,7 @@ func TestRunDrainsOnSignal(t *testing.T) {
 	go func() {
 		defer close(returned)
 		runErr = run([]string{"--listen", "127.0.0.1:0", "--node-name", "in-process", "--reconnect-after", "1s"},
-			func(string) string { return "" }, log)
+			nil, io.Discard, log)
 	}()
 	serving := false
 	t.Cleanup(func() {

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// issueToken signs a token for user of tenant, for nodes run with
+// --jwt-secret, --jwt-audience pushd and --jwt-issuer https://login.example.
+func issueToken(secret []byte, tenant, user, plan string) (string, error) {
+	now := time.Now()
+	claims := jwt.MapClaims{
+		"sub":       user,
+		"tenant_id": tenant,
+		"plan":      plan, // leave it out for the tenant's configured plan
+		"aud":       "pushd",
+		"iss":       "https://login.example",
+		"iat":       now.Unix(),
+		"exp":       now.Add(15 * time.Minute).Unix(), // within --jwt-max-ttl
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
+}
+
+// TestREADMETokenExample: the README's Go example is issueToken above,
+// character for character, and a node with the settings it names accepts
+// its tokens.
+func TestREADMETokenExample(t *testing.T) {
+	src, err := os.ReadFile("readme_token_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fn, _ := strings.Cut(string(src), "\n// issueToken signs")
+	fn, _, _ = strings.Cut(fn, "\n}\n")
+	fn = "// issueToken signs" + fn + "\n}\n"
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```go\n"+fn+"```\n") {
+		t.Errorf("README.md's Go token example differs from issueToken in readme_token_test.go:\n%s", fn)
+	}
+
+	tok, err := issueToken([]byte(tokenSecret), "t1", "u1", "pro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, env("PUSHD_JWT_SECRET", tokenSecret), "", append([]string{"token", "verify", tok}, tokenNodeFlags...)...)
+	if code != 0 || !strings.Contains(errOut, "token valid: tenant t1, user u1, plan pro, HS256") {
+		t.Fatalf("pushd token verify: exit %d, stderr %q, stdout %q", code, errOut, out)
+	}
+}
