@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -191,8 +193,12 @@ func (e environment) unknownVariables(fs *flag.FlagSet) []warning {
 	var known []string
 	fs.VisitAll(func(f *flag.Flag) { known = append(known, envName(f.Name)) })
 	var out []warning
-	for k := range e {
+	for _, k := range slices.Sorted(maps.Keys(e)) {
 		if !strings.HasPrefix(k, "PUSHD_") || (fs.Lookup(flagName(k)) != nil && envName(flagName(k)) == k) {
+			continue
+		}
+		// The test suite's own variables (scripts/test) are not settings.
+		if strings.HasPrefix(k, "PUSHD_TEST_") || strings.HasPrefix(k, "PUSHD_FUZZ_") {
 			continue
 		}
 		args := []any{"name", k}
