@@ -8,6 +8,7 @@ package episode
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,8 @@ type Logger struct {
 	log     *slog.Logger
 	summary string
 	now     func() time.Time // time.Now; tests set it
+
+	open atomic.Bool // down, for OK's fast path: callers call it on every success
 
 	mu       sync.Mutex
 	down     bool
@@ -47,6 +50,7 @@ func (l *Logger) Fail(msg string, err error, args ...any) (first bool) {
 	if l.down && now.Sub(l.lastFail) >= Interval {
 		l.down = false // ended unseen: this is a new one
 	}
+	l.open.Store(true)
 	l.lastFail = now
 	if !l.down {
 		l.down, l.start, l.lastLine, l.since, l.total = true, now, now, 0, 1
@@ -71,12 +75,16 @@ func (l *Logger) Fail(msg string, err error, args ...any) (first bool) {
 // OK ends the episode, if one is open: it logs msg at info with how long
 // the episode lasted and its failures, and reports true.
 func (l *Logger) OK(msg string, args ...any) bool {
+	if !l.open.Load() {
+		return false
+	}
 	l.mu.Lock()
 	if !l.down {
 		l.mu.Unlock()
 		return false
 	}
 	l.down = false
+	l.open.Store(false)
 	total, downFor := l.total, round(l.now().Sub(l.start))
 	l.mu.Unlock()
 	l.log.Info(msg, with(args, "failures", total, "down_for", downFor)...)
