@@ -69,14 +69,14 @@ func checkRedis(u, form string) error {
 }
 
 // checkDatabaseURL checks a PostgreSQL URL, or pgx's keyword/value form
-// (host=... dbname=...).
+// (host=h dbname=db).
 func checkDatabaseURL(u string) error {
 	if !strings.Contains(u, "://") {
 		if !strings.Contains(u, "=") {
 			return fmt.Errorf("not a URL; want %s", postgresForm)
 		}
 		if _, err := pgxpool.ParseConfig(u); err != nil {
-			return fmt.Errorf("%s; want %s or host=... dbname=...", pgReason(err), postgresForm)
+			return fmt.Errorf("%s; want %s or keyword/value (host=h dbname=db)", pgReason(err), postgresForm)
 		}
 		return nil
 	}

@@ -32,6 +32,8 @@ func TestBadURLsSayTheFormAndHideThePassword(t *testing.T) {
 			`--database-url (from the command line): invalid port ":notaport" after host; want postgres://user@host:5432/db`},
 		{append([]string{"--database-url", "localhost/db"}, redisURL...),
 			`--database-url (from the command line): not a URL; want postgres://user@host:5432/db`},
+		{append([]string{"--database-url", "host=h port=x password=" + pw}, redisURL...),
+			`--database-url (from the command line): invalid port; want postgres://user@host:5432/db or keyword/value (host=h dbname=db)`},
 		{append([]string{"--database-url", "postgres://u:" + pw + "@h:5432/db?sslmode=" + pw}, redisURL...),
 			`--database-url (from the command line): failed to configure TLS (sslmode is invalid); want postgres://user@host:5432/db`},
 	} {
