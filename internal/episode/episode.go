@@ -73,7 +73,8 @@ func (l *Logger) Fail(msg string, err error, args ...any) (first bool) {
 }
 
 // OK ends the episode, if one is open: it logs msg at info with how long
-// the episode lasted and its failures, and reports true.
+// the episode lasted and its failures, and reports true. An episode whose
+// last failure is Interval old is over already and ends silently.
 func (l *Logger) OK(msg string, args ...any) bool {
 	if !l.open.Load() {
 		return false
@@ -85,8 +86,13 @@ func (l *Logger) OK(msg string, args ...any) bool {
 	}
 	l.down = false
 	l.open.Store(false)
-	total, downFor := l.total, round(l.now().Sub(l.start))
+	now := l.now()
+	total, downFor := l.total, round(now.Sub(l.start))
+	expired := now.Sub(l.lastFail) >= Interval
 	l.mu.Unlock()
+	if expired {
+		return false // it ended unseen long ago: its length is unknown
+	}
 	l.log.Info(msg, with(args, "failures", total, "down_for", downFor)...)
 	return true
 }

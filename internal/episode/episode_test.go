@@ -116,6 +116,19 @@ func TestEpisodeEndsUnseenAfterAQuietInterval(t *testing.T) {
 	}
 }
 
+func TestEpisodeOKAfterAQuietIntervalIsSilent(t *testing.T) {
+	l, c, buf := newTest(slog.LevelInfo)
+	l.Fail("read failed", errors.New("refused"))
+	lines(t, buf)
+	c.add(time.Hour) // no reads for an hour: when it ended is unknown
+	if l.OK("reads answer again") {
+		t.Error("OK reported the end of an episode that ended unseen")
+	}
+	if got := lines(t, buf); len(got) != 0 {
+		t.Errorf("OK logged %+v, want nothing", got)
+	}
+}
+
 func TestEpisodeLeavesCallersArgsAlone(t *testing.T) {
 	l, _, _ := newTest(slog.LevelInfo)
 	args := make([]any, 2, 8)
