@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/internal/episode"
 )
 
 // Plans.
@@ -169,10 +171,13 @@ type Stats struct {
 // Controller makes admission decisions. It is safe for concurrent use;
 // Close stops its goroutine.
 type Controller struct {
-	cfg   Config
-	log   *slog.Logger
-	rdb   redis.UniversalClient // nil: local only
-	names names
+	cfg  Config
+	log  *slog.Logger
+	lost *episode.Logger // failed round trips to Redis, until one succeeds
+	// sessionsLost: failed re-validations of sessions, until one succeeds.
+	sessionsLost *episode.Logger
+	rdb          redis.UniversalClient // nil: local only
+	names        names
 
 	// downUntil is the Unix ns until which Redis is skipped after a failure.
 	downUntil atomic.Int64
@@ -195,7 +200,9 @@ func New(cfg Config) *Controller {
 	cfg.setDefaults()
 	c := &Controller{
 		cfg: cfg, log: cfg.Logger, rdb: cfg.Redis, names: names{prefix: cfg.Prefix},
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		lost:         episode.New(cfg.Logger, "admission store still failing; using local limits"),
+		sessionsLost: episode.New(cfg.Logger, "session re-validation still failing; sessions kept until it answers"),
+		wake:         make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	c.local.init()
 	c.plans.init()
@@ -228,13 +235,13 @@ func (c *Controller) useRedis() bool {
 }
 
 // failed records a failed round trip and moves the node to local limits
-// for RetryAfterFailure.
+// for RetryAfterFailure. Redis is tried again after each such pause, so a
+// lost Redis fails every RetryAfterFailure: the episode logs it once, then
+// in summaries.
 func (c *Controller) failed(what string, err error) {
 	c.stats.StoreErrors.Add(1)
-	until := time.Now().Add(c.cfg.RetryAfterFailure).UnixNano()
-	if prev := c.downUntil.Swap(until); prev < time.Now().UnixNano() {
-		c.log.Warn("admission store failed; using local limits", "op", what, "retry_after", c.cfg.RetryAfterFailure, "err", err)
-	}
+	c.downUntil.Store(time.Now().Add(c.cfg.RetryAfterFailure).UnixNano())
+	c.lost.Fail("admission store failed; using local limits", err, "op", what, "retry_after", c.cfg.RetryAfterFailure)
 }
 
 func (c *Controller) count(d Decision) Decision {
@@ -312,6 +319,7 @@ func (c *Controller) connectBuckets(ctx context.Context, tenant, user, ip string
 		cancel()
 		d, err := bucketDecision(err, ipCall, userCall)
 		if err == nil {
+			c.recovered()
 			if d.Allowed {
 				c.allow(RuleConnectIP, RuleConnectUser)
 			}

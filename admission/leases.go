@@ -347,11 +347,11 @@ func (c *Controller) renew() {
 	c.recovered()
 }
 
-// recovered ends a fallback early once a round trip succeeded.
+// recovered ends a fallback early once a round trip succeeded, and the
+// episode of failures if one is open.
 func (c *Controller) recovered() {
-	if c.downUntil.Swap(0) > time.Now().UnixNano() {
-		c.log.Info("admission store answers again; using Redis limits")
-	}
+	c.downUntil.Store(0)
+	c.lost.OK("admission store answers again; using Redis limits")
 }
 
 // Reconcile rebuilds the open-connection counts of every registered tenant

@@ -76,9 +76,10 @@ func (c *Controller) checkSessions() {
 		valid, err := c.cfg.Sessions.Valid(ctx, tokens)
 		cancel()
 		if err != nil {
-			c.log.Warn("session re-validation failed; sessions kept until it answers", "err", err)
+			c.sessionsLost.Fail("session re-validation failed; sessions kept until it answers", err)
 			return
 		}
+		c.sessionsLost.OK("session re-validation answers again")
 		for _, e := range batch {
 			if ok, known := valid[e.token]; known && !ok && !e.revoked.Swap(true) {
 				c.stats.SessionsClosed.Add(1)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -130,6 +131,7 @@ const movedGrace = 2 * time.Second
 type ClusterBus struct {
 	cfg    ClusterConfig // defaults applied
 	log    *slog.Logger
+	lost   *episode.Logger // the outages: from Lost to Restored
 	ctx    context.Context // done at Close
 	cancel context.CancelFunc
 	kick   chan struct{} // wakes the placer; buffered
@@ -182,9 +184,11 @@ func NewClusterBus(cfg ClusterConfig) *ClusterBus {
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
+	log := cfg.Logger.With("component", "fanout")
 	b := &ClusterBus{
 		cfg:      cfg,
-		log:      cfg.Logger.With("component", "fanout"),
+		log:      log,
+		lost:     episode.New(log, "sharded pubsub still down"),
 		ctx:      ctx,
 		cancel:   cancel,
 		kick:     make(chan struct{}, 1),
@@ -505,7 +509,7 @@ func (b *ClusterBus) checkRestored() {
 	held := b.heldResyncs
 	b.heldResyncs = nil
 	b.mu.Unlock()
-	b.log.Info("sharded pubsub restored")
+	b.lost.OK("sharded pubsub restored")
 	b.call(func(h Handler) {
 		if lh, ok := h.(LossHandler); ok {
 			lh.Restored()
@@ -679,6 +683,7 @@ func (b *ClusterBus) retire(sh *shard, err error, reply bool) {
 		}
 	}
 	lost := !reply && held > 0 && !b.outage && !b.closed
+	during := b.outage
 	if lost {
 		b.outage = true
 	}
@@ -689,12 +694,14 @@ func (b *ClusterBus) retire(sh *shard, err error, reply bool) {
 	}
 	if lost {
 		b.stats.losses.Add(1)
-		b.log.Warn("sharded pubsub connection lost; resubscribing", "master", sh.addr, "tenants", held, "err", err)
+		b.lost.Fail("sharded pubsub connection lost; resubscribing", err, "master", sh.addr, "tenants", held)
 		b.call(func(h Handler) {
 			if lh, ok := h.(LossHandler); ok {
 				lh.Lost(err)
 			}
 		})
+	} else if during {
+		b.lost.Fail("sharded pubsub connection lost; resubscribing", err, "master", sh.addr, "tenants", held) // a debug line, or the summary
 	} else {
 		b.log.Debug("sharded pubsub connection replaced", "master", sh.addr, "tenants", held, "err", err)
 	}

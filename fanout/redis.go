@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -118,6 +119,7 @@ const malformedLogEvery = 10 * time.Second
 type RedisBus struct {
 	cfg    RedisConfig // defaults applied
 	log    *slog.Logger
+	lost   *episode.Logger // the outages of the Pub/Sub connection
 	ps     *redis.PubSub
 	ctx    context.Context // done at Close; bounds the loop, dials and writes of the bus's own
 	cancel context.CancelFunc
@@ -200,9 +202,11 @@ func NewRedisBus(cfg RedisConfig) *RedisBus {
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
+	log := cfg.Logger.With("component", "fanout")
 	b := &RedisBus{
 		cfg:       cfg,
-		log:       cfg.Logger.With("component", "fanout"),
+		log:       log,
+		lost:      episode.New(log, "pubsub connection still down"),
 		ps:        cfg.Client.Subscribe(ctx), // no channel: no I/O yet
 		ctx:       ctx,
 		cancel:    cancel,
@@ -473,7 +477,7 @@ func (b *RedisBus) run(h Handler) {
 		}
 		if b.down {
 			b.down = false
-			b.log.Info("pubsub connection restored")
+			b.lost.OK("pubsub connection restored")
 			if lh, ok := h.(LossHandler); ok {
 				lh.Restored() // down implies Lost was reported
 			}
@@ -601,13 +605,12 @@ func (b *RedisBus) dropConn() {
 func (b *RedisBus) failed(h Handler, err error) {
 	b.stats.failures.Add(1)
 	b.heardAt.Store(0)
+	b.lost.Fail("pubsub connection lost; resubscribing", err)
 	if b.down {
-		b.log.Debug("pubsub connection still down", "err", err)
 		return
 	}
 	b.down = true
 	b.stats.losses.Add(1)
-	b.log.Warn("pubsub connection lost; resubscribing", "err", err)
 	if lh, ok := h.(LossHandler); ok {
 		lh.Lost(err)
 	}

@@ -11,9 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
@@ -267,6 +269,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			if err != nil {
 				return nil, fmt.Errorf("database: %w", err)
 			}
+			n.checkDatabase(ctx, &pcfg.ConnConfig.Config)
 		}
 		names := keys.Names{Prefix: cfg.KeyPrefix, Cluster: cfg.RedisCluster}
 		n.store = snapshot.NewStore(snapshot.Config{Redis: n.cache, DB: n.pool, Names: names, FetchTimeout: cfg.SnapshotFetchTimeout, Logger: cfg.Logger})
@@ -372,6 +375,22 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	ok = true
 	return n, nil
+}
+
+// dbCheckTimeout bounds the start-up check of PostgreSQL.
+const dbCheckTimeout = 2 * time.Second
+
+// checkDatabase warns when PostgreSQL does not answer at start. The node
+// starts anyway and the pool connects once it answers; but without this,
+// nothing would say so until the first read Redis cannot serve. The
+// address is logged, never the password (nor pgx's errors carry it).
+func (n *Node) checkDatabase(ctx context.Context, c *pgconn.Config) {
+	ctx, cancel := context.WithTimeout(ctx, dbCheckTimeout)
+	defer cancel()
+	if err := n.pool.Ping(ctx); err != nil {
+		n.log.Warn("postgres does not answer at start; serving from Redis until it does",
+			"addr", net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))), "database", c.Database, "user", c.User, "err", err)
+	}
 }
 
 // ready: the node can serve while either snapshot source answers. Both

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/keys"
 )
 
@@ -65,9 +66,10 @@ type Config struct {
 	// ListCacheTTL is how long ListProject and ListUser results are cached.
 	// Zero means 1s; negative disables the cache.
 	ListCacheTTL time.Duration
-	// Logger receives debug logs of the failures the Store absorbs (Redis
-	// errors it fails open on, write-backs that failed). Nil means
-	// slog.Default().
+	// Logger receives the failures the Store absorbs: Redis errors it
+	// falls back to PostgreSQL on (a warning when Redis stops answering,
+	// then summaries; each one at debug) and write-backs that failed (at
+	// debug). Nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -143,6 +145,7 @@ type Store struct {
 	db    *pgxpool.Pool
 	names keys.Names
 	log   *slog.Logger
+	lost  *episode.Logger // failed Redis reads, until one succeeds
 
 	// beginSQL opens a read-only transaction with the statement timeout.
 	beginSQL string
@@ -195,6 +198,7 @@ func NewStore(cfg Config) *Store {
 		db:       cfg.DB,
 		names:    cfg.Names,
 		log:      cfg.Logger,
+		lost:     episode.New(cfg.Logger, "snapshot: redis reads still failing, falling back to postgres"),
 		beginSQL: fmt.Sprintf("BEGIN READ ONLY; SET LOCAL statement_timeout = %d", max(cfg.StatementTimeout.Milliseconds(), 1)),
 		sem:      make(chan struct{}, cfg.MaxDBQueries),
 		tasks:    newCache[*Snapshot](cfg.CacheTTL, taskCacheCap),
@@ -399,10 +403,10 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 	var redisErr error // why Redis did not answer, if it did not
 	if s.rdb != nil && !dbOnly {
 		snap, missing, err := s.readRedis(ctx, id, atLeast <= 0 && s.cfg.NegativeTTL > 0)
+		s.redisRead(ctx, err, "task_id", id)
 		switch {
 		case err != nil:
 			redisErr = err
-			s.log.DebugContext(ctx, "snapshot: redis read failed, falling back to postgres", "task_id", id, "err", err)
 		case snap != nil:
 			return s.remember(snap), nil
 		case missing:
@@ -572,9 +576,9 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 	var redisErr error
 	if s.rdb != nil {
 		found, err := s.readRedisMany(ctx, rest)
+		s.redisRead(ctx, err, "tasks", len(rest))
 		if err != nil {
 			redisErr = err
-			s.log.DebugContext(ctx, "snapshot: redis mget failed, falling back to postgres", "tasks", len(rest), "err", err)
 		} else {
 			missed := rest[:0]
 			for _, id := range rest {

@@ -37,6 +37,21 @@ func (s *Store) redisFailed() {
 	s.redisRetryAt.Store(monotime() + int64(redisBackoff))
 }
 
+// redisRead logs how a Redis read went: failures as one episode per outage
+// (skips during the backoff are not attempts; a caller that gave up says
+// nothing about Redis), and the first success after them.
+func (s *Store) redisRead(ctx context.Context, err error, args ...any) {
+	switch {
+	case err == nil:
+		s.lost.OK("snapshot: redis reads answer again")
+	case errors.Is(err, errRedisBackoff):
+	case ctx.Err() != nil:
+		s.log.DebugContext(ctx, "snapshot: redis read abandoned", append(args, "err", err)...)
+	default:
+		s.lost.Fail("snapshot: redis read failed, falling back to postgres", err, args...)
+	}
+}
+
 // readRedis reads a task's snapshot and, when checkMissing is set, its
 // negative-cache marker, in one round trip. A document that does not parse
 // counts as a miss: PostgreSQL will answer and the write-back replaces it.

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -182,7 +183,7 @@ func NewTailer(cfg Config) *Tailer {
 		panic(fmt.Sprintf("stream: Config.Client is a %T; want a *redis.Client or a *redis.ClusterClient", c))
 	}
 	for range cfg.Readers {
-		t.readers = append(t.readers, &reader{t: t, wake: make(chan struct{}, 1)})
+		t.readers = append(t.readers, &reader{t: t, wake: make(chan struct{}, 1), lost: episode.New(t.log, "stream reads still failing")})
 	}
 	return t
 }
@@ -540,8 +541,9 @@ func gap(tl *tail, st state) string {
 // reader is one XREAD connection's loop and the tails hashed to it.
 type reader struct {
 	t      *Tailer
-	wake   chan struct{} // cap 1: a tail was added
-	lastOK atomic.Int64  // Unix ns when Redis last answered this reader (or it had nothing to read)
+	wake   chan struct{}   // cap 1: a tail was added
+	lost   *episode.Logger // failed reads, until a check clears the doubt they cast
+	lastOK atomic.Int64    // Unix ns when Redis last answered this reader (or it had nothing to read)
 	// Owned by run.
 	doubt     bool   // a read failed, or ran on a new connection: check every tail before trusting it again
 	dials     uint64 // Tailer.dials when the last check began
@@ -614,9 +616,7 @@ func (r *reader) run() {
 		}
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.stats.readErrors.Add(1)
-			if !r.doubt {
-				t.log.Warn("stream read failed; checking the streams once Redis answers", "err", err)
-			}
+			r.lost.Fail("stream read failed; checking the streams once Redis answers", err)
 			r.distrust(tails)
 			t.reloadTopology()
 			backoff = min(max(2*backoff, minBackoff), maxBackoff)
@@ -802,6 +802,7 @@ func (r *reader) prepare(tails []*tail) bool {
 		t.mu.Unlock()
 	}
 	if ok && due {
+		r.lost.OK("stream reads answer again")
 		r.doubt, r.dials = false, dials
 		r.nextCheck = time.Now().Add(r.t.cfg.CheckInterval)
 	}

@@ -145,8 +145,9 @@ func (l *logBuffer) wait(t *testing.T, re *regexp.Regexp, stop <-chan struct{}) 
 	}
 }
 
-// servingRE matches LogStartup's first line and captures the bound address.
-var servingRE = regexp.MustCompile(`msg="pushd serving[^"]*" addr=(\S+)`)
+// servingRE matches LogStartup's first line, in either log format, and
+// captures the bound address.
+var servingRE = regexp.MustCompile(`(?:msg="pushd serving[^"]*" addr=|"msg":"pushd serving[^"]*","addr":")([^"\s]+)`)
 
 // proc is a pushd process.
 type proc struct {

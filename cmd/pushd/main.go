@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/pushd/pushd/internal/redislog"
 	"github.com/pushd/pushd/node"
 )
 
@@ -174,12 +175,25 @@ func newLogger(cfg config, w io.Writer) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 		return nil, fmt.Errorf("log level: %w", err)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}
+	var log *slog.Logger
 	switch cfg.LogFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		log = slog.New(slog.NewTextHandler(w, opts))
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		log = slog.New(slog.NewJSONHandler(w, opts))
+	default:
+		return nil, fmt.Errorf("log format %q: want text or json", cfg.LogFormat)
 	}
-	return nil, fmt.Errorf("log format %q: want text or json", cfg.LogFormat)
+	redislog.Install(log) // go-redis's lines too: a JSON log stays JSON
+	return log, nil
+}
+
+// durationString writes durations as "1.5s" in both formats; the JSON
+// handler would write nanoseconds.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

@@ -2,22 +2,15 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"net"
-	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/auth"
-	"github.com/pushd/pushd/node"
 )
 
 // validate checks every setting at start, so that a bad value stops the
@@ -42,14 +35,12 @@ func (c config) validate(from origins) error {
 		if u == "" {
 			continue
 		}
+		check := checkRedisURL
 		if name == "redis-url" && c.RedisCluster {
-			if _, err := node.ParseClusterURL(u); err != nil {
-				bad(name, "%v", withoutURL(err))
-			}
-			continue
+			check = checkClusterURL
 		}
-		if _, err := redis.ParseURL(u); err != nil {
-			bad(name, "%v", withoutURL(err)) // the URL may carry a password
+		if err := check(u); err != nil {
+			bad(name, "%v", err)
 		}
 	}
 	if c.RedisCluster {
@@ -63,9 +54,8 @@ func (c config) validate(from origins) error {
 		}
 	}
 	if c.DatabaseURL != "" {
-		// ParseConfig only parses; its errors redact the password.
-		if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
-			bad("database-url", "%v", withoutURL(err))
+		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+			bad("database-url", "%v", err)
 		}
 	}
 	if _, err := c.trustedProxies(); err != nil {
@@ -224,15 +214,6 @@ func checkAddr(bad func(name, format string, args ...any), name, addr string, op
 	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p > math.MaxUint16 {
 		bad(name, "%q: the port must be a number from 0 to 65535", addr)
 	}
-}
-
-// withoutURL drops the URL a *url.Error repeats, keeping why it failed.
-func withoutURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return fmt.Errorf("%s: %w", strings.ToLower(ue.Op), ue.Err)
-	}
-	return err
 }
 
 func orDefault(v, def string) string {
