@@ -5,9 +5,9 @@
 //   project                 (default launch-campaign)
 //   transport               sse or ws (default sse)
 //   #token=...              a token, for a node that serves no demo tokens
-// The header shows whom the token in use names, as the node read it.
 // and tune the client for tests and experiments (milliseconds):
 //   hello_ms, fallback_after, poll_ms, stream_retry_ms, backoff_ms
+// Whatever the URL says, the header shows whom the token in use names.
 import { PushdClient, isTerminal } from '/client/pushd.js';
 
 const params = new URLSearchParams(location.search);
@@ -106,10 +106,10 @@ async function whoIs(token) {
 }
 
 function showIdentity(who) {
-  const el = $('who');
-  el.textContent = who.ok ? `${who.user} · tenant ${who.tenant}` : '';
-  el.dataset.tenant = who.ok ? who.tenant : '';
-  el.dataset.user = who.ok ? who.user : '';
+  const header = $('who');
+  header.textContent = who.ok ? `${who.user} · tenant ${who.tenant}` : '';
+  header.dataset.tenant = who.ok ? who.tenant : '';
+  header.dataset.user = who.ok ? who.user : '';
 }
 
 function askToken(refused) {
@@ -143,7 +143,11 @@ const started = (() => {
 function remember(t) {
   started.set(t.task_id, { kind: t.kind, prompt: t.prompt });
   while (started.size > 50) started.delete(started.keys().next().value);
-  localStorage.setItem(STARTED_KEY, JSON.stringify([...started]));
+  try {
+    localStorage.setItem(STARTED_KEY, JSON.stringify([...started]));
+  } catch {
+    // Storage full or refused: the card shows what the snapshots carry.
+  }
 }
 
 // --- the client --------------------------------------------------------------
