@@ -337,8 +337,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		CheckInterval: cfg.DisconnectCheck, Logger: cfg.Logger})
 	var demo http.Handler
 	if cfg.Demo || cfg.Embedded() {
-		n.sim = sim.New(sim.Config{Publisher: publisher, Step: cfg.DemoStep, Logger: cfg.Logger})
-		demo = web.Demo(web.DemoConfig{Sim: n.sim, Auth: verifier, Logger: cfg.Logger})
+		// With a database the simulator commits each state there before it
+		// publishes, as a Task State Service does; n.pool is nil otherwise.
+		n.sim = sim.New(sim.Config{Publisher: publisher, DB: n.pool, Step: cfg.DemoStep, Logger: cfg.Logger})
+		demo = web.Demo(web.DemoConfig{Sim: n.sim, Auth: verifier, Tokens: demoSigner != nil, Logger: cfg.Logger})
 	}
 	n.handler = api.New(api.Config{
 		Hub: n.hub, Source: source, Publisher: publisher, Auth: verifier,

@@ -1,6 +1,9 @@
 package web_test
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -106,4 +109,104 @@ func TestClientHonoursRetryAfterOn429(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A client over a real connection fires each state change once: one
+// "connecting" and one "streaming" per connection (a hello used to fire
+// "streaming" twice), one event when the server's mode changes, and none
+// that repeats the one before it.
+func TestClientFiresEachStateChangeOnce(t *testing.T) {
+	n := startNode(t, node.Config{})
+	b := newBrowser(t)
+	for _, transport := range transports {
+		t.Run(transport, func(t *testing.T) {
+			tenant := "once-" + transport
+			token := demoToken(t, n.URL, tenant, "u1")
+			p := b.tab(t)
+			p.do("navigate", chromedp.Navigate(n.URL+"/healthz")) // any page of the origin
+			eval[bool](p, fmt.Sprintf(`import('/client/pushd.js').then((m) => {
+				const c = new m.PushdClient({ token: %q, transport: %q, projects: ['p1'] });
+				window.__states = [];
+				window.__tasks = [];
+				c.addEventListener('state', (e) => window.__states.push(e.detail));
+				c.addEventListener('task', (e) => window.__tasks.push(e.detail.task));
+				window.__client = c;
+				c.start();
+				return true;
+			})`, token, transport))
+			p.wait("streaming", `window.__client.state === 'streaming'`)
+			// A task started now arrives over the stream after anything the
+			// hello fired: by then every state event of the connection is in.
+			started := startDemoTask(t, n.URL, token, "p1")
+			p.wait("the task over the stream", fmt.Sprintf(`window.__tasks.some((t) => t.task_id === %q)`, started))
+			checkStates(p, "connecting streaming")
+
+			n.Hub().Lost(errors.New("test: bus lost"))
+			p.wait("the server's polling mode", `window.__client.serverMode === 'polling'`)
+			n.Hub().Restored()
+			p.wait("the server's push mode", `window.__states.at(-1).serverMode === 'push'`)
+			checkStates(p, "connecting streaming streaming/polling streaming/push")
+
+			eval[bool](p, `(window.__client.interrupt(), true)`)
+			p.wait("streaming again", `window.__states.length > 4 && window.__client.state === 'streaming'`)
+			started = startDemoTask(t, n.URL, token, "p1")
+			p.wait("a task over the new stream", fmt.Sprintf(`window.__tasks.some((t) => t.task_id === %q)`, started))
+			checkStates(p, "connecting streaming streaming/polling streaming/push connecting streaming")
+			eval[bool](p, `(window.__client.close(), true)`)
+		})
+	}
+}
+
+// checkStates checks the client's state events so far: their states, with
+// the server's mode after a slash when only the mode changed, and that no
+// event repeats the one before it.
+func checkStates(p *page, want string) {
+	p.t.Helper()
+	type state struct {
+		State      string `json:"state"`
+		ServerMode string `json:"serverMode"`
+		Reason     string `json:"serverReason"`
+		Node       string `json:"node"`
+		Transport  string `json:"transport"`
+	}
+	states := eval[[]state](p, `window.__states`)
+	var got []string
+	for i, s := range states {
+		word := s.State
+		if i > 0 {
+			prev := states[i-1]
+			if s == prev {
+				p.fatalf("state event %d repeats the one before: %+v", i, states)
+			}
+			if s.State == prev.State {
+				word += "/" + s.ServerMode
+			}
+		}
+		got = append(got, word)
+	}
+	if strings.Join(got, " ") != want {
+		p.fatalf("state events %q, want %q: %+v", strings.Join(got, " "), want, states)
+	}
+}
+
+// startDemoTask starts a simulated task in the token's tenant and returns
+// its id.
+func startDemoTask(t *testing.T, base, token, project string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/demo/tasks", strings.NewReader(`{"project_id":"`+project+`"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Task struct {
+			TaskID string `json:"task_id"`
+		} `json:"task"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("start a task: %d %v", resp.StatusCode, err)
+	}
+	return body.Task.TaskID
 }

@@ -23,7 +23,12 @@ type DemoConfig struct {
 	// Auth verifies the bearer token of POST /demo/tasks: a simulated task
 	// belongs to the token's tenant and user, so a page can only start
 	// tasks where its own token could watch them.
-	Auth   *auth.Verifier
+	Auth *auth.Verifier
+	// Tokens tells the page that GET /demo/token hands out tokens (the
+	// embedded mode without a configured key), so that it asks there
+	// rather than for a pasted token; a page that guessed would log a 404
+	// on every load of a node that serves none.
+	Tokens bool
 	Logger *slog.Logger // nil means slog.Default()
 }
 
@@ -33,6 +38,8 @@ type DemoConfig struct {
 //	POST /tasks          start a simulated task: {"project_id","kind","prompt","fail"}
 //	                     with Authorization: Bearer; 201 with {"task":<snapshot>}
 //	GET  /assets/<id>.svg a simulated output
+//	GET  /config         what the page needs to know of the node: {"tokens":bool}
+//	GET  /me             the tenant and user of the bearer token, for the header
 //
 // GET /demo/token is not here: the API serves it only in the embedded mode
 // without a configured key.
@@ -49,6 +56,8 @@ func Demo(cfg DemoConfig) http.Handler {
 		httperr.Write(w, http.StatusMethodNotAllowed, "method_not_allowed", "POST to start a simulated task")
 	})
 	mux.HandleFunc("GET /assets/{file}", serveAsset)
+	mux.HandleFunc("GET /config", d.config)
+	mux.HandleFunc("GET /me", d.me)
 	return mux
 }
 
@@ -64,22 +73,57 @@ type startRequest struct {
 // maxStartBody bounds a start request; a prompt is cut to 200 bytes anyway.
 const maxStartBody = 4 << 10
 
-func (d *demo) startTask(w http.ResponseWriter, r *http.Request) {
-	// Only the Authorization header counts here, never a cookie: a page of
-	// another site cannot set it, so it cannot start tasks in a visitor's
-	// name.
+// principal authenticates the request's bearer token, or answers 401 and
+// returns false. Only the Authorization header counts here, never a cookie:
+// a page of another site cannot set it, so it cannot act in a visitor's
+// name.
+func (d *demo) principal(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
 	if !strings.HasPrefix(strings.ToLower(r.Header.Get("Authorization")), "bearer ") {
 		httperr.Write(w, http.StatusUnauthorized, httperr.Unauthorized, "Authorization: Bearer <token> is required")
-		return
+		return auth.Principal{}, false
 	}
 	p, err := d.cfg.Auth.Authenticate(r)
 	switch {
 	case err == nil:
+		return p, true
 	case errors.Is(err, auth.ErrTokenExpired):
 		httperr.Write(w, http.StatusUnauthorized, httperr.TokenExpired, "the token expired")
-		return
 	default:
 		httperr.Write(w, http.StatusUnauthorized, httperr.Unauthorized, "invalid token")
+	}
+	return auth.Principal{}, false
+}
+
+func (d *demo) config(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": d.cfg.Tokens})
+}
+
+// me names the token's tenant and user, as the node verified them: the
+// page shows whom it is signed in as, whatever its URL says, and learns
+// that a pasted token is no good before it connects with it.
+func (d *demo) me(w http.ResponseWriter, r *http.Request) {
+	p, ok := d.principal(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tenant_id": p.TenantID, "user_id": p.UserID})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		httperr.Write(w, http.StatusInternalServerError, httperr.Internal, "encode")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+func (d *demo) startTask(w http.ResponseWriter, r *http.Request) {
+	p, ok := d.principal(w, r)
+	if !ok {
 		return
 	}
 	var req startRequest

@@ -1,11 +1,15 @@
 package web_test
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/pushd/pushd/node"
+	"github.com/pushd/pushd/testenv"
 )
 
 var transports = []string{"sse", "ws"}
@@ -69,6 +73,170 @@ func TestStartedTaskRunsToSucceededOnScreen(t *testing.T) {
 				p.fatalf("server mode %q, want push", mode)
 			}
 			p.checkNewest(base, demoToken(t, base, "t-"+transport, "demo-user"))
+		})
+	}
+}
+
+// pasteToken answers the page's token dialog with token.
+func (p *page) pasteToken(token string) {
+	p.t.Helper()
+	p.wait("the token dialog", `document.getElementById('token-dialog').open`)
+	eval[bool](p, fmt.Sprintf(`(document.getElementById('token-input').value = %q, true)`, token))
+	p.do("connect with the token", chromedp.Click(chromedp.ID("token-submit")))
+}
+
+// checkFailedCard checks that a failed task's card says it failed, with the
+// provider's reason, and no progress.
+func checkFailedCard(p *page, task string) {
+	p.t.Helper()
+	c := p.card(task)
+	if c.Status != "FAILED" || c.Stage != "Failed" || c.Pct != "" ||
+		c.Outcome != "The provider rejected the generation request. (provider_content_rejected)" {
+		p.fatalf("failed card %+v", c)
+	}
+	if badge := eval[string](p, fmt.Sprintf(`document.querySelector('[data-task-id=%q] .status').textContent`, task)); badge != "Failed" {
+		p.fatalf("failed card's badge %q", badge)
+	}
+}
+
+// demoRun is what TestDemoOn* do on a page that streams: start a task that
+// succeeds and one that fails, check what the page shows of them, reload,
+// and check that both cards come back in their final states. It returns
+// the two task ids.
+func demoRun(t *testing.T, p *page, pr *problems, base, token string) (ok, bad string) {
+	t.Helper()
+	ok = p.start("text_to_video", false)
+	bad = p.start("image_to_video", true)
+	p.waitStatus(ok, "SUCCEEDED")
+	p.waitStatus(bad, "FAILED")
+	checkWalkShown(t, p, ok)
+	checkFailedCard(p, bad)
+	log := p.logText()
+	for _, want := range []string{
+		"Text → Video " + ok + ": Queued",
+		"Text → Video " + ok + ": Queued → Running",
+		"Text → Video " + ok + ": Running → Generating",
+		"Text → Video " + ok + ": Generating → Finishing",
+		"Text → Video " + ok + " is ready",
+		"Image → Video " + bad + " failed: The provider rejected the generation request. (provider_content_rejected)",
+	} {
+		if !strings.Contains(log, want) {
+			p.fatalf("the activity log lacks %q", want)
+		}
+	}
+	pr.check(p, "after two tasks")
+	return ok, bad
+}
+
+// checkReloaded checks the cards after a reload: the tasks the page
+// started, in their final states, with what the page asked for.
+func checkReloaded(p *page, base, token, ok, bad, prompt string) {
+	p.t.Helper()
+	p.waitStatus(ok, "SUCCEEDED")
+	p.waitStatus(bad, "FAILED")
+	checkFailedCard(p, bad)
+	if c := p.card(ok); c.Pct != "100%" || !strings.HasPrefix(c.Link, "/demo/assets/asset_"+ok) {
+		p.fatalf("reloaded finished card %+v", c)
+	}
+	if got := eval[string](p, fmt.Sprintf(`document.querySelector('[data-task-id=%q] .prompt').textContent`, ok)); got != prompt {
+		p.fatalf("reloaded card's prompt %q, want %q", got, prompt)
+	}
+	if got := eval[string](p, fmt.Sprintf(`document.querySelector('[data-task-id=%q] .kind').textContent`, bad)); got != "Image → Video" {
+		p.fatalf("reloaded card's kind %q", got)
+	}
+	if log := p.logText(); strings.Contains(log, ok) || strings.Contains(log, bad) {
+		p.fatalf("tasks that ended before the reload are logged as news:\n%s", log)
+	}
+	p.checkNewest(base, token)
+}
+
+const defaultPrompt = "A paper boat drifting down a rainy street at dusk, cinematic"
+
+// The demo on a node with Redis and PostgreSQL, as `pushd --demo` with a
+// secret runs it: the page asks for a token and shows whom it names; the
+// simulator commits its tasks to PostgreSQL, so a reload after their
+// snapshots left Redis lists them from there; and nothing on the way
+// answers an error or logs one.
+func TestDemoOnRedisAndPostgres(t *testing.T) {
+	redis := testenv.SharedRedis(t)
+	pg := testenv.Database(t)
+	n := startNode(t, node.Config{RedisURL: redis.URL, KeyPrefix: redis.Names.Prefix, DatabaseURL: pg.URL, JWTSecret: testSecret, Demo: true})
+	b := newBrowser(t)
+	for _, transport := range transports {
+		t.Run(transport, func(t *testing.T) {
+			project := testenv.UniqueID("campaign")
+			token := signedToken(t, "t1", "u1")
+			p := b.tab(t)
+			pr := p.watch()
+			// The URL names another tenant and user: the header must follow
+			// the token, not the URL.
+			p.do("navigate", chromedp.Navigate(n.URL+"/demo/?tenant=demo&user=demo-user&project="+project+"&transport="+transport))
+			p.pasteToken(token)
+			p.waitConn("streaming", transport)
+			p.install()
+			p.wait("the token's identity in the header", `document.getElementById('who').textContent === 'u1 · tenant t1'`)
+			pr.check(p, "on load")
+
+			ok, bad := demoRun(t, p, pr, n.URL, token)
+
+			// PostgreSQL holds both tasks at their final versions.
+			versions := serverVersions(t, n.URL, token, []string{ok, bad})
+			for _, id := range []string{ok, bad} {
+				var status string
+				var version int64
+				if err := pg.Pool.QueryRow(t.Context(), `SELECT status, version FROM generation_tasks WHERE id = $1 AND tenant_id = 't1' AND project_id = $2`, id, project).Scan(&status, &version); err != nil {
+					t.Fatalf("task %s in PostgreSQL: %v", id, err)
+				}
+				if version != versions[id] {
+					t.Fatalf("task %s: PostgreSQL has %s v%d, the node serves v%d", id, status, version, versions[id])
+				}
+			}
+			// Their snapshots leave Redis, as they do by status TTL.
+			for _, id := range []string{ok, bad} {
+				if err := redis.Client.Del(t.Context(), redis.Names.Snapshot(id), redis.Names.SnapshotMeta(id)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			p.do("reload", chromedp.Reload())
+			p.waitConn("streaming", transport)
+			if eval[bool](p, `document.getElementById('token-dialog').open`) {
+				p.fatalf("the reloaded page asks for a token again")
+			}
+			p.wait("the token's identity in the header", `document.getElementById('who').textContent === 'u1 · tenant t1'`)
+			checkReloaded(p, n.URL, token, ok, bad, defaultPrompt)
+			pr.check(p, "after the reload")
+			if pr.asked("/demo/token") {
+				p.fatalf("the page asked a node that serves no demo tokens for one")
+			}
+		})
+	}
+}
+
+// The same in the embedded mode: the page gets its token from the node,
+// and a reload lists the project from the in-memory store.
+func TestDemoEmbedded(t *testing.T) {
+	n := startNode(t, node.Config{})
+	b := newBrowser(t)
+	for _, transport := range transports {
+		t.Run(transport, func(t *testing.T) {
+			tenant := "emb-" + transport
+			p := b.tab(t)
+			pr := p.watch()
+			p.open(n.URL, "tenant="+tenant+"&user=u1&transport="+transport)
+			p.wait("the token's identity in the header", fmt.Sprintf(`document.getElementById('who').textContent === 'u1 · tenant %s'`, tenant))
+			pr.check(p, "on load")
+			token := demoToken(t, n.URL, tenant, "u1")
+
+			ok, bad := demoRun(t, p, pr, n.URL, token)
+
+			p.do("reload", chromedp.Reload())
+			p.waitConn("streaming", transport)
+			checkReloaded(p, n.URL, token, ok, bad, defaultPrompt)
+			pr.check(p, "after the reload")
+			if !pr.asked("/demo/token") {
+				p.fatalf("the page did not get its token from the node")
+			}
 		})
 	}
 }

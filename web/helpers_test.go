@@ -9,11 +9,15 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
 
@@ -196,7 +200,9 @@ func (p *page) fatalf(format string, args ...any) {
 	state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
 		const c = document.getElementById('conn');
 		const cards = [...document.querySelectorAll('.task')].map((e) => e.dataset.taskId + ' ' + e.dataset.status + ' v' + e.dataset.version);
-		return c ? JSON.stringify(c.dataset) + '\ncards: ' + cards.join(', ') + '\nlog:\n' + document.getElementById('log').innerText : document.documentElement.outerHTML.slice(0, 2000);
+		const notice = document.getElementById('notice');
+		return c ? JSON.stringify(c.dataset) + '\ncards: ' + cards.join(', ') + (notice.hidden ? '' : '\nnotice: ' + notice.textContent) +
+			'\nlog:\n' + document.getElementById('log').innerText : document.documentElement.outerHTML.slice(0, 2000);
 	})()`))
 	p.t.Fatalf(format+"\npage:\n%s", append(args, state)...)
 }
@@ -398,3 +404,82 @@ func signedToken(t *testing.T, tenant, user string) string {
 }
 
 func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
+
+// problems collects what a person would see in the DevTools of a tab: HTTP
+// responses of 400 and up, requests that failed without being canceled,
+// console errors and uncaught exceptions; and every URL the tab asked for.
+type problems struct {
+	mu       sync.Mutex
+	list     []string
+	requests []string
+}
+
+// watch starts collecting the tab's problems, from now until the test ends.
+func (p *page) watch() *problems {
+	p.t.Helper()
+	var pr problems
+	err := chromedp.Listen(p.ctx, func(ev any) {
+		// Called on the tab's reading goroutine: record and return.
+		pr.mu.Lock()
+		defer pr.mu.Unlock()
+		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			pr.requests = append(pr.requests, ev.Request.URL)
+		case *network.EventResponseReceived:
+			if ev.Response.Status >= 400 {
+				pr.list = append(pr.list, fmt.Sprintf("HTTP %d %s", ev.Response.Status, ev.Response.URL))
+			}
+		case *network.EventLoadingFailed:
+			// A stream the client closes to open another is canceled, not failed.
+			if !ev.Canceled {
+				pr.list = append(pr.list, fmt.Sprintf("request failed (%s): %s", ev.Type, ev.ErrorText))
+			}
+		case *runtime.EventExceptionThrown:
+			pr.list = append(pr.list, "exception: "+ev.ExceptionDetails.Text+" "+exceptionText(ev.ExceptionDetails))
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				pr.list = append(pr.list, "console."+string(ev.Type)+": "+strings.Join(args, " "))
+			}
+		case *cdplog.EventEntryAdded:
+			if ev.Entry.Level == cdplog.EntryLevelError {
+				pr.list = append(pr.list, "log: "+ev.Entry.Text+" "+ev.Entry.URL)
+			}
+		}
+	})
+	if err != nil {
+		p.fatalf("listen: %v", err)
+	}
+	return &pr
+}
+
+func exceptionText(d *runtime.ExceptionDetails) string {
+	if d.Exception == nil {
+		return ""
+	}
+	return d.Exception.Description
+}
+
+// check fails the test with every problem collected so far.
+func (pr *problems) check(p *page, when string) {
+	p.t.Helper()
+	pr.mu.Lock()
+	list := slices.Clone(pr.list)
+	pr.mu.Unlock()
+	if len(list) > 0 {
+		p.fatalf("%s, the tab had problems:\n%s", when, strings.Join(list, "\n"))
+	}
+}
+
+// asked reports whether the tab requested a URL whose path is path.
+func (pr *problems) asked(path string) bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return slices.ContainsFunc(pr.requests, func(raw string) bool {
+		u, err := url.Parse(raw)
+		return err == nil && u.Path == path
+	})
+}

@@ -127,3 +127,40 @@ func TestDemoOnConfiguredNodeServesNoTokens(t *testing.T) {
 		t.Fatalf("the client is not served without --demo: %d", resp.StatusCode)
 	}
 }
+
+// GET /demo/config tells the page whether the node hands out demo tokens,
+// and GET /demo/me whom a token names, as the node verified it.
+func TestDemoConfigAndIdentity(t *testing.T) {
+	redis := testenv.SharedRedis(t)
+	for _, tc := range []struct {
+		name   string
+		cfg    node.Config
+		tokens bool
+	}{
+		{"embedded", node.Config{}, true},
+		{"embedded-with-secret", node.Config{JWTSecret: testSecret}, false},
+		{"redis", node.Config{RedisURL: redis.URL, KeyPrefix: redis.Names.Prefix, JWTSecret: testSecret, Demo: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := startNode(t, tc.cfg)
+			resp, body := do(t, http.MethodGet, n.URL+"/demo/config", "", "")
+			var cfg struct{ Tokens *bool }
+			if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &cfg) != nil || cfg.Tokens == nil || *cfg.Tokens != tc.tokens {
+				t.Fatalf("GET /demo/config: %d %s, want tokens %v", resp.StatusCode, body, tc.tokens)
+			}
+			token := signedToken(t, "t1", "u1")
+			if tc.tokens {
+				token = demoToken(t, n.URL, "t1", "u1")
+			}
+			resp, body = do(t, http.MethodGet, n.URL+"/demo/me", token, "")
+			if resp.StatusCode != http.StatusOK || strings.TrimSpace(body) != `{"tenant_id":"t1","user_id":"u1"}` ||
+				resp.Header.Get("Cache-Control") != "no-store" {
+				t.Fatalf("GET /demo/me: %d %s", resp.StatusCode, body)
+			}
+			resp, body = do(t, http.MethodGet, n.URL+"/demo/me", "", "")
+			wantError(t, resp, body, http.StatusUnauthorized, "unauthorized")
+			resp, body = do(t, http.MethodGet, n.URL+"/demo/me", "not-a-token", "")
+			wantError(t, resp, body, http.StatusUnauthorized, "unauthorized")
+		})
+	}
+}

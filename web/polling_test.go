@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -29,6 +30,12 @@ func (p *page) waitMode(mode string) {
 	p.wait("server mode "+mode, `document.getElementById('conn').dataset.serverMode === '`+mode+`' && document.getElementById('f-mode').dataset.mode === '`+mode+`'`)
 }
 
+// waitPill waits for the header's connection pill to show state and text.
+func (p *page) waitPill(state, text string) {
+	p.t.Helper()
+	p.wait("the pill "+text, fmt.Sprintf(`document.getElementById('conn-pill').dataset.state === %q && document.getElementById('conn-pill-text').textContent === %q`, state, text))
+}
+
 // The node loses its bus and polls: the page says so, and its tasks keep
 // moving; when the bus is back, the page says that too.
 func TestServerPollingModeShownAndTasksKeepMoving(t *testing.T) {
@@ -40,10 +47,18 @@ func TestServerPollingModeShownAndTasksKeepMoving(t *testing.T) {
 			p.open(n.URL, "transport="+transport)
 			p.waitMode("push")
 
+			live := "Live · SSE"
+			if transport == "ws" {
+				live = "Live · WebSocket"
+			}
+			p.waitPill("streaming", live)
+
 			task := p.start("image_to_video", false)
 			// What the bus does when its subscription is lost.
 			n.Hub().Lost(errors.New("test: bus lost"))
 			p.waitMode("polling")
+			// The stream holds, but the server polls: the header says so.
+			p.waitPill("server-polling", "Polling (pubsub_down)")
 			p.waitStatus(task, "SUCCEEDED")
 			history := p.seen(task)
 			if got := shownWhile(history, func(s seen) bool { return s.Mode == "polling" }); got < 3 {
@@ -56,6 +71,7 @@ func TestServerPollingModeShownAndTasksKeepMoving(t *testing.T) {
 			n.Hub().Restored()
 			p.waitMode("push")
 			p.waitConn("streaming", transport)
+			p.waitPill("streaming", live)
 		})
 	}
 }
@@ -117,6 +133,7 @@ func TestStreamEndpointFailingFallsBackToPollingAndBack(t *testing.T) {
 			br.mode.Store(tc.mode)
 			p.do("cut", chromedp.Click(chromedp.ID("cut")))
 			p.waitConn("polling", tc.transport)
+			p.waitPill("polling", "Polling over HTTP")
 			task := p.start("text_to_video", false)
 			p.waitStatus(task, "SUCCEEDED")
 			history := p.seen(task)

@@ -52,11 +52,24 @@ func TestScreenshotsOfTheDemoPage(t *testing.T) {
 		t.Logf("screenshot: %s", path)
 	}
 	shoot("demo-desktop.png", chromedp.FullScreenshot(100)) // 100: PNG; less is JPEG
+	// Two columns: the connection panel beside the project, not below it.
+	if side := eval[bool](p, `document.getElementById('conn').getBoundingClientRect().left > document.getElementById('tasks').getBoundingClientRect().right`); !side {
+		p.fatalf("on a desktop the connection panel is not beside the project")
+	}
 
 	p.do("phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
 	p.wait("the phone layout", `window.innerWidth === 390`)
 	if over := eval[int](p, `document.documentElement.scrollWidth - window.innerWidth`); over > 0 {
 		p.fatalf("on a 390px wide screen the page is %dpx too wide", over)
+	}
+	// One column, the project first: the connection panel comes below the
+	// last card.
+	if gap := eval[int](p, `(() => {
+		const tasks = document.getElementById('tasks').getBoundingClientRect();
+		const conn = document.getElementById('conn').getBoundingClientRect();
+		return Math.round(conn.top - tasks.bottom);
+	})()`); gap < 0 {
+		p.fatalf("on a phone the connection panel starts %dpx above the end of the project", -gap)
 	}
 	shoot("demo-phone.png", chromedp.FullScreenshot(100))
 }

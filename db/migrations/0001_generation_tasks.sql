@@ -1,4 +1,5 @@
--- The table the Task State Service owns and pushd reads. pushd never writes it.
+-- The table the Task State Service owns and pushd reads. pushd never writes it,
+-- except for the demo's simulator (--demo), which plays that service.
 CREATE TABLE IF NOT EXISTS generation_tasks (
     id               text PRIMARY KEY,
     tenant_id        text        NOT NULL,

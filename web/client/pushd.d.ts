@@ -54,6 +54,11 @@ export interface ClientOptions {
   maxIds?: number;
 }
 
+/**
+ * The detail of a `state` event. One fires each time any field but
+ * `reason` changes, and only then: a hello that brings the streaming
+ * state, the node and the server's mode fires one.
+ */
 export interface StateDetail {
   state: ClientState;
   transport: Transport;
@@ -62,6 +67,7 @@ export interface StateDetail {
   serverReason: string;
   /** The node that said hello last. */
   node: string;
+  /** Why the state changed, when the client knows (such as the reason it fell back to polling). */
   reason: string;
 }
 

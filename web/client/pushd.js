@@ -29,7 +29,8 @@
 //   arrives in time (a proxy that buffers the response); it keeps trying to
 //   stream in the background and stops polling once a stream says hello.
 // - Reports its state ("connecting", "streaming", "polling", "idle",
-//   "closed") and the server's mode ("push" or "polling") as events.
+//   "closed") and the server's mode ("push" or "polling") as events: a
+//   state event each time what it reports changes, once.
 
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELED']);
 
@@ -443,13 +444,15 @@ export class PushdClient extends EventTarget {
     }
     const wasPolling = this.#polling;
     this.#stopPolling();
-    this.#setState(State.STREAMING);
+    // One state event for all of it: the state, the node and the mode the
+    // hello brought (a new node or mode while already streaming included).
+    this.#state = State.STREAMING;
+    this.#emitState();
     this.#emit('hello', { ...m, transport: this.#transport, resumed: wasPolling });
     // The mode may have changed while no connection was there to hear it.
     if (prevMode && this.#serverMode && prevMode !== this.#serverMode) {
       this.#emit('mode', { mode: this.#serverMode, reason: this.#serverReason });
     }
-    this.#emitState();
   }
 
   #mode(m) {
@@ -728,16 +731,25 @@ export class PushdClient extends EventTarget {
     this.#emitState(reason);
   }
 
+  // #emitState fires a state event when what it reports changed since the
+  // last one. A hello changes the state, the node and the server's mode at
+  // once, and each of those paths asks for an event: a page must see one.
   #emitState(reason = '') {
-    this.#emit('state', {
+    const detail = {
       state: this.#state,
       transport: this.#transport,
       serverMode: this.#serverMode,
       serverReason: this.#serverReason,
       node: this.#node,
       reason,
-    });
+    };
+    const key = JSON.stringify([detail.state, detail.transport, detail.serverMode, detail.serverReason, detail.node]);
+    if (key === this.#lastState) return;
+    this.#lastState = key;
+    this.#emit('state', detail);
   }
+
+  #lastState = ''; // what the last state event reported, less its reason
 
   #emit(type, detail) {
     this.dispatchEvent(new CustomEvent(type, { detail }));

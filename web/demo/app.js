@@ -1,10 +1,13 @@
 // The demo page: a project of video generations, watched live with the
 // pushd client. Query parameters choose who and what:
-//   tenant, user, project   (default demo, demo-user, launch-campaign)
+//   tenant, user            whom to ask a demo token for, on a node that
+//                           hands them out (default demo, demo-user)
+//   project                 (default launch-campaign)
 //   transport               sse or ws (default sse)
 //   #token=...              a token, for a node that serves no demo tokens
 // and tune the client for tests and experiments (milliseconds):
 //   hello_ms, fallback_after, poll_ms, stream_retry_ms, backoff_ms
+// Whatever the URL says, the header shows whom the token in use names.
 import { PushdClient, isTerminal } from '/client/pushd.js';
 
 const params = new URLSearchParams(location.search);
@@ -34,27 +37,86 @@ const STAGE = {
   done: 'Done',
 };
 const KIND = { text_to_video: 'Text → Video', image_to_video: 'Image → Video' };
+// What the product says for the error codes its pipeline sets; a snapshot
+// read back from PostgreSQL carries the code only.
+const ERROR = { provider_content_rejected: 'The provider rejected the generation request.' };
+const REASON = {
+  pubsub_down: 'the node lost its bus',
+  sources_unavailable: 'neither Redis nor PostgreSQL answers',
+  restored: 'the bus is back',
+};
 const STATE = { idle: 'Idle', connecting: 'Connecting', streaming: 'Streaming', polling: 'Polling', closed: 'Closed' };
 const TRANSPORT = { sse: 'Server-Sent Events', ws: 'WebSocket' };
 
 // --- tokens ----------------------------------------------------------------
 
+// What the node serves the page: {"tokens": true} when GET /demo/token hands
+// out tokens (the embedded mode without a configured key). The page asks
+// rather than guesses, so a node without them logs no 404 on every load.
+let config = { tokens: false };
+try {
+  const res = await fetch('/demo/config', { cache: 'no-store' });
+  if (res.ok) config = await res.json();
+} catch {
+  // The node is not reachable: the client reports that when it connects.
+}
+
 // A token can also come in the URL fragment (#token=...), which browsers
 // never send to a server.
 let pastedToken = new URLSearchParams(location.hash.slice(1)).get('token') || sessionStorage.getItem('pushd-demo-token') || '';
+let currentToken = ''; // the token the node last accepted, for starting tasks
 
-// getToken asks the embedded node for a demo token; a node with a
-// configured secret serves none, and the page asks for one instead.
-async function getToken() {
+async function demoToken() {
   const res = await fetch(`/demo/token?tenant=${encodeURIComponent(tenant)}&user=${encodeURIComponent(user)}`, { cache: 'no-store' });
-  if (res.ok) return (await res.json()).token;
-  if (res.status !== 404) throw new Error(`token: HTTP ${res.status}`);
-  if (pastedToken) return pastedToken;
-  return askToken();
+  if (!res.ok) throw new Error(`token: HTTP ${res.status}`);
+  return (await res.json()).token;
 }
 
-function askToken() {
+// getToken gives the client a token: a demo token from a node that hands
+// them out, else the pasted one, else one the person pastes now. The node
+// names the token's tenant and user for the header; a pasted token it
+// refuses is asked for again rather than connected with.
+async function getToken() {
+  let refused = '';
+  for (;;) {
+    const token = config.tokens ? await demoToken() : pastedToken || await askToken(refused);
+    const who = await whoIs(token);
+    if (who.ok || config.tokens || !who.refused) {
+      showIdentity(who);
+      currentToken = token;
+      return token;
+    }
+    refused = who.message;
+    pastedToken = '';
+    sessionStorage.removeItem('pushd-demo-token');
+  }
+}
+
+// whoIs asks the node whom the token names. The answer is for display
+// only: every request the page makes is authorized by the node anyway.
+async function whoIs(token) {
+  try {
+    const res = await fetch('/demo/me', { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
+    const body = await res.json().catch(() => ({}));
+    if (res.ok) return { ok: true, tenant: body.tenant_id, user: body.user_id };
+    return { refused: res.status === 401, message: body.message || `HTTP ${res.status}` };
+  } catch {
+    return {};
+  }
+}
+
+function showIdentity(who) {
+  const header = $('who');
+  header.textContent = who.ok ? `${who.user} · tenant ${who.tenant}` : '';
+  header.dataset.tenant = who.ok ? who.tenant : '';
+  header.dataset.user = who.ok ? who.user : '';
+}
+
+function askToken(refused) {
   const dialog = $('token-dialog');
+  const error = $('token-error');
+  error.textContent = refused ? `The node refused that token: ${refused}.` : '';
+  error.hidden = !refused;
   return new Promise((resolve) => {
     $('token-form').addEventListener('submit', () => {
       pastedToken = $('token-input').value.trim();
@@ -63,6 +125,29 @@ function askToken() {
     }, { once: true });
     dialog.showModal();
   });
+}
+
+// The inputs of the tasks this page started. A snapshot carries the demo's
+// kind and prompt while Redis holds it, but PostgreSQL, where a reload
+// lists the project from, has no column for them; a real product page reads
+// them from its own API. Kept for the last 50 tasks.
+const STARTED_KEY = 'pushd-demo-started';
+const started = (() => {
+  try {
+    return new Map(JSON.parse(localStorage.getItem(STARTED_KEY)) || []);
+  } catch {
+    return new Map();
+  }
+})();
+
+function remember(t) {
+  started.set(t.task_id, { kind: t.kind, prompt: t.prompt });
+  while (started.size > 50) started.delete(started.keys().next().value);
+  try {
+    localStorage.setItem(STARTED_KEY, JSON.stringify([...started]));
+  } catch {
+    // Storage full or refused: the card shows what the snapshots carry.
+  }
 }
 
 // --- the client --------------------------------------------------------------
@@ -115,7 +200,12 @@ client.addEventListener('error', (e) => {
   if (d.code === 'not_found' && d.task_id) return; // a task not published yet arrives when it is
   log(`Server: ${d.code}${d.message ? ` (${d.message})` : ''}`, 'warn');
 });
-client.addEventListener('task', (e) => renderTask(e.detail.task));
+client.addEventListener('task', (e) => {
+  const { task, previous } = e.detail;
+  if (task.project_id && task.project_id !== project) return;
+  logTask(task, previous);
+  renderTask(task);
+});
 
 // --- rendering ---------------------------------------------------------------
 
@@ -129,15 +219,30 @@ function renderConnection(d) {
   $('f-state').dataset.state = d.state;
   $('f-mode').textContent = d.serverMode ? (d.serverMode === 'push' ? 'Push' : 'Polling') : '—';
   $('f-mode').dataset.mode = d.serverMode || '';
+  $('f-mode').title = d.serverReason ? REASON[d.serverReason] || d.serverReason : '';
   $('f-node').textContent = d.node || '—';
   $('f-node').title = d.node || '';
   $('use-sse').setAttribute('aria-pressed', String(d.transport === 'sse'));
   $('use-ws').setAttribute('aria-pressed', String(d.transport === 'ws'));
-  const pill = $('conn-pill');
-  pill.dataset.state = d.state;
-  $('conn-pill-text').textContent = d.state === 'streaming'
-    ? `Live · ${d.transport === 'ws' ? 'WebSocket' : 'SSE'}`
-    : STATE[d.state] || d.state;
+  const [state, text, title] = pill(d);
+  const p = $('conn-pill');
+  p.dataset.state = state;
+  p.title = title;
+  $('conn-pill-text').textContent = text;
+}
+
+// pill is the header's summary of the connection: its state, text and
+// tooltip. A stream from a server that polls is not live: changes come up
+// to a poll interval late, and the pill says so, with the server's reason.
+function pill(d) {
+  const over = d.transport === 'ws' ? 'WebSocket' : 'SSE';
+  if (d.state === 'streaming' && d.serverMode === 'polling') {
+    const why = d.serverReason ? REASON[d.serverReason] || d.serverReason : 'the server polls its sources';
+    return ['server-polling', `Polling${d.serverReason ? ` (${d.serverReason})` : ''}`, `Streaming over ${over}, but ${why}: updates may lag by a few seconds`];
+  }
+  if (d.state === 'streaming') return ['streaming', `Live · ${over}`, `Streaming over ${over} from node ${d.node}`];
+  if (d.state === 'polling') return ['polling', 'Polling over HTTP', `No stream${d.reason ? ` (${d.reason})` : ''}: reading the tasks over HTTP`];
+  return [d.state, STATE[d.state] || d.state, ''];
 }
 
 const cards = new Map(); // task_id -> card element
@@ -152,8 +257,10 @@ function el(tag, cls, text) {
 function newCard(t) {
   const card = el('article', 'task');
   card.dataset.taskId = t.task_id;
+  const asked = started.get(t.task_id) || {};
+  const kind = t.kind || asked.kind;
   const thumb = el('div', 'thumb');
-  thumb.append(el('span', 'kind', KIND[t.kind] || 'Video'), el('span', 'shimmer'), el('span', 'big', t.kind === 'image_to_video' ? '▣' : '✦'));
+  thumb.append(el('span', 'kind', KIND[kind] || 'Video'), el('span', 'shimmer'), el('span', 'big', kind === 'image_to_video' ? '▣' : '✦'));
   const body = el('div', 'body');
   const row = el('div', 'row');
   row.append(el('span', 'badge status'), el('span', 'version'));
@@ -166,13 +273,22 @@ function newCard(t) {
   meta.append(el('span', 'stage'), el('span', 'pct'));
   const meta2 = el('div', 'meta');
   meta2.append(el('span', 'queue'), el('span', 'provider'));
-  body.append(row, el('p', 'prompt', t.prompt || 'Untitled generation'), bar, meta, meta2, el('div', 'outcome'));
+  body.append(row, el('p', 'prompt', t.prompt || asked.prompt || 'Untitled generation'), bar, meta, meta2, el('div', 'outcome'));
   card.append(thumb, body);
   return card;
 }
 
+function failed(t) {
+  return t.status === 'FAILED' || t.status === 'CANCELED';
+}
+
+// reason is what a failed task's card and the log say went wrong.
+function reason(t) {
+  const text = t.error_message || ERROR[t.error_code] || (t.status === 'CANCELED' ? 'The generation was canceled.' : 'The generation failed.');
+  return `${text} (${t.error_code || t.status.toLowerCase()})`;
+}
+
 function renderTask(t) {
-  if (t.project_id && t.project_id !== project) return;
   let card = cards.get(t.task_id);
   if (!card) {
     card = newCard(t);
@@ -194,14 +310,17 @@ function renderTask(t) {
   q('.version').textContent = `v${t.version}`;
   q('.fill').style.width = `${progress}%`;
   q('.bar').setAttribute('aria-valuenow', String(progress));
-  q('.stage').textContent = STAGE[t.stage] || (t.stage ? t.stage.replaceAll('_', ' ') : '');
-  q('.pct').textContent = `${progress}%`;
+  // A failed task makes no more progress: its card says it failed, not
+  // where it was.
+  const stage = STAGE[t.stage] || (t.stage ? t.stage.replaceAll('_', ' ') : '');
+  q('.stage').textContent = failed(t) ? (t.status === 'CANCELED' ? 'Canceled' : 'Failed') : stage;
+  q('.pct').textContent = failed(t) ? '' : `${progress}%`;
   q('.queue').textContent = t.status === 'QUEUED' && t.queue_position ? `#${t.queue_position} in queue` : '';
   q('.provider').textContent = [t.provider, t.model].filter(Boolean).join(' · ');
   const outcome = q('.outcome');
   outcome.replaceChildren();
-  if (t.status === 'FAILED' || t.status === 'CANCELED') {
-    outcome.append(el('span', 'error', `${t.error_message || 'The generation failed.'} (${t.error_code || t.status.toLowerCase()})`));
+  if (failed(t)) {
+    outcome.append(el('span', 'error', reason(t)));
   } else if (t.status === 'SUCCEEDED' && t.output_asset_id) {
     const url = t.output_url || `/demo/assets/${encodeURIComponent(t.output_asset_id)}.svg`;
     const a = el('a', null, 'Open output ↗');
@@ -234,6 +353,19 @@ function renderCounts() {
   $('count-failed').textContent = String(failed);
 }
 
+// logTask logs a task's transitions: its first state, each change of
+// status and how it ended. A task first seen ended (a reload's listing) is
+// history, not news.
+function logTask(t, previous) {
+  if (previous ? previous.status === t.status : isTerminal(t.status)) return;
+  const name = `${KIND[t.kind || started.get(t.task_id)?.kind] || 'Task'} ${t.task_id}`;
+  const status = STATUS[t.status] || t.status;
+  if (t.status === 'SUCCEEDED') log(`${name} is ready`, 'ok');
+  else if (failed(t)) log(`${name} ${t.status === 'CANCELED' ? 'was canceled' : 'failed'}: ${reason(t)}`, 'warn');
+  else if (!previous) log(`${name}: ${status}`);
+  else log(`${name}: ${STATUS[previous.status] || previous.status} → ${status}`);
+}
+
 function log(text, kind = '') {
   const li = el('li');
   li.dataset.kind = kind;
@@ -251,14 +383,16 @@ async function startTask(kind, button) {
   notice.hidden = true;
   button.disabled = true;
   try {
-    const token = await getToken();
+    const token = currentToken || await getToken();
     const res = await fetch('/demo/tasks', {
       method: 'POST',
       headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${token}` },
       body: JSON.stringify({ project_id: project, kind, prompt: $('prompt').value.trim(), fail: $('fail').checked }),
     });
     const body = await res.json().catch(() => ({}));
+    if (res.status === 401) currentToken = ''; // the next start asks for a token again
     if (!res.ok) throw new Error(body.message || `HTTP ${res.status}`);
+    remember(body.task);
     client.offer(body.task); // shown at once; the stream brings what follows
     client.subscribe({ tasks: [body.task.task_id] });
   } catch (err) {
@@ -289,7 +423,6 @@ $('cut').addEventListener('click', () => {
   client.interrupt();
 });
 
-$('who').textContent = `${user} · tenant ${tenant}`;
 $('project-name').textContent = project.replaceAll('-', ' ').replace(/^\w/, (c) => c.toUpperCase());
 renderConnection({ state: 'connecting', transport, serverMode: null, node: '' });
 

@@ -1,8 +1,9 @@
 // Package sim is the demo's task simulator: it plays a Task State Service,
 // walking made-up video generation tasks through QUEUED, RUNNING,
-// PROVIDER_SUBMITTED, POST_PROCESSING and SUCCEEDED or FAILED, and publishes
-// every state through the node's fanout.Publisher, the same path a real
-// service's changes take.
+// PROVIDER_SUBMITTED, POST_PROCESSING and SUCCEEDED or FAILED. Like a real
+// service it commits every state to PostgreSQL first, when the node has a
+// database, and then publishes it through the node's fanout.Publisher, the
+// same path a real service's changes take.
 package sim
 
 import (
@@ -16,6 +17,8 @@ import (
 	mrand "math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/snapshot"
@@ -33,6 +36,13 @@ var (
 // Config configures a Simulator; zero values have defaults.
 type Config struct {
 	Publisher fanout.Publisher // required
+	// DB, when set, is the generation_tasks table's database. Each state
+	// is written there before it is published: PostgreSQL is the truth,
+	// Redis a cache whose snapshots expire by status, and a project's task
+	// list is read from PostgreSQL, so a simulator that wrote Redis only
+	// would leave a reloaded page with nothing to list. nil (the embedded
+	// mode, or a node with Redis only) publishes only.
+	DB *pgxpool.Pool
 	// Step is the time between two states of a task; zero means 700ms. A
 	// task takes about 14 steps.
 	Step time.Duration
@@ -42,9 +52,10 @@ type Config struct {
 	// MaxPerTenant bounds them per tenant, so one page cannot take them
 	// all; zero means 12.
 	MaxPerTenant int
-	// PublishTimeout bounds one publish; zero means 5s. A failed publish is
-	// logged and the walk goes on: the next state has a higher version and
-	// supersedes it, as a real service's would.
+	// PublishTimeout bounds one state's write and publish; zero means 5s.
+	// A failed write or publish is logged and the walk goes on: the next
+	// state has a higher version and supersedes it, as a real service's
+	// would.
 	PublishTimeout time.Duration
 	Logger         *slog.Logger // nil means slog.Default()
 }
@@ -196,10 +207,37 @@ func (s *Simulator) publish(ctx context.Context, st State) (*snapshot.Snapshot, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
+	// Commit, then announce: a state the database refused is not published,
+	// so no client is shown a state the truth never held.
+	if s.cfg.DB != nil {
+		if err := s.save(ctx, st); err != nil {
+			return nil, fmt.Errorf("sim: save %s v%d: %w", st.TaskID, st.Version, err)
+		}
+	}
 	if _, err := s.cfg.Publisher.Publish(ctx, snap); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	return snap, nil
+}
+
+// saveSQL writes a state's row unless the row holds the same or a newer
+// version, or belongs to another tenant. The demo's own fields (kind,
+// prompt, output_url, error_message) have no column: the page keeps what
+// it asked for.
+const saveSQL = `INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, status, progress, stage,
+	provider, model, queue_position, preview_asset_id, output_asset_id, error_code, version, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, progress = EXCLUDED.progress, stage = EXCLUDED.stage,
+	provider = EXCLUDED.provider, model = EXCLUDED.model, queue_position = EXCLUDED.queue_position,
+	preview_asset_id = EXCLUDED.preview_asset_id, output_asset_id = EXCLUDED.output_asset_id,
+	error_code = EXCLUDED.error_code, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at
+WHERE generation_tasks.version < EXCLUDED.version AND generation_tasks.tenant_id = EXCLUDED.tenant_id`
+
+func (s *Simulator) save(ctx context.Context, st State) error {
+	_, err := s.cfg.DB.Exec(ctx, saveSQL, st.TaskID, st.TenantID, st.ProjectID, st.UserID, st.Status, st.Progress,
+		st.Stage, st.Provider, st.Model, st.QueuePosition, st.PreviewAssetID, st.OutputAssetID, st.ErrorCode,
+		st.Version, time.UnixMilli(st.UpdatedAt))
+	return err
 }
 
 // Close stops every walk and waits for them. Start fails afterwards. It is

@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/snapshot"
@@ -287,4 +291,96 @@ func TestMemoryPublisherEndsAtTheLastVersion(t *testing.T) {
 			t.Fatalf("stored %s", got.JSON())
 		}
 	})
+}
+
+// committed is a Publisher that checks, at each publish, that the state is
+// in PostgreSQL already, as a Task State Service commits before it
+// announces; it closes done at a terminal state.
+type committed struct {
+	pg   testenv.Postgres
+	done chan struct{}
+
+	mu       sync.Mutex
+	versions []int64
+	behind   []string // publishes that found the row older
+}
+
+func (c *committed) Publish(ctx context.Context, s *snapshot.Snapshot) (bool, error) {
+	var version int64
+	var status string
+	err := c.pg.Pool.QueryRow(ctx, `SELECT version, status FROM generation_tasks WHERE id = $1`, s.TaskID).Scan(&version, &status)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil || version != s.Version || status != s.Status {
+		c.behind = append(c.behind, fmt.Sprintf("v%d %s published, PostgreSQL has v%d %s (%v)", s.Version, s.Status, version, status, err))
+	}
+	c.versions = append(c.versions, s.Version)
+	if s.Status == sim.StatusSucceeded || s.Status == sim.StatusFailed {
+		close(c.done)
+	}
+	return true, nil
+}
+
+// With a database, every state is in generation_tasks before it is
+// published, and the row ends at the last one: a project listed from
+// PostgreSQL shows the task, whatever Redis still holds.
+func TestStatesCommittedToPostgresBeforePublished(t *testing.T) {
+	pg := testenv.Database(t)
+	pub := &committed{pg: pg, done: make(chan struct{})}
+	s := sim.New(sim.Config{Publisher: pub, DB: pg.Pool, Step: time.Millisecond})
+	defer s.Close()
+	sp := spec
+	sp.TenantID, sp.ProjectID, sp.Fail = testenv.UniqueID("tenant"), testenv.UniqueID("project"), true
+	first, err := s.Start(context.Background(), sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-pub.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the walk did not end")
+	}
+	pub.mu.Lock()
+	behind, versions := pub.behind, pub.versions
+	pub.mu.Unlock()
+	if len(behind) > 0 {
+		t.Fatalf("published before committed:\n%s", strings.Join(behind, "\n"))
+	}
+	var (
+		tenant, project, user, status, stage, code string
+		progress                                   int
+		version                                    int64
+	)
+	err = pg.Pool.QueryRow(t.Context(), `SELECT tenant_id, project_id, user_id, status, progress, stage, error_code, version
+		FROM generation_tasks WHERE id = $1`, first.TaskID).Scan(&tenant, &project, &user, &status, &progress, &stage, &code, &version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tenant != sp.TenantID || project != sp.ProjectID || user != sp.UserID || status != sim.StatusFailed ||
+		code != "provider_content_rejected" || stage != "provider_generating" || progress != 51 || version != versions[len(versions)-1] {
+		t.Fatalf("row %s %s %s %s %d%% %s %s v%d after v%v", tenant, project, user, status, progress, stage, code, version, versions)
+	}
+}
+
+// A state the database refuses is not published: Start fails, and no
+// client is shown a task the truth never held.
+func TestFailedCommitIsNotPublished(t *testing.T) {
+	pg := testenv.Database(t)
+	pool, err := pgxpool.New(t.Context(), pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	rec := &recorder{}
+	s := sim.New(sim.Config{Publisher: rec, DB: pool})
+	defer s.Close()
+	if _, err := s.Start(context.Background(), spec); err == nil {
+		t.Fatal("Start succeeded with a database that refuses")
+	}
+	if got := rec.states(t); len(got) != 0 {
+		t.Fatalf("published %d states the database refused", len(got))
+	}
+	if n := s.Running(); n != 0 {
+		t.Fatalf("%d running after a failed Start", n)
+	}
 }
