@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,5 +53,39 @@ func TestREADMETokenExample(t *testing.T) {
 	out, errOut, code := runCLI(t, env("PUSHD_JWT_SECRET", tokenSecret), "", append([]string{"token", "verify", tok}, tokenNodeFlags...)...)
 	if code != 0 || !strings.Contains(errOut, "token valid: tenant t1, user u1, plan pro, HS256") {
 		t.Fatalf("pushd token verify: exit %d, stderr %q, stdout %q", code, errOut, out)
+	}
+}
+
+// TestREADMENodeTokenExample runs the README's JavaScript example with
+// node, as written, and checks that a node with the settings it names
+// accepts the token it prints.
+func TestREADMENodeTokenExample(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("the README's JavaScript example needs node (scripts/test installs it): %v", err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, js, ok := strings.Cut(string(readme), "```js\n// issue-token.mjs")
+	js, _, closed := strings.Cut(js, "```\n")
+	if !ok || !closed {
+		t.Fatal("README.md has no closed js block starting with // issue-token.mjs")
+	}
+	file := filepath.Join(t.TempDir(), "issue-token.mjs")
+	if err := os.WriteFile(file, []byte("// issue-token.mjs"+js), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(node, file)
+	cmd.Env = append(os.Environ(), "PUSHD_JWT_SECRET="+tokenSecret)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node issue-token.mjs: %v", err)
+	}
+	tok := strings.TrimSpace(string(out))
+	stdout, errOut, code := runCLI(t, env("PUSHD_JWT_SECRET", tokenSecret), "", append([]string{"token", "verify", tok}, tokenNodeFlags...)...)
+	if code != 0 || !strings.Contains(errOut, "token valid: tenant t1, user u1, plan pro, HS256") {
+		t.Fatalf("pushd token verify of the node example's token: exit %d, stderr %q, stdout %q", code, errOut, stdout)
 	}
 }
