@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -175,4 +176,61 @@ func TestResumeCursorNewerThanTheNodeIsKept(t *testing.T) {
 	c.goPublish(t, doc(x, tenant, 3, "RUNNING")) // older than what the client holds
 	c.goPublish(t, doc(x, tenant, 6, "RUNNING"))
 	cl.wantTask(t, x, 6, map[string]int64{x: 6, y: 2})
+}
+
+// With streams, the cursor is a stream position, which covers every task of
+// the tenant: a second resume from the newest cursor, on the other node,
+// again replays only what moved after it.
+func TestSecondStreamResumeSendsOnlyWhatMovedAgain(t *testing.T) {
+	c := newCluster(t)
+	a := startNode(t, c.streamConfig())
+	b := startNode(t, c.streamConfig())
+	tenant := testenv.UniqueID("tenant")
+	tasks := make([]string, 4)
+	var query []string
+	for i := range tasks {
+		tasks[i] = testenv.UniqueID("task")
+		query = append(query, "task="+tasks[i])
+		streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(tasks[i], tenant, 1))
+	}
+	q := strings.Join(query, "&")
+	tok := token(t, tenant, "u1")
+	only := func(got map[string]*snapshot.Snapshot, id string, v int64) {
+		t.Helper()
+		if s := got[id]; len(got) != 1 || s == nil || s.Version != v {
+			var sent []string
+			for id, s := range got {
+				sent = append(sent, fmt.Sprintf("%s v%d", id, s.Version))
+			}
+			t.Fatalf("resume sent %v, want only %s v%d", sent, id, v)
+		}
+	}
+
+	first := openSSE(t, a.URL, tok, q)
+	initial, cursor := first.untilCursor(t)
+	if len(initial) != len(tasks) {
+		t.Fatalf("initial state: %d tasks, want %d", len(initial), len(tasks))
+	}
+	first.Close()
+
+	// The first stream cursor of a resumed connection comes once the
+	// replay was offered: whatever else it sent came before it.
+	streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(tasks[1], tenant, 2))
+	onB := openSSE(t, b.URL, tok, q, "Last-Event-ID", cursor)
+	got, cursor := onB.untilCursor(t)
+	only(got, tasks[1], 2)
+	onB.Close()
+
+	streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(tasks[3], tenant, 2))
+	onA := openSSE(t, a.URL, tok, q, "Last-Event-ID", cursor)
+	got, _ = onA.untilCursor(t)
+	only(got, tasks[3], 2)
+	// Nothing else is on its way: a change made now is the next event.
+	streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(tasks[2], tenant, 2))
+	if s := onA.nextTask(t); s.TaskID != tasks[2] || s.Version != 2 {
+		t.Fatalf("after the resume got %s v%d, want %s v2", s.TaskID, s.Version, tasks[2])
+	}
+	if n := a.Hub().Stats().ResumeFallbacks.Load() + b.Hub().Stats().ResumeFallbacks.Load(); n != 0 {
+		t.Fatalf("%d resume fallbacks, want none", n)
+	}
 }
