@@ -60,6 +60,8 @@ type Config struct {
 	Client http.Handler
 	// Metrics, when set, is served at /metrics.
 	Metrics http.Handler
+	// Version is the build's version, shown by GET /; empty means "(devel)".
+	Version string
 	// MaxIDs bounds GET /v1/tasks?ids=; zero means 100.
 	MaxIDs int
 	// MaxConns and MaxConnsPerIP bound the streams this node holds, in all
@@ -123,6 +125,7 @@ func New(cfg Config) http.Handler {
 	e.GET("/v1/tasks", s.checkOrigin(false, s.authed(s.limitAPI("tasks", s.getTasks))))
 	e.GET("/v1/projects/:id/tasks", s.checkOrigin(false, s.authed(s.limitAPI("project_tasks", s.projectTasks))))
 	e.POST("/v1/publish", s.publish)
+	e.Match([]string{http.MethodGet, http.MethodHead}, "/", s.index)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	if cfg.Metrics != nil {
@@ -454,6 +457,29 @@ func (s *server) checkAPIKey(c echo.Context) error {
 func isLoopback(host string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// index is the GET / body: what this is and where to go, for whoever
+// opens the node's address in a browser or with curl.
+type index struct {
+	Service string `json:"service"`
+	Version string `json:"version"`
+	Docs    string `json:"docs"`
+	Demo    string `json:"demo,omitempty"` // only when the demo is served
+	Health  string `json:"health"`
+	Events  string `json:"events"`
+}
+
+func (s *server) index(c echo.Context) error {
+	body := index{Service: "pushd", Version: s.cfg.Version, Docs: "docs/PROTOCOL.md in the repository",
+		Health: "/healthz", Events: "/v1/events"}
+	if body.Version == "" {
+		body.Version = "(devel)"
+	}
+	if s.cfg.Demo != nil {
+		body.Demo = "/demo/"
+	}
+	return c.JSON(http.StatusOK, body)
 }
 
 func (s *server) healthz(c echo.Context) error {

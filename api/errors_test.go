@@ -109,6 +109,9 @@ func TestRoutingErrors(t *testing.T) {
 		{"GET", "/v1/projects/a/b/tasks", 404, ""},
 		{"POST", "/v2/publish", 404, ""},
 		{"GET", "/demo/", 404, ""}, // no Demo handler configured
+		{"GET", "/index.html", 404, ""},
+		{"GET", "//", 404, ""},
+		{"POST", "/", 405, "GET"},
 		{"GET", "/v1/publish", 405, "POST"},
 		{"PUT", "/v1/publish", 405, "POST"},
 		{"DELETE", "/v1/publish", 405, "POST"},

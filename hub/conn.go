@@ -23,6 +23,12 @@ type Conn struct {
 	class connClass // counted in hub.classes while open; guarded by hub.mu
 
 	lastWrite atomic.Int64 // Unix ns of the last successful write; read by the ticker
+	// syncWaiting: a take found syncPending but no Stream position yet, so
+	// the sync is no work until the ticker finds one and schedules the
+	// connection; it does not wait for an unrelated write. Written under
+	// c.mu; the ticker reads it without.
+	syncWaiting atomic.Bool
+
 	closeOnce sync.Once
 
 	// writeMu is held by the writer that owns the connection while it
@@ -333,6 +339,7 @@ func (c *Conn) settle() {
 		return
 	}
 	c.settled, c.syncPending = true, true
+	c.syncWaiting.Store(false)
 	c.scheduleLocked()
 }
 
@@ -575,6 +582,7 @@ func (c *Conn) takeLocked(buf []Event) (_ []Event, complete bool) {
 			c.syncPending = false
 		}
 	}
+	c.syncWaiting.Store(c.syncPending && c.settled)
 	buf = append(buf, c.trailer...)
 	c.trailer = nil
 	if c.reconnect > 0 {
@@ -621,8 +629,12 @@ func (c *Conn) rememberLocked(id string, v int64) {
 	c.delivered[id] = v
 }
 
+// hasWorkLocked reports whether a take would find something to write. A
+// pending sync counts until a take found no position for it: settle may
+// come while a write is in flight, whose writer must then take it.
 func (c *Conn) hasWorkLocked() bool {
-	return len(c.order) > 0 || len(c.control) > 0 || len(c.trailer) > 0 || c.reconnect > 0 || c.heartbeat
+	return len(c.order) > 0 || len(c.control) > 0 || len(c.trailer) > 0 || c.reconnect > 0 || c.heartbeat ||
+		(c.syncPending && c.settled && !c.syncWaiting.Load())
 }
 
 // drain tells the client to reconnect after a random delay of up to

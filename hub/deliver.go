@@ -251,5 +251,13 @@ func (h *Hub) tick(now time.Time) {
 			}
 			c.mu.Unlock()
 		}
+		if c.syncWaiting.Load() && h.cfg.Stream.Position(c.TenantID) != "" {
+			c.mu.Lock()
+			if !c.closed && !c.ending && c.syncPending {
+				c.syncWaiting.Store(false) // work again, for a writer holding it now too
+				c.scheduleLocked()
+			}
+			c.mu.Unlock()
+		}
 	}
 }

@@ -219,6 +219,18 @@ func (h *Hub) Mode() (mode, reason string) {
 	return h.mode, h.modeReason
 }
 
+// helloMode is the mode a new connection's hello states, with the reason
+// only while it describes the mode (why the node polls). A reason of push
+// (restored) tells the connections open at the switch what happened; a
+// connection opened after it has nothing to be told.
+func (h *Hub) helloMode() (mode, reason string) {
+	mode, reason = h.Mode()
+	if mode == ModePush {
+		reason = ""
+	}
+	return mode, reason
+}
+
 // SetMode records the node's mode and tells every connection when it or
 // its reason changes.
 func (h *Hub) SetMode(mode, reason string) {
@@ -301,7 +313,7 @@ func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
 	}
 	h.stats.Opened.Add(1)
 	h.log.Debug("connection opened", "conn", c.ID, "tenant", p.TenantID, "user", p.UserID)
-	mode, reason := h.Mode()
+	mode, reason := h.helloMode()
 	c.sendControl(Event{Kind: KindHello, ConnID: c.ID, Node: h.cfg.NodeName, Mode: mode, Reason: reason,
 		HeartbeatMS: h.cfg.HeartbeatInterval.Milliseconds()})
 	return c, nil

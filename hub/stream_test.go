@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
@@ -100,5 +101,63 @@ func TestResumeReadsOnlyWhatMovedAndCoveredResyncReadsNothing(t *testing.T) {
 	}
 	if s.ResumeFallbacks.Load() != 1 {
 		t.Fatalf("fallbacks %d", s.ResumeFallbacks.Load())
+	}
+}
+
+// askedStream is a fakeStream that tells each time its Position is asked.
+type askedStream struct {
+	fakeStream
+	asked chan struct{} // cap 1
+}
+
+func (s *askedStream) Position(tenant string) string {
+	select {
+	case s.asked <- struct{}{}:
+	default:
+	}
+	return s.fakeStream.Position(tenant)
+}
+
+// A connection whose initial state was offered before the stream had a
+// position gets its sync once there is one, not at its next unrelated
+// write (a heartbeat, many seconds away).
+func TestSyncWaitsForThePositionNotForTheNextWrite(t *testing.T) {
+	st := &askedStream{asked: make(chan struct{}, 1)}
+	e := newEnv(t, hub.Config{Stream: st, HeartbeatInterval: time.Hour})
+	e.publish(t, snap(t, "t1", "task_a", 1))
+	_, r, _ := e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"task_a"}, Cursors: true})
+	if ev := r.next(t); ev.Kind != hub.KindTask || ev.Cursor != "" {
+		t.Fatalf("first event %+v, want the task without a position", ev)
+	}
+	<-st.asked // the take after the initial state found no position
+	st.mu.Lock()
+	st.position = "P1"
+	st.mu.Unlock()
+	if ev := r.next(t); ev.Kind != hub.KindSync || ev.Cursor != "P1" {
+		t.Fatalf("then %+v, want a sync with P1", ev)
+	}
+}
+
+// A resume whose replay finds nothing to send settles while the hello may
+// still be being written: the writer of the hello takes the sync after it.
+func TestSyncAfterAResumeSettledDuringAWrite(t *testing.T) {
+	st := &fakeStream{position: "P"}
+	e := newEnv(t, hub.Config{Stream: st, HeartbeatInterval: time.Hour})
+	e.publish(t, snap(t, "t1", "task_a", 1))
+	r := newRecorder()
+	gate := make(chan struct{})
+	r.gate, r.entered = gate, make(chan struct{}, 8)
+	c, err := e.hub.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	<-r.entered // the hello's write has begun and waits
+	if _, err := c.Subscribe(context.Background(), hub.Subscription{Tasks: []string{"task_a"}, Resume: "c", Cursors: true}); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	if ev := r.next(t); ev.Kind != hub.KindSync || ev.Cursor != "P" {
+		t.Fatalf("after the resume: %+v, want a sync with P", ev)
 	}
 }

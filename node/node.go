@@ -63,6 +63,7 @@ type Config struct {
 	APIKey      string
 
 	NodeName       string
+	Version        string // the build's version, shown by GET /
 	OriginPatterns []string
 	// TrustedProxies are the load balancers whose X-Forwarded-For names
 	// the client for the per-address limits; empty means the TCP peer.
@@ -351,6 +352,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		DemoSigner: demoSigner,
 		Demo:       demo,
 		Client:     web.Client(),
+		Version:    cfg.Version,
 		Admission:  n.adm,
 		MaxConns:   cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, MaxURLBytes: cfg.MaxURLBytes,
 		OriginPatterns:   cfg.OriginPatterns,

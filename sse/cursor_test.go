@@ -129,3 +129,62 @@ func TestEncoderVersionsAreBounded(t *testing.T) {
 		t.Fatalf("cursor %q, want %q", got, want)
 	}
 }
+
+// TestResumedCursorCarriesWhatTheClientHolds: the first cursor of a
+// resumed connection names the versions it resumed with, of the tasks it
+// watches only, and a version delivered since replaces the one resumed.
+func TestResumedCursorCarriesWhatTheClientHolds(t *testing.T) {
+	h := New(Config{})
+	defer h.Close()
+	r := httptest.NewRequest(http.MethodGet, "/v1/events?task=a&task=b&task=c", nil)
+	r.Header.Set("Last-Event-ID", "a=3,b=4,gone=9")
+	sub, code, _ := h.ParseRequest(r)
+	if code != "" {
+		t.Fatal(code)
+	}
+	e := h.newEncoder(sub)
+	var b bytes.Buffer
+	e.render(&b, []hub.Event{taskEvent(t, "c", 1)})
+	got := parseCursor(lastID(&b))
+	if len(got) != 3 || got["a"] != 3 || got["b"] != 4 || got["c"] != 1 {
+		t.Fatalf("first cursor %v, want a=3, b=4 and c=1", got)
+	}
+	e.render(&b, []hub.Event{taskEvent(t, "a", 5)})
+	got = parseCursor(lastID(&b))
+	if len(got) != 3 || got["a"] != 5 || got["b"] != 4 || got["c"] != 1 {
+		t.Fatalf("second cursor %v, want a=5, b=4 and c=1", got)
+	}
+}
+
+// TestResumedSingleTaskCursor: a connection watching one task resumes
+// with its version inline, as a new one keeps it.
+func TestResumedSingleTaskCursor(t *testing.T) {
+	var e encoder
+	e.resumeFrom(map[string]int64{"a": 3}, []string{"a"})
+	if e.versions != nil || e.oneTask != "a" || e.oneVersion != 3 {
+		t.Fatalf("encoder holds %q=%d and %v, want a=3 inline", e.oneTask, e.oneVersion, e.versions)
+	}
+	var b bytes.Buffer
+	e.render(&b, []hub.Event{taskEvent(t, "a", 4)})
+	if id := lastID(&b); id != "a=4" {
+		t.Fatalf("id %q, want a=4", id)
+	}
+}
+
+// TestResumedCursorIsBounded: a resume with more watched tasks than a
+// cursor carries falls back to naming only each event's task.
+func TestResumedCursorIsBounded(t *testing.T) {
+	since := make(map[string]int64)
+	var tasks []string
+	for i := range maxCursorTasks + 1 {
+		id := fmt.Sprintf("t%d", i)
+		since[id], tasks = 1, append(tasks, id)
+	}
+	var e encoder
+	e.resumeFrom(since, tasks)
+	var b bytes.Buffer
+	e.render(&b, []hub.Event{taskEvent(t, "t0", 2)})
+	if id := lastID(&b); id != "t0=2" {
+		t.Fatalf("id %q, want t0=2", id)
+	}
+}

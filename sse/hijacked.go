@@ -75,7 +75,7 @@ func (h *Handler) serveHijacked(conn net.Conn, head string, p hub.Principal, sub
 	}
 	conn.SetWriteDeadline(time.Time{}) // the backlog writer bounds what follows; a deadline left here would cut it
 
-	s := &hijackedSink{conn: conn, enc: encoder{retry: h.retry().Milliseconds()}, reaper: h.reaper}
+	s := &hijackedSink{conn: conn, enc: h.newEncoder(sub), reaper: h.reaper}
 	s.w = backlog.New(conn, h.cfg.WriteTimeout, s.drained)
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil {

@@ -26,7 +26,7 @@ func (h *Handler) serveParked(w http.ResponseWriter, r *http.Request, p hub.Prin
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	s := &parkedSink{w: w, rc: rc, timeout: h.cfg.WriteTimeout, enc: encoder{retry: h.retry().Milliseconds()},
+	s := &parkedSink{w: w, rc: rc, timeout: h.cfg.WriteTimeout, enc: h.newEncoder(sub),
 		work: make(chan *bytes.Buffer, 1), done: make(chan struct{})}
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil { // draining since the check in Serve; nobody else writes yet

@@ -24,23 +24,45 @@ type encoder struct {
 	many       bool
 }
 
+// resumeFrom records the versions a resuming client holds (its
+// Last-Event-ID) of the tasks it watches by id, so the cursors of this
+// connection name them too: without them, the cursor after one reconnect
+// names only what moved since, and a second reconnect sends again every
+// task that did not move. Entries of tasks not watched are left out: they
+// would ride along in every cursor for nothing. A claimed version newer
+// than the node's current one is kept as claimed: the hub holds the client
+// to it too (Subscription.Since), so every connection decides alike what
+// to send. It must be called before the first event is rendered.
+func (e *encoder) resumeFrom(since map[string]int64, tasks []string) {
+	for _, id := range tasks {
+		if v := since[id]; v > 0 {
+			e.record(id, v)
+		}
+	}
+}
+
+// record keeps v as the version of task id the client holds.
+func (e *encoder) record(id string, v int64) {
+	switch {
+	case e.many:
+	case e.versions == nil && (e.oneTask == "" || e.oneTask == id):
+		e.oneTask, e.oneVersion = id, v
+	case e.versions == nil:
+		e.versions = map[string]int64{e.oneTask: e.oneVersion, id: v}
+	default:
+		e.versions[id] = v
+		if len(e.versions) > maxCursorTasks {
+			e.versions, e.many = nil, true
+		}
+	}
+}
+
 // cursor records s as delivered and appends the connection's cursor to b:
 // the hub's stream cursor when the event carries one, else the versions.
 // The versions are recorded either way: an event without a stream cursor
 // may follow one.
 func (e *encoder) cursor(b []byte, s *snapshot.Snapshot, streamCursor string) []byte {
-	switch {
-	case e.many:
-	case e.versions == nil && (e.oneTask == "" || e.oneTask == s.TaskID):
-		e.oneTask, e.oneVersion = s.TaskID, s.Version
-	case e.versions == nil:
-		e.versions = map[string]int64{e.oneTask: e.oneVersion, s.TaskID: s.Version}
-	default:
-		e.versions[s.TaskID] = s.Version
-		if len(e.versions) > maxCursorTasks {
-			e.versions, e.many = nil, true
-		}
-	}
+	e.record(s.TaskID, s.Version)
 	switch {
 	case streamCursor != "":
 		return append(b, streamCursor...)

@@ -174,6 +174,14 @@ func (h *Handler) subscribe(ctx context.Context, c *hub.Conn, sub hub.Subscripti
 	}
 }
 
+// newEncoder returns the encoder of a new connection: its retry, and the
+// versions a resuming client holds, so its first cursor is complete.
+func (h *Handler) newEncoder(sub hub.Subscription) encoder {
+	e := encoder{retry: h.retry().Milliseconds()}
+	e.resumeFrom(sub.Since, sub.Tasks)
+	return e
+}
+
 func (h *Handler) retry() time.Duration { return h.cfg.Retry + rand.N(h.cfg.Retry/2+1) }
 
 func rejectionMessage(code string) string {

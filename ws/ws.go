@@ -491,8 +491,9 @@ func render(ev *hub.Event) ([]byte, bool) {
 			ConnID      string `json:"conn_id"`
 			Node        string `json:"node"`
 			Mode        string `json:"mode"`
+			Reason      string `json:"reason,omitempty"`
 			HeartbeatMS int64  `json:"heartbeat_ms"`
-		}{"hello", ev.ConnID, ev.Node, ev.Mode, ev.HeartbeatMS}
+		}{"hello", ev.ConnID, ev.Node, ev.Mode, ev.Reason, ev.HeartbeatMS}
 	case hub.KindAck:
 		rej := ev.Rejected
 		if rej == nil {

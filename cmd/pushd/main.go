@@ -89,7 +89,7 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 		RedisURL: cfg.RedisURL, RedisCluster: cfg.RedisCluster, KeyPrefix: cfg.KeyPrefix, DatabaseURL: cfg.DatabaseURL,
 		JWTSecret: []byte(cfg.JWTSecret), JWTPublicKeyPEM: pem, JWTAlgorithm: cfg.JWTAlgorithm,
 		JWTAudience: cfg.jwtAudience(), JWTIssuer: cfg.JWTIssuer, JWTMaxTTL: cfg.JWTMaxTTL,
-		APIKey: cfg.APIKey, NodeName: cfg.NodeName, OriginPatterns: cfg.originPatterns(), TrustedProxies: proxies,
+		APIKey: cfg.APIKey, NodeName: cfg.NodeName, Version: bi.Version, OriginPatterns: cfg.originPatterns(), TrustedProxies: proxies,
 		Heartbeat: cfg.Heartbeat, PollInterval: cfg.PollInterval, WriteTimeout: cfg.WriteTimeout, SSERetry: cfg.Retry,
 		ReconnectAfter: cfg.ReconnectAfter, Demo: cfg.Demo, Logger: log,
 		Streams: cfg.Streams, StreamMaxLen: cfg.StreamMaxLen,
