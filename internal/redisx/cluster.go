@@ -10,7 +10,8 @@ import (
 )
 
 // ParseClusterURL reads the seed nodes of a Redis Cluster: comma-separated
-// redis:// or rediss:// URLs, or bare host:port (redis:// is then assumed).
+// redis:// or rediss:// URLs, or bare host:port, which takes the first
+// seed's scheme (redis:// for the first itself).
 //
 // The first seed is parsed by redis.ParseClusterURL, so it carries the
 // client's settings: user and password, TLS (rediss://), and go-redis's
@@ -24,7 +25,7 @@ import (
 func ParseClusterURL(urls string) (*redis.ClusterOptions, error) {
 	var (
 		opt    *redis.ClusterOptions
-		scheme string
+		scheme = "redis"
 		n      int
 	)
 	for seed := range strings.SplitSeq(urls, ",") {
@@ -34,7 +35,7 @@ func ParseClusterURL(urls string) (*redis.ClusterOptions, error) {
 		}
 		n++
 		if !strings.Contains(seed, "://") {
-			seed = "redis://" + seed
+			seed = scheme + "://" + seed
 		}
 		o, s, err := parseSeed(seed, opt == nil)
 		if err != nil {
