@@ -290,3 +290,43 @@ func TestClassifiersKnowRealReplies(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedWritesAndTheRedial pins what the Redis bus assumes of a failed
+// SUBSCRIBE and UNSUBSCRIBE: a write that fails closes the connection; the
+// channel of a failed SUBSCRIBE is kept and subscribed on the redial, while
+// the channel of a failed UNSUBSCRIBE is forgotten and is not.
+func TestFailedWritesAndTheRedial(t *testing.T) {
+	r := testenv.SharedRedis(t)
+	d := &dialLog{addr: r.Client.Options().Addr}
+	c := clientVia(t, r, d.dial)
+	ctx := context.Background()
+	kept, dropped := r.Names.Prefix+"kept", r.Names.Prefix+"dropped"
+	ps := c.Subscribe(ctx, dropped)
+	defer ps.Close()
+	wantSubscribed(t, receive(t, ps), dropped)
+
+	expired, cancel := context.WithDeadline(ctx, time.Unix(1, 0))
+	defer cancel()
+	if err := ps.Subscribe(expired, kept); err == nil {
+		t.Fatal("subscribe with an expired deadline succeeded")
+	}
+	conns, _ := d.dialed()
+	if !isClosed(conns[0]) {
+		t.Fatal("the connection a write failed on is still open")
+	}
+	if err := ps.Unsubscribe(expired, dropped); err == nil {
+		t.Fatal("unsubscribe with an expired deadline succeeded")
+	}
+
+	msg := receive(t, ps) // redials
+	wantSubscribed(t, msg, kept)
+	if n := msg.(*redis.Subscription).Count; n != 1 {
+		t.Fatalf("the redial subscribed %d channels, want only %s", n, kept)
+	}
+	if n, err := r.Client.Publish(ctx, dropped, "x").Result(); err != nil || n != 0 {
+		t.Fatalf("publish on the unsubscribed channel reached %d subscribers (%v), want 0", n, err)
+	}
+	if conns, _ := d.dialed(); len(conns) != 2 {
+		t.Fatalf("%d connections, want 2", len(conns))
+	}
+}
