@@ -18,7 +18,7 @@ import (
 
 // ForceReconnect closes ps's connection, if it has one, so that its next
 // receive dials a new one and subscribes every channel ps holds again. It
-// never waits on Redis: nothing reaches the wire, and no dial is made.
+// never waits on Redis: nothing reaches the wire, and no connection is made.
 //
 // go-redis has no call for this. It relies on three behaviours of PubSub:
 // a write uses the context's deadline as the socket's write deadline (unless
