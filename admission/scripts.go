@@ -4,9 +4,10 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/internal/redisx"
 )
 
 var (
@@ -65,7 +66,7 @@ func runPipelined(ctx context.Context, rdb redis.Cmdable, calls []*scriptCall) e
 	exec(calls, true)
 	var missing []*scriptCall
 	for _, c := range calls {
-		if isNoScript(c.cmd.Err()) {
+		if redisx.IsNoScript(c.cmd.Err()) {
 			missing = append(missing, c)
 		}
 	}
@@ -73,22 +74,11 @@ func runPipelined(ctx context.Context, rdb redis.Cmdable, calls []*scriptCall) e
 		exec(missing, false)
 	}
 	for _, c := range calls {
-		if err := c.cmd.Err(); err != nil && !isRedisError(err) {
+		if err := c.cmd.Err(); err != nil && !redisx.IsReply(err) {
 			return err
 		}
 	}
 	return nil
-}
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
-
-// isRedisError reports whether err is an error reply of one command, as
-// opposed to a failed connection or a timeout.
-func isRedisError(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // ints reads a script's array reply of integers.

@@ -17,13 +17,10 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/pushd/pushd/internal/episode"
+	"github.com/pushd/pushd/internal/redisx"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
-
-// errRedial is what a shard connection's dialer returns after its first
-// dial: see shard.
-var errRedial = errors.New("fanout: shard connection lost; the bus reconnects it")
 
 // errLivenessMoved replaces a shard whose liveness channel's slot left its
 // master.
@@ -447,13 +444,7 @@ func (b *ClusterBus) shardFor(addr string, node *redis.Client) *shard {
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: o.DialTimeout}).DialContext
 	}
-	var dialed atomic.Bool
-	o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if dialed.Swap(true) {
-			return nil, errRedial
-		}
-		return dial(ctx, network, addr)
-	}
+	o.Dialer = redisx.DialOnce(dial)
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1, 0, 0
 	// Not the master client's: a processor takes one client's handlers.
 	o.PushNotificationProcessor = nil
@@ -545,8 +536,7 @@ func (b *ClusterBus) read(sh *shard) {
 			// A reply that is an error (MOVED, CLUSTERDOWN) answers one of
 			// the bus's commands on a connection that works: the slot map
 			// moved, not the connection.
-			var reply redis.Error
-			b.shardFailed(sh, err, errors.As(err, &reply))
+			b.shardFailed(sh, err, redisx.IsReply(err))
 			return
 		}
 		pinged = false
@@ -642,7 +632,7 @@ func (b *ClusterBus) liveness() {
 			case err == nil:
 				b.stats.livenessSent.Add(1)
 				c.acked(start, b.since())
-			case redis.HasErrorPrefix(err, "MOVED"):
+			case redisx.IsMoved(err):
 				b.shardFailed(sh, errLivenessMoved, true)
 			default:
 				b.stats.livenessFailures.Add(1)

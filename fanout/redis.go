@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/internal/episode"
+	"github.com/pushd/pushd/internal/redisx"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -591,14 +591,7 @@ func (b *RedisBus) livenessLost(heard int64, err error) {
 
 // dropConn makes go-redis close the Pub/Sub connection, if it has one, so
 // the next receive dials a new one and subscribes every channel again.
-// go-redis has no call for this; but a write whose deadline has passed
-// fails, and go-redis closes a connection a write failed on (it then tries
-// to redial with the same expired context, which fails at once).
-func (b *RedisBus) dropConn() {
-	ctx, cancel := context.WithDeadline(b.ctx, time.Unix(1, 0))
-	defer cancel()
-	b.ps.Ping(ctx)
-}
+func (b *RedisBus) dropConn() { redisx.ForceReconnect(b.ps) }
 
 // failed records a failed receive; the first after a healthy period is
 // logged and reported to h.
@@ -625,11 +618,6 @@ func (b *RedisBus) sleep(d time.Duration) bool {
 	case <-b.ctx.Done():
 		return false
 	}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // confirm handles the confirmation of a channel's SUBSCRIBE.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/internal/redisx"
 )
 
 // What both Redis buses share besides their tenant table (subs.go): how a
@@ -20,7 +22,7 @@ import (
 // timeout in a row (pinged still set) is errNoPong. Any other error, or a
 // failed ping, is returned: the connection is to be replaced.
 func probe(ctx context.Context, ps *redis.PubSub, err error, pinged *bool) error {
-	if !isTimeout(err) {
+	if !redisx.IsTimeout(err) {
 		return err
 	}
 	if *pinged {

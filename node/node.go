@@ -40,7 +40,8 @@ import (
 type Config struct {
 	RedisURL string
 	// RedisCluster makes RedisURL the comma-separated seed nodes of a Redis
-	// Cluster (ParseClusterURL), which then serves every role: sharded
+	// Cluster (redisx.ParseClusterURL: the first seed carries credentials,
+	// TLS and client options), which then serves every role: sharded
 	// Pub/Sub, and task keys hash-tagged by task id (keys.Names.Cluster).
 	RedisCluster bool
 	// RedisCacheURL (snapshots), RedisControlURL (limits, leases, sessions)

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/internal/redisx"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -58,52 +58,19 @@ func (n *Node) dialCluster() error {
 	case cfg.RedisCacheURL != "" || cfg.RedisControlURL != "" || cfg.RedisRealtimeURL != "":
 		return errors.New("the Redis role URLs are for standalone Redis; a cluster serves every role")
 	}
-	opt, err := ParseClusterURL(cfg.RedisURL)
+	opt, err := redisx.ParseClusterURL(cfg.RedisURL)
 	if err != nil {
-		return err
+		return fmt.Errorf("redis cluster url: %w", err)
 	}
+	// As the standalone clients (dial): fail fast, and honour our contexts.
+	// A dialer_retries option in the URL is left as it is.
+	if opt.DialerRetries == 0 {
+		opt.DialerRetries = 1
+	}
+	opt.ContextTimeoutEnabled = true
 	n.cluster = redis.NewClusterClient(opt)
 	n.realtime, n.cache, n.control = n.cluster, n.cluster, n.cluster
 	return nil
-}
-
-// ParseClusterURL reads the seed nodes of a Redis Cluster: comma-separated
-// redis:// or rediss:// URLs (or bare host:port), which share the first
-// one's credentials and TLS settings. The client fails fast and honours
-// contexts, as the standalone clients do.
-func ParseClusterURL(urls string) (*redis.ClusterOptions, error) {
-	var opt *redis.ClusterOptions
-	for seed := range strings.SplitSeq(urls, ",") {
-		seed = strings.TrimSpace(seed)
-		if seed == "" {
-			continue
-		}
-		if !strings.Contains(seed, "://") {
-			seed = "redis://" + seed
-		}
-		o, err := redis.ParseURL(seed)
-		if err != nil {
-			return nil, fmt.Errorf("redis cluster seed %d: %w", addrCount(opt)+1, err)
-		}
-		if opt == nil {
-			opt = &redis.ClusterOptions{
-				Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
-				DialerRetries: 1, ContextTimeoutEnabled: true,
-			}
-		}
-		opt.Addrs = append(opt.Addrs, o.Addr)
-	}
-	if opt == nil {
-		return nil, errors.New("redis cluster: no seed node")
-	}
-	return opt, nil
-}
-
-func addrCount(opt *redis.ClusterOptions) int {
-	if opt == nil {
-		return 0
-	}
-	return len(opt.Addrs)
 }
 
 func (n *Node) dial(role, url string) (*redis.Client, error) {

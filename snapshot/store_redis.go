@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/internal/redisx"
 )
 
 //go:embed setnotfound.lua
@@ -239,7 +241,7 @@ func (s *Store) runScripts(ctx context.Context, script *redis.Script, calls []sc
 	_, _ = pipe.Exec(ctx) // the commands carry their own errors
 	for i, cmd := range cmds {
 		out[i].n, out[i].err = cmd.Int64()
-		if redis.HasErrorPrefix(out[i].err, "NOSCRIPT") {
+		if redisx.IsNoScript(out[i].err) {
 			out[i].n, out[i].err = script.Run(ctx, s.rdb, calls[i].keys, calls[i].args...).Int64()
 		}
 	}

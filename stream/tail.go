@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/internal/episode"
+	"github.com/pushd/pushd/internal/redisx"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -464,7 +464,7 @@ func (t *Tailer) look(ctx context.Context, tl *tail) (state, error) {
 func readState(ep *redis.StringCmd, info *redis.XInfoStreamCmd) (state, error) {
 	var st state
 	if err := info.Err(); err != nil {
-		if !isNoSuchKey(err) {
+		if !redisx.IsNoSuchKey(err) {
 			return st, fmt.Errorf("xinfo stream: %w", err)
 		}
 		return st, nil // no stream: nothing after any start
@@ -496,8 +496,6 @@ func readState(ep *redis.StringCmd, info *redis.XInfoStreamCmd) (state, error) {
 	st.exists, st.length, st.added = true, v.Length, v.EntriesAdded
 	return st, nil
 }
-
-func isNoSuchKey(err error) bool { return err != nil && strings.Contains(err.Error(), "no such key") }
 
 // placeLocked starts tl after what st saw. t.mu is held.
 func (t *Tailer) placeLocked(tl *tail, st state) {

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/internal/redisx"
 )
 
 // The forms the URL errors name.
@@ -28,24 +30,36 @@ func checkRedisURL(u string) error {
 }
 
 // checkClusterURL checks a cluster's comma-separated seed nodes, each a
-// redis:// or rediss:// URL or a bare host:port.
+// redis:// or rediss:// URL or a bare host:port, with the parser the node
+// uses (redisx.ParseClusterURL), so what passes here is what the node runs.
 func checkClusterURL(u string) error {
-	seeds := 0
+	var seeds []*url.URL
 	for seed := range strings.SplitSeq(u, ",") {
 		seed = strings.TrimSpace(seed)
 		if seed == "" {
 			continue
 		}
-		seeds++
 		if !strings.Contains(seed, "://") {
 			seed = "redis://" + seed
 		}
-		if err := checkRedis(seed, seedForm); err != nil {
-			return fmt.Errorf("seed %d: %w", seeds, err)
+		p, err := url.Parse(seed)
+		if err != nil {
+			return fmt.Errorf("seed %d: %s; want %s", len(seeds)+1, urlReason(err), seedForm)
+		}
+		seeds = append(seeds, p)
+		if p.Scheme != "redis" && p.Scheme != "rediss" {
+			return fmt.Errorf("seed %d: scheme %q; want %s (rediss:// for TLS)", len(seeds), p.Scheme, seedForm)
 		}
 	}
-	if seeds == 0 {
+	if len(seeds) == 0 {
 		return fmt.Errorf("no seed node; want %s, comma-separated", seedForm)
+	}
+	if _, err := redisx.ParseClusterURL(u); err != nil {
+		msg := strings.Replace(err.Error(), ": redis: ", ": ", 1)
+		for _, p := range seeds {
+			msg = redact(msg, p)
+		}
+		return fmt.Errorf("%s; want %s", msg, seedForm)
 	}
 	return nil
 }
