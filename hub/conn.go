@@ -204,7 +204,11 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	// Until this Subscribe has offered the initial state, the stream
 	// position says nothing about what it adds.
 	c.settled = false
-	if s.Cursors && h.cfg.Stream != nil {
+	// A stream cursor says the client has every change of what it
+	// watches; a client refused part of its subscription comes back for
+	// it, and a cursor of this connection would then skip it if it never
+	// moved. Such a connection writes the transport's own cursors.
+	if s.Cursors && h.cfg.Stream != nil && !slices.ContainsFunc(rejected, unwatched) {
 		c.cursors = true
 	}
 	c.mu.Unlock()
@@ -295,6 +299,12 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	c.settle()
 	unread = slices.ContainsFunc(rejected, func(r Rejection) bool { return r.Code == CodeUnavailable })
 	return rejected, nil
+}
+
+// unwatched reports whether r leaves its id unwatched: the client must ask
+// for it again.
+func unwatched(r Rejection) bool {
+	return r.Code == CodeRateLimited || r.Code == CodeTooMany || r.Code == CodeInvalidID
 }
 
 // readIsFree reports whether subscribing to the task costs no remote read:

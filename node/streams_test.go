@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -488,3 +489,84 @@ func TestStreamCursorWithoutFingerprintGetsAFullRead(t *testing.T) {
 
 // fingerprintOf is the subscription fingerprint ending a stream cursor.
 func fingerprintOf(cursor string) string { return cursor[strings.LastIndexByte(cursor, '.')+1:] }
+
+// A connection refused part of its subscription rate_limited is asked to
+// reconnect with its cursor for the rest: its cursors are versions, not a
+// stream position, which would skip a refused task that never moves again.
+func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.streamConfig()
+	cfg.SubscribeReads, cfg.SubscribeReadBurst = 20, 2
+	s := startNode(t, cfg)
+	tenant := testenv.UniqueID("tenant")
+	tasks := []string{testenv.UniqueID("task"), testenv.UniqueID("task"), testenv.UniqueID("task")}
+	for _, id := range tasks {
+		streamPublish(t, c.redis.Client, c.redis.Names, doc(id, tenant, 1, "SUCCEEDED"))
+	}
+	query := "task=" + strings.Join(tasks, "&task=")
+	tok := token(t, tenant, "u1")
+	limited := func(ev sseEvent) bool {
+		return ev.Event == "error" && strings.Contains(ev.Data, `"rate_limited"`) && strings.Contains(ev.Data, tasks[2])
+	}
+
+	// The budget of two reads serves the URL's first two tasks.
+	first := openSSE(t, s.URL, tok, query)
+	cursor := ""
+	held, refused := 0, false
+	for held < 2 || !refused {
+		switch ev := first.next(t); {
+		case ev.Event == "task":
+			if snap := parseDoc(t, ev.Data); snap.TaskID != tasks[held] {
+				t.Fatalf("got %s, want %s", snap.TaskID, tasks[held])
+			}
+			held++
+			cursor = ev.ID
+		case limited(ev):
+			refused = true
+		case ev.Event != "hello" && ev.Event != "mode":
+			t.Fatalf("unexpected event %q: %s", ev.Event, ev.Data)
+		}
+	}
+	if got := versionsCursor(t, cursor); len(got) != 2 || got[tasks[0]] != 1 || got[tasks[1]] != 1 {
+		t.Fatalf("cursor %q of the refused connection, want the versions of the two tasks it got", cursor)
+	}
+
+	// Reconnect with the cursor until the budget serves the third; the
+	// two the client holds are not sent again. The first connection stays
+	// open, so the node's reads of those two are free (watched here) and
+	// the budget goes to the third.
+	deadline := time.Now().Add(waitFor)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still refused after %v", tasks[2], waitFor)
+		}
+		again := openSSE(t, s.URL, tok, query, "Last-Event-ID", cursor)
+		ev := again.next(t)
+		for ev.Event == "hello" || ev.Event == "mode" {
+			ev = again.next(t)
+		}
+		if limited(ev) {
+			// As a client does: come back after retry_after_ms.
+			var r hub.Rejection
+			if err := json.Unmarshal([]byte(ev.Data), &r); err != nil || r.RetryAfterMS <= 0 {
+				t.Fatalf("rate_limited without retry_after_ms: %s", ev.Data)
+			}
+			again.Close()
+			time.Sleep(time.Duration(r.RetryAfterMS) * time.Millisecond)
+			continue
+		}
+		if ev.Event != "task" {
+			t.Fatalf("unexpected event %q: %s", ev.Event, ev.Data)
+		}
+		if snap := parseDoc(t, ev.Data); snap.TaskID != tasks[2] || snap.Version != 1 {
+			t.Fatalf("got %s v%d, want %s v1 alone", snap.TaskID, snap.Version, tasks[2])
+		}
+		// Served whole, the connection has a stream cursor again.
+		if !stream.IsCursor(ev.ID) {
+			if got, _ := again.untilCursor(t); len(got) != 0 {
+				t.Fatalf("after %s, got %v, want nothing more", tasks[2], got)
+			}
+		}
+		break
+	}
+}
