@@ -91,6 +91,11 @@ type Subscription struct {
 	// it, only those tasks are read and sent; otherwise, or without a
 	// Stream, everything is, as for a new client.
 	Resume string
+	// ResumeMismatch says the client brought a stream cursor the transport
+	// would not resume from, as it was issued for another subscription:
+	// the client is one coming back, but is read everything, as a new
+	// client is, and the cursor is counted as a fallback.
+	ResumeMismatch bool
 	// Cursors asks for Stream positions on task events and a KindSync event
 	// once the initial state is complete: the transport writes them as
 	// resume cursors. Without a Stream it does nothing.
@@ -191,7 +196,7 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	}
 	// A client that brings a resume position is one coming back: counted
 	// once per connection, however many subscribes carry one.
-	if !c.resumed && (s.Resume != "" || len(s.Since) > 0) {
+	if !c.resumed && (s.Resume != "" || s.ResumeMismatch || len(s.Since) > 0) {
 		c.resumed = true
 		h.stats.Reconnects[c.Transport].Add(1)
 	}
@@ -199,7 +204,11 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	// Until this Subscribe has offered the initial state, the stream
 	// position says nothing about what it adds.
 	c.settled = false
-	if s.Cursors && h.cfg.Stream != nil {
+	// A stream cursor says the client has every change of what it
+	// watches; a client refused part of its subscription comes back for
+	// it, and a cursor of this connection would then skip it if it never
+	// moved. Such a connection writes the transport's own cursors.
+	if s.Cursors && h.cfg.Stream != nil && !slices.ContainsFunc(rejected, unwatched) {
 		c.cursors = true
 	}
 	c.mu.Unlock()
@@ -221,6 +230,11 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 		}
 	}
 
+	if s.ResumeMismatch && h.cfg.Stream != nil {
+		h.stats.ResumeFallbacks.Add(1)
+		h.stats.ResumeMismatches.Add(1)
+		h.log.Debug("resume cursor of another subscription; reading everything", "conn", c.ID, "tenant", c.TenantID)
+	}
 	if s.Resume != "" && h.cfg.Stream != nil {
 		changes, fallback := h.cfg.Stream.Replay(ctx, c.TenantID, s.Resume)
 		switch {
@@ -285,6 +299,12 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	c.settle()
 	unread = slices.ContainsFunc(rejected, func(r Rejection) bool { return r.Code == CodeUnavailable })
 	return rejected, nil
+}
+
+// unwatched reports whether r leaves its id unwatched: the client must ask
+// for it again.
+func unwatched(r Rejection) bool {
+	return r.Code == CodeRateLimited || r.Code == CodeTooMany || r.Code == CodeInvalidID
 }
 
 // readIsFree reports whether subscribing to the task costs no remote read:

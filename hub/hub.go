@@ -484,10 +484,13 @@ type Stats struct {
 	Resumes         atomic.Int64 // subscriptions served by replaying the stream after the client's cursor
 	ResumeTasks     atomic.Int64 // tasks those replays read and offered
 	ResumeFallbacks atomic.Int64 // resume cursors the stream could not serve: the subscription read everything
+	// Of ResumeFallbacks, the cursors not even offered to the stream: they
+	// were issued for another subscription (Subscription.ResumeMismatch).
+	ResumeMismatches atomic.Int64
 
 	// By Transport.
 	Pushed     [NumTransports]atomic.Int64 // task events written
-	Reconnects [NumTransports]atomic.Int64 // connections that subscribed with a resume position (Subscription.Resume or Since)
+	Reconnects [NumTransports]atomic.Int64 // connections that subscribed with a resume position (Subscription.Resume, ResumeMismatch or Since)
 
 	// NotifyToWrite is the time from Notify to the write of the snapshot
 	// the notification announced, per task event written. Staleness is the

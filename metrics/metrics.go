@@ -111,7 +111,7 @@ var (
 	resumes         = counter("resumes_total", "SSE reconnects with a stream cursor that were served by replaying the stream.")
 	replayed        = counter("resume_replayed_entries_total", "Stream entries replayed for resuming clients.")
 	resumeTasks     = counter("resume_tasks_total", "Tasks read and sent to resuming clients because they moved after the cursor.")
-	resumeFallbacks = counter("resume_fallbacks_total", "Resume cursors not replayed, so the client got a full resync, by reason: corrupt, tenant, epoch, trimmed, too_many, ahead, unavailable.", "reason")
+	resumeFallbacks = counter("resume_fallbacks_total", "Resume cursors not replayed, so the client got a full resync, by reason: corrupt, tenant, epoch, trimmed, too_many, ahead, unavailable, subscription.", "reason")
 	admAllowed      = counter("admission_allowed_total", "Admission checks passed, by rule: connect_user, connect_ip (buckets), api (plan window), user_cap, tenant_cap (connection caps).", "rule")
 	admRejected     = counter("admission_rejected_total", "Connections and API calls refused (429), by rule.", "rule")
 	admFallbacks    = counter("admission_fallbacks_total", "Admission checks decided on local limits because the control Redis failed or had just failed.")
@@ -252,6 +252,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for reason, n := range ts.ResumeFallbacks {
 			emit(resumeFallbacks, float64(n), reason)
 		}
+		// Refused before the stream saw them: issued for another subscription.
+		emit(resumeFallbacks, float64(st.ResumeMismatches.Load()), "subscription")
 		buckets := make(map[float64]uint64, len(stream.LagBuckets))
 		for i, b := range stream.LagBuckets {
 			buckets[b] = uint64(ts.LagBuckets[i])

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
@@ -192,8 +194,11 @@ func TestUnusableCursorsGetAFullResyncOfTheClientsOwnTasks(t *testing.T) {
 
 	forged := cursorOf(other, token(t, other, "u9"))
 	expectFull("forged: another tenant's cursor", forged, 3)
-	expectFull("corrupt", "s1.AAAA!", 3)
-	expectFull("corrupt base64", "s1."+strings.Repeat("A", 22), 3)
+	// The fingerprint of the query's subscription (the same for both
+	// tenants), so the corrupt cursors reach the stream.
+	fp := forged[strings.LastIndexByte(forged, '.'):]
+	expectFull("corrupt", "s1.AAAA!"+fp, 3)
+	expectFull("corrupt base64", "s1."+strings.Repeat("A", 22)+fp, 3)
 
 	trimmed := cursorOf(tenant, tok)
 	for v := int64(4); v <= 6; v++ {
@@ -359,5 +364,209 @@ func TestStreamStaysWithinItsBoundThroughTheNode(t *testing.T) {
 	resp, _ := httpDo(t, http.MethodGet, s.URL+"/metrics", "", "")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/metrics %d", resp.StatusCode)
+	}
+}
+
+// A stream cursor resumes only the subscription it was issued for: a
+// client that adds a task to its URL (as pushd.js does on SSE when a page
+// subscribes to another task) and brings the cursor of the smaller
+// subscription is read everything, so the added task arrives even though
+// it finished before the cursor and never moves again.
+func TestStreamResumeWithAnAddedTaskSendsIt(t *testing.T) {
+	c := newCluster(t)
+	s := startNode(t, c.streamConfig())
+	tenant := testenv.UniqueID("tenant")
+	taskA, taskB := testenv.UniqueID("task"), testenv.UniqueID("task")
+	streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(taskA, tenant, 1))
+	streamPublish(t, c.redis.Client, c.redis.Names, doc(taskB, tenant, 1, "SUCCEEDED"))
+	tok := token(t, tenant, "u1")
+
+	first := openSSE(t, s.URL, tok, "task="+taskA)
+	got, cursor := first.untilCursor(t)
+	if len(got) != 1 || got[taskA] == nil {
+		t.Fatalf("initial state: %v, want %s alone", got, taskA)
+	}
+	first.Close()
+
+	both := "task=" + taskA + "&task=" + taskB
+	grown := openSSE(t, s.URL, tok, both, "Last-Event-ID", cursor)
+	got, cursor2 := grown.untilCursor(t)
+	if b := got[taskB]; b == nil || b.Version != 1 || b.Status != "SUCCEEDED" {
+		t.Fatalf("with %s added: got %v, want %s v1 SUCCEEDED", taskB, got, taskB)
+	}
+	// Task A may come again, once (untilCursor refuses a second copy).
+	if a := got[taskA]; a != nil && a.Version != 1 {
+		t.Fatalf("with %s added: got %s v%d, want v1 if anything", taskB, taskA, a.Version)
+	}
+	grown.Close()
+	if fingerprintOf(cursor2) == fingerprintOf(cursor) {
+		t.Fatalf("cursors %q and %q of different subscriptions have one fingerprint", cursor, cursor2)
+	}
+
+	// The grown subscription's cursor is its own: it resumes with a replay.
+	streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(taskA, tenant, 2))
+	again := openSSE(t, s.URL, tok, both, "Last-Event-ID", cursor2)
+	got, _ = again.untilCursor(t)
+	if a := got[taskA]; len(got) != 1 || a == nil || a.Version != 2 {
+		t.Fatalf("resume of the grown subscription sent %v, want %s v2 alone", got, taskA)
+	}
+
+	st := s.Hub().Stats()
+	if st.ResumeMismatches.Load() != 1 || st.ResumeFallbacks.Load() != 1 || st.Resumes.Load() != 1 || st.Reconnects[hub.TransportSSE].Load() != 2 {
+		t.Fatalf("mismatches %d, fallbacks %d, resumes %d, reconnects %d; want 1, 1, 1, 2",
+			st.ResumeMismatches.Load(), st.ResumeFallbacks.Load(), st.Resumes.Load(), st.Reconnects[hub.TransportSSE].Load())
+	}
+	wantMetric(t, s.URL, `pushd_resume_fallbacks_total{reason="subscription"} 1`)
+}
+
+// The fingerprint is of the canonical subscription: the same tasks in
+// another order, one repeated, resume with a replay of what moved.
+func TestStreamResumeOfTheSameSubscriptionReorderedSendsOnlyWhatMoved(t *testing.T) {
+	c := newCluster(t)
+	s := startNode(t, c.streamConfig())
+	tenant := testenv.UniqueID("tenant")
+	taskA, taskB := testenv.UniqueID("task"), testenv.UniqueID("task")
+	streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(taskA, tenant, 1))
+	streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(taskB, tenant, 1))
+	tok := token(t, tenant, "u1")
+
+	first := openSSE(t, s.URL, tok, "task="+taskA+"&task="+taskB)
+	got, cursor := first.untilCursor(t)
+	if len(got) != 2 {
+		t.Fatalf("initial state: %d tasks, want 2", len(got))
+	}
+	first.Close()
+
+	streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(taskB, tenant, 2))
+	again := openSSE(t, s.URL, tok, "task="+taskB+"&task="+taskA+"&task="+taskB, "Last-Event-ID", cursor)
+	got, _ = again.untilCursor(t)
+	if b := got[taskB]; len(got) != 1 || b == nil || b.Version != 2 {
+		t.Fatalf("reordered resume sent %v, want %s v2 alone", got, taskB)
+	}
+	st := s.Hub().Stats()
+	if st.Resumes.Load() != 1 || st.ResumeFallbacks.Load() != 0 {
+		t.Fatalf("resumes %d, fallbacks %d; want 1 and 0", st.Resumes.Load(), st.ResumeFallbacks.Load())
+	}
+}
+
+// A stream cursor without a fingerprint, as nodes wrote before them, names
+// no subscription: the connection is read everything, as a new client is.
+func TestStreamCursorWithoutFingerprintGetsAFullRead(t *testing.T) {
+	c := newCluster(t)
+	s := startNode(t, c.streamConfig())
+	tenant := testenv.UniqueID("tenant")
+	tasks := []string{testenv.UniqueID("task"), testenv.UniqueID("task"), testenv.UniqueID("task")}
+	for _, id := range tasks {
+		streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(id, tenant, 1))
+	}
+	query := "task=" + strings.Join(tasks, "&task=")
+	tok := token(t, tenant, "u1")
+
+	first := openSSE(t, s.URL, tok, query)
+	_, cursor := first.untilCursor(t)
+	first.Close()
+	old := cursor[:strings.LastIndexByte(cursor, '.')]
+	if !stream.IsCursor(old) || strings.Count(old, ".") != 1 {
+		t.Fatalf("cursor %q does not end in a fingerprint", cursor)
+	}
+
+	again := openSSE(t, s.URL, tok, query, "Last-Event-ID", old)
+	got, cursor2 := again.untilCursor(t)
+	for _, id := range tasks {
+		if g := got[id]; g == nil || g.Version != 1 {
+			t.Fatalf("resume without a fingerprint sent %v, want every task at v1", got)
+		}
+	}
+	if fingerprintOf(cursor2) != fingerprintOf(cursor) {
+		t.Fatalf("one subscription's cursors %q and %q have different fingerprints", cursor, cursor2)
+	}
+	st, ts := s.Hub().Stats(), s.Stream().Stats()
+	if st.ResumeMismatches.Load() != 1 || st.Resumes.Load() != 0 || ts.Replays != 0 || ts.ResumeFallbacks[stream.FallbackCorrupt] != 0 {
+		t.Fatalf("mismatches %d, resumes %d, stream replays %d, stream fallbacks %v; want 1, 0, 0 and none",
+			st.ResumeMismatches.Load(), st.Resumes.Load(), ts.Replays, ts.ResumeFallbacks)
+	}
+}
+
+// fingerprintOf is the subscription fingerprint ending a stream cursor.
+func fingerprintOf(cursor string) string { return cursor[strings.LastIndexByte(cursor, '.')+1:] }
+
+// A connection refused part of its subscription rate_limited is asked to
+// reconnect with its cursor for the rest: its cursors are versions, not a
+// stream position, which would skip a refused task that never moves again.
+func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.streamConfig()
+	cfg.SubscribeReads, cfg.SubscribeReadBurst = 20, 2
+	s := startNode(t, cfg)
+	tenant := testenv.UniqueID("tenant")
+	tasks := []string{testenv.UniqueID("task"), testenv.UniqueID("task"), testenv.UniqueID("task")}
+	for _, id := range tasks {
+		streamPublish(t, c.redis.Client, c.redis.Names, doc(id, tenant, 1, "SUCCEEDED"))
+	}
+	query := "task=" + strings.Join(tasks, "&task=")
+	tok := token(t, tenant, "u1")
+	limited := func(ev sseEvent) bool {
+		return ev.Event == "error" && strings.Contains(ev.Data, `"rate_limited"`) && strings.Contains(ev.Data, tasks[2])
+	}
+
+	// The budget of two reads serves the URL's first two tasks.
+	first := openSSE(t, s.URL, tok, query)
+	cursor := ""
+	held, refused := 0, false
+	for held < 2 || !refused {
+		switch ev := first.next(t); {
+		case ev.Event == "task":
+			if snap := parseDoc(t, ev.Data); snap.TaskID != tasks[held] {
+				t.Fatalf("got %s, want %s", snap.TaskID, tasks[held])
+			}
+			held++
+			cursor = ev.ID
+		case limited(ev):
+			refused = true
+		case ev.Event != "hello" && ev.Event != "mode":
+			t.Fatalf("unexpected event %q: %s", ev.Event, ev.Data)
+		}
+	}
+	if got := versionsCursor(t, cursor); len(got) != 2 || got[tasks[0]] != 1 || got[tasks[1]] != 1 {
+		t.Fatalf("cursor %q of the refused connection, want the versions of the two tasks it got", cursor)
+	}
+
+	// Reconnect with the cursor until the budget serves the third; the
+	// two the client holds are not sent again. The first connection stays
+	// open, so the node's reads of those two are free (watched here) and
+	// the budget goes to the third.
+	deadline := time.Now().Add(waitFor)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still refused after %v", tasks[2], waitFor)
+		}
+		again := openSSE(t, s.URL, tok, query, "Last-Event-ID", cursor)
+		ev := again.next(t)
+		for ev.Event == "hello" || ev.Event == "mode" {
+			ev = again.next(t)
+		}
+		if limited(ev) {
+			// As a client does: come back after retry_after_ms.
+			var r hub.Rejection
+			if err := json.Unmarshal([]byte(ev.Data), &r); err != nil || r.RetryAfterMS <= 0 {
+				t.Fatalf("rate_limited without retry_after_ms: %s", ev.Data)
+			}
+			again.Close()
+			time.Sleep(time.Duration(r.RetryAfterMS) * time.Millisecond)
+			continue
+		}
+		if ev.Event != "task" {
+			t.Fatalf("unexpected event %q: %s", ev.Event, ev.Data)
+		}
+		if snap := parseDoc(t, ev.Data); snap.TaskID != tasks[2] || snap.Version != 1 {
+			t.Fatalf("got %s v%d, want %s v1 alone", snap.TaskID, snap.Version, tasks[2])
+		}
+		// Served whole, the connection has a stream cursor again.
+		if !stream.IsCursor(ev.ID) {
+			if got, _ := again.untilCursor(t); len(got) != 0 {
+				t.Fatalf("after %s, got %v, want nothing more", tasks[2], got)
+			}
+		}
+		break
 	}
 }

@@ -69,13 +69,13 @@ func TestParseCursorIgnoresGarbage(t *testing.T) {
 }
 
 func TestStreamCursorIsWrittenAndVersionsStillKept(t *testing.T) {
-	var e encoder
+	e := encoder{fp: "FfFfFfFf"}
 	var b bytes.Buffer
 	ev := taskEvent(t, "a", 2)
 	ev.Cursor = "s1.AAAA"
 	e.render(&b, []hub.Event{ev})
-	if id := lastID(&b); id != "s1.AAAA" {
-		t.Fatalf("id %q, want the stream cursor", id)
+	if id := lastID(&b); id != "s1.AAAA.FfFfFfFf" {
+		t.Fatalf("id %q, want the stream cursor and the fingerprint", id)
 	}
 	e.render(&b, []hub.Event{taskEvent(t, "b", 1)})
 	got := parseCursor(lastID(&b))
@@ -84,7 +84,7 @@ func TestStreamCursorIsWrittenAndVersionsStillKept(t *testing.T) {
 	}
 	b.Reset()
 	e.render(&b, []hub.Event{{Kind: hub.KindSync, Cursor: "s1.BBBB"}})
-	if b.String() != "event: sync\nid: s1.BBBB\ndata: {}\n\n" {
+	if b.String() != "event: sync\nid: s1.BBBB.FfFfFfFf\ndata: {}\n\n" {
 		t.Fatalf("sync rendered as %q", b.String())
 	}
 }
@@ -92,21 +92,95 @@ func TestStreamCursorIsWrittenAndVersionsStillKept(t *testing.T) {
 func TestParseRequestSplitsCursorFormats(t *testing.T) {
 	h := New(Config{})
 	defer h.Close()
+	fp := fingerprint(hub.Subscription{Tasks: []string{"a", "b"}})
 	for _, tc := range []struct {
-		id     string
-		resume string
-		since  int
+		id       string
+		resume   string
+		mismatch bool
+		since    int
 	}{
-		{"s1.AbC_-9", "s1.AbC_-9", 0},
-		{"a=3,b=4", "", 2},
-		{"garbage", "", 0},
+		{"s1.AbC_-9." + fp, "s1.AbC_-9", false, 0},
+		{"s1.AbC_-9", "", true, 0},          // no fingerprint: a cursor of an earlier node
+		{"s1.AbC_-9.AAAAAAAA", "", true, 0}, // another subscription's
+		{"s1.AbC_-9.", "", true, 0},
+		{"s1.." + fp, "s1.", false, 0}, // the stream refuses what is left, as corrupt
+		{"a=3,b=4", "", false, 2},
+		{"garbage", "", false, 0},
 	} {
 		r := httptest.NewRequest(http.MethodGet, "/v1/events?task=a&task=b", nil)
 		r.Header.Set("Last-Event-ID", tc.id)
 		sub, code, _ := h.ParseRequest(r)
-		if code != "" || sub.Resume != tc.resume || len(sub.Since) != tc.since || !sub.Cursors {
-			t.Fatalf("%q: resume %q since %v cursors %v (%s), want resume %q and %d versions", tc.id, sub.Resume, sub.Since, sub.Cursors, code, tc.resume, tc.since)
+		if code != "" || sub.Resume != tc.resume || sub.ResumeMismatch != tc.mismatch || len(sub.Since) != tc.since || !sub.Cursors {
+			t.Fatalf("%q: resume %q mismatch %v since %v cursors %v (%s), want resume %q, mismatch %v and %d versions",
+				tc.id, sub.Resume, sub.ResumeMismatch, sub.Since, sub.Cursors, code, tc.resume, tc.mismatch, tc.since)
 		}
+	}
+}
+
+// TestFingerprintIsOfTheCanonicalSubscription: order and repeats in the
+// URL do not change it; any task, project or the user scope added or
+// removed does.
+func TestFingerprintIsOfTheCanonicalSubscription(t *testing.T) {
+	base := fingerprint(hub.Subscription{Tasks: []string{"task_a", "task_b"}, Projects: []string{"p1"}})
+	if len(base) != 8 || strings.ContainsAny(base, ".=") {
+		t.Fatalf("fingerprint %q, want 8 base64url characters", base)
+	}
+	same := hub.Subscription{Tasks: []string{"task_b", "task_a", "task_b"}, Projects: []string{"p1", "p1"}}
+	if fp := fingerprint(same); fp != base {
+		t.Fatalf("reordered, repeated: %q, want %q", fp, base)
+	}
+	for name, s := range map[string]hub.Subscription{
+		"task added":         {Tasks: []string{"task_a", "task_b", "task_c"}, Projects: []string{"p1"}},
+		"task removed":       {Tasks: []string{"task_a"}, Projects: []string{"p1"}},
+		"project added":      {Tasks: []string{"task_a", "task_b"}, Projects: []string{"p1", "p2"}},
+		"project removed":    {Tasks: []string{"task_a", "task_b"}},
+		"user scope added":   {Tasks: []string{"task_a", "task_b"}, Projects: []string{"p1"}, User: true},
+		"task as project":    {Tasks: []string{"task_a"}, Projects: []string{"p1", "task_b"}},
+		"ids run together":   {Tasks: []string{"task_atask_b"}, Projects: []string{"p1"}},
+		"project as a task":  {Tasks: []string{"task_a", "task_b", "p1"}},
+		"everything dropped": {User: true},
+	} {
+		if fp := fingerprint(s); fp == base {
+			t.Errorf("%s: fingerprint unchanged (%q)", name, fp)
+		}
+	}
+}
+
+// TestStreamCursorRoundTrips: what a connection writes, a request for the
+// same subscription (in another order) resumes from with the hub's own
+// cursor; a request for more does not.
+func TestStreamCursorRoundTrips(t *testing.T) {
+	h := New(Config{})
+	defer h.Close()
+	parse := func(query, id string) hub.Subscription {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodGet, "/v1/events?"+query, nil)
+		r.Header.Set("Last-Event-ID", id)
+		sub, code, msg := h.ParseRequest(r)
+		if code != "" {
+			t.Fatalf("%s: %s %s", query, code, msg)
+		}
+		return sub
+	}
+	e := h.newEncoder(parse("task=task_a&project=p1&scope=user", ""))
+	var b bytes.Buffer
+	ev := taskEvent(t, "task_a", 4)
+	ev.Cursor = "s1.CETs1oHbrJKjNACmTwA"
+	e.render(&b, []hub.Event{ev})
+	id := lastID(&b)
+	if !strings.HasPrefix(id, ev.Cursor+".") || len(id) != len(ev.Cursor)+1+8 {
+		t.Fatalf("id %q, want %s and a fingerprint", id, ev.Cursor)
+	}
+	b.Reset()
+	e.render(&b, []hub.Event{{Kind: hub.KindSync, Cursor: ev.Cursor}})
+	if sync := lastID(&b); sync != id {
+		t.Fatalf("sync id %q, want the task's %q", sync, id)
+	}
+	if sub := parse("scope=user&project=p1&task=task_a", id); sub.Resume != ev.Cursor || sub.ResumeMismatch {
+		t.Fatalf("same subscription reordered: resume %q, mismatch %v; want %q", sub.Resume, sub.ResumeMismatch, ev.Cursor)
+	}
+	if sub := parse("task=task_a&task=task_b&project=p1&scope=user", id); sub.Resume != "" || !sub.ResumeMismatch {
+		t.Fatalf("a task added: resume %q, mismatch %v; want no resume", sub.Resume, sub.ResumeMismatch)
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 // encoder renders events as text/event-stream. It belongs to one
 // connection and is used by whichever writer holds the connection.
 type encoder struct {
-	retry int64 // ms, sent with hello
+	retry int64  // ms, sent with hello
+	fp    string // the fingerprint of the connection's subscription, on every stream cursor
 	// The delivered versions, for the id: cursor. Most connections watch
 	// one task, so the first is kept inline and the map is made only for a
 	// second. Past maxCursorTasks a cursor names only its own event's task,
@@ -65,7 +66,7 @@ func (e *encoder) cursor(b []byte, s *snapshot.Snapshot, streamCursor string) []
 	e.record(s.TaskID, s.Version)
 	switch {
 	case streamCursor != "":
-		return append(b, streamCursor...)
+		return appendStreamCursor(b, streamCursor, e.fp)
 	case e.versions != nil:
 		return encodeCursor(b, e.versions)
 	}
@@ -132,7 +133,7 @@ func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 		// reconnects with. A browser with no listener for "sync" sees
 		// nothing.
 		b.WriteString("event: sync\nid: ")
-		b.WriteString(ev.Cursor)
+		b.Write(appendStreamCursor(b.AvailableBuffer(), ev.Cursor, e.fp))
 		b.WriteString("\ndata: {}\n\n")
 	case hub.KindHeartbeat:
 		b.WriteString(": hb\n\n")

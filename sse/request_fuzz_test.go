@@ -6,16 +6,19 @@ import (
 	"testing"
 
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/stream"
 )
 
 // FuzzParseRequest feeds /v1/events query strings and Last-Event-ID
 // headers. An accepted subscription holds at most MaxTasks valid ids and
-// asks for something; a refusal has a code and a bounded message.
+// asks for something, and resumes from a stream cursor or from versions,
+// never both; a refusal has a code and a bounded message.
 func FuzzParseRequest(f *testing.F) {
 	for _, seed := range [][2]string{
 		{"task=task_1&task=task_2&project=p1&scope=user", ""},
 		{"task=task_1", "task_1=18"},
 		{"task=task_1&last_event_id=s1.AAAA", ""},
+		{"task=task_1&task=task_2", "s1.AAAA.Ab-_Ab-_"},
 		{"task=a%20b", ""},
 		{"scope=all", ""},
 		{"task=a&foo=1", ""},
@@ -48,6 +51,9 @@ func FuzzParseRequest(f *testing.F) {
 			if !snapshot.ValidID(id) {
 				t.Fatalf("accepted id %q", id)
 			}
+		}
+		if sub.Resume != "" && (sub.ResumeMismatch || !stream.IsCursor(sub.Resume) || len(sub.Since) > 0) {
+			t.Fatalf("resume cursor %q gave resume %q, mismatch %v, since %v", lastEventID, sub.Resume, sub.ResumeMismatch, sub.Since)
 		}
 		for id, v := range sub.Since {
 			if !snapshot.ValidID(id) || v <= 0 {

@@ -127,10 +127,17 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 	// task=version cursors of a node without (or before) them still work,
 	// so clients keep their place across a deploy either way.
 	s.Cursors = true
-	if stream.IsCursor(cursor) {
-		s.Resume = cursor
-	} else {
+	if !stream.IsCursor(cursor) {
 		s.Since = parseCursor(cursor)
+		return s, "", ""
+	}
+	// A stream cursor issued for another subscription, or without a
+	// fingerprint, is not replayed from: the replay would skip every task
+	// added since, which never moved though the client never had it.
+	if c, fp, ok := cutFingerprint(cursor); ok && fp == fingerprint(s) {
+		s.Resume = c
+	} else {
+		s.ResumeMismatch = true
 	}
 	return s, "", ""
 }
@@ -174,10 +181,11 @@ func (h *Handler) subscribe(ctx context.Context, c *hub.Conn, sub hub.Subscripti
 	}
 }
 
-// newEncoder returns the encoder of a new connection: its retry, and the
-// versions a resuming client holds, so its first cursor is complete.
+// newEncoder returns the encoder of a new connection: its retry, its
+// subscription's fingerprint, and the versions a resuming client holds, so
+// its first cursor is complete.
 func (h *Handler) newEncoder(sub hub.Subscription) encoder {
-	e := encoder{retry: h.retry().Milliseconds()}
+	e := encoder{retry: h.retry().Milliseconds(), fp: fingerprint(sub)}
 	e.resumeFrom(sub.Since, sub.Tasks)
 	return e
 }
