@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/internal/histogram"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -188,8 +189,8 @@ func New(cfg Config) *Hub {
 		conns: make(map[*Conn]struct{}), byIP: make(map[string]int),
 		classes: make(map[connClass]int), plans: make(map[string]int),
 	}
-	h.stats.NotifyToWrite = newHistogram(NotifyToWriteBuckets)
-	h.stats.Staleness = newHistogram(StalenessBuckets)
+	h.stats.NotifyToWrite = histogram.New(notifyToWriteBounds[:]...)
+	h.stats.Staleness = histogram.New(stalenessBounds[:]...)
 	h.idx.init()
 	h.mode = ModePush
 	h.poll.init()
@@ -494,8 +495,8 @@ type Stats struct {
 	// time from a snapshot's updated_at to its write, per task event of a
 	// change learned after the subscription (notification, poll, stream);
 	// the initial state of a subscription is measured by neither.
-	NotifyToWrite *Histogram
-	Staleness     *Histogram
+	NotifyToWrite *histogram.Histogram
+	Staleness     *histogram.Histogram
 }
 
 // Stats returns the hub's live counters.

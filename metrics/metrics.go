@@ -16,6 +16,7 @@ import (
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/histogram"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream"
 )
@@ -192,8 +193,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range []hub.Transport{hub.TransportSSE, hub.TransportWebSocket} {
 		emit(reconnects, float64(st.Reconnects[t].Load()), t.String())
 	}
-	ch <- histogram(notifyWrite, st.NotifyToWrite)
-	ch <- histogram(staleness, st.Staleness)
+	ch <- constHistogram(notifyWrite, st.NotifyToWrite.Snapshot())
+	ch <- constHistogram(staleness, st.Staleness.Snapshot())
 
 	if c.s.Store != nil {
 		ss := c.s.Store.Stats()
@@ -252,11 +253,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for reason, n := range ts.ResumeFallbacks {
 			emit(resumeFallbacks, float64(n), reason)
 		}
-		buckets := make(map[float64]uint64, len(stream.LagBuckets))
-		for i, b := range stream.LagBuckets {
-			buckets[b] = uint64(ts.LagBuckets[i])
-		}
-		ch <- prometheus.MustNewConstHistogram(streamLag, uint64(ts.LagCount), ts.LagSum.Seconds(), buckets)
+		ch <- constHistogram(streamLag, ts.Lag)
 	}
 	if a := c.s.Admission; a != nil {
 		as := a.Stats()
@@ -278,14 +275,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// histogram turns one of the hub's histograms into Prometheus's.
-func histogram(d *prometheus.Desc, h *hub.Histogram) prometheus.Metric {
-	bounds, cum, count, sum := h.Read()
-	buckets := make(map[float64]uint64, len(bounds))
-	for i, b := range bounds {
-		buckets[b.Seconds()] = cum[i]
+// constHistogram turns a histogram's snapshot into Prometheus's, in seconds.
+func constHistogram(d *prometheus.Desc, s histogram.Snapshot) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(s.Bounds))
+	for i, b := range s.Bounds {
+		buckets[b.Seconds()] = s.Cumulative[i]
 	}
-	return prometheus.MustNewConstHistogram(d, count, sum.Seconds(), buckets)
+	return prometheus.MustNewConstHistogram(d, s.Count, s.Sum.Seconds(), buckets)
 }
 
 func boolf(b bool) float64 {
