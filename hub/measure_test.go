@@ -28,17 +28,17 @@ func TestHistogramsMeasureChangesNotInitialState(t *testing.T) {
 	r.nextTask(t)
 	e.publish(t, snap(t, "t1", "task_a", 2))
 	r.nextTask(t)
+	waitUntil(t, "two task events counted", func() bool { return e.hub.Stats().Pushed[hub.TransportUnknown] == 2 })
 	st := e.hub.Stats()
-	waitUntil(t, "two task events counted", func() bool { return st.Pushed[hub.TransportUnknown].Load() == 2 })
 	// The initial state is in neither histogram; the change is in both.
-	if n := st.NotifyToWrite.Snapshot().Count; n != 1 {
+	if n := st.NotifyToWrite.Count; n != 1 {
 		t.Fatalf("notification-to-write observed %d times, want 1", n)
 	}
-	if n := st.Staleness.Snapshot().Count; n != 1 {
+	if n := st.Staleness.Count; n != 1 {
 		t.Fatalf("staleness observed %d times, want 1", n)
 	}
 	// updated_at is in 2024: far past the last bucket.
-	s := st.Staleness.Snapshot()
+	s := st.Staleness
 	if s.Cumulative[len(s.Cumulative)-1] != 0 || s.Count != 1 || s.Sum < 24*time.Hour {
 		t.Fatalf("staleness %+v: want one observation past every bound", s)
 	}

@@ -117,10 +117,10 @@ func TestResumeOnAnotherNodeSendsOnlyWhatMoved(t *testing.T) {
 		t.Fatal("the resumed connection's cursor did not move")
 	}
 	st, ts := b.Hub().Stats(), b.Stream().Stats()
-	t.Logf("node b: %d resume, %d entries replayed, %d tasks read for it, %d fallbacks", st.Resumes.Load(), ts.Replayed, st.ResumeTasks.Load(), st.ResumeFallbacks.Load())
-	if st.Resumes.Load() != 1 || ts.Replayed != 50 || st.ResumeTasks.Load() != 5 || st.ResumeFallbacks.Load() != 0 {
+	t.Logf("node b: %d resume, %d entries replayed, %d tasks read for it, %d fallbacks", st.Resumes, ts.Replayed, st.ResumeTasks, st.ResumeFallbacks)
+	if st.Resumes != 1 || ts.Replayed != 50 || st.ResumeTasks != 5 || st.ResumeFallbacks != 0 {
 		t.Fatalf("node b: resumes %d, replayed %d, tasks %d, fallbacks %d; want 1, 50, 5, 0",
-			st.Resumes.Load(), ts.Replayed, st.ResumeTasks.Load(), st.ResumeFallbacks.Load())
+			st.Resumes, ts.Replayed, st.ResumeTasks, st.ResumeFallbacks)
 	}
 	wantMetric(t, b.URL, `pushd_resume_replayed_entries_total 50`)
 }
@@ -277,15 +277,15 @@ func TestPubSubGapIsClosedFromTheStreamWithoutResync(t *testing.T) {
 	}
 	st := s.Hub().Stats()
 	t.Logf("gap closed from the stream: %d catch-ups, %d full resyncs, %d poll rounds, %d mode switches, %d stream entries",
-		st.CatchUps.Load(), st.Resyncs.Load(), st.Polls.Load(), st.ModeSwitches.Load(), s.Stream().Stats().Entries)
+		st.CatchUps, st.Resyncs, st.Polls, st.ModeSwitches, s.Stream().Stats().Entries)
 	// No full resync, and the stream took over the gap. A poll round may
 	// still run: a tail that has not completed a read for 2 blocks plus a
 	// second counts as unhealthy, and on a machine loaded enough (-race
 	// beside the browser tests) the hub then polls rather than trust it,
 	// as it should.
-	if st.Resyncs.Load() != 0 || st.CatchUps.Load() == 0 {
+	if st.Resyncs != 0 || st.CatchUps == 0 {
 		t.Fatalf("resyncs %d, catch-ups %d: want no resync and the gap closed from the stream",
-			st.Resyncs.Load(), st.CatchUps.Load())
+			st.Resyncs, st.CatchUps)
 	}
 }
 
