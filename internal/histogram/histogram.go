@@ -3,9 +3,10 @@
 //
 // It is not client_golang's prometheus.Histogram, though that is already a
 // dependency. Both observe without allocating, and on the hub's delivery
-// path (a few microseconds per task event) either costs little: 18-21
-// ns per Observe here against 47-51 ns for client_golang's (2 cores,
-// BenchmarkObserve, a 30 ms observation). What decides it is the shape: a
+// path either costs little: 18-21 ns per Observe here against 47-51 ns for
+// client_golang's (BenchmarkObserve, a 30 ms observation, 2 cores), while
+// the hub's BenchmarkDelivery, about 2.2 µs and 4 allocations per task
+// event, cannot tell the two apart. What decides it is the shape: a
 // prometheus.Histogram carries its metric's name and help, which would put
 // the exposition's names into the hub and the stream tailer, and metrics/
 // could only read one back through its protobuf form. This one is bounds
