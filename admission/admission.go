@@ -160,8 +160,11 @@ type counters struct {
 	reconciles, reconcileDiff, sessionsClosed                    atomic.Int64
 }
 
-// Stats are a Controller's counters since it started.
+// Stats are a Controller's counters since it started and its gauges now.
 type Stats struct {
+	StoreUp bool // admission uses Redis now, not local limits
+	Leases  int  // connection leases the node holds
+
 	Allowed  map[string]int64 // checks passed, by rule (Rule*)
 	Rejected map[string]int64 // checks refused, by rule (Rule*)
 	// Fallbacks are checks decided on local limits because Redis failed or
@@ -235,10 +238,12 @@ func (c *Controller) Close() {
 	})
 }
 
-// Stats reads the Controller's counters. Each is read atomically, not all
-// of them at one instant.
+// Stats reads the Controller's counters and gauges. Each is read
+// atomically, not all of them at one instant.
 func (c *Controller) Stats() Stats {
 	s := Stats{
+		StoreUp:        c.StoreUp(),
+		Leases:         c.Leases(),
 		Allowed:        make(map[string]int64, len(rules)),
 		Rejected:       make(map[string]int64, len(rules)),
 		Fallbacks:      c.stats.fallbacks.Load(),

@@ -468,8 +468,13 @@ type counters struct {
 	notifyToWrite, staleness                                       *histogram.Histogram
 }
 
-// Stats are the hub's counters since it started, for tests and metrics.
+// Stats are the hub's counters since it started and its gauges now, for
+// tests and metrics.
 type Stats struct {
+	Conns      int         // open connections (Len)
+	ConnCounts []ConnCount // the same by transport and plan
+	Mode       string      // ModePush or ModePolling
+
 	Opened          int64
 	Closed          int64
 	Notifications   int64
@@ -513,11 +518,12 @@ type Stats struct {
 	Staleness     histogram.Snapshot
 }
 
-// Stats reads the hub's counters. Each is read atomically, not all of
-// them at one instant.
+// Stats reads the hub's counters and gauges. Each is read atomically, not
+// all of them at one instant.
 func (h *Hub) Stats() Stats {
 	c := &h.stats
 	s := Stats{
+		Conns: h.Len(), ConnCounts: h.ConnCounts(),
 		Opened: c.opened.Load(), Closed: c.closed.Load(),
 		Notifications: c.notifications.Load(), Resyncs: c.resyncs.Load(),
 		Fetches: c.fetches.Load(), FetchErrors: c.fetchErrors.Load(),
@@ -533,6 +539,7 @@ func (h *Hub) Stats() Stats {
 		NotifyToWrite: c.notifyToWrite.Snapshot(),
 		Staleness:     c.staleness.Snapshot(),
 	}
+	s.Mode, _ = h.Mode()
 	for t := range NumTransports {
 		s.Pushed[t] = c.pushed[t].Load()
 		s.Reconnects[t] = c.reconnects[t].Load()

@@ -161,7 +161,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	e := emitter{ch}
 	hs := c.s.Hub.Stats()
-	e.hub(c.s.Hub, hs)
+	e.hub(hs)
 	if c.s.Store != nil {
 		e.store(c.s.Store.Stats())
 	}
@@ -172,7 +172,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		e.stream(c.s.Stream.Stats(), hs)
 	}
 	if a := c.s.Admission; a != nil {
-		e.admission(a.Stats(), a.StoreUp(), a.Leases())
+		e.admission(a.Stats())
 	}
 }
 
@@ -192,11 +192,10 @@ func (e emitter) histogram(d *prometheus.Desc, s histogram.Snapshot) {
 	e.ch <- prometheus.MustNewConstHistogram(d, s.Count, s.Sum.Seconds(), buckets)
 }
 
-func (e emitter) hub(h *hub.Hub, st hub.Stats) {
-	e.emit(connections, float64(h.Len()))
-	current, _ := h.Mode()
+func (e emitter) hub(st hub.Stats) {
+	e.emit(connections, float64(st.Conns))
 	for _, m := range []string{hub.ModePush, hub.ModePolling} {
-		e.emit(mode, boolf(m == current), m)
+		e.emit(mode, boolf(m == st.Mode), m)
 	}
 	e.emit(modeSwitches, float64(st.ModeSwitches))
 	e.emit(opened, float64(st.Opened))
@@ -216,7 +215,7 @@ func (e emitter) hub(h *hub.Hub, st hub.Stats) {
 	e.emit(pollErrors, float64(st.PollErrors))
 	e.emit(resyncs, float64(st.Resyncs))
 	e.emit(busRetries, float64(st.BusRetries))
-	for _, cc := range h.ConnCounts() {
+	for _, cc := range st.ConnCounts {
 		e.emit(connsOpen, float64(cc.N), cc.Transport.String(), cc.Plan)
 	}
 	e.emit(ssePush, float64(st.Pushed[hub.TransportSSE]))
@@ -289,7 +288,7 @@ func (e emitter) stream(ts stream.Stats, hs hub.Stats) {
 	e.histogram(streamLag, ts.Lag)
 }
 
-func (e emitter) admission(as admission.Stats, storeUp bool, leaseCount int) {
+func (e emitter) admission(as admission.Stats) {
 	for rule, n := range as.Allowed {
 		e.emit(admAllowed, float64(n), rule)
 	}
@@ -298,8 +297,8 @@ func (e emitter) admission(as admission.Stats, storeUp bool, leaseCount int) {
 	}
 	e.emit(admFallbacks, float64(as.Fallbacks))
 	e.emit(admStoreErrors, float64(as.StoreErrors))
-	e.emit(admStoreUp, boolf(storeUp))
-	e.emit(leases, float64(leaseCount))
+	e.emit(admStoreUp, boolf(as.StoreUp))
+	e.emit(leases, float64(as.Leases))
 	e.emit(leaseEvents, float64(as.LeasesAcquired), "acquired")
 	e.emit(leaseEvents, float64(as.LeasesReleased), "released")
 	e.emit(leaseEvents, float64(as.LeasesExpired), "expired")
