@@ -20,9 +20,12 @@ const (
 	PlanEnterprise = "enterprise"
 )
 
-// DefaultPlans are the production API limits per plan, in requests per
-// tenant and endpoint per window (a minute by default).
-var DefaultPlans = map[string]int{PlanFree: 60, PlanPro: 600, PlanEnterprise: 6000}
+// DefaultPlans returns the production API limits per plan, in requests
+// per tenant and endpoint per window (a minute by default). The map is the
+// caller's.
+func DefaultPlans() map[string]int {
+	return map[string]int{PlanFree: 60, PlanPro: 600, PlanEnterprise: 6000}
+}
 
 // Config configures a Controller. New(Config{}) works: local only, and no
 // limit at all, since each limit's zero value means none; cmd/pushd's flags
@@ -125,11 +128,11 @@ const (
 	RuleTenantCap   = "tenant_cap"   // the tenant's open connections
 )
 
-// Rules lists every rule.
-var Rules = []string{RuleConnectUser, RuleConnectIP, RuleAPI, RuleUserCap, RuleTenantCap}
+// rules lists every rule, the index of its counters.
+var rules = [...]string{RuleConnectUser, RuleConnectIP, RuleAPI, RuleUserCap, RuleTenantCap}
 
 func ruleIndex(rule string) int {
-	for i, r := range Rules {
+	for i, r := range rules {
 		if r == rule {
 			return i
 		}
@@ -149,23 +152,34 @@ type Decision struct {
 	Local bool
 }
 
-// Stats are a Controller's counters.
+// counters are what Stats reads.
+type counters struct {
+	allowed, rejected                                            [len(rules)]atomic.Int64
+	fallbacks, storeErrors                                       atomic.Int64
+	leasesAcquired, leasesReleased, leasesExpired, leasesReadded atomic.Int64
+	reconciles, reconcileDiff, sessionsClosed                    atomic.Int64
+}
+
+// Stats are a Controller's counters since it started and its gauges now.
 type Stats struct {
-	Allowed  [5]atomic.Int64 // by rule, indexed as Rules
-	Rejected [5]atomic.Int64 // by rule, indexed as Rules
+	StoreUp bool // admission uses Redis now, not local limits
+	Leases  int  // connection leases the node holds
+
+	Allowed  map[string]int64 // checks passed, by rule (Rule*)
+	Rejected map[string]int64 // checks refused, by rule (Rule*)
 	// Fallbacks are checks decided on local limits because Redis failed or
 	// had failed within RetryAfterFailure; StoreErrors are the failed
 	// round trips themselves (checks, renewals, releases, reconciles).
-	Fallbacks   atomic.Int64
-	StoreErrors atomic.Int64
+	Fallbacks   int64
+	StoreErrors int64
 
-	LeasesAcquired atomic.Int64
-	LeasesReleased atomic.Int64 // released in Redis by a closing connection
-	LeasesExpired  atomic.Int64 // purged after their node stopped renewing them
-	LeasesReadded  atomic.Int64 // renewals that found a lease missing and wrote it again
-	Reconciles     atomic.Int64 // tenants reconciled
-	ReconcileDiff  atomic.Int64 // sum of |count - live leases| the reconciles repaired
-	SessionsClosed atomic.Int64 // sessions found deleted or expired on re-validation
+	LeasesAcquired int64
+	LeasesReleased int64 // released in Redis by a closing connection
+	LeasesExpired  int64 // purged after their node stopped renewing them
+	LeasesReadded  int64 // renewals that found a lease missing and wrote it again
+	Reconciles     int64 // tenants reconciled
+	ReconcileDiff  int64 // sum of |count - live leases| the reconciles repaired
+	SessionsClosed int64 // sessions found deleted or expired on re-validation
 }
 
 // Controller makes admission decisions. It is safe for concurrent use;
@@ -186,7 +200,7 @@ type Controller struct {
 	leases    leaseSet
 	sessions  sessionSet
 
-	stats Stats
+	stats counters
 
 	wake      chan struct{} // cap 1: releases are queued
 	done      chan struct{}
@@ -224,8 +238,30 @@ func (c *Controller) Close() {
 	})
 }
 
-// Stats returns the live counters.
-func (c *Controller) Stats() *Stats { return &c.stats }
+// Stats reads the Controller's counters and gauges. Each is read
+// atomically, not all of them at one instant.
+func (c *Controller) Stats() Stats {
+	s := Stats{
+		StoreUp:        c.StoreUp(),
+		Leases:         c.Leases(),
+		Allowed:        make(map[string]int64, len(rules)),
+		Rejected:       make(map[string]int64, len(rules)),
+		Fallbacks:      c.stats.fallbacks.Load(),
+		StoreErrors:    c.stats.storeErrors.Load(),
+		LeasesAcquired: c.stats.leasesAcquired.Load(),
+		LeasesReleased: c.stats.leasesReleased.Load(),
+		LeasesExpired:  c.stats.leasesExpired.Load(),
+		LeasesReadded:  c.stats.leasesReadded.Load(),
+		Reconciles:     c.stats.reconciles.Load(),
+		ReconcileDiff:  c.stats.reconcileDiff.Load(),
+		SessionsClosed: c.stats.sessionsClosed.Load(),
+	}
+	for i, r := range rules {
+		s.Allowed[r] = c.stats.allowed[i].Load()
+		s.Rejected[r] = c.stats.rejected[i].Load()
+	}
+	return s
+}
 
 // StoreUp reports whether the node currently uses Redis for its limits.
 func (c *Controller) StoreUp() bool { return c.useRedis() }
@@ -239,25 +275,25 @@ func (c *Controller) useRedis() bool {
 // lost Redis fails every RetryAfterFailure: the episode logs it once, then
 // in summaries.
 func (c *Controller) failed(what string, err error) {
-	c.stats.StoreErrors.Add(1)
+	c.stats.storeErrors.Add(1)
 	c.downUntil.Store(time.Now().Add(c.cfg.RetryAfterFailure).UnixNano())
 	c.lost.Fail("admission store failed; using local limits", err, "op", what, "retry_after", c.cfg.RetryAfterFailure)
 }
 
 func (c *Controller) count(d Decision) Decision {
 	if d.Local && c.rdb != nil {
-		c.stats.Fallbacks.Add(1)
+		c.stats.fallbacks.Add(1)
 	}
 	if d.Allowed {
 		return d
 	}
-	c.stats.Rejected[ruleIndex(d.Rule)].Add(1)
+	c.stats.rejected[ruleIndex(d.Rule)].Add(1)
 	return d
 }
 
 func (c *Controller) allow(rules ...string) {
 	for _, r := range rules {
-		c.stats.Allowed[ruleIndex(r)].Add(1)
+		c.stats.allowed[ruleIndex(r)].Add(1)
 	}
 }
 

@@ -177,7 +177,7 @@ func TestLeaseCapsReleaseAndTTL(t *testing.T) {
 	if _, d := c.Connect(ctx, "t1", "u1", "", ""); !d.Allowed {
 		t.Fatalf("after a release: %+v", d)
 	}
-	if got := c.Stats().LeasesReleased.Load(); got != 1 {
+	if got := c.Stats().LeasesReleased; got != 1 {
 		t.Fatalf("released %d", got)
 	}
 	h2.Release()
@@ -208,7 +208,7 @@ func TestLeasesOfAStoppedNodeExpire(t *testing.T) {
 			return d.Allowed
 		})
 	}
-	if got := live.Stats().LeasesExpired.Load(); got != 2 {
+	if got := live.Stats().LeasesExpired; got != 2 {
 		t.Fatalf("expired %d, want 2", got)
 	}
 	if n := count(t, r.Client, live.names.capUser("t1", "u1")); n != 2 {
@@ -247,7 +247,7 @@ func TestExpiredLeasesOfOtherUsers(t *testing.T) {
 		t.Fatal("admitted over the tenant cap")
 	}
 	live.Close() // purges what the acquires left before it returns
-	if got := live.Stats().LeasesExpired.Load(); got != 2 {
+	if got := live.Stats().LeasesExpired; got != 2 {
 		t.Fatalf("purged %d, want 2", got)
 	}
 	for u, want := range map[string]int64{"u1": 0, "u2": 0, "u3": 1, "u4": 1} {
@@ -268,7 +268,7 @@ func TestRenewKeepsLeasesAndWritesLostOnes(t *testing.T) {
 	// Redis loses the tenant's state, as a restarted server would.
 	r.Client.Del(ctx, c.names.leases("t1"), c.names.capTenant("t1"), c.names.capUser("t1", "u1"), c.names.capUser("t1", "u2"))
 	c.renew()
-	if got := c.Stats().LeasesReadded.Load(); got != 2 {
+	if got := c.Stats().LeasesReadded; got != 2 {
 		t.Fatalf("re-added %d, want 2", got)
 	}
 	if n := count(t, r.Client, c.names.capTenant("t1")); n != 2 {
@@ -279,7 +279,7 @@ func TestRenewKeepsLeasesAndWritesLostOnes(t *testing.T) {
 		c.renew()
 		return r.Client.ZScore(ctx, c.names.leases("t1"), h.member).Val() > before
 	})
-	if got := c.Stats().LeasesReadded.Load(); got != 2 {
+	if got := c.Stats().LeasesReadded; got != 2 {
 		t.Fatalf("a renewal of present leases re-added: %d", got)
 	}
 }
@@ -301,7 +301,7 @@ func TestReconcileRepairsCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// |7-2| + |3-0| + |1-2|
-	if diff != 9 || c.Stats().ReconcileDiff.Load() != 9 {
+	if diff != 9 || c.Stats().ReconcileDiff != 9 {
 		t.Fatalf("difference %d, want 9", diff)
 	}
 	if u1, u2, tn := count(t, r.Client, c.names.capUser("t1", "u1")), count(t, r.Client, c.names.capUser("t1", "u2")), count(t, r.Client, c.names.capTenant("t1")); u1 != 2 || u2 != 0 || tn != 2 {
@@ -333,8 +333,8 @@ func TestFallbackToLocalLimitsAndBack(t *testing.T) {
 	if _, d := c.Connect(ctx, "t1", "u1", "", ""); d.Allowed || !d.Local || d.Rule != RuleUserCap {
 		t.Fatalf("over the local share: %+v", d)
 	}
-	if c.Stats().Fallbacks.Load() < 2 {
-		t.Fatalf("fallbacks %d", c.Stats().Fallbacks.Load())
+	if c.Stats().Fallbacks < 2 {
+		t.Fatalf("fallbacks %d", c.Stats().Fallbacks)
 	}
 	if d := c.API(ctx, "t1", "", "task"); !d.Allowed || !d.Local {
 		t.Fatalf("API with Redis down: %+v", d)
@@ -342,7 +342,7 @@ func TestFallbackToLocalLimitsAndBack(t *testing.T) {
 	rs.Start()
 	// Back on Redis: the lease taken locally is written by a renewal, so
 	// Redis counts both connections, and the fleet cap (4) applies again.
-	eventually(t, "local lease written to Redis", func() bool { return c.Stats().LeasesReadded.Load() >= 2 })
+	eventually(t, "local lease written to Redis", func() bool { return c.Stats().LeasesReadded >= 2 })
 	eventually(t, "Redis decides again", func() bool {
 		_, d := c.Connect(ctx, "t1", "u1", "", "")
 		return d.Allowed && !d.Local
@@ -366,7 +366,7 @@ func TestLocalOnly(t *testing.T) {
 	if _, d := c.Connect(ctx, "t1", "u1", "127.0.0.1", ""); d.Allowed || d.Rule != RuleConnectUser || d.RetryAfter < 900*time.Second {
 		t.Fatalf("%+v", d)
 	}
-	if c.Stats().Fallbacks.Load() != 0 {
+	if c.Stats().Fallbacks != 0 {
 		t.Fatal("the embedded mode counted fallbacks")
 	}
 	h.Release()

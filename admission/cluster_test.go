@@ -253,7 +253,7 @@ func (e *clusterEnv) fleetCaps(t *testing.T) {
 	}
 	a.renew()
 	b.renew()
-	if got := a.Stats().LeasesReadded.Load() + b.Stats().LeasesReadded.Load(); got != 9 {
+	if got := a.Stats().LeasesReadded + b.Stats().LeasesReadded; got != 9 {
 		t.Fatalf("re-added %d leases, want 9 (3 per tenant)", got)
 	}
 	for _, tenant := range e.tenants {
@@ -289,7 +289,7 @@ func (e *clusterEnv) fleetCaps(t *testing.T) {
 		h.Release()
 	}
 	a.Close()
-	if got := a.Stats().LeasesReleased.Load(); got != 3 {
+	if got := a.Stats().LeasesReleased; got != 3 {
 		t.Fatalf("released %d, want 3", got)
 	}
 	for _, tenant := range e.tenants {
@@ -354,7 +354,7 @@ func (e *clusterEnv) stoppedNode(t *testing.T) {
 		mustDecide(t, tenant+" uw over the tenant cap", d, false, RuleTenantCap)
 	}
 	live.Close() // purges what its acquires left before it returns
-	if got := live.Stats().LeasesExpired.Load(); got != 6 {
+	if got := live.Stats().LeasesExpired; got != 6 {
 		t.Fatalf("purged %d expired leases, want 6 (ux's and uy's in each tenant)", got)
 	}
 	for _, tenant := range e.tenants {
@@ -435,7 +435,7 @@ func (e *clusterEnv) sessions(t *testing.T) {
 			t.Fatalf("session %d revoked %v", i, h.Revoked())
 		}
 	}
-	if got := c.Stats().SessionsClosed.Load(); got != 1 {
+	if got := c.Stats().SessionsClosed; got != 1 {
 		t.Fatalf("sessions closed %d, want 1", got)
 	}
 }
@@ -493,7 +493,7 @@ func (e *clusterEnv) checkNoErrors(t *testing.T) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i, c := range e.nodes {
-		if n, f := c.Stats().StoreErrors.Load(), c.Stats().Fallbacks.Load(); n != 0 || f != 0 {
+		if n, f := c.Stats().StoreErrors, c.Stats().Fallbacks; n != 0 || f != 0 {
 			t.Errorf("node %d: %d failed round trips, %d local decisions", i, n, f)
 		}
 	}

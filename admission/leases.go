@@ -165,13 +165,13 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 		v, dead, err := acquireReply(cmd)
 		cancel()
 		if err == nil {
-			c.stats.LeasesExpired.Add(v[2])
+			c.stats.leasesExpired.Add(v[2])
 			c.purgeLater(tenant, dead)
 			switch {
 			case v[0] == 1:
 				c.local.open(tenant, user, 0, 0, true)
 				c.leases.add(h)
-				c.stats.LeasesAcquired.Add(1)
+				c.stats.leasesAcquired.Add(1)
 				c.allow(RuleUserCap, RuleTenantCap)
 				return h, Decision{Allowed: true}
 			case v[1] == 1:
@@ -189,7 +189,7 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 	// writes it, so the fleet's counts include it, and its release then
 	// removes it.
 	c.leases.add(h)
-	c.stats.LeasesAcquired.Add(1)
+	c.stats.leasesAcquired.Add(1)
 	c.allow(RuleUserCap, RuleTenantCap)
 	return h, Decision{Allowed: true, Local: true}
 }
@@ -282,9 +282,9 @@ func (c *Controller) flushReleases() {
 		for j, call := range batch {
 			if v, err := call.cmd.Int64(); err == nil && v == 1 {
 				if i+j < purges {
-					c.stats.LeasesReleased.Add(1)
+					c.stats.leasesReleased.Add(1)
 				} else {
-					c.stats.LeasesExpired.Add(1)
+					c.stats.leasesExpired.Add(1)
 				}
 			}
 		}
@@ -342,7 +342,7 @@ func (c *Controller) renew() {
 			c.failed("renew leases", err)
 			return
 		}
-		c.stats.LeasesReadded.Add(v)
+		c.stats.leasesReadded.Add(v)
 	}
 	c.recovered()
 }
@@ -418,10 +418,10 @@ func (c *Controller) Reconcile(ctx context.Context) (int64, error) {
 				c.failed("reconcile", err)
 				return total, err
 			}
-			c.stats.Reconciles.Add(1)
-			c.stats.LeasesExpired.Add(v[0])
+			c.stats.reconciles.Add(1)
+			c.stats.leasesExpired.Add(v[0])
 			if v[1] != 0 {
-				c.stats.ReconcileDiff.Add(v[1])
+				c.stats.reconcileDiff.Add(v[1])
 				total += v[1]
 				c.log.Warn("connection counts repaired from live leases", "tenant", batch[i], "difference", v[1], "live", v[2])
 			}

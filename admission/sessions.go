@@ -82,7 +82,7 @@ func (c *Controller) checkSessions() {
 		c.sessionsLost.OK("session re-validation answers again")
 		for _, e := range batch {
 			if ok, known := valid[e.token]; known && !ok && !e.revoked.Swap(true) {
-				c.stats.SessionsClosed.Add(1)
+				c.stats.sessionsClosed.Add(1)
 			}
 		}
 	}

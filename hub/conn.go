@@ -198,7 +198,7 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	// once per connection, however many subscribes carry one.
 	if !c.resumed && (s.Resume != "" || s.ResumeMismatch || len(s.Since) > 0) {
 		c.resumed = true
-		h.stats.Reconnects[c.Transport].Add(1)
+		h.stats.reconnects[c.Transport].Add(1)
 	}
 	needBus := c.busRelease == nil
 	// Until this Subscribe has offered the initial state, the stream
@@ -231,24 +231,24 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	}
 
 	if s.ResumeMismatch && h.cfg.Stream != nil {
-		h.stats.ResumeFallbacks.Add(1)
-		h.stats.ResumeMismatches.Add(1)
+		h.stats.resumeFallbacks.Add(1)
+		h.stats.resumeMismatches.Add(1)
 		h.log.Debug("resume cursor of another subscription; reading everything", "conn", c.ID, "tenant", c.TenantID)
 	}
 	if s.Resume != "" && h.cfg.Stream != nil {
 		changes, fallback := h.cfg.Stream.Replay(ctx, c.TenantID, s.Resume)
 		switch {
 		case fallback != "":
-			h.stats.ResumeFallbacks.Add(1)
+			h.stats.resumeFallbacks.Add(1)
 			h.log.Debug("resume cursor not replayable; reading everything", "conn", c.ID, "tenant", c.TenantID, "reason", fallback)
 		case c.replay(ctx, changes, tasks, projects, user) == nil:
-			h.stats.Resumes.Add(1)
+			h.stats.resumes.Add(1)
 			c.settle()
 			return rejected, nil
 		case ctx.Err() != nil:
 			return rejected, ctx.Err()
 		default:
-			h.stats.ResumeFallbacks.Add(1) // reads failed: read everything below, each read reporting its own failure
+			h.stats.resumeFallbacks.Add(1) // reads failed: read everything below, each read reporting its own failure
 		}
 	}
 
@@ -343,7 +343,7 @@ func (b *readBudget) take() bool {
 		}
 		b.spent, b.wait = true, wait
 	}
-	b.h.stats.ReadsLimited.Add(1)
+	b.h.stats.readsLimited.Add(1)
 	return false
 }
 
@@ -473,29 +473,29 @@ func (c *Conn) offer(s *snapshot.Snapshot, n news) {
 		return
 	case s.TenantID != c.TenantID: // checked on every delivery, not only at subscribe
 		c.mu.Unlock()
-		h.stats.DroppedTenant.Add(1)
+		h.stats.droppedTenant.Add(1)
 		return
 	case !c.watchesLocked(s):
 		c.mu.Unlock()
 		return
 	case !s.NewerThan(c.delivered[s.TaskID]):
 		c.mu.Unlock()
-		h.stats.DroppedStale.Add(1)
+		h.stats.droppedStale.Add(1)
 		return
 	}
 	if p, ok := c.pending[s.TaskID]; ok {
 		if !s.NewerThan(p.snap.Version) {
 			c.mu.Unlock()
-			h.stats.DroppedStale.Add(1)
+			h.stats.droppedStale.Add(1)
 			return
 		}
-		h.stats.Conflated.Add(1)
+		h.stats.conflated.Add(1)
 	} else {
 		if len(c.order) >= h.maxTracked() {
 			// More distinct tasks waiting than the connection can watch at
 			// once (a scope whose tasks come and go faster than the client
 			// reads): the client is too slow to hold them.
-			h.stats.SlowClosed.Add(1)
+			h.stats.slowClosed.Add(1)
 			c.endLocked(CloseWriteFailed)
 			c.mu.Unlock()
 			return
@@ -529,7 +529,7 @@ func (c *Conn) sendControl(ev Event) {
 		}
 	}
 	if len(c.control)+len(c.trailer) >= c.hub.cfg.MaxControl {
-		c.hub.stats.SlowClosed.Add(1)
+		c.hub.stats.slowClosed.Add(1)
 		c.endLocked(CloseWriteFailed)
 		return
 	}
@@ -732,7 +732,7 @@ func (c *Conn) Close() {
 				delete(h.byIP, ip)
 			}
 		}
-		h.stats.Closed.Add(1)
+		h.stats.closed.Add(1)
 		h.log.Debug("connection closed", "conn", c.ID, "tenant", c.TenantID)
 		if h.closing && len(h.conns) == 0 && h.empty != nil {
 			close(h.empty)

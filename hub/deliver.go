@@ -58,18 +58,18 @@ func (h *Hub) flush(c *Conn, buf []Event) []Event {
 			}
 		}
 		if buf[i].Kind == KindHeartbeat {
-			h.stats.Heartbeats.Add(1)
+			h.stats.heartbeats.Add(1)
 		}
 		buf[i] = Event{} // drop snapshot references
 	}
 	if err == nil {
-		h.stats.Delivered.Add(int64(tasks))
-		h.stats.Pushed[c.Transport].Add(int64(tasks))
+		h.stats.delivered.Add(int64(tasks))
+		h.stats.pushed[c.Transport].Add(int64(tasks))
 		c.lastWrite.Store(now)
 	}
 	if queued && err == nil {
 		// The sink owns the connection until Drained, which resumes it.
-		h.stats.Backlogged.Add(1)
+		h.stats.backlogged.Add(1)
 		return buf
 	}
 	c.mu.Lock()
@@ -126,14 +126,14 @@ func (c *Conn) resume() {
 }
 
 func (h *Hub) writeFailed(c *Conn, err error) {
-	h.stats.WriteErrors.Add(1)
+	h.stats.writeErrors.Add(1)
 	h.log.Debug("write failed; closing", "conn", c.ID, "tenant", c.TenantID, "err", err)
 	c.end(CloseWriteFailed)
 }
 
 func (h *Hub) endAfterWrite(c *Conn, reason CloseReason) {
 	if reason == CloseTokenExpired {
-		h.stats.ExpiredClosed.Add(1)
+		h.stats.expiredClosed.Add(1)
 	}
 	c.end(reason)
 }
@@ -141,10 +141,10 @@ func (h *Hub) endAfterWrite(c *Conn, reason CloseReason) {
 // observe measures a task event written at now (Unix ns).
 func (h *Hub) observe(ev *Event, now int64) {
 	if ev.news.heard > 0 {
-		h.stats.NotifyToWrite.Observe(time.Duration(now - ev.news.heard))
+		h.stats.notifyToWrite.Observe(time.Duration(now - ev.news.heard))
 	}
 	if ev.news.live && ev.Snapshot.UpdatedAt > 0 {
-		h.stats.Staleness.Observe(time.Duration(now - ev.Snapshot.UpdatedAt*int64(time.Millisecond)))
+		h.stats.staleness.Observe(time.Duration(now - ev.Snapshot.UpdatedAt*int64(time.Millisecond)))
 	}
 }
 
@@ -166,17 +166,17 @@ func (h *Hub) deliver(k key, a announced, targets []*Conn) []*Conn {
 	// No per-read timeout here: the source bounds its own fetches, and a
 	// context per notification would be the delivery path's only allocation.
 	snap, err := h.cfg.Source.Get(h.ctx, k.id, a.version)
-	h.stats.Fetches.Add(1)
+	h.stats.fetches.Add(1)
 	if err != nil {
 		if !errors.Is(err, snapshot.ErrNotFound) {
-			h.stats.FetchErrors.Add(1)
+			h.stats.fetchErrors.Add(1)
 			h.log.Warn("snapshot read for notification failed", "tenant", k.tenant, "task", k.id, "err", err)
 		}
 		return targets
 	}
 	if snap.TenantID != k.tenant {
 		// A notification on one tenant's channel for another tenant's task.
-		h.stats.DroppedTenant.Add(1)
+		h.stats.droppedTenant.Add(1)
 		return targets
 	}
 	return h.offerToWatchers(snap, news{heard: a.heard, live: true}, targets)

@@ -1,7 +1,5 @@
 package hub
 
-import "time"
-
 // PendingVersion is the version of task waiting in c's outbox, 0 if none.
 func PendingVersion(c *Conn, task string) int64 {
 	c.mu.Lock()
@@ -18,6 +16,3 @@ func Remembered(c *Conn) int {
 	defer c.mu.Unlock()
 	return len(c.delivered)
 }
-
-// NewHistogramForTest makes a Histogram with the given bounds.
-func NewHistogramForTest(bounds []time.Duration) *Histogram { return newHistogram(bounds) }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/internal/histogram"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -171,7 +172,7 @@ type Hub struct {
 	runq     workQueue[*Conn] // connections with something to write
 	dispatch dispatchQueue    // tasks to re-read and deliver
 
-	stats Stats
+	stats counters
 }
 
 var (
@@ -188,8 +189,8 @@ func New(cfg Config) *Hub {
 		conns: make(map[*Conn]struct{}), byIP: make(map[string]int),
 		classes: make(map[connClass]int), plans: make(map[string]int),
 	}
-	h.stats.NotifyToWrite = newHistogram(NotifyToWriteBuckets)
-	h.stats.Staleness = newHistogram(StalenessBuckets)
+	h.stats.notifyToWrite = histogram.New(notifyToWriteBounds[:]...)
+	h.stats.staleness = histogram.New(stalenessBounds[:]...)
 	h.idx.init()
 	h.mode = ModePush
 	h.poll.init()
@@ -240,7 +241,7 @@ func (h *Hub) SetMode(mode, reason string) {
 		return
 	}
 	if h.mode != mode {
-		h.stats.ModeSwitches.Add(1)
+		h.stats.modeSwitches.Add(1)
 		h.log.Info("mode changed", "mode", mode, "reason", reason)
 	}
 	h.mode, h.modeReason = mode, reason
@@ -311,7 +312,7 @@ func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
 	if p.Hold != nil {
 		p.Hold.Attach()
 	}
-	h.stats.Opened.Add(1)
+	h.stats.opened.Add(1)
 	h.log.Debug("connection opened", "conn", c.ID, "tenant", p.TenantID, "user", p.UserID)
 	mode, reason := h.helloMode()
 	c.sendControl(Event{Kind: KindHello, ConnID: c.ID, Node: h.cfg.NodeName, Mode: mode, Reason: reason,
@@ -365,11 +366,11 @@ func (h *Hub) allConns() []*Conn {
 // holds at most one entry per watched task. (A connection that starts
 // watching later reads the task itself after it is indexed.)
 func (h *Hub) Notify(n fanout.Notification) {
-	h.stats.Notifications.Add(1)
+	h.stats.notifications.Add(1)
 	h.cfg.Source.Observe(n.TaskID, n.Version)
 	k := key{n.TenantID, n.TaskID}
 	if !h.watched(k, n.ProjectID, n.UserID) {
-		h.stats.DispatchNoWatch.Add(1)
+		h.stats.dispatchNoWatch.Add(1)
 		return
 	}
 	// Once per notification, however many connections watch the task: the
@@ -385,10 +386,10 @@ func (h *Hub) Notify(n fanout.Notification) {
 // brought every change, those the bus lost included, through Apply.
 func (h *Hub) Resync(tenantID string) {
 	if h.cfg.Stream != nil && h.cfg.Stream.Covers(tenantID) {
-		h.stats.CatchUps.Add(1)
+		h.stats.catchUps.Add(1)
 		return
 	}
-	h.stats.Resyncs.Add(1)
+	h.stats.resyncs.Add(1)
 	h.poll.resync(tenantID)
 }
 
@@ -453,53 +454,99 @@ func (h *Hub) Shutdown(ctx context.Context, maxAfter time.Duration) error {
 	return err
 }
 
-// Stats are the hub's counters, for tests and metrics.
+// counters are what Stats reads: atomic adds on the delivery path, and
+// the two histograms.
+type counters struct {
+	opened, closed, notifications, resyncs                         atomic.Int64
+	fetches, fetchErrors, delivered, conflated                     atomic.Int64
+	droppedStale, droppedTenant                                    atomic.Int64
+	slowClosed, expiredClosed, writeErrors, backlogged, heartbeats atomic.Int64
+	dispatchNoWatch, modeSwitches, polls, pollErrors, busRetries   atomic.Int64
+	readRetries, readsLimited                                      atomic.Int64
+	catchUps, streamApplied, resumes, resumeTasks, resumeFallbacks atomic.Int64
+	resumeMismatches                                               atomic.Int64
+	pushed, reconnects                                             [NumTransports]atomic.Int64
+	notifyToWrite, staleness                                       *histogram.Histogram
+}
+
+// Stats are the hub's counters since it started and its gauges now, for
+// tests and metrics.
 type Stats struct {
-	Opened          atomic.Int64
-	Closed          atomic.Int64
-	Notifications   atomic.Int64
-	Resyncs         atomic.Int64
-	Fetches         atomic.Int64 // snapshot reads for notifications
-	FetchErrors     atomic.Int64
-	Delivered       atomic.Int64 // task events written
-	Conflated       atomic.Int64 // pending snapshots replaced by a newer one
-	DroppedStale    atomic.Int64 // snapshots not newer than what a connection has
-	DroppedTenant   atomic.Int64 // snapshots whose tenant is not the connection's
-	SlowClosed      atomic.Int64
-	ExpiredClosed   atomic.Int64
-	WriteErrors     atomic.Int64
-	Backlogged      atomic.Int64 // writes a sink queued because the client's socket was full
-	Heartbeats      atomic.Int64
-	DispatchNoWatch atomic.Int64 // notifications no local connection watches
-	ModeSwitches    atomic.Int64 // push ↔ polling
-	Polls           atomic.Int64 // rounds of re-reading every watched task
-	PollErrors      atomic.Int64 // rounds in which no source answered for some tasks
-	BusRetries      atomic.Int64 // bus subscriptions retried after failing
-	ReadRetries     atomic.Int64 // rounds re-reading, in batches, the tenants of connections whose initial read failed
-	ReadsLimited    atomic.Int64 // subscribed ids and scopes refused because their user's read budget was spent
+	Conns      int         // open connections (Len)
+	ConnCounts []ConnCount // the same by transport and plan
+	Mode       string      // ModePush or ModePolling
+
+	Opened          int64
+	Closed          int64
+	Notifications   int64
+	Resyncs         int64
+	Fetches         int64 // snapshot reads for notifications
+	FetchErrors     int64
+	Delivered       int64 // task events written
+	Conflated       int64 // pending snapshots replaced by a newer one
+	DroppedStale    int64 // snapshots not newer than what a connection has
+	DroppedTenant   int64 // snapshots whose tenant is not the connection's
+	SlowClosed      int64
+	ExpiredClosed   int64
+	WriteErrors     int64
+	Backlogged      int64 // writes a sink queued because the client's socket was full
+	Heartbeats      int64
+	DispatchNoWatch int64 // notifications no local connection watches
+	ModeSwitches    int64 // push ↔ polling
+	Polls           int64 // rounds of re-reading every watched task
+	PollErrors      int64 // rounds in which no source answered for some tasks
+	BusRetries      int64 // bus subscriptions retried after failing
+	ReadRetries     int64 // rounds re-reading, in batches, the tenants of connections whose initial read failed
+	ReadsLimited    int64 // subscribed ids and scopes refused because their user's read budget was spent
 
 	// With a Stream.
-	CatchUps        atomic.Int64 // bus gaps (a tenant's Resync, a lost bus's poll round or its restoration) closed by the stream instead of re-reading
-	StreamApplied   atomic.Int64 // changes handed to Apply
-	Resumes         atomic.Int64 // subscriptions served by replaying the stream after the client's cursor
-	ResumeTasks     atomic.Int64 // tasks those replays read and offered
-	ResumeFallbacks atomic.Int64 // resume cursors the stream could not serve: the subscription read everything
+	CatchUps        int64 // bus gaps (a tenant's Resync, a lost bus's poll round or its restoration) closed by the stream instead of re-reading
+	StreamApplied   int64 // changes handed to Apply
+	Resumes         int64 // subscriptions served by replaying the stream after the client's cursor
+	ResumeTasks     int64 // tasks those replays read and offered
+	ResumeFallbacks int64 // resume cursors the stream could not serve: the subscription read everything
 	// Of ResumeFallbacks, the cursors not even offered to the stream: they
 	// were issued for another subscription (Subscription.ResumeMismatch).
-	ResumeMismatches atomic.Int64
+	ResumeMismatches int64
 
 	// By Transport.
-	Pushed     [NumTransports]atomic.Int64 // task events written
-	Reconnects [NumTransports]atomic.Int64 // connections that subscribed with a resume position (Subscription.Resume, ResumeMismatch or Since)
+	Pushed     [NumTransports]int64 // task events written
+	Reconnects [NumTransports]int64 // connections that subscribed with a resume position (Subscription.Resume, ResumeMismatch or Since)
 
 	// NotifyToWrite is the time from Notify to the write of the snapshot
 	// the notification announced, per task event written. Staleness is the
 	// time from a snapshot's updated_at to its write, per task event of a
 	// change learned after the subscription (notification, poll, stream);
 	// the initial state of a subscription is measured by neither.
-	NotifyToWrite *Histogram
-	Staleness     *Histogram
+	NotifyToWrite histogram.Snapshot
+	Staleness     histogram.Snapshot
 }
 
-// Stats returns the hub's live counters.
-func (h *Hub) Stats() *Stats { return &h.stats }
+// Stats reads the hub's counters and gauges. Each is read atomically, not
+// all of them at one instant.
+func (h *Hub) Stats() Stats {
+	c := &h.stats
+	s := Stats{
+		Conns: h.Len(), ConnCounts: h.ConnCounts(),
+		Opened: c.opened.Load(), Closed: c.closed.Load(),
+		Notifications: c.notifications.Load(), Resyncs: c.resyncs.Load(),
+		Fetches: c.fetches.Load(), FetchErrors: c.fetchErrors.Load(),
+		Delivered: c.delivered.Load(), Conflated: c.conflated.Load(),
+		DroppedStale: c.droppedStale.Load(), DroppedTenant: c.droppedTenant.Load(),
+		SlowClosed: c.slowClosed.Load(), ExpiredClosed: c.expiredClosed.Load(),
+		WriteErrors: c.writeErrors.Load(), Backlogged: c.backlogged.Load(), Heartbeats: c.heartbeats.Load(),
+		DispatchNoWatch: c.dispatchNoWatch.Load(), ModeSwitches: c.modeSwitches.Load(),
+		Polls: c.polls.Load(), PollErrors: c.pollErrors.Load(), BusRetries: c.busRetries.Load(),
+		ReadRetries: c.readRetries.Load(), ReadsLimited: c.readsLimited.Load(),
+		CatchUps: c.catchUps.Load(), StreamApplied: c.streamApplied.Load(),
+		Resumes: c.resumes.Load(), ResumeTasks: c.resumeTasks.Load(), ResumeFallbacks: c.resumeFallbacks.Load(), ResumeMismatches: c.resumeMismatches.Load(),
+		NotifyToWrite: c.notifyToWrite.Snapshot(),
+		Staleness:     c.staleness.Snapshot(),
+	}
+	s.Mode, _ = h.Mode()
+	for t := range NumTransports {
+		s.Pushed[t] = c.pushed[t].Load()
+		s.Reconnects[t] = c.reconnects[t].Load()
+	}
+	return s
+}

@@ -1,9 +1,6 @@
 package hub
 
-import (
-	"sync/atomic"
-	"time"
-)
+import "time"
 
 // Transport is the protocol that carries a connection. The transports set
 // it in the Principal they open a connection with, so the hub can count
@@ -104,60 +101,23 @@ type news struct {
 
 // Bucket bounds of the hub's histograms.
 var (
-	// NotifyToWriteBuckets bound the time from hearing a notification to
+	// notifyToWriteBounds bound the time from hearing a notification to
 	// writing the snapshot it announced: a Redis read or two and a writer's
 	// turn, so milliseconds, unless writers or sources are starved.
-	NotifyToWriteBuckets = []time.Duration{
+	notifyToWriteBounds = [...]time.Duration{
 		250 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 2500 * time.Microsecond,
 		5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
 		100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second,
 		2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
 	}
-	// StalenessBuckets bound the time from a snapshot's updated_at to its
+	// stalenessBounds bound the time from a snapshot's updated_at to its
 	// write: the whole pipeline in push mode (tens of milliseconds), the
 	// poll interval in polling mode (seconds), longer when a notification
 	// was lost and the liveness check or a stream closed the gap.
-	StalenessBuckets = []time.Duration{
+	stalenessBounds = [...]time.Duration{
 		5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
 		100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second,
 		2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second,
 		time.Minute, 2 * time.Minute, 5 * time.Minute,
 	}
 )
-
-// Histogram counts durations into fixed buckets. Observe is a few atomic
-// adds, so the delivery path can measure every write without allocating
-// or locking; the metrics collector reads it at scrape time.
-type Histogram struct {
-	bounds []time.Duration
-	counts []atomic.Uint64 // per bucket, not cumulative; the last is +Inf
-	sum    atomic.Int64    // nanoseconds
-}
-
-func newHistogram(bounds []time.Duration) *Histogram {
-	return &Histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
-}
-
-// Observe counts d; a negative d (clocks of two machines) counts as 0.
-func (h *Histogram) Observe(d time.Duration) {
-	d = max(d, 0)
-	h.sum.Add(int64(d))
-	i := 0
-	for i < len(h.bounds) && d > h.bounds[i] {
-		i++
-	}
-	h.counts[i].Add(1)
-}
-
-// Read returns the bucket bounds, the cumulative count at each bound, the
-// total count and the sum. The count is the sum of the buckets, so the
-// cumulative counts never exceed it even while observations land.
-func (h *Histogram) Read() (bounds []time.Duration, cumulative []uint64, count uint64, sum time.Duration) {
-	cumulative = make([]uint64, len(h.bounds))
-	for i := range h.bounds {
-		count += h.counts[i].Load()
-		cumulative[i] = count
-	}
-	count += h.counts[len(h.bounds)].Load()
-	return h.bounds, cumulative, count, time.Duration(h.sum.Load())
-}

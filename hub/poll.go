@@ -150,7 +150,7 @@ func (h *Hub) pollLoop() {
 		covered := h.cfg.Stream != nil && (polling || restored) && h.cfg.Stream.CoversAll()
 		switch {
 		case covered:
-			h.stats.CatchUps.Add(1)
+			h.stats.catchUps.Add(1)
 			if !h.isPush() {
 				h.SetMode(ModePush, ReasonRestored)
 			}
@@ -162,13 +162,13 @@ func (h *Hub) pollLoop() {
 			if h.isPush() { // tell clients before a round that may be slow
 				h.SetMode(ModePolling, ReasonPubSubDown)
 			}
-			h.stats.Polls.Add(1)
+			h.stats.polls.Add(1)
 			if h.refresh(nil, false) {
 				failures = 0
 				h.SetMode(ModePolling, ReasonPubSubDown)
 			} else {
 				failures++
-				h.stats.PollErrors.Add(1)
+				h.stats.pollErrors.Add(1)
 				h.SetMode(ModePolling, ReasonUnavailable)
 			}
 		case restored:
@@ -201,7 +201,7 @@ func (h *Hub) retryUnread(unread map[string]struct{}, failures int) int {
 	if len(unread) == 0 {
 		return failures
 	}
-	h.stats.ReadRetries.Add(1)
+	h.stats.readRetries.Add(1)
 	if h.refresh(unread, true) {
 		return 0
 	}
@@ -298,7 +298,7 @@ func (h *Hub) retryBus() (failed []string) {
 	}
 	h.poll.mu.Unlock()
 	for _, c := range conns {
-		h.stats.BusRetries.Add(1)
+		h.stats.busRetries.Add(1)
 		ctx, cancel := context.WithTimeout(h.ctx, busRetryTimeout)
 		release, err := h.cfg.Bus.Subscribe(ctx, c.TenantID)
 		cancel()

@@ -45,7 +45,7 @@ func (h *Hub) Apply(ctx context.Context, tenant string, changes []fanout.Notific
 	if len(changes) == 0 {
 		return nil
 	}
-	h.stats.StreamApplied.Add(int64(len(changes)))
+	h.stats.streamApplied.Add(int64(len(changes)))
 	ids := make([]string, 0, len(changes))
 	seen := make(map[string]struct{}, len(changes))
 	for _, n := range changes {
@@ -74,7 +74,7 @@ func (h *Hub) readAndOffer(ctx context.Context, tenant string, ids []string, c *
 		for _, s := range snaps {
 			switch {
 			case s.TenantID != tenant:
-				h.stats.DroppedTenant.Add(1)
+				h.stats.droppedTenant.Add(1)
 			case c != nil: // a resuming connection's initial state
 				c.offer(s, news{})
 			default:
@@ -94,7 +94,7 @@ func (h *Hub) readAndOffer(ctx context.Context, tenant string, ids []string, c *
 // position, or Redis lost the stream), before it hands out positions of the
 // new log.
 func (h *Hub) ResyncNow(tenant string) bool {
-	h.stats.Resyncs.Add(1)
+	h.stats.resyncs.Add(1)
 	return h.refresh(map[string]struct{}{tenant: {}}, false)
 }
 
@@ -129,6 +129,6 @@ func (c *Conn) replay(ctx context.Context, changes []fanout.Notification, tasks,
 			ids = append(ids, n.TaskID)
 		}
 	}
-	h.stats.ResumeTasks.Add(int64(len(ids)))
+	h.stats.resumeTasks.Add(int64(len(ids)))
 	return h.readAndOffer(ctx, c.TenantID, ids, c)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/histogram"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream"
 )
@@ -155,139 +156,158 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- staleness
 }
 
+// Collect reads each source's Stats, plain values, and maps them to
+// metrics, one function per source.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	emit := func(m metric, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(m.desc, m.typ, v, labels...)
-	}
-	h := c.s.Hub
-	st := h.Stats()
-	emit(connections, float64(h.Len()))
-	current, _ := h.Mode()
-	for _, m := range []string{hub.ModePush, hub.ModePolling} {
-		emit(mode, boolf(m == current), m)
-	}
-	emit(modeSwitches, float64(st.ModeSwitches.Load()))
-	emit(opened, float64(st.Opened.Load()))
-	emit(notifications, float64(st.Notifications.Load()))
-	emit(fetches, float64(st.Fetches.Load()))
-	emit(fetchErrors, float64(st.FetchErrors.Load()))
-	emit(delivered, float64(st.Delivered.Load()))
-	emit(conflated, float64(st.Conflated.Load()))
-	emit(dropped, float64(st.DroppedStale.Load()), "stale")
-	emit(dropped, float64(st.DroppedTenant.Load()), "tenant")
-	emit(disconnects, float64(st.WriteErrors.Load()+st.SlowClosed.Load()), "slow_client")
-	emit(disconnects, float64(st.ExpiredClosed.Load()), "token_expired")
-	emit(heartbeats, float64(st.Heartbeats.Load()))
-	emit(backlogged, float64(st.Backlogged.Load()))
-	emit(readsLimited, float64(st.ReadsLimited.Load()))
-	emit(polls, float64(st.Polls.Load()))
-	emit(pollErrors, float64(st.PollErrors.Load()))
-	emit(resyncs, float64(st.Resyncs.Load()))
-	emit(busRetries, float64(st.BusRetries.Load()))
-	for _, cc := range h.ConnCounts() {
-		emit(connsOpen, float64(cc.N), cc.Transport.String(), cc.Plan)
-	}
-	emit(ssePush, float64(st.Pushed[hub.TransportSSE].Load()))
-	emit(wsPush, float64(st.Pushed[hub.TransportWebSocket].Load()))
-	for _, t := range []hub.Transport{hub.TransportSSE, hub.TransportWebSocket} {
-		emit(reconnects, float64(st.Reconnects[t].Load()), t.String())
-	}
-	ch <- histogram(notifyWrite, st.NotifyToWrite)
-	ch <- histogram(staleness, st.Staleness)
-
+	e := emitter{ch}
+	hs := c.s.Hub.Stats()
+	e.hub(hs)
 	if c.s.Store != nil {
-		ss := c.s.Store.Stats()
-		emit(snapReads, float64(ss.CacheHits), "cache")
-		emit(snapReads, float64(ss.RedisHits), "redis")
-		emit(snapReads, float64(ss.DBQueries-ss.DBErrors), "postgres")
-		emit(redisReads, float64(ss.RedisReads))
-		emit(redisErrors, float64(ss.RedisErrors))
-		emit(pgQueries, float64(ss.DBQueries))
-		emit(pgErrors, float64(ss.DBErrors))
-		emit(pgRejected, float64(ss.DBRejected))
-		emit(negativeHits, float64(ss.NegativeHits))
-		emit(writeBacks, float64(ss.WriteBacks))
-		emit(refetch, float64(ss.CacheHits), "local_cache", "hit")
-		emit(refetch, float64(ss.CacheMisses), "local_cache", "miss")
-		emit(refetch, float64(ss.NegativeHits-ss.RedisNegative), "local_cache", "not_found")
-		emit(refetch, float64(ss.RedisHits), "redis", "hit")
-		emit(refetch, float64(ss.RedisMisses-ss.RedisNegative), "redis", "miss")
-		emit(refetch, float64(ss.RedisNegative), "redis", "not_found")
-		emit(refetch, float64(ss.RedisErrors), "redis", "error")
-		emit(refetch, float64(ss.RedisSkipped), "redis", "skipped")
-		emit(refetch, float64(ss.DBHits), "postgres", "hit")
-		emit(refetch, float64(ss.DBMisses), "postgres", "miss")
-		emit(refetch, float64(ss.DBErrors), "postgres", "error")
-		emit(refetch, float64(ss.DBRejected), "postgres", "rejected")
-		emit(sfShared, float64(ss.SharedCalls))
+		e.store(c.s.Store.Stats())
 	}
 	if c.s.Bus != nil {
-		bs := c.s.Bus.Stats()
-		emit(pubsubReceived, float64(bs.Received))
-		for reason, n := range bs.MalformedBy {
-			emit(pubsubMalformed, float64(n), reason)
-		}
-		emit(pubsubFailures, float64(bs.Failures))
-		emit(pubsubLosses, float64(bs.Losses))
-		emit(livenessSent, float64(bs.LivenessSent))
-		emit(livenessHeard, float64(bs.LivenessHeard))
+		e.bus(c.s.Bus.Stats())
 	}
 	if c.s.Stream != nil {
-		ts := c.s.Stream.Stats()
-		emit(streamsTailed, float64(ts.Tailed))
-		emit(streamLength, float64(ts.Length), "sum")
-		emit(streamLength, float64(ts.MaxLength), "max")
-		emit(streamEntries, float64(ts.Entries))
-		emit(streamReads, float64(ts.Reads), "ok")
-		emit(streamReads, float64(ts.ReadErrors), "error")
-		emit(streamRechecks, float64(ts.Rechecks))
-		emit(streamMalformed, float64(ts.Malformed))
-		emit(streamCatchUps, float64(st.CatchUps.Load()))
-		for reason, n := range ts.TailResyncs {
-			emit(tailResyncs, float64(n), reason)
-		}
-		emit(resumes, float64(st.Resumes.Load()))
-		emit(replayed, float64(ts.Replayed))
-		emit(resumeTasks, float64(st.ResumeTasks.Load()))
-		for reason, n := range ts.ResumeFallbacks {
-			emit(resumeFallbacks, float64(n), reason)
-		}
-		// Refused before the stream saw them: issued for another subscription.
-		emit(resumeFallbacks, float64(st.ResumeMismatches.Load()), "subscription")
-		buckets := make(map[float64]uint64, len(stream.LagBuckets))
-		for i, b := range stream.LagBuckets {
-			buckets[b] = uint64(ts.LagBuckets[i])
-		}
-		ch <- prometheus.MustNewConstHistogram(streamLag, uint64(ts.LagCount), ts.LagSum.Seconds(), buckets)
+		e.stream(c.s.Stream.Stats(), hs)
 	}
 	if a := c.s.Admission; a != nil {
-		as := a.Stats()
-		for i, rule := range admission.Rules {
-			emit(admAllowed, float64(as.Allowed[i].Load()), rule)
-			emit(admRejected, float64(as.Rejected[i].Load()), rule)
-		}
-		emit(admFallbacks, float64(as.Fallbacks.Load()))
-		emit(admStoreErrors, float64(as.StoreErrors.Load()))
-		emit(admStoreUp, boolf(a.StoreUp()))
-		emit(leases, float64(a.Leases()))
-		emit(leaseEvents, float64(as.LeasesAcquired.Load()), "acquired")
-		emit(leaseEvents, float64(as.LeasesReleased.Load()), "released")
-		emit(leaseEvents, float64(as.LeasesExpired.Load()), "expired")
-		emit(leaseEvents, float64(as.LeasesReadded.Load()), "readded")
-		emit(reconciles, float64(as.Reconciles.Load()))
-		emit(reconcileDiff, float64(as.ReconcileDiff.Load()))
-		emit(sessionsClosed, float64(as.SessionsClosed.Load()))
+		e.admission(a.Stats())
 	}
 }
 
-// histogram turns one of the hub's histograms into Prometheus's.
-func histogram(d *prometheus.Desc, h *hub.Histogram) prometheus.Metric {
-	bounds, cum, count, sum := h.Read()
-	buckets := make(map[float64]uint64, len(bounds))
-	for i, b := range bounds {
-		buckets[b.Seconds()] = cum[i]
+// emitter sends a scrape's metrics.
+type emitter struct{ ch chan<- prometheus.Metric }
+
+func (e emitter) emit(m metric, v float64, labels ...string) {
+	e.ch <- prometheus.MustNewConstMetric(m.desc, m.typ, v, labels...)
+}
+
+// histogram sends a histogram's snapshot, in seconds.
+func (e emitter) histogram(d *prometheus.Desc, s histogram.Snapshot) {
+	buckets := make(map[float64]uint64, len(s.Bounds))
+	for i, b := range s.Bounds {
+		buckets[b.Seconds()] = s.Cumulative[i]
 	}
-	return prometheus.MustNewConstHistogram(d, count, sum.Seconds(), buckets)
+	e.ch <- prometheus.MustNewConstHistogram(d, s.Count, s.Sum.Seconds(), buckets)
+}
+
+func (e emitter) hub(st hub.Stats) {
+	e.emit(connections, float64(st.Conns))
+	for _, m := range []string{hub.ModePush, hub.ModePolling} {
+		e.emit(mode, boolf(m == st.Mode), m)
+	}
+	e.emit(modeSwitches, float64(st.ModeSwitches))
+	e.emit(opened, float64(st.Opened))
+	e.emit(notifications, float64(st.Notifications))
+	e.emit(fetches, float64(st.Fetches))
+	e.emit(fetchErrors, float64(st.FetchErrors))
+	e.emit(delivered, float64(st.Delivered))
+	e.emit(conflated, float64(st.Conflated))
+	e.emit(dropped, float64(st.DroppedStale), "stale")
+	e.emit(dropped, float64(st.DroppedTenant), "tenant")
+	e.emit(disconnects, float64(st.WriteErrors+st.SlowClosed), "slow_client")
+	e.emit(disconnects, float64(st.ExpiredClosed), "token_expired")
+	e.emit(heartbeats, float64(st.Heartbeats))
+	e.emit(backlogged, float64(st.Backlogged))
+	e.emit(readsLimited, float64(st.ReadsLimited))
+	e.emit(polls, float64(st.Polls))
+	e.emit(pollErrors, float64(st.PollErrors))
+	e.emit(resyncs, float64(st.Resyncs))
+	e.emit(busRetries, float64(st.BusRetries))
+	for _, cc := range st.ConnCounts {
+		e.emit(connsOpen, float64(cc.N), cc.Transport.String(), cc.Plan)
+	}
+	e.emit(ssePush, float64(st.Pushed[hub.TransportSSE]))
+	e.emit(wsPush, float64(st.Pushed[hub.TransportWebSocket]))
+	for _, t := range []hub.Transport{hub.TransportSSE, hub.TransportWebSocket} {
+		e.emit(reconnects, float64(st.Reconnects[t]), t.String())
+	}
+	e.histogram(notifyWrite, st.NotifyToWrite)
+	e.histogram(staleness, st.Staleness)
+}
+
+func (e emitter) store(ss snapshot.Stats) {
+	e.emit(snapReads, float64(ss.CacheHits), "cache")
+	e.emit(snapReads, float64(ss.RedisHits), "redis")
+	e.emit(snapReads, float64(ss.DBQueries-ss.DBErrors), "postgres")
+	e.emit(redisReads, float64(ss.RedisReads))
+	e.emit(redisErrors, float64(ss.RedisErrors))
+	e.emit(pgQueries, float64(ss.DBQueries))
+	e.emit(pgErrors, float64(ss.DBErrors))
+	e.emit(pgRejected, float64(ss.DBRejected))
+	e.emit(negativeHits, float64(ss.NegativeHits))
+	e.emit(writeBacks, float64(ss.WriteBacks))
+	e.emit(refetch, float64(ss.CacheHits), "local_cache", "hit")
+	e.emit(refetch, float64(ss.CacheMisses), "local_cache", "miss")
+	e.emit(refetch, float64(ss.NegativeHits-ss.RedisNegative), "local_cache", "not_found")
+	e.emit(refetch, float64(ss.RedisHits), "redis", "hit")
+	e.emit(refetch, float64(ss.RedisMisses-ss.RedisNegative), "redis", "miss")
+	e.emit(refetch, float64(ss.RedisNegative), "redis", "not_found")
+	e.emit(refetch, float64(ss.RedisErrors), "redis", "error")
+	e.emit(refetch, float64(ss.RedisSkipped), "redis", "skipped")
+	e.emit(refetch, float64(ss.DBHits), "postgres", "hit")
+	e.emit(refetch, float64(ss.DBMisses), "postgres", "miss")
+	e.emit(refetch, float64(ss.DBErrors), "postgres", "error")
+	e.emit(refetch, float64(ss.DBRejected), "postgres", "rejected")
+	e.emit(sfShared, float64(ss.SharedCalls))
+}
+
+func (e emitter) bus(bs fanout.RedisStats) {
+	e.emit(pubsubReceived, float64(bs.Received))
+	for reason, n := range bs.MalformedBy {
+		e.emit(pubsubMalformed, float64(n), reason)
+	}
+	e.emit(pubsubFailures, float64(bs.Failures))
+	e.emit(pubsubLosses, float64(bs.Losses))
+	e.emit(livenessSent, float64(bs.LivenessSent))
+	e.emit(livenessHeard, float64(bs.LivenessHeard))
+}
+
+// stream maps the tailer's stats and the hub's stream-side counters, which
+// exist only with a stream.
+func (e emitter) stream(ts stream.Stats, hs hub.Stats) {
+	e.emit(streamsTailed, float64(ts.Tailed))
+	e.emit(streamLength, float64(ts.Length), "sum")
+	e.emit(streamLength, float64(ts.MaxLength), "max")
+	e.emit(streamEntries, float64(ts.Entries))
+	e.emit(streamReads, float64(ts.Reads), "ok")
+	e.emit(streamReads, float64(ts.ReadErrors), "error")
+	e.emit(streamRechecks, float64(ts.Rechecks))
+	e.emit(streamMalformed, float64(ts.Malformed))
+	e.emit(streamCatchUps, float64(hs.CatchUps))
+	for reason, n := range ts.TailResyncs {
+		e.emit(tailResyncs, float64(n), reason)
+	}
+	e.emit(resumes, float64(hs.Resumes))
+	e.emit(replayed, float64(ts.Replayed))
+	e.emit(resumeTasks, float64(hs.ResumeTasks))
+	for reason, n := range ts.ResumeFallbacks {
+		e.emit(resumeFallbacks, float64(n), reason)
+	}
+	// Refused before the stream saw them: issued for another subscription.
+	e.emit(resumeFallbacks, float64(hs.ResumeMismatches), "subscription")
+	e.histogram(streamLag, ts.Lag)
+}
+
+func (e emitter) admission(as admission.Stats) {
+	for rule, n := range as.Allowed {
+		e.emit(admAllowed, float64(n), rule)
+	}
+	for rule, n := range as.Rejected {
+		e.emit(admRejected, float64(n), rule)
+	}
+	e.emit(admFallbacks, float64(as.Fallbacks))
+	e.emit(admStoreErrors, float64(as.StoreErrors))
+	e.emit(admStoreUp, boolf(as.StoreUp))
+	e.emit(leases, float64(as.Leases))
+	e.emit(leaseEvents, float64(as.LeasesAcquired), "acquired")
+	e.emit(leaseEvents, float64(as.LeasesReleased), "released")
+	e.emit(leaseEvents, float64(as.LeasesExpired), "expired")
+	e.emit(leaseEvents, float64(as.LeasesReadded), "readded")
+	e.emit(reconciles, float64(as.Reconciles))
+	e.emit(reconcileDiff, float64(as.ReconcileDiff))
+	e.emit(sessionsClosed, float64(as.SessionsClosed))
 }
 
 func boolf(b bool) float64 {

@@ -115,7 +115,7 @@ func TestConnectRateLimitRefusesThenAdmitsAfterRefill(t *testing.T) {
 		st, _, _, _ := wsStatus(t, srv.URL, tok)
 		return st == http.StatusSwitchingProtocols
 	})
-	if n := srv.Admission().Stats().Rejected[0].Load(); n < 2 {
+	if n := srv.Admission().Stats().Rejected[admission.RuleConnectUser]; n < 2 {
 		t.Fatalf("connect_user rejections counted: %d", n)
 	}
 }
@@ -144,7 +144,7 @@ func TestConnectRateLimitPerIP(t *testing.T) {
 
 func TestAPIPlanLimits(t *testing.T) {
 	c := newCluster(t)
-	srv := admissionNode(t, c, admission.Config{Plans: admission.DefaultPlans})
+	srv := admissionNode(t, c, admission.Config{Plans: admission.DefaultPlans()})
 	free, pro, configured := testenv.UniqueID("free"), testenv.UniqueID("pro"), testenv.UniqueID("cfg")
 	// The configured tenant's plan comes from its tenant hash.
 	c.redis.Client.HSet(context.Background(), c.redis.Names.Prefix+"tenant:"+configured, "plan", "pro")
@@ -222,7 +222,7 @@ func TestUserCapAcrossTwoNodes(t *testing.T) {
 	c.redis.Client.Set(context.Background(), userKey, 40, 0)
 	eventually(t, "count repaired", func() bool { return countKey(t, c.redis.Client, userKey) == 2 })
 	eventually(t, "difference reported", func() bool {
-		return n1.Admission().Stats().ReconcileDiff.Load()+n2.Admission().Stats().ReconcileDiff.Load() >= 38
+		return n1.Admission().Stats().ReconcileDiff+n2.Admission().Stats().ReconcileDiff >= 38
 	})
 }
 
@@ -266,7 +266,7 @@ func TestLeasesOfACutNodeExpire(t *testing.T) {
 		if st, _, _, cl := sseStatus(t, live.URL, tok); cl != nil && st == http.StatusOK {
 			cl.Close()
 		}
-		return live.Admission().Stats().LeasesExpired.Load() >= 2
+		return live.Admission().Stats().LeasesExpired >= 2
 	})
 }
 
@@ -295,8 +295,8 @@ func TestControlRedisDownFallsBackToLocalLimits(t *testing.T) {
 	}
 	st, h, body, _ := wsStatus(t, srv.URL, tok)
 	want429(t, st, h, body, api429Code, 10*time.Second) // the local share is 1
-	if srv.Admission().Stats().Fallbacks.Load() < 2 {
-		t.Fatalf("fallbacks %d", srv.Admission().Stats().Fallbacks.Load())
+	if srv.Admission().Stats().Fallbacks < 2 {
+		t.Fatalf("fallbacks %d", srv.Admission().Stats().Fallbacks)
 	}
 	resp, mbody := httpDo(t, http.MethodGet, srv.URL+"/metrics", "", "")
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(mbody), "\npushd_admission_store_up 0\n") || strings.Contains(string(mbody), "\npushd_admission_fallbacks_total 0\n") {
@@ -342,7 +342,7 @@ func TestRedisRolesOnThreeServers(t *testing.T) {
 	srv := startNode(t, node.Config{
 		RedisURL: realtime.URL, RedisCacheURL: cache.URL, RedisControlURL: control.URL, RedisRealtimeURL: realtime.URL,
 		Admission: admission.Config{ConnectUserBurst: 10, ConnectUserRate: 1, ConnectIPBurst: 10, ConnectIPRate: 1,
-			MaxConnsPerUser: 5, Plans: admission.DefaultPlans},
+			MaxConnsPerUser: 5, Plans: admission.DefaultPlans()},
 	})
 	tok := token(t, "t1", "u1")
 	sc := openSSE(t, srv.URL, tok, "task=task_r1")

@@ -370,7 +370,7 @@ func TestReconnectStormWithColdRedisQueriesEachTaskOnce(t *testing.T) {
 	// Refused reads (a full PostgreSQL queue) are retried by the hub with
 	// GetMany, which shares the query of a task a Get is reading, so no
 	// path reads a task twice: at most one query and one row per task.
-	retries := s.Hub().Stats().ReadRetries.Load()
+	retries := s.Hub().Stats().ReadRetries
 	if st.DBQueries > tasks || st.DBHits > tasks {
 		t.Fatalf("%d PostgreSQL queries returning %d rows for %d tasks (%d rounds retrying refused reads), want each task read once", st.DBQueries, st.DBHits, tasks, retries)
 	}

@@ -158,7 +158,7 @@ func TestRandomizedTenantIsolation(t *testing.T) {
 	}
 	var dropped int64
 	for _, n := range nodes {
-		dropped += n.Hub().Stats().DroppedTenant.Load()
+		dropped += n.Hub().Stats().DroppedTenant
 	}
 	t.Logf("%d operations: %d publishes, %d forged or garbage hints, %d reconnects with another client's cursor, %d WebSocket (un)subscribes; "+
 		"%d task messages checked, every one of the client's tenant; %d snapshots of another tenant dropped by the nodes",

@@ -119,17 +119,17 @@ func TestConnectDisconnectCyclesLeaveNothingBehind(t *testing.T) {
 	// settle waits until the node has closed every connection and its
 	// goroutines are at most want, then returns them and the live heap.
 	settle := func(want int) (goroutines int, heap uint64) {
-		st := srv.Hub().Stats()
 		deadline := time.Now().Add(waitFor)
 		for {
 			runtime.GC()
 			goroutines = runtime.NumGoroutine()
-			if st.Opened.Load() == st.Closed.Load() && goroutines <= want {
+			st := srv.Hub().Stats()
+			if st.Opened == st.Closed && goroutines <= want {
 				break
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("after %v: %d connections still open on the node, %d goroutines (want at most %d)",
-					waitFor, st.Opened.Load()-st.Closed.Load(), goroutines, want)
+					waitFor, st.Opened-st.Closed, goroutines, want)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -142,11 +142,11 @@ func TestConnectDisconnectCyclesLeaveNothingBehind(t *testing.T) {
 	run(warmup, 1)
 	transport.CloseIdleConnections()
 	g0, h0 := settle(1 << 30)
-	start := srv.Hub().Stats().Opened.Load()
+	start := srv.Hub().Stats().Opened
 	run(cycles, 2)
 	transport.CloseIdleConnections()
 	g1, h1 := settle(g0 + goroutineMargin)
-	opened := srv.Hub().Stats().Opened.Load() - start
+	opened := srv.Hub().Stats().Opened - start
 	t.Logf("%d connections opened and closed: goroutines %d -> %d, heap %d KB -> %d KB",
 		opened, g0, g1, h0>>10, h1>>10)
 	if opened != cycles {

@@ -251,7 +251,7 @@ func TestSecondStreamResumeSendsOnlyWhatMovedAgain(t *testing.T) {
 			t.Fatalf("after the resume got %s v%d, want %s v2", s.TaskID, s.Version, tasks[2])
 		}
 	}
-	if n := a.Hub().Stats().ResumeFallbacks.Load() + b.Hub().Stats().ResumeFallbacks.Load(); n != 0 {
+	if n := a.Hub().Stats().ResumeFallbacks + b.Hub().Stats().ResumeFallbacks; n != 0 {
 		t.Fatalf("%d resume fallbacks, want none", n)
 	}
 }

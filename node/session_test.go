@@ -53,8 +53,8 @@ func TestSessionTokens(t *testing.T) {
 	if code := ws.closeStatus(t); code != pushdws.StatusTokenExpired {
 		t.Fatalf("WebSocket closed with %d, want the token-expired close", code)
 	}
-	if srv.Admission().Stats().SessionsClosed.Load() != 1 {
-		t.Fatalf("sessions closed: %d", srv.Admission().Stats().SessionsClosed.Load())
+	if srv.Admission().Stats().SessionsClosed != 1 {
+		t.Fatalf("sessions closed: %d", srv.Admission().Stats().SessionsClosed)
 	}
 
 	// A session only in PostgreSQL is admitted and cached in Redis.

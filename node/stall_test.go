@@ -107,15 +107,15 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 	}
 	converged := time.Since(lastPublish)
 	st := s.Hub().Stats()
-	if n, we := s.Hub().Len(), st.WriteErrors.Load(); n != all || we != 0 {
+	if n, we := s.Hub().Len(), st.WriteErrors; n != all || we != 0 {
 		t.Fatalf("when the healthy clients had every change (%v after the last publish): %d of %d connections, %d write errors; "+
 			"stalled clients were cut first, so the healthy ones waited for them", converged, n, all, we)
 	}
-	if b := st.Backlogged.Load(); b < stalledSSE+stalledWS {
+	if b := st.Backlogged; b < stalledSSE+stalledWS {
 		t.Fatalf("%d writes queued behind full sockets, want at least one per stalled client (%d): the clients did not stall, so the test proves nothing",
 			b, stalledSSE+stalledWS)
 	}
-	t.Logf("healthy clients converged %v after the last publish; %d writes queued for stalled clients", converged, st.Backlogged.Load())
+	t.Logf("healthy clients converged %v after the last publish; %d writes queued for stalled clients", converged, st.Backlogged)
 	if got := scrape(t, s.URL)["pushd_writes_backlogged_total"]; got < stalledSSE+stalledWS {
 		t.Fatalf("pushd_writes_backlogged_total %v, want at least %d", got, stalledSSE+stalledWS)
 	}
@@ -131,7 +131,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 		for _, id := range bigIDs {
 			c.goPublish(t, strings.Replace(doc(id, "t1", v, "RUNNING"), `"x_custom"`, `"pad":"`+pad+`","x_custom"`, 1))
 		}
-		return s.Hub().Len() == healthySSE+healthyWS && st.WriteErrors.Load() >= stalledSSE+stalledWS
+		return s.Hub().Len() == healthySSE+healthyWS && s.Hub().Stats().WriteErrors >= stalledSSE+stalledWS
 	})
 	t.Logf("stalled clients cut %v after the last publish", time.Since(lastPublish))
 	for _, conn := range stalled {
@@ -319,7 +319,7 @@ func TestStreamsOutliveTheWriteTimeout(t *testing.T) {
 			t.Fatalf("%s: version %d after the write timeout passed, want 2", name, v)
 		}
 	}
-	if we := s.Hub().Stats().WriteErrors.Load(); we != 0 {
+	if we := s.Hub().Stats().WriteErrors; we != 0 {
 		t.Fatalf("%d write errors on streams whose clients read everything", we)
 	}
 }

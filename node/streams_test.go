@@ -119,10 +119,10 @@ func TestResumeOnAnotherNodeSendsOnlyWhatMoved(t *testing.T) {
 		t.Fatal("the resumed connection's cursor did not move")
 	}
 	st, ts := b.Hub().Stats(), b.Stream().Stats()
-	t.Logf("node b: %d resume, %d entries replayed, %d tasks read for it, %d fallbacks", st.Resumes.Load(), ts.Replayed, st.ResumeTasks.Load(), st.ResumeFallbacks.Load())
-	if st.Resumes.Load() != 1 || ts.Replayed != 50 || st.ResumeTasks.Load() != 5 || st.ResumeFallbacks.Load() != 0 {
+	t.Logf("node b: %d resume, %d entries replayed, %d tasks read for it, %d fallbacks", st.Resumes, ts.Replayed, st.ResumeTasks, st.ResumeFallbacks)
+	if st.Resumes != 1 || ts.Replayed != 50 || st.ResumeTasks != 5 || st.ResumeFallbacks != 0 {
 		t.Fatalf("node b: resumes %d, replayed %d, tasks %d, fallbacks %d; want 1, 50, 5, 0",
-			st.Resumes.Load(), ts.Replayed, st.ResumeTasks.Load(), st.ResumeFallbacks.Load())
+			st.Resumes, ts.Replayed, st.ResumeTasks, st.ResumeFallbacks)
 	}
 	wantMetric(t, b.URL, `pushd_resume_replayed_entries_total 50`)
 }
@@ -282,15 +282,15 @@ func TestPubSubGapIsClosedFromTheStreamWithoutResync(t *testing.T) {
 	}
 	st := s.Hub().Stats()
 	t.Logf("gap closed from the stream: %d catch-ups, %d full resyncs, %d poll rounds, %d mode switches, %d stream entries",
-		st.CatchUps.Load(), st.Resyncs.Load(), st.Polls.Load(), st.ModeSwitches.Load(), s.Stream().Stats().Entries)
+		st.CatchUps, st.Resyncs, st.Polls, st.ModeSwitches, s.Stream().Stats().Entries)
 	// No full resync, and the stream took over the gap. A poll round may
 	// still run: a tail that has not completed a read for 2 blocks plus a
 	// second counts as unhealthy, and on a machine loaded enough (-race
 	// beside the browser tests) the hub then polls rather than trust it,
 	// as it should.
-	if st.Resyncs.Load() != 0 || st.CatchUps.Load() == 0 {
+	if st.Resyncs != 0 || st.CatchUps == 0 {
 		t.Fatalf("resyncs %d, catch-ups %d: want no resync and the gap closed from the stream",
-			st.Resyncs.Load(), st.CatchUps.Load())
+			st.Resyncs, st.CatchUps)
 	}
 }
 
@@ -412,9 +412,9 @@ func TestStreamResumeWithAnAddedTaskSendsIt(t *testing.T) {
 	}
 
 	st := s.Hub().Stats()
-	if st.ResumeMismatches.Load() != 1 || st.ResumeFallbacks.Load() != 1 || st.Resumes.Load() != 1 || st.Reconnects[hub.TransportSSE].Load() != 2 {
+	if st.ResumeMismatches != 1 || st.ResumeFallbacks != 1 || st.Resumes != 1 || st.Reconnects[hub.TransportSSE] != 2 {
 		t.Fatalf("mismatches %d, fallbacks %d, resumes %d, reconnects %d; want 1, 1, 1, 2",
-			st.ResumeMismatches.Load(), st.ResumeFallbacks.Load(), st.Resumes.Load(), st.Reconnects[hub.TransportSSE].Load())
+			st.ResumeMismatches, st.ResumeFallbacks, st.Resumes, st.Reconnects[hub.TransportSSE])
 	}
 	wantMetric(t, s.URL, `pushd_resume_fallbacks_total{reason="subscription"} 1`)
 }
@@ -444,8 +444,8 @@ func TestStreamResumeOfTheSameSubscriptionReorderedSendsOnlyWhatMoved(t *testing
 		t.Fatalf("reordered resume sent %v, want %s v2 alone", got, taskB)
 	}
 	st := s.Hub().Stats()
-	if st.Resumes.Load() != 1 || st.ResumeFallbacks.Load() != 0 {
-		t.Fatalf("resumes %d, fallbacks %d; want 1 and 0", st.Resumes.Load(), st.ResumeFallbacks.Load())
+	if st.Resumes != 1 || st.ResumeFallbacks != 0 {
+		t.Fatalf("resumes %d, fallbacks %d; want 1 and 0", st.Resumes, st.ResumeFallbacks)
 	}
 }
 
@@ -481,9 +481,9 @@ func TestStreamCursorWithoutFingerprintGetsAFullRead(t *testing.T) {
 		t.Fatalf("one subscription's cursors %q and %q have different fingerprints", cursor, cursor2)
 	}
 	st, ts := s.Hub().Stats(), s.Stream().Stats()
-	if st.ResumeMismatches.Load() != 1 || st.Resumes.Load() != 0 || ts.Replays != 0 || ts.ResumeFallbacks[stream.FallbackCorrupt] != 0 {
+	if st.ResumeMismatches != 1 || st.Resumes != 0 || ts.Replays != 0 || ts.ResumeFallbacks[stream.FallbackCorrupt] != 0 {
 		t.Fatalf("mismatches %d, resumes %d, stream replays %d, stream fallbacks %v; want 1, 0, 0 and none",
-			st.ResumeMismatches.Load(), st.Resumes.Load(), ts.Replays, ts.ResumeFallbacks)
+			st.ResumeMismatches, st.Resumes, ts.Replays, ts.ResumeFallbacks)
 	}
 }
 

@@ -77,10 +77,10 @@ func TestStalledStreamHoldsNoWriter(t *testing.T) {
 				waitVersion(t, br, v)
 			}
 			st := h.Stats()
-			if n, we := h.Len(), st.WriteErrors.Load(); n != 2 || we != 0 {
+			if n, we := h.Len(), st.WriteErrors; n != 2 || we != 0 {
 				t.Fatalf("when the healthy stream had every change: %d streams, %d write errors; the stalled one was cut first, so the healthy one waited for it", n, we)
 			}
-			if st.Backlogged.Load() == 0 {
+			if st.Backlogged == 0 {
 				t.Fatal("no write was queued behind the stalled stream: it did not stall, so the test proves nothing")
 			}
 			deadline := time.Now().Add(30 * time.Second)

@@ -3,6 +3,8 @@ package stream
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/pushd/pushd/internal/histogram"
 )
 
 // Reasons a resume cursor is not replayed (the client is then sent
@@ -31,9 +33,13 @@ var (
 	resyncReasons   = [...]string{ResyncTrimmed, ResyncEpoch, ResyncBackwards, ResyncStart}
 )
 
-// LagBuckets are the upper bounds, in seconds, of the histogram of the lag
-// between an entry's append (its id's time) and its delivery to the hub.
-var LagBuckets = [...]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+// lagBounds bound the lag between an entry's append (its id's time, in
+// milliseconds) and its delivery to the hub.
+var lagBounds = [...]time.Duration{
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
+	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
+}
 
 type counters struct {
 	reads, readErrors, entries, applyErrors, malformed atomic.Int64
@@ -41,22 +47,11 @@ type counters struct {
 	replays, replayed                                  atomic.Int64
 	fallbacks                                          [len(fallbackReasons)]atomic.Int64
 	resyncs                                            [len(resyncReasons)]atomic.Int64
-	lagCount                                           atomic.Int64
-	lagSumMicros                                       atomic.Int64
-	lagBuckets                                         [len(LagBuckets)]atomic.Int64 // not cumulative
+	lag                                                *histogram.Histogram
 }
 
-func (c *counters) lag(d time.Duration) {
-	d = max(d, 0)
-	c.lagCount.Add(1)
-	c.lagSumMicros.Add(d.Microseconds())
-	s := d.Seconds()
-	for i, b := range LagBuckets {
-		if s <= b {
-			c.lagBuckets[i].Add(1)
-			return
-		}
-	}
+func newCounters() *counters {
+	return &counters{lag: histogram.New(lagBounds[:]...)}
 }
 
 // Stats are a Tailer's counters since it was made, and its gauges now.
@@ -76,9 +71,7 @@ type Stats struct {
 	ResumeFallbacks map[string]int64 // resume cursors not replayed, by reason (Fallback*)
 	TailResyncs     map[string]int64 // tenants re-read because the tail could not continue, by reason (Resync*)
 
-	LagCount   int64         // entries whose lag was measured
-	LagSum     time.Duration // their total lag
-	LagBuckets []int64       // cumulative counts per LagBuckets bound
+	Lag histogram.Snapshot // time from an entry's append to its delivery to the hub, per entry
 }
 
 func (c *counters) stats() Stats {
@@ -88,20 +81,13 @@ func (c *counters) stats() Stats {
 		Replays: c.replays.Load(), Replayed: c.replayed.Load(),
 		ResumeFallbacks: make(map[string]int64, len(fallbackReasons)),
 		TailResyncs:     make(map[string]int64, len(resyncReasons)),
-		LagCount:        c.lagCount.Load(),
-		LagSum:          time.Duration(c.lagSumMicros.Load()) * time.Microsecond,
-		LagBuckets:      make([]int64, len(LagBuckets)),
+		Lag:             c.lag.Snapshot(),
 	}
 	for i, r := range fallbackReasons {
 		s.ResumeFallbacks[r] = c.fallbacks[i].Load()
 	}
 	for i, r := range resyncReasons {
 		s.TailResyncs[r] = c.resyncs[i].Load()
-	}
-	var cum int64
-	for i := range LagBuckets {
-		cum += c.lagBuckets[i].Load()
-		s.LagBuckets[i] = cum
 	}
 	return s
 }

@@ -134,7 +134,7 @@ type Tailer struct {
 	readers []*reader
 	dials   atomic.Uint64 // connections the readers' client opened
 	seed    maphash.Seed
-	stats   counters
+	stats   *counters
 	target  Target // set by Start, before any reader runs
 
 	mu      sync.RWMutex
@@ -171,6 +171,7 @@ func NewTailer(cfg Config) *Tailer {
 		cfg: cfg, log: cfg.Logger.With("component", "stream"),
 		ctx: ctx, cancel: cancel,
 		seed: maphash.MakeSeed(), tenants: make(map[string]*tail),
+		stats: newCounters(),
 	}
 	switch c := cfg.Client.(type) {
 	case *redis.Client:
@@ -836,7 +837,7 @@ func (r *reader) deliver(tl *tail, msgs []redis.XMessage) bool {
 	now := time.Now()
 	for _, m := range msgs {
 		if id, err := ParseID(m.ID); err == nil {
-			t.stats.lag(now.Sub(time.UnixMilli(int64(id.MS))))
+			t.stats.lag.Observe(now.Sub(time.UnixMilli(int64(id.MS))))
 		}
 	}
 	t.stats.entries.Add(int64(len(msgs)))

@@ -149,7 +149,7 @@ func TestTailDeliversInOrderAndGivesPositions(t *testing.T) {
 	if changes, reason := tl.Replay(ctx, tenant, tl.Position(tenant)); reason != "" || len(changes) != 0 {
 		t.Fatalf("replay from the end: %d changes, reason %q; want none", len(changes), reason)
 	}
-	if s := tl.Stats(); s.Entries != 20 || s.Replays != 2 || s.Replayed != 20 || s.LagCount != 20 {
+	if s := tl.Stats(); s.Entries != 20 || s.Replays != 2 || s.Replayed != 20 || s.Lag.Count != 20 {
 		t.Fatalf("stats %+v", s)
 	}
 }

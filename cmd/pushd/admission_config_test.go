@@ -57,7 +57,7 @@ func TestAdmissionDefaultsAreProduction(t *testing.T) {
 		a.RenewInterval != 10*time.Second || a.Timeout != 100*time.Millisecond || a.ExpectedNodes != 1 {
 		t.Fatalf("admission defaults %+v", a)
 	}
-	for plan, want := range admission.DefaultPlans {
+	for plan, want := range admission.DefaultPlans() {
 		if a.Plans[plan] != want {
 			t.Errorf("plan %s: %d requests, want %d", plan, a.Plans[plan], want)
 		}
