@@ -26,8 +26,37 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 	if err := checkMany(taskIDs); err != nil {
 		return nil, err
 	}
-	out := make(map[string]*Snapshot, len(taskIDs))
-	var rest []string
+	out, rest := s.manyFromCache(taskIDs, cached)
+	if len(rest) == 0 {
+		return out, nil
+	}
+	if !s.enter() {
+		return nil, errClosed
+	}
+	defer s.inflight.Done()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	defer cancel()
+
+	var redisErr error
+	if s.rdb != nil {
+		rest, redisErr = s.manyFromRedis(ctx, rest, out)
+		if len(rest) == 0 || (redisErr == nil && s.db == nil) {
+			return out, nil
+		}
+	}
+	if s.db == nil {
+		return nil, fmt.Errorf("get many: %w", unavailable(rest[0], redisErr))
+	}
+	if err := s.manyFromDB(ctx, rest, cached, redisErr, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// manyFromCache returns what the in-process caches answer of taskIDs, and
+// the rest, each id once. Without cached every id is in the rest.
+func (s *Store) manyFromCache(taskIDs []string, cached bool) (out map[string]*Snapshot, rest []string) {
+	out = make(map[string]*Snapshot, len(taskIDs))
 	seen := make(map[string]bool, len(taskIDs))
 	for _, id := range taskIDs {
 		if seen[id] {
@@ -50,44 +79,34 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 		s.stats.cacheMisses.Add(1)
 		rest = append(rest, id)
 	}
-	if len(rest) == 0 {
-		return out, nil
-	}
-	if !s.enter() {
-		return nil, errClosed
-	}
-	defer s.inflight.Done()
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
-	defer cancel()
+	return out, rest
+}
 
-	var redisErr error
-	if s.rdb != nil {
-		found, err := s.readRedisMany(ctx, rest)
-		s.redisRead(ctx, err, "tasks", len(rest))
-		if err != nil {
-			redisErr = err
+// manyFromRedis reads ids with one MGET into out and returns those Redis
+// lacks; when the read failed, all of them and why.
+func (s *Store) manyFromRedis(ctx context.Context, ids []string, out map[string]*Snapshot) ([]string, error) {
+	found, err := s.readRedisMany(ctx, ids)
+	s.redisRead(ctx, err, "tasks", len(ids))
+	if err != nil {
+		return ids, err
+	}
+	missed := ids[:0]
+	for _, id := range ids {
+		if snap := found[id]; snap != nil {
+			out[id] = s.remember(snap)
 		} else {
-			missed := rest[:0]
-			for _, id := range rest {
-				if snap := found[id]; snap != nil {
-					out[id] = s.remember(snap)
-				} else {
-					missed = append(missed, id)
-				}
-			}
-			rest = missed
-		}
-		if len(rest) == 0 || (redisErr == nil && s.db == nil) {
-			return out, nil
+			missed = append(missed, id)
 		}
 	}
-	if s.db == nil {
-		return nil, fmt.Errorf("get many: %w", unavailable(rest[0], redisErr))
-	}
+	return missed, nil
+}
 
+// manyFromDB reads ids from PostgreSQL into out, writing the rows back to
+// Redis unless redisErr says it just failed, and caching what is absent.
+func (s *Store) manyFromDB(ctx context.Context, ids []string, cached bool, redisErr error, out map[string]*Snapshot) error {
 	// Tasks a Get's flight or another batch is reading from PostgreSQL
 	// are waited for, not queried again.
-	res, err := s.readDB(ctx, rest, 0, cached)
+	res, err := s.readDB(ctx, ids, 0, cached)
 	defer res.release() // once cached and written back
 	toRedis := s.rdb != nil && redisErr == nil && s.redisUsable()
 	for _, row := range res.rows {
@@ -103,14 +122,14 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 	}
 	s.setMissing(ctx, res.absent, toRedis)
 	if err != nil {
-		return nil, fmt.Errorf("get many: %w: %w", ErrUnavailable, errors.Join(redisErr, err))
+		return fmt.Errorf("get many: %w: %w", ErrUnavailable, errors.Join(redisErr, err))
 	}
 	for id, snap := range res.found {
 		if out[id] == nil { // another read's, or the cache's
 			out[id] = s.cachedIfNewer(snap)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // cachedIfNewer returns the cached copy of snap's task if it is newer, else
