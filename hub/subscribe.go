@@ -50,86 +50,77 @@ type Rejection struct {
 // answered alike), is rejected with not_found but stays watched: a task
 // created after the client asked for it still reaches the client.
 func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, error) {
-	h := c.hub
-	var rejected []Rejection
-	var tasks, projects []string
-	user := false
+	a, err := c.admit(s)
+	if err != nil {
+		return nil, err
+	}
+	if a.needBus {
+		if err := c.joinBus(ctx); err != nil {
+			return a.rejected, err
+		}
+	}
+	switch replayed, err := c.replayResume(ctx, s, a); {
+	case err != nil:
+		return a.rejected, err
+	case replayed:
+		c.settle()
+		return a.rejected, nil
+	}
+	err = c.readInitial(ctx, a)
+	if err == nil {
+		c.settle()
+	}
+	// A read that fails or is cut short is not the client's loss to wait
+	// out until the task next changes, which a finished task never does:
+	// the poll loop re-reads the tenant's watched tasks until it succeeds.
+	if err != nil || slices.ContainsFunc(a.rejected, unreadable) {
+		c.hub.poll.retry(c.TenantID, c.hub.pollWait(0))
+	}
+	return a.rejected, err
+}
 
+// admission is one Subscribe's: what it added to the connection's watches,
+// for the reads that follow, and what it refused.
+type admission struct {
+	room   int // subscriptions the connection may still add
+	budget readBudget
+
+	tasks    []string // watched by id, newly
+	projects []string // watched, newly
+	user     bool     // the user's tasks watched, newly
+	rejected []Rejection
+	needBus  bool // the connection holds no bus reference yet
+}
+
+// admit validates s, takes the reads it costs from the user's budget and
+// indexes what it adds, all under c.mu, so a concurrent Close sees every
+// entry. It also records what the client says it holds, counts a client
+// coming back, and leaves the connection unsettled until the Subscribe has
+// offered the initial state.
+func (c *Conn) admit(s Subscription) (*admission, error) {
+	h := c.hub
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed || c.ending {
-		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	// Indexed while c.mu is held, so a concurrent Close sees every entry.
-	room := h.cfg.MaxSubscriptions - len(c.tasks) - len(c.projects)
-	budget := readBudget{h: h, k: key{c.TenantID, c.UserID}, now: time.Now()}
-	for _, id := range s.Tasks {
-		switch {
-		case !snapshot.ValidID(id):
-			rejected = append(rejected, Rejection{TaskID: id, Code: CodeInvalidID})
-		case has(c.tasks, id):
-		case room <= 0:
-			rejected = append(rejected, Rejection{TaskID: id, Code: CodeTooMany})
-		case !h.readIsFree(c.TenantID, id) && !budget.take():
-			rejected = append(rejected, Rejection{TaskID: id, Code: CodeRateLimited, RetryAfterMS: budget.waitMS()})
-		default:
-			room--
-			c.tasks = add(c.tasks, id)
-			h.idx.add(byTask, key{c.TenantID, id}, c)
-			tasks = append(tasks, id)
-		}
+	a := &admission{
+		room:   h.cfg.MaxSubscriptions - len(c.tasks) - len(c.projects),
+		budget: readBudget{h: h, k: key{c.TenantID, c.UserID}, now: time.Now()},
 	}
-	for _, id := range s.Projects {
-		switch {
-		case !snapshot.ValidID(id):
-			rejected = append(rejected, Rejection{ProjectID: id, Code: CodeInvalidID})
-		case has(c.projects, id):
-		case room <= 0:
-			rejected = append(rejected, Rejection{ProjectID: id, Code: CodeTooMany})
-		case !h.listIsFree(byProject, c.TenantID, id) && !budget.take():
-			rejected = append(rejected, Rejection{ProjectID: id, Code: CodeRateLimited, RetryAfterMS: budget.waitMS()})
-		default:
-			room--
-			if len(c.projects) == 0 && !c.userScope {
-				h.idx.addScoped(c.TenantID, 1)
-			}
-			c.projects = add(c.projects, id)
-			h.idx.add(byProject, key{c.TenantID, id}, c)
-			projects = append(projects, id)
-		}
+	c.admitTasksLocked(a, s.Tasks)
+	c.admitProjectsLocked(a, s.Projects)
+	if s.User {
+		c.admitUserLocked(a)
 	}
-	userLimited := false
-	if s.User && !c.userScope && c.UserID != "" && !h.listIsFree(byUser, c.TenantID, c.UserID) && !budget.take() {
-		userLimited = true
-		rejected = append(rejected, Rejection{Code: CodeRateLimited, RetryAfterMS: budget.waitMS()})
-	}
-	if s.User && !c.userScope && c.UserID != "" && !userLimited {
-		if len(c.projects) == 0 {
-			h.idx.addScoped(c.TenantID, 1)
-		}
-		c.userScope = true
-		h.idx.add(byUser, key{c.TenantID, c.UserID}, c)
-		user = true
-	}
-	// What the client says it holds only spares it resends; entries beyond
-	// what it could hold (every task it watches by id and a full listing
-	// of its projects and user) would only grow this map, request after
-	// request, so they are ignored.
-	for id, v := range s.Since {
-		if len(c.delivered) >= h.maxTracked() && !has(c.tasks, id) {
-			continue
-		}
-		if snapshot.ValidID(id) && v > c.delivered[id] {
-			c.rememberLocked(id, v)
-		}
-	}
+	c.acceptSinceLocked(s.Since)
 	// A client that brings a resume position is one coming back: counted
 	// once per connection, however many subscribes carry one.
 	if !c.resumed && (s.Resume != "" || s.ResumeMismatch || len(s.Since) > 0) {
 		c.resumed = true
 		h.stats.Reconnects[c.Transport].Add(1)
 	}
-	needBus := c.busRelease == nil
+	a.needBus = c.busRelease == nil
 	// Until this Subscribe has offered the initial state, the stream
 	// position says nothing about what it adds.
 	c.settled = false
@@ -137,98 +128,193 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	// watches; a client refused part of its subscription comes back for
 	// it, and a cursor of this connection would then skip it if it never
 	// moved. Such a connection writes the transport's own cursors.
-	if s.Cursors && h.cfg.Stream != nil && !slices.ContainsFunc(rejected, unwatched) {
+	if s.Cursors && h.cfg.Stream != nil && !slices.ContainsFunc(a.rejected, unwatched) {
 		c.cursors = true
 	}
-	c.mu.Unlock()
+	return a, nil
+}
 
-	if needBus {
-		release, err := h.cfg.Bus.Subscribe(ctx, c.TenantID)
+// admitTasksLocked watches the tasks of ids it admits, in order.
+func (c *Conn) admitTasksLocked(a *admission, ids []string) {
+	h := c.hub
+	for _, id := range ids {
 		switch {
-		case err == nil:
-			if !c.setBus(release) {
-				release()
-			}
-		case ctx.Err() != nil:
-			return rejected, ctx.Err()
+		case !snapshot.ValidID(id):
+			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeInvalidID})
+		case has(c.tasks, id):
+		case a.room <= 0:
+			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeTooMany})
+		case !h.readIsFree(c.TenantID, id) && !a.budget.take():
+			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeRateLimited, RetryAfterMS: a.budget.waitMS()})
 		default:
-			// The bus is down: the snapshots below are still current, and
-			// the poll loop keeps them fresh and retries the subscription.
-			h.log.Warn("bus subscribe failed; polling this connection", "conn", c.ID, "tenant", c.TenantID, "err", err)
-			h.needBus(c)
+			a.room--
+			c.tasks = add(c.tasks, id)
+			h.idx.add(byTask, key{c.TenantID, id}, c)
+			a.tasks = append(a.tasks, id)
 		}
 	}
+}
 
-	if s.ResumeMismatch && h.cfg.Stream != nil {
+// admitProjectsLocked watches the projects of ids it admits, in order.
+func (c *Conn) admitProjectsLocked(a *admission, ids []string) {
+	h := c.hub
+	for _, id := range ids {
+		switch {
+		case !snapshot.ValidID(id):
+			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeInvalidID})
+		case has(c.projects, id):
+		case a.room <= 0:
+			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeTooMany})
+		case !h.listIsFree(byProject, c.TenantID, id) && !a.budget.take():
+			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeRateLimited, RetryAfterMS: a.budget.waitMS()})
+		default:
+			a.room--
+			if len(c.projects) == 0 && !c.userScope {
+				h.idx.addScoped(c.TenantID, 1)
+			}
+			c.projects = add(c.projects, id)
+			h.idx.add(byProject, key{c.TenantID, id}, c)
+			a.projects = append(a.projects, id)
+		}
+	}
+}
+
+// admitUserLocked watches every task of the connection's user, unless it
+// does already, has no user, or the budget refuses the listing.
+func (c *Conn) admitUserLocked(a *admission) {
+	h := c.hub
+	if c.userScope || c.UserID == "" {
+		return
+	}
+	if !h.listIsFree(byUser, c.TenantID, c.UserID) && !a.budget.take() {
+		a.rejected = append(a.rejected, Rejection{Code: CodeRateLimited, RetryAfterMS: a.budget.waitMS()})
+		return
+	}
+	if len(c.projects) == 0 {
+		h.idx.addScoped(c.TenantID, 1)
+	}
+	c.userScope = true
+	h.idx.add(byUser, key{c.TenantID, c.UserID}, c)
+	a.user = true
+}
+
+// acceptSinceLocked records the versions the client says it holds.
+func (c *Conn) acceptSinceLocked(since map[string]int64) {
+	// What the client says it holds only spares it resends; entries beyond
+	// what it could hold (every task it watches by id and a full listing
+	// of its projects and user) would only grow this map, request after
+	// request, so they are ignored.
+	for id, v := range since {
+		if len(c.delivered) >= c.hub.maxTracked() && !has(c.tasks, id) {
+			continue
+		}
+		if snapshot.ValidID(id) && v > c.delivered[id] {
+			c.rememberLocked(id, v)
+		}
+	}
+}
+
+// joinBus takes the connection's reference on its tenant's bus
+// subscription. It fails only when ctx ended: with the bus down, the
+// connection is polled instead.
+func (c *Conn) joinBus(ctx context.Context) error {
+	h := c.hub
+	release, err := h.cfg.Bus.Subscribe(ctx, c.TenantID)
+	switch {
+	case err == nil:
+		if !c.setBus(release) {
+			release()
+		}
+	case ctx.Err() != nil:
+		return ctx.Err()
+	default:
+		// The bus is down: the snapshots below are still current, and
+		// the poll loop keeps them fresh and retries the subscription.
+		h.log.Warn("bus subscribe failed; polling this connection", "conn", c.ID, "tenant", c.TenantID, "err", err)
+		h.needBus(c)
+	}
+	return nil
+}
+
+// replayResume offers, in place of the initial state of what a added, the
+// tasks changed after s.Resume, when the hub's Stream can replay them. It
+// reports whether it did; otherwise everything is read, as for a new
+// client. It fails only when ctx ended.
+func (c *Conn) replayResume(ctx context.Context, s Subscription, a *admission) (replayed bool, err error) {
+	h := c.hub
+	if h.cfg.Stream == nil {
+		return false, nil
+	}
+	if s.ResumeMismatch {
 		h.stats.ResumeFallbacks.Add(1)
 		h.stats.ResumeMismatches.Add(1)
 		h.log.Debug("resume cursor of another subscription; reading everything", "conn", c.ID, "tenant", c.TenantID)
 	}
-	if s.Resume != "" && h.cfg.Stream != nil {
-		changes, fallback := h.cfg.Stream.Replay(ctx, c.TenantID, s.Resume)
-		switch {
-		case fallback != "":
-			h.stats.ResumeFallbacks.Add(1)
-			h.log.Debug("resume cursor not replayable; reading everything", "conn", c.ID, "tenant", c.TenantID, "reason", fallback)
-		case c.replay(ctx, changes, tasks, projects, user) == nil:
-			h.stats.Resumes.Add(1)
-			c.settle()
-			return rejected, nil
-		case ctx.Err() != nil:
-			return rejected, ctx.Err()
-		default:
-			h.stats.ResumeFallbacks.Add(1) // reads failed: read everything below, each read reporting its own failure
-		}
+	if s.Resume == "" {
+		return false, nil
 	}
+	changes, fallback := h.cfg.Stream.Replay(ctx, c.TenantID, s.Resume)
+	switch {
+	case fallback != "":
+		h.stats.ResumeFallbacks.Add(1)
+		h.log.Debug("resume cursor not replayable; reading everything", "conn", c.ID, "tenant", c.TenantID, "reason", fallback)
+	case c.replay(ctx, changes, a.tasks, a.projects, a.user) == nil:
+		h.stats.Resumes.Add(1)
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	default:
+		h.stats.ResumeFallbacks.Add(1) // reads failed: read everything below, each read reporting its own failure
+	}
+	return false, nil
+}
 
-	// A read that fails or is cut short is not the client's loss to wait
-	// out until the task next changes, which a finished task never does:
-	// the poll loop re-reads the tenant's watched tasks until it succeeds.
-	unread := true
-	defer func() {
-		if unread {
-			h.poll.retry(c.TenantID, h.pollWait(0))
-		}
-	}()
-	for _, id := range tasks {
+// readInitial offers the current snapshot of each task a added and the
+// listings of its projects and user, and rejects, as unavailable or not
+// found, what it could not offer. It fails only when ctx ended.
+func (c *Conn) readInitial(ctx context.Context, a *admission) error {
+	h := c.hub
+	for _, id := range a.tasks {
 		snap, err := h.cfg.Source.Get(ctx, id, 0)
 		switch {
 		case err == nil && snap.TenantID == c.TenantID:
 			c.offer(snap, news{})
 		case err == nil, errors.Is(err, snapshot.ErrNotFound):
-			rejected = append(rejected, Rejection{TaskID: id, Code: CodeNotFound})
+			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeNotFound})
 		case errors.Is(err, snapshot.ErrInvalidID):
-			rejected = append(rejected, Rejection{TaskID: id, Code: CodeInvalidID})
+			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeInvalidID})
 		default:
 			if ctx.Err() != nil {
-				return rejected, ctx.Err()
+				return ctx.Err()
 			}
 			h.log.Warn("initial snapshot read failed", "conn", c.ID, "tenant", c.TenantID, "task", id, "err", err)
-			rejected = append(rejected, Rejection{TaskID: id, Code: CodeUnavailable})
+			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeUnavailable})
 		}
 	}
-	for _, id := range projects {
+	for _, id := range a.projects {
 		if err := c.offerList(h.cfg.Source.ListProject(ctx, c.TenantID, id)); err != nil {
 			if ctx.Err() != nil {
-				return rejected, ctx.Err()
+				return ctx.Err()
 			}
 			h.log.Warn("project listing failed", "conn", c.ID, "tenant", c.TenantID, "project", id, "err", err)
-			rejected = append(rejected, Rejection{ProjectID: id, Code: CodeUnavailable})
+			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeUnavailable})
 		}
 	}
-	if user {
+	if a.user {
 		if err := c.offerList(h.cfg.Source.ListUser(ctx, c.TenantID, c.UserID)); err != nil {
 			if ctx.Err() != nil {
-				return rejected, ctx.Err()
+				return ctx.Err()
 			}
 			h.log.Warn("user listing failed", "conn", c.ID, "tenant", c.TenantID, "user", c.UserID, "err", err)
-			rejected = append(rejected, Rejection{Code: CodeUnavailable})
+			a.rejected = append(a.rejected, Rejection{Code: CodeUnavailable})
 		}
 	}
-	c.settle()
-	unread = slices.ContainsFunc(rejected, func(r Rejection) bool { return r.Code == CodeUnavailable })
-	return rejected, nil
+	return nil
 }
+
+// unreadable reports whether r is a read that failed: the poll loop reads
+// it again.
+func unreadable(r Rejection) bool { return r.Code == CodeUnavailable }
 
 // unwatched reports whether r leaves its id unwatched: the client must ask
 // for it again.
