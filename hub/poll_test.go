@@ -219,3 +219,49 @@ func TestFailedInitialReadIsRetried(t *testing.T) {
 		t.Fatalf("got %s v%d", s.TaskID, s.Version)
 	}
 }
+
+// cutShortSource ends its caller's context during the first Get, as a
+// client that goes away mid-subscribe does, and answers every read after.
+type cutShortSource struct {
+	*snapshot.MemoryStore
+	cancel context.CancelFunc
+	cut    atomic.Bool
+}
+
+func (s *cutShortSource) Get(ctx context.Context, id string, atLeast int64) (*snapshot.Snapshot, error) {
+	if s.cut.CompareAndSwap(false, true) {
+		s.cancel()
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.MemoryStore.Get(ctx, id, atLeast)
+}
+
+// TestInitialReadCutShortIsRetried: a subscribe whose initial read its
+// context cut short leaves the task watched and unread, and the poll loop
+// reads it, so the client gets it although it never changes.
+func TestInitialReadCutShortIsRetried(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := &cutShortSource{MemoryStore: snapshot.NewMemoryStore(), cancel: cancel}
+	bus := fanout.NewMemoryBus()
+	h := hub.New(hub.Config{Source: src, Bus: bus, PollInterval: 20 * time.Millisecond})
+	bus.Start(h)
+	t.Cleanup(func() {
+		h.Close()
+		bus.Close()
+	})
+	src.SetIfNewer(context.Background(), snap(t, "t1", "done", 7))
+	r := newRecorder()
+	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if _, err := c.Subscribe(ctx, hub.Subscription{Tasks: []string{"done"}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("subscribe cut short: %v, want context.Canceled", err)
+	}
+	if s := r.nextTask(t); s.TaskID != "done" || s.Version != 7 {
+		t.Fatalf("got %s v%d", s.TaskID, s.Version)
+	}
+}

@@ -1,0 +1,253 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// Get returns the task's snapshot: from the in-process cache when it holds
+// version atLeast or newer, else from one fetch shared by every concurrent
+// caller for the task (Redis, then PostgreSQL). A result older than atLeast
+// means Redis lost a write, so Get then reads PostgreSQL once more.
+func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*Snapshot, error) {
+	if !ValidID(taskID) {
+		return nil, ErrInvalidID
+	}
+	// A subscriber's read (atLeast 0) may come after the notification of
+	// the task's newest version was heard and before it was watched: it
+	// must answer with that version, not one cached or fetched before it.
+	if v, ok := s.observed.get(taskID); ok && v > atLeast {
+		atLeast = v
+	}
+	if snap, ok := s.tasks.get(taskID); ok && snap.Version >= atLeast {
+		s.stats.cacheHits.Add(1)
+		return snap, nil
+	}
+	// A notification (atLeast > 0) proves the task exists now, whatever was
+	// cached about it before.
+	if atLeast <= 0 {
+		if _, ok := s.missing.get(taskID); ok {
+			s.stats.negativeHits.Add(1)
+			return nil, ErrNotFound
+		}
+	}
+	s.stats.cacheMisses.Add(1)
+	fetch := func(dbOnly bool) func(context.Context) (*Snapshot, error) {
+		return func(ctx context.Context) (*Snapshot, error) { return s.fetch(ctx, taskID, atLeast, dbOnly) }
+	}
+	snap, err := shared(ctx, s, &s.flights, taskID, fetch(false))
+	if atLeast <= 0 || (err == nil && snap.Version >= atLeast) {
+		return snap, err
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	// The flight this call joined may have started before the announced
+	// version was written. One that starts now cannot have: the write
+	// happened before the notification that brought us here. Read Redis
+	// again before troubling PostgreSQL, which may lag Redis.
+	if again, err2 := shared(ctx, s, &s.flights, taskID, fetch(false)); err2 == nil {
+		snap, err = newest(snap, again), nil
+		if snap.Version >= atLeast {
+			return snap, nil
+		}
+	}
+	// Redis lost the write (evicted, or restarted empty): ask PostgreSQL,
+	// the fact source.
+	if s.db != nil {
+		if row, err3 := shared(ctx, s, &s.dbFlights, taskID, fetch(true)); err3 == nil {
+			snap, err = newest(snap, row), nil
+		}
+	}
+	// The newest version found, even if older than announced: delivering
+	// it is better than nothing, and the next change or resync brings the
+	// rest.
+	return snap, err
+}
+
+// newest returns the newer of two snapshots, either of which may be nil.
+func newest(a, b *Snapshot) *Snapshot {
+	if a == nil || (b != nil && b.NewerThan(a.Version)) {
+		return b
+	}
+	return a
+}
+
+// shared runs fetch once for every concurrent caller with the same key in g.
+// The fetch runs detached from ctx, under FetchTimeout, so a caller that
+// gives up does not fail the others; each caller still returns when its own
+// ctx ends. A failed fetch is forgotten at once, so the next caller retries.
+func shared[T any](ctx context.Context, s *Store, g *singleflight.Group, key string, fetch func(context.Context) (T, error)) (T, error) {
+	// led is written by the fetch, which runs only for the caller that
+	// started the flight, before its result is sent on ch.
+	led := false
+	ch := g.DoChan(key, func() (any, error) {
+		led = true
+		if !s.enter() {
+			g.Forget(key)
+			return nil, errClosed
+		}
+		defer s.inflight.Done()
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FetchTimeout)
+		defer cancel()
+		v, err := fetch(fctx)
+		if err != nil {
+			g.Forget(key)
+			return nil, err
+		}
+		return v, nil
+	})
+	var zero T
+	select {
+	case r := <-ch:
+		if !led {
+			s.stats.sharedCalls.Add(1)
+		}
+		if r.Err != nil {
+			return zero, r.Err
+		}
+		return r.Val.(T), nil
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// fetch reads one task for a shared flight. dbOnly skips Redis, whose copy
+// was older than atLeast. atLeast > 0 also skips the negative caches.
+func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool) (*Snapshot, error) {
+	// A caller that missed the cache just before the previous flight for
+	// this task stored its result may start a new flight just after: answer
+	// it from the cache, so a burst of callers costs one read.
+	if snap, ok := s.tasks.get(id); ok && snap.Version >= atLeast {
+		s.stats.cacheHits.Add(1)
+		return snap, nil
+	}
+	if atLeast <= 0 {
+		if _, ok := s.missing.get(id); ok {
+			s.stats.negativeHits.Add(1)
+			return nil, ErrNotFound
+		}
+	}
+
+	var redisErr error // why Redis did not answer, if it did not
+	if s.rdb != nil && !dbOnly {
+		snap, missing, err := s.readRedis(ctx, id, atLeast <= 0 && s.cfg.NegativeTTL > 0)
+		s.redisRead(ctx, err, "task_id", id)
+		switch {
+		case err != nil:
+			redisErr = err
+		case snap != nil:
+			return s.remember(snap), nil
+		case missing:
+			s.stats.negativeHits.Add(1)
+			s.stats.redisNegative.Add(1)
+			s.markMissing(id)
+			return nil, ErrNotFound
+		case s.db == nil:
+			// Redis is the only source and does not have the task.
+			return nil, ErrNotFound
+		}
+	}
+	if s.db == nil {
+		return nil, unavailable(id, redisErr)
+	}
+
+	// dbOnly: Redis was older than announced, so only a read sent from now
+	// on will do.
+	res, err := s.readDB(ctx, []string{id}, atLeast, !dbOnly)
+	defer res.release() // once cached and written back
+	if err != nil {
+		return nil, unavailable(id, errors.Join(redisErr, err))
+	}
+	snap := res.found[id]
+	if len(res.rows)+len(res.absent) == 0 {
+		// Another read's (which caches and writes it back), or the cache's.
+		if snap == nil {
+			return nil, ErrNotFound
+		}
+		return s.cachedIfNewer(snap), nil
+	}
+	// Redis missed, lost a write, or was skipped: tell it what PostgreSQL
+	// said. Not after a Redis error: Redis is likely down, and waiting on it
+	// again would only delay the answer.
+	toRedis := s.rdb != nil && redisErr == nil && s.redisUsable()
+	if snap == nil {
+		s.setMissing(ctx, []string{id}, toRedis)
+		return nil, ErrNotFound
+	}
+	if toRedis {
+		s.writeBack(ctx, []*Snapshot{snap})
+		return s.remember(snap), nil
+	}
+	return s.rememberFor(snap, standInTTL), nil
+}
+
+// unavailable wraps ErrUnavailable with what caused it.
+func unavailable(id string, cause error) error {
+	if cause == nil {
+		return fmt.Errorf("get %s: %w: no source configured", id, ErrUnavailable)
+	}
+	return fmt.Errorf("get %s: %w: %w", id, ErrUnavailable, cause)
+}
+
+// standInTTL is how long a row read from PostgreSQL stays in process when
+// Redis could not take its write-back (it failed a moment ago): the cached
+// copy stands in for the Redis copy, so a storm of readers of the task
+// while Redis is skipped costs one query, not one per CacheTTL. A change
+// announced meanwhile drops it (Observe), and polling bypasses it.
+const standInTTL = 3 * redisBackoff
+
+// remember caches snap unless the cache holds a newer version, and returns
+// the newer of the two: a source that lags behind what this node already saw
+// must not move the node backwards.
+func (s *Store) remember(snap *Snapshot) *Snapshot { return s.rememberFor(snap, 0) }
+
+// rememberFor is remember with the entry kept for at least ttl.
+func (s *Store) rememberFor(snap *Snapshot, ttl time.Duration) *Snapshot {
+	newest := s.tasks.updateFor(snap.TaskID, ttl, func(old *Snapshot, present bool) *Snapshot {
+		if present && old.Version > snap.Version {
+			return old
+		}
+		return snap
+	})
+	// After the update, so a concurrent markMissing either sees the task or
+	// has its entry deleted here: tasks are never deleted, so existence wins.
+	s.missing.delete(snap.TaskID)
+	return newest
+}
+
+// Cached reports whether Get(taskID, 0) would be answered from the
+// in-process caches, without Redis or PostgreSQL.
+func (s *Store) Cached(taskID string) bool {
+	if _, ok := s.tasks.get(taskID); ok {
+		return true
+	}
+	_, ok := s.missing.get(taskID)
+	return ok
+}
+
+// Observe records that a notification announced version of the task: a
+// cached copy older than that and a cached "not found" are dropped, so the
+// next read goes to Redis. The hub calls it for every notification, watched
+// or not, so a connection that subscribes later never starts from a copy
+// this node knows is stale. It does no I/O.
+func (s *Store) Observe(taskID string, version int64) {
+	raise(s.observed, taskID, version)
+	if snap, ok := s.tasks.get(taskID); ok && snap.Version < version {
+		s.tasks.delete(taskID)
+	}
+	s.missing.delete(taskID)
+}
+
+// markMissing caches "not found" in process, unless this node meanwhile
+// learned of the task.
+func (s *Store) markMissing(id string) {
+	s.missing.put(id, struct{}{})
+	if _, ok := s.tasks.get(id); ok {
+		s.missing.delete(id)
+	}
+}

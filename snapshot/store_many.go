@@ -1,0 +1,143 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// GetMany returns the snapshots of the tasks that exist, keyed by id. It
+// serves what the in-process cache holds, reads the rest with one Redis MGET
+// and what Redis lacks with one PostgreSQL query, and writes those back. It
+// accepts at most MaxMany ids; more fail with ErrInvalidID, like a bad id,
+// before any I/O.
+func (s *Store) GetMany(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error) {
+	return s.getMany(ctx, taskIDs, true)
+}
+
+// Reload is GetMany without the in-process caches: resync and polling use
+// it, because a copy cached while notifications were being lost may be
+// stale. What it reads still refreshes the caches.
+func (s *Store) Reload(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error) {
+	return s.getMany(ctx, taskIDs, false)
+}
+
+func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map[string]*Snapshot, error) {
+	if err := checkMany(taskIDs); err != nil {
+		return nil, err
+	}
+	out, rest := s.manyFromCache(taskIDs, cached)
+	if len(rest) == 0 {
+		return out, nil
+	}
+	if !s.enter() {
+		return nil, errClosed
+	}
+	defer s.inflight.Done()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	defer cancel()
+
+	var redisErr error
+	if s.rdb != nil {
+		rest, redisErr = s.manyFromRedis(ctx, rest, out)
+		if len(rest) == 0 || (redisErr == nil && s.db == nil) {
+			return out, nil
+		}
+	}
+	if s.db == nil {
+		return nil, fmt.Errorf("get many: %w", unavailable(rest[0], redisErr))
+	}
+	if err := s.manyFromDB(ctx, rest, cached, redisErr, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// manyFromCache returns what the in-process caches answer of taskIDs, and
+// the rest, each id once. Without cached every id is in the rest.
+func (s *Store) manyFromCache(taskIDs []string, cached bool) (out map[string]*Snapshot, rest []string) {
+	out = make(map[string]*Snapshot, len(taskIDs))
+	seen := make(map[string]bool, len(taskIDs))
+	for _, id := range taskIDs {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if !cached {
+			rest = append(rest, id)
+			continue
+		}
+		if snap, ok := s.tasks.get(id); ok {
+			s.stats.cacheHits.Add(1)
+			out[id] = snap
+			continue
+		}
+		if _, ok := s.missing.get(id); ok {
+			s.stats.negativeHits.Add(1)
+			continue
+		}
+		s.stats.cacheMisses.Add(1)
+		rest = append(rest, id)
+	}
+	return out, rest
+}
+
+// manyFromRedis reads ids with one MGET into out and returns those Redis
+// lacks; when the read failed, all of them and why.
+func (s *Store) manyFromRedis(ctx context.Context, ids []string, out map[string]*Snapshot) ([]string, error) {
+	found, err := s.readRedisMany(ctx, ids)
+	s.redisRead(ctx, err, "tasks", len(ids))
+	if err != nil {
+		return ids, err
+	}
+	missed := ids[:0]
+	for _, id := range ids {
+		if snap := found[id]; snap != nil {
+			out[id] = s.remember(snap)
+		} else {
+			missed = append(missed, id)
+		}
+	}
+	return missed, nil
+}
+
+// manyFromDB reads ids from PostgreSQL into out, writing the rows back to
+// Redis unless redisErr says it just failed, and caching what is absent.
+func (s *Store) manyFromDB(ctx context.Context, ids []string, cached bool, redisErr error, out map[string]*Snapshot) error {
+	// Tasks a Get's flight or another batch is reading from PostgreSQL
+	// are waited for, not queried again.
+	res, err := s.readDB(ctx, ids, 0, cached)
+	defer res.release() // once cached and written back
+	toRedis := s.rdb != nil && redisErr == nil && s.redisUsable()
+	for _, row := range res.rows {
+		if toRedis {
+			out[row.TaskID] = s.remember(row)
+		} else {
+			// As in fetch: it stands in for the write-back Redis cannot take.
+			out[row.TaskID] = s.rememberFor(row, standInTTL)
+		}
+	}
+	if toRedis && len(res.rows) > 0 {
+		s.writeBack(ctx, res.rows)
+	}
+	s.setMissing(ctx, res.absent, toRedis)
+	if err != nil {
+		return fmt.Errorf("get many: %w: %w", ErrUnavailable, errors.Join(redisErr, err))
+	}
+	for id, snap := range res.found {
+		if out[id] == nil { // another read's, or the cache's
+			out[id] = s.cachedIfNewer(snap)
+		}
+	}
+	return nil
+}
+
+// cachedIfNewer returns the cached copy of snap's task if it is newer, else
+// snap. For a snapshot another read caches: remembering it again here
+// would cut short the time a stand-in copy is kept.
+func (s *Store) cachedIfNewer(snap *Snapshot) *Snapshot {
+	if cur, ok := s.tasks.get(snap.TaskID); ok && cur.NewerThan(snap.Version) {
+		return cur
+	}
+	return snap
+}
