@@ -138,18 +138,21 @@ func TestTailDeliversInOrderAndGivesPositions(t *testing.T) {
 	if len(g.changes) != 20 {
 		t.Fatalf("%d changes delivered, want 20", len(g.changes))
 	}
-	g.waitUntil(t, "position moved and tail covers", func() bool { return tl.Position(tenant) != p0 && tl.Covers(tenant) })
+	// The position moves once a batch is applied, so it may still name an
+	// earlier batch just after the last change arrived: a replay from it,
+	// which returns nothing only once it names the last entry, is what to
+	// wait for.
+	g.waitUntil(t, "a replay from the position returns nothing", func() bool {
+		changes, reason := tl.Replay(ctx, tenant, tl.Position(tenant))
+		return reason == "" && len(changes) == 0 && tl.Covers(tenant)
+	})
 
-	// Replay from the placement's position returns the 20 changes; from
-	// the last position, none.
+	// Replay from the placement's position returns the 20 changes.
 	changes, reason := tl.Replay(ctx, tenant, p0)
 	if reason != "" || len(changes) != 20 {
 		t.Fatalf("replay from the start: %d changes, reason %q; want 20", len(changes), reason)
 	}
-	if changes, reason := tl.Replay(ctx, tenant, tl.Position(tenant)); reason != "" || len(changes) != 0 {
-		t.Fatalf("replay from the end: %d changes, reason %q; want none", len(changes), reason)
-	}
-	if s := tl.Stats(); s.Entries != 20 || s.Replays != 2 || s.Replayed != 20 || s.Lag.Count != 20 {
+	if s := tl.Stats(); s.Entries != 20 || s.Replays < 2 || s.Replayed != 20 || s.Lag.Count != 20 {
 		t.Fatalf("stats %+v", s)
 	}
 }
