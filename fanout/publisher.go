@@ -105,7 +105,7 @@ func (p *RedisPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (wri
 	if s == nil {
 		return false, errNilSnapshot
 	}
-	msg, err := json.Marshal(NotificationFor(s))
+	msg, err := json.Marshal(snapshot.NotificationFor(s))
 	if err != nil {
 		return false, fmt.Errorf("publish %s: %w", s.TaskID, err)
 	}
@@ -160,7 +160,7 @@ func (p MemoryPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (wri
 		return false, fmt.Errorf("publish %s: %w", s.TaskID, err)
 	}
 	if written && p.Bus != nil {
-		p.Bus.Publish(NotificationFor(s))
+		p.Bus.Publish(snapshot.NotificationFor(s))
 	}
 	return written, nil
 }

@@ -199,6 +199,13 @@ type Node struct {
 // Embedded reports whether cfg runs without Redis and PostgreSQL.
 func (c Config) Embedded() bool { return c.RedisURL == "" && c.DatabaseURL == "" }
 
+// The hub is the handler of every bus; it implements both interfaces without
+// naming them, so the assertion lives here, where the two meet.
+var (
+	_ fanout.Handler     = (*hub.Hub)(nil)
+	_ fanout.LossHandler = (*hub.Hub)(nil)
+)
+
 // New builds a node and connects it to its servers. It does not listen yet.
 func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {

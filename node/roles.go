@@ -116,7 +116,7 @@ func (p *splitPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (boo
 	if err != nil || !written {
 		return false, err
 	}
-	msg, err := json.Marshal(fanout.NotificationFor(s))
+	msg, err := json.Marshal(snapshot.NotificationFor(s))
 	if err != nil {
 		return true, fmt.Errorf("publish %s: %w", s.TaskID, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream"
 	"github.com/pushd/pushd/testenv"
 )
@@ -189,7 +190,7 @@ func TestClusterTailSurvivesFailover(t *testing.T) {
 	// v11 arrives, or the tenant was re-read after it was published.
 	f.g.waitUntil(t, "v11 of every tenant", func() bool {
 		for _, tenant := range f.tenants {
-			if !slices.ContainsFunc(f.g.events[mark:], func(n fanout.Notification) bool {
+			if !slices.ContainsFunc(f.g.events[mark:], func(n snapshot.Notification) bool {
 				return n.TenantID == tenant && (n.Version == 11 || n.Version == 0)
 			}) {
 				return false

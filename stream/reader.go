@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -221,7 +220,7 @@ func (r *reader) deliver(tl *tail, msgs []redis.XMessage) bool {
 	if len(msgs) == 0 {
 		return true
 	}
-	changes := make([]fanout.Notification, 0, len(msgs))
+	changes := make([]snapshot.Notification, 0, len(msgs))
 	for _, m := range msgs {
 		if n, ok := parseEntry(tl.tenant, m); ok {
 			changes = append(changes, n)
@@ -284,8 +283,8 @@ func (r *reader) deliver(tl *tail, msgs []redis.XMessage) bool {
 // parseEntry reads an entry's hint: task_id and version are required;
 // project_id and user_id are dropped when not valid ids (the snapshot
 // says).
-func parseEntry(tenant string, m redis.XMessage) (fanout.Notification, bool) {
-	n := fanout.Notification{TenantID: tenant}
+func parseEntry(tenant string, m redis.XMessage) (snapshot.Notification, bool) {
+	n := snapshot.Notification{TenantID: tenant}
 	n.TaskID, _ = m.Values["task_id"].(string)
 	v, _ := m.Values["version"].(string)
 	var err error

@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/pushd/pushd/snapshot"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/pushd/pushd/fanout"
 )
 
 // Replay returns the tenant's changes after cursor, oldest first, read in
@@ -15,7 +14,7 @@ import (
 // from its token; a cursor never chooses the stream, and a cursor made for
 // another tenant's stream is refused by its tag. Replay needs no tail: any
 // node answers any node's cursor.
-func (t *Tailer) Replay(ctx context.Context, tenant, cursor string) ([]fanout.Notification, string) {
+func (t *Tailer) Replay(ctx context.Context, tenant, cursor string) ([]snapshot.Notification, string) {
 	changes, reason := t.replay(ctx, tenant, cursor)
 	if reason != "" {
 		t.stats.fallback(reason)
@@ -26,7 +25,7 @@ func (t *Tailer) Replay(ctx context.Context, tenant, cursor string) ([]fanout.No
 	return changes, ""
 }
 
-func (t *Tailer) replay(ctx context.Context, tenant, cursor string) ([]fanout.Notification, string) {
+func (t *Tailer) replay(ctx context.Context, tenant, cursor string) ([]snapshot.Notification, string) {
 	p, err := decodeCursor(cursor)
 	if err != nil {
 		return nil, FallbackCorrupt
@@ -60,7 +59,7 @@ func (t *Tailer) replay(ctx context.Context, tenant, cursor string) ([]fanout.No
 	if len(msgs) > t.cfg.MaxReplay {
 		return nil, FallbackTooMany
 	}
-	changes := make([]fanout.Notification, 0, len(msgs))
+	changes := make([]snapshot.Notification, 0, len(msgs))
 	for _, m := range msgs {
 		if n, ok := parseEntry(tenant, m); ok {
 			changes = append(changes, n)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
@@ -25,7 +24,7 @@ var ErrClosed = errors.New("stream: tailer closed")
 type Target interface {
 	// Apply delivers a batch of a tenant's changes before it returns; an
 	// error means it must be retried (see hub.Hub.Apply).
-	Apply(ctx context.Context, tenant string, changes []fanout.Notification) error
+	Apply(ctx context.Context, tenant string, changes []snapshot.Notification) error
 	// ResyncNow re-reads everything the tenant's connections watch before
 	// it returns, and reports whether every read succeeded.
 	ResyncNow(tenant string) bool
