@@ -22,7 +22,7 @@ import (
 	"github.com/pushd/pushd/snapshot"
 )
 
-// Source is what the hub reads snapshots from; snapshot.Store and
+// Source is what the hub reads snapshots from; snapshot/store's Store and
 // snapshot.MemoryStore implement it.
 type Source interface {
 	Get(ctx context.Context, taskID string, atLeast int64) (*snapshot.Snapshot, error)

@@ -28,6 +28,7 @@ import (
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/metrics"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
 	"github.com/pushd/pushd/sse"
 	"github.com/pushd/pushd/stream"
 	"github.com/pushd/pushd/web"
@@ -186,7 +187,7 @@ type Node struct {
 	clients  map[string]*redis.Client
 	adm      *admission.Controller
 	pool     *pgxpool.Pool
-	store    *snapshot.Store
+	store    *store.Store
 	sim      *sim.Simulator // nil unless the demo is served
 	srv      *http.Server
 	sources  sourceStates // for /readyz
@@ -281,7 +282,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			n.checkDatabase(ctx, &pcfg.ConnConfig.Config)
 		}
 		names := keys.Names{Prefix: cfg.KeyPrefix, Cluster: cfg.RedisCluster}
-		n.store = snapshot.NewStore(snapshot.Config{Redis: n.cache, DB: n.pool, Names: names, FetchTimeout: cfg.SnapshotFetchTimeout, Logger: cfg.Logger})
+		n.store = store.NewStore(store.Config{Redis: n.cache, DB: n.pool, Names: names, FetchTimeout: cfg.SnapshotFetchTimeout, Logger: cfg.Logger})
 		if n.cluster != nil {
 			cb := fanout.NewClusterBus(fanout.ClusterConfig{Client: n.cluster, Names: names, LivenessInterval: cfg.LivenessInterval, Logger: cfg.Logger})
 			n.bus, n.busStats = cb, cb
@@ -295,7 +296,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if cfg.Streams {
 			// n.realtime is the standalone realtime Redis or the cluster;
 			// on a cluster the publisher appends in the tenant's slot after
-			// the snapshot write (snapshot.Announce), and the tailer reads
+			// the snapshot write (rediswrite.Announce), and the tailer reads
 			// each master's streams in pipelined rounds.
 			n.tailer = stream.NewTailer(stream.Config{Client: n.realtime, Names: names, Logger: cfg.Logger})
 			hubBus, hubStream = n.tailer.Subscriber(n.bus), n.tailer
@@ -465,7 +466,7 @@ func (n *Node) Handler() http.Handler { return n.handler }
 
 // Store is the node's Redis and PostgreSQL snapshot store; nil in the
 // embedded mode.
-func (n *Node) Store() *snapshot.Store { return n.store }
+func (n *Node) Store() *store.Store { return n.store }
 
 // Hub is the node's hub.
 func (n *Node) Hub() *hub.Hub { return n.hub }

@@ -1,6 +1,6 @@
 // Package stream follows the per-tenant Redis Streams of task changes
 // (keys.Names.Stream) that publishers append to with XADD MAXLEN ~ (see
-// snapshot.WriteStream), so a node's clients lose nothing that Pub/Sub
+// rediswrite.WriteStream), so a node's clients lose nothing that Pub/Sub
 // drops:
 //
 //   - the Tailer XREADs, on a few dedicated connections, the streams of the
