@@ -15,6 +15,7 @@ import (
 	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/stream/cursor"
 )
 
 // ErrClosed is returned by Watch on a closed Tailer.
@@ -148,13 +149,13 @@ type tail struct {
 	ready                 chan struct{} // closed when Watch's placement ended, placed or not
 
 	refs     int
-	placed   bool   // last is a start from which the stream delivers every later change
-	verified bool   // placed, and its continuity not in doubt
-	resync   string // not placed: the reason it is to be placed anew, after which the tenant is re-read
-	epoch    ID     // the stream incarnation's, when epochKnown
-	known    bool   // epoch is known
-	learn    bool   // epoch unknown: learn it from the first entry read, if that entry is the epoch
-	last     ID
+	placed   bool      // last is a start from which the stream delivers every later change
+	verified bool      // placed, and its continuity not in doubt
+	resync   string    // not placed: the reason it is to be placed anew, after which the tenant is re-read
+	epoch    cursor.ID // the stream incarnation's, when epochKnown
+	known    bool      // epoch is known
+	learn    bool      // epoch unknown: learn it from the first entry read, if that entry is the epoch
+	last     cursor.ID
 	pos      string // the encoded Position, "" while none
 	length   int64
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream"
+	"github.com/pushd/pushd/stream/cursor"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -121,7 +122,7 @@ func TestTailDeliversInOrderAndGivesPositions(t *testing.T) {
 	}
 	defer release()
 	p0 := tl.Position(tenant)
-	if !stream.IsCursor(p0) {
+	if !cursor.Is(p0) {
 		t.Fatalf("position after placement %q, want a cursor", p0)
 	}
 	for v := int64(1); v <= 20; v++ {
