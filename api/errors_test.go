@@ -16,6 +16,7 @@ import (
 
 	"github.com/pushd/pushd/api"
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/auth/session"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/snapshot"
@@ -54,7 +55,7 @@ func newNode(t *testing.T, edit func(*api.Config)) *node {
 	t.Cleanup(h.Close)
 	t.Cleanup(func() { bus.Close() })
 	secret := auth.RandomSecret()
-	v, err := auth.New(auth.Config{Secret: secret, Sessions: auth.NewSessions(auth.SessionsConfig{Redis: rd.Client, Prefix: rd.Names.Prefix})})
+	v, err := auth.New(auth.Config{Secret: secret, Sessions: session.New(session.Config{Redis: rd.Client, Prefix: rd.Names.Prefix})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +289,7 @@ func TestReadEndpointErrors(t *testing.T) {
 	// Neither the session store nor the snapshot source answers.
 	dead := deadRedis(t)
 	down := newNode(t, func(c *api.Config) {
-		v, err := auth.New(auth.Config{Secret: auth.RandomSecret(), Sessions: auth.NewSessions(auth.SessionsConfig{Redis: dead})})
+		v, err := auth.New(auth.Config{Secret: auth.RandomSecret(), Sessions: session.New(session.Config{Redis: dead})})
 		if err != nil {
 			t.Fatal(err)
 		}

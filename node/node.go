@@ -23,6 +23,7 @@ import (
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/api"
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/auth/session"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/keys"
@@ -150,7 +151,7 @@ type Config struct {
 	// Sessions configures the lookups of opaque session tokens (negative
 	// cache, PostgreSQL bound); the node sets its Redis (the control role),
 	// DB and Prefix. Without Redis there are no session tokens.
-	Sessions auth.SessionsConfig
+	Sessions session.Config
 
 	// Admission configures connect rate limits, API plan limits and
 	// connection caps (package admission); the node sets its Redis (the
@@ -308,14 +309,18 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 
 	// Session tokens live in the control Redis, with PostgreSQL behind.
-	var sessions *auth.Sessions
+	var sessions *session.Store
 	if n.control != nil {
 		scfg := cfg.Sessions
 		scfg.Redis, scfg.DB, scfg.Prefix = n.control, n.pool, cfg.KeyPrefix
-		sessions = auth.NewSessions(scfg)
+		sessions = session.New(scfg)
 	}
-	verifier, err := auth.New(auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm,
-		Audience: cfg.JWTAudience, Issuer: cfg.JWTIssuer, MaxTTL: cfg.JWTMaxTTL, Sessions: sessions})
+	vcfg := auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm,
+		Audience: cfg.JWTAudience, Issuer: cfg.JWTIssuer, MaxTTL: cfg.JWTMaxTTL}
+	if sessions != nil { // a nil *session.Store in the interface would not be nil
+		vcfg.Sessions = sessions
+	}
+	verifier, err := auth.New(vcfg)
 	if err != nil {
 		return nil, err
 	}
