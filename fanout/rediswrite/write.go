@@ -39,17 +39,17 @@ const EventChanged = "task.changed"
 // stored version is lower, clears the task's negative-cache key, and, when it
 // wrote and channel is not empty, publishes message on channel: one Lua script,
 // one round trip, so a notification is never published for a snapshot that
-// was not stored. ttl <= 0 means TTLWithJitter(s.Status). It reports whether
-// it wrote. A stored snapshot of another tenant, or a stored document whose
-// version cannot be read, refuses the write with ErrTenantMismatch or
-// ErrStoredUnreadable (see Outcome).
+// was not stored. ttl <= 0 means snapshot.TTLWithJitter(s.Status). It
+// reports whether it wrote. A stored snapshot of another tenant, or a stored
+// document whose version cannot be read, refuses the write with
+// snapshot.ErrTenantMismatch or snapshot.ErrStoredUnreadable (see Outcome).
 //
 // Beside the document the script keeps keys.Names.SnapshotMeta: the
 // version, the tenant and a digest of the document, so writes compare
 // without decoding it and readers GET the document key as before.
 //
-// Store.SetIfNewer and the fanout publisher both write through it. The script
-// names keys that share a slot on Redis Cluster only with
+// store.Store.SetIfNewer and the fanout publisher both write through it.
+// The script names keys that share a slot on Redis Cluster only with
 // keys.Names.Cluster's names; there the announcement, in the tenant's slot,
 // cannot come from the same script: see WriteIfNewer.
 func Write(ctx context.Context, rdb redis.Scripter, names keys.Names, s *snapshot.Snapshot, ttl time.Duration, channel string, message []byte) (written bool, err error) {

@@ -23,8 +23,8 @@ func (s *Store) countRefusal(err error) error {
 // SetIfNewer writes s to Redis with the TTL its status calls for, if Redis
 // holds no newer version, and caches it in process. It fails with
 // ErrUnavailable when the Store has no Redis, and with ErrTenantMismatch or
-// ErrStoredUnreadable when the write script refused it (see rediswrite.Write); a
-// refused snapshot is not cached.
+// ErrStoredUnreadable when the write script refused it (see
+// rediswrite.Write); a refused snapshot is not cached.
 func (s *Store) SetIfNewer(ctx context.Context, snap *snapshot.Snapshot) (bool, error) {
 	if snap == nil {
 		return false, errors.New("set: nil snapshot")
