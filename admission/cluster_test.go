@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/auth/session"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -405,11 +405,11 @@ func (e *clusterEnv) noScripts(t *testing.T, addr string) int {
 }
 
 // sessions: the sessions of open connections are re-validated through
-// auth.Sessions on the cluster, and the one deleted is revoked.
+// session.Store on the cluster, and the one deleted is revoked.
 func (e *clusterEnv) sessions(t *testing.T) {
 	ctx := context.Background()
 	const prefix = "x:"
-	sessions := auth.NewSessions(auth.SessionsConfig{Redis: e.cl, Prefix: prefix})
+	sessions := session.New(session.Config{Redis: e.cl, Prefix: prefix})
 	c := e.node(t, prefix, Config{MaxConnsPerUser: 10, Sessions: sessions})
 	tokens := e.perMaster(t, func(int) string { return "s_" + testenv.RandomSuffix(12) }, func(tok string) string { return prefix + "session:" + tok })
 	holds := make([]*Hold, len(tokens))

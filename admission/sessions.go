@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 )
 
-// Sessions re-validates opaque session tokens; auth.Sessions implements
-// it. Valid reports, for each token, whether its session still exists; a
-// token missing from the answer is taken as still valid.
+// Sessions re-validates opaque session tokens; auth/session's Store
+// implements it. Valid reports, for each token, whether its session still
+// exists; a token missing from the answer is taken as still valid.
 type Sessions interface {
 	Valid(ctx context.Context, tokens []string) (map[string]bool, error)
 }

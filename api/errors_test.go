@@ -16,9 +16,11 @@ import (
 
 	"github.com/pushd/pushd/api"
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/auth/session"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
 	"github.com/pushd/pushd/sse"
 	"github.com/pushd/pushd/testenv"
 	"github.com/pushd/pushd/ws"
@@ -41,7 +43,7 @@ func newNode(t *testing.T, edit func(*api.Config)) *node {
 	t.Helper()
 	rd := testenv.SharedRedis(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	store := snapshot.NewStore(snapshot.Config{Redis: rd.Client, Names: rd.Names, Logger: quiet})
+	store := store.NewStore(store.Config{Redis: rd.Client, Names: rd.Names, Logger: quiet})
 	t.Cleanup(store.Close)
 	bus := fanout.NewMemoryBus()
 	h := hub.New(hub.Config{Source: store, Bus: bus, Logger: quiet})
@@ -53,7 +55,7 @@ func newNode(t *testing.T, edit func(*api.Config)) *node {
 	t.Cleanup(h.Close)
 	t.Cleanup(func() { bus.Close() })
 	secret := auth.RandomSecret()
-	v, err := auth.New(auth.Config{Secret: secret, Sessions: auth.NewSessions(auth.SessionsConfig{Redis: rd.Client, Prefix: rd.Names.Prefix})})
+	v, err := auth.New(auth.Config{Secret: secret, Sessions: session.New(session.Config{Redis: rd.Client, Prefix: rd.Names.Prefix})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +289,7 @@ func TestReadEndpointErrors(t *testing.T) {
 	// Neither the session store nor the snapshot source answers.
 	dead := deadRedis(t)
 	down := newNode(t, func(c *api.Config) {
-		v, err := auth.New(auth.Config{Secret: auth.RandomSecret(), Sessions: auth.NewSessions(auth.SessionsConfig{Redis: dead})})
+		v, err := auth.New(auth.Config{Secret: auth.RandomSecret(), Sessions: session.New(session.Config{Redis: dead})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -295,7 +297,7 @@ func TestReadEndpointErrors(t *testing.T) {
 	})
 	wantError(t, "session store down", do(t, down.url, req{method: "GET", path: "/v1/tasks/task_1", header: bearer("sess" + testenv.RandomSuffix(12))}), 503, "unavailable")
 	noSource := newNode(t, func(c *api.Config) {
-		c.Source = snapshot.NewStore(snapshot.Config{Redis: dead, CacheTTL: -1, NegativeTTL: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		c.Source = store.NewStore(store.Config{Redis: dead, CacheTTL: -1, NegativeTTL: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	})
 	tok := noSource.token(t, time.Now().Add(time.Hour))
 	for _, path := range []string{"/v1/tasks/task_1", "/v1/tasks?ids=task_1,task_2", "/v1/projects/p1/tasks"} {

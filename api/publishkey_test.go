@@ -111,7 +111,7 @@ func TestPublishKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no announcement: %v", err)
 	}
-	var n fanout.Notification
+	var n snapshot.Notification
 	if err := json.Unmarshal([]byte(msg.Payload), &n); err != nil || n.TaskID != task || n.Version != 3 {
 		t.Fatalf("announced %q on %s (%v), want %s v3", msg.Payload, msg.Channel, err, task)
 	}

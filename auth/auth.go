@@ -7,6 +7,10 @@
 // algorithm-confusion tokens are refused before any key is used. Optionally
 // the "aud" and "iss" claims must match the configuration, and a token may
 // claim no longer a lifetime than a configured maximum.
+//
+// Opaque session tokens are resolved by a SessionResolver the Verifier is
+// given (auth/session's Store on a node), so verifying JWTs links no
+// Redis or PostgreSQL driver.
 package auth
 
 import (

@@ -1,9 +1,29 @@
 package auth
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strings"
 )
+
+// SessionResolver resolves an opaque session token to the principal it
+// names (auth/session's Store is the one a node uses). Resolve returns an
+// error wrapping ErrInvalidToken (see Invalid) for an unknown, expired or
+// malformed token, and one wrapping ErrUnavailable when it could not tell.
+type SessionResolver interface {
+	Resolve(ctx context.Context, token string) (Principal, error)
+}
+
+// ErrUnavailable means a session token could not be checked because
+// neither the session cache nor the database answered. It does not match
+// ErrInvalidToken: the client should retry, not log in again.
+var ErrUnavailable = errors.New("auth: session store unavailable")
+
+// IsSessionToken reports whether token is an opaque session token rather
+// than a JWT: a JWT (JWS compact form) has exactly two dots, a session
+// token none.
+func IsSessionToken(token string) bool { return strings.Count(token, ".") != 2 }
 
 // Authenticate finds the token r carries (see TokenFromRequest) and
 // verifies it: a JWT with Verify, a session token (no two dots) through

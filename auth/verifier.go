@@ -54,7 +54,7 @@ type Config struct {
 	MaxTTL time.Duration
 	// Sessions, when set, resolves opaque session tokens (any token that is
 	// not a JWT, see IsSessionToken); nil means only JWTs are accepted.
-	Sessions *Sessions
+	Sessions SessionResolver
 }
 
 // Verifier checks tokens. It is safe for concurrent use.
@@ -65,7 +65,7 @@ type Verifier struct {
 	parser     *jwt.Parser
 	leeway     time.Duration
 	maxTTL     time.Duration
-	sessions   *Sessions
+	sessions   SessionResolver
 }
 
 // New returns a Verifier for cfg. It fails when no key or both keys are
@@ -192,19 +192,19 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 		return Principal{}, ErrMissingToken
 	}
 	if len(token) > MaxTokenLen {
-		return Principal{}, invalid(ReasonTooLong, nil)
+		return Principal{}, Invalid(ReasonTooLong, nil)
 	}
 
 	var c claims
 	if t, err := v.parser.ParseWithClaims(token, &c, v.keyFor); err != nil {
 		if errors.Is(err, jwt.ErrTokenSignatureInvalid) && t != nil && t.Method != nil && t.Method.Alg() != v.alg {
-			return Principal{}, invalid(ReasonAlgorithm, err)
+			return Principal{}, Invalid(ReasonAlgorithm, err)
 		}
 		return Principal{}, classify(err)
 	}
 	// The parser already required exp; a nil here would be a library bug.
 	if c.ExpiresAt == nil {
-		return Principal{}, invalid(ReasonMissingClaim, nil)
+		return Principal{}, Invalid(ReasonMissingClaim, nil)
 	}
 	if v.maxTTL > 0 {
 		life := time.Until(c.ExpiresAt.Time) - v.leeway
@@ -212,14 +212,14 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 			life = c.ExpiresAt.Sub(c.IssuedAt.Time)
 		}
 		if life > v.maxTTL {
-			return Principal{}, invalid(ReasonLifetime, nil)
+			return Principal{}, Invalid(ReasonLifetime, nil)
 		}
 	}
 	if !snapshot.ValidID(c.Subject) {
-		return Principal{}, invalid(ReasonSubject, nil)
+		return Principal{}, Invalid(ReasonSubject, nil)
 	}
 	if !snapshot.ValidID(c.TenantID) {
-		return Principal{}, invalid(ReasonTenant, nil)
+		return Principal{}, Invalid(ReasonTenant, nil)
 	}
 	p := Principal{TenantID: c.TenantID, UserID: c.Subject, ExpiresAt: c.ExpiresAt.Time}
 	// A plan claim only selects limits; one that is not a plain name is
@@ -246,26 +246,26 @@ func (v *Verifier) keyFor(t *jwt.Token) (any, error) {
 func classify(err error) error {
 	switch {
 	case errors.Is(err, jwt.ErrTokenMalformed):
-		return invalid(ReasonMalformed, err)
+		return Invalid(ReasonMalformed, err)
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
-		return invalid(ReasonSignature, err)
+		return Invalid(ReasonSignature, err)
 	case errors.Is(err, jwt.ErrTokenUnverifiable):
-		return invalid(ReasonUnverifiable, err)
+		return Invalid(ReasonUnverifiable, err)
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return invalid(ReasonMissingClaim, err)
+		return Invalid(ReasonMissingClaim, err)
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):
-		return invalid(ReasonAudience, err)
+		return Invalid(ReasonAudience, err)
 	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
-		return invalid(ReasonIssuer, err)
+		return Invalid(ReasonIssuer, err)
 	case errors.Is(err, jwt.ErrTokenExpired):
 		// Only reached with a good signature: the parser checks it first.
 		return &tokenError{sentinel: ErrTokenExpired, reason: ReasonExpired, cause: err}
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
-		return invalid(ReasonNotYetValid, err)
+		return Invalid(ReasonNotYetValid, err)
 	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
-		return invalid(ReasonIssuedLater, err)
+		return Invalid(ReasonIssuedLater, err)
 	default:
-		return invalid(ReasonClaims, err)
+		return Invalid(ReasonClaims, err)
 	}
 }
 
@@ -278,7 +278,10 @@ type tokenError struct {
 	cause    error
 }
 
-func invalid(reason Reason, cause error) error {
+// Invalid is the error of a refused token: it wraps ErrInvalidToken and
+// carries reason. A SessionResolver returns it for an unknown, expired or
+// malformed session, so callers branch on sessions as on JWTs.
+func Invalid(reason Reason, cause error) error {
 	return &tokenError{sentinel: ErrInvalidToken, reason: reason, cause: cause}
 }
 

@@ -13,18 +13,6 @@ import (
 	"github.com/pushd/pushd/snapshot"
 )
 
-// Notification says that a task changed. It is a hint, never state: a node
-// that hears it re-reads the versioned snapshot.
-type Notification struct {
-	TenantID   string `json:"-"` // from the channel, never from the payload
-	TaskID     string `json:"task_id"`
-	Version    int64  `json:"version"`
-	ProjectID  string `json:"project_id,omitempty"`
-	UserID     string `json:"user_id,omitempty"`
-	Status     string `json:"status,omitempty"`
-	OccurredAt int64  `json:"occurred_at,omitempty"` // Unix milliseconds
-}
-
 // MaxNotificationSize bounds a notification payload; larger ones are dropped.
 const MaxNotificationSize = 4 << 10
 
@@ -33,7 +21,7 @@ var ErrMalformed = errors.New("malformed notification")
 
 // ParseNotification decodes a payload heard on tenant's channel. task_id and
 // version are required.
-func ParseNotification(tenantID string, payload []byte) (Notification, error) {
+func ParseNotification(tenantID string, payload []byte) (snapshot.Notification, error) {
 	n, _, err := parseNotification(tenantID, payload)
 	return n, err
 }
@@ -56,8 +44,8 @@ var malformedReasons = [...]string{
 
 // parseNotification is ParseNotification, also saying why a payload was
 // rejected so a bus can count drops by reason.
-func parseNotification(tenantID string, payload []byte) (Notification, string, error) {
-	var n Notification
+func parseNotification(tenantID string, payload []byte) (snapshot.Notification, string, error) {
+	var n snapshot.Notification
 	if len(payload) > MaxNotificationSize {
 		return n, reasonSize, fmt.Errorf("%w: %d bytes", ErrMalformed, len(payload))
 	}
@@ -80,19 +68,11 @@ func parseNotification(tenantID string, payload []byte) (Notification, string, e
 	return n, "", nil
 }
 
-// NotificationFor builds the notification announcing s.
-func NotificationFor(s *snapshot.Snapshot) Notification {
-	return Notification{
-		TenantID: s.TenantID, TaskID: s.TaskID, Version: s.Version,
-		ProjectID: s.ProjectID, UserID: s.UserID, Status: s.Status, OccurredAt: s.UpdatedAt,
-	}
-}
-
 // Handler receives what a bus hears. Its methods are called from the bus's
 // reading loop and must not block.
 type Handler interface {
 	// Notify is called once per well-formed notification.
-	Notify(Notification)
+	Notify(snapshot.Notification)
 	// Resync is called when a tenant's subscription was re-established after
 	// a loss: notifications sent meanwhile may be gone, so the handler
 	// re-reads what it watches.

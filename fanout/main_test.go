@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -22,7 +23,7 @@ const waitFor = 15 * time.Second
 // Restored ("restored") and Resync ("resync:<tenant>") in the order of the
 // calls.
 type recorder struct {
-	notes    chan Notification
+	notes    chan snapshot.Notification
 	resyncs  chan string
 	lost     chan error
 	restored chan struct{}
@@ -32,7 +33,7 @@ type recorder struct {
 
 func newRecorder(t *testing.T) *recorder {
 	r := &recorder{
-		notes:    make(chan Notification, 4096),
+		notes:    make(chan snapshot.Notification, 4096),
 		resyncs:  make(chan string, 4096),
 		lost:     make(chan error, 64),
 		restored: make(chan struct{}, 64),
@@ -55,7 +56,7 @@ func put[T any](r *recorder, ch chan<- T, v T) {
 	}
 }
 
-func (r *recorder) Notify(n Notification) { put(r, r.notes, n) }
+func (r *recorder) Notify(n snapshot.Notification) { put(r, r.notes, n) }
 
 func (r *recorder) Resync(tenantID string) {
 	put(r, r.resyncs, tenantID)

@@ -79,7 +79,7 @@ func (b *MemoryBus) Subscribe(ctx context.Context, tenantID string) (release fun
 
 // Publish hands n to the handler if n's tenant has a subscriber; otherwise,
 // or before Start, after Close, or when n has no valid tenant, it drops n.
-func (b *MemoryBus) Publish(n Notification) {
+func (b *MemoryBus) Publish(n snapshot.Notification) {
 	b.deliver.Lock()
 	defer b.deliver.Unlock()
 	b.mu.Lock()

@@ -11,7 +11,7 @@ import (
 
 func TestMemoryBus(t *testing.T) {
 	b := NewMemoryBus()
-	n := Notification{TenantID: "t1", TaskID: "task_1", Version: 1}
+	n := snapshot.Notification{TenantID: "t1", TaskID: "task_1", Version: 1}
 	if _, err := b.Subscribe(context.Background(), "t1"); err == nil {
 		t.Fatal("Subscribe before Start succeeded")
 	}
@@ -27,7 +27,7 @@ func TestMemoryBus(t *testing.T) {
 	if got := next(t, r.notes, "notification"); got != n {
 		t.Fatalf("got %+v, want %+v", got, n)
 	}
-	b.Publish(Notification{TenantID: "t2", TaskID: "task_2", Version: 1})
+	b.Publish(snapshot.Notification{TenantID: "t2", TaskID: "task_2", Version: 1})
 	none(t, r.notes, "notification of another tenant")
 
 	releaseA()
@@ -88,7 +88,7 @@ func TestMemoryPublisher(t *testing.T) {
 			none(t, r.notes, "notification of a stale snapshot")
 			continue
 		}
-		want := Notification{TenantID: "t1", TaskID: "task_1", Version: step.version, ProjectID: "p1",
+		want := snapshot.Notification{TenantID: "t1", TaskID: "task_1", Version: step.version, ProjectID: "p1",
 			UserID: "u1", Status: "RUNNING", OccurredAt: 1710000000000}
 		if got := next(t, r.notes, "notification"); got != want {
 			t.Fatalf("got %+v, want %+v", got, want)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -36,7 +37,7 @@ type RedisClient interface {
 // channel. It announces only a version that is stored, and announces a
 // version stored by an earlier call again, so a caller that retries after a
 // failed announcement reaches the watchers. With WithStream the second step
-// is one script in the tenant's slot (snapshot.Announce) that appends to the
+// is one script in the tenant's slot (rediswrite.Announce) that appends to the
 // tenant's stream, whose hash tag is the channel's, and SPUBLISHes; a retry
 // appends no second entry for a version whose first one is still among the
 // stream's newest.
@@ -105,14 +106,14 @@ func (p *RedisPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (wri
 	if s == nil {
 		return false, errNilSnapshot
 	}
-	msg, err := json.Marshal(NotificationFor(s))
+	msg, err := json.Marshal(snapshot.NotificationFor(s))
 	if err != nil {
 		return false, fmt.Errorf("publish %s: %w", s.TaskID, err)
 	}
 	if p.names.Cluster {
 		return p.publishSharded(ctx, s, msg)
 	}
-	written, err = snapshot.WriteStream(ctx, p.client, p.names, s, 0, p.names.Channel(s.TenantID), msg, p.streamMaxLen)
+	written, err = rediswrite.WriteStream(ctx, p.client, p.names, s, 0, p.names.Channel(s.TenantID), msg, p.streamMaxLen)
 	if err != nil {
 		return false, p.refused(err)
 	}
@@ -120,23 +121,23 @@ func (p *RedisPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (wri
 }
 
 func (p *RedisPublisher) publishSharded(ctx context.Context, s *snapshot.Snapshot, msg []byte) (written bool, err error) {
-	out, err := snapshot.WriteIfNewer(ctx, p.client, p.names, s, 0)
+	out, err := rediswrite.WriteIfNewer(ctx, p.client, p.names, s, 0)
 	if err != nil {
 		return false, p.refused(err)
 	}
-	if out == snapshot.Stale {
+	if out == rediswrite.Stale {
 		return false, nil
 	}
 	if p.streamMaxLen > 0 {
-		if _, err := snapshot.Announce(ctx, p.client, p.names, s, out, p.names.Channel(s.TenantID), msg, p.streamMaxLen); err != nil {
-			return out == snapshot.Written, fmt.Errorf("publish %s: announce: %w", s.TaskID, err)
+		if _, err := rediswrite.Announce(ctx, p.client, p.names, s, out, p.names.Channel(s.TenantID), msg, p.streamMaxLen); err != nil {
+			return out == rediswrite.Written, fmt.Errorf("publish %s: announce: %w", s.TaskID, err)
 		}
-		return out == snapshot.Written, nil
+		return out == rediswrite.Written, nil
 	}
 	if err := p.client.SPublish(ctx, p.names.Channel(s.TenantID), msg).Err(); err != nil {
-		return out == snapshot.Written, fmt.Errorf("publish %s: announce: %w", s.TaskID, err)
+		return out == rediswrite.Written, fmt.Errorf("publish %s: announce: %w", s.TaskID, err)
 	}
-	return out == snapshot.Written, nil
+	return out == rediswrite.Written, nil
 }
 
 // MemoryPublisher is the Publisher of the embedded mode: it stores the
@@ -160,7 +161,7 @@ func (p MemoryPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (wri
 		return false, fmt.Errorf("publish %s: %w", s.TaskID, err)
 	}
 	if written && p.Bus != nil {
-		p.Bus.Publish(NotificationFor(s))
+		p.Bus.Publish(snapshot.NotificationFor(s))
 	}
 	return written, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -52,7 +53,7 @@ func TestClusterPublisherWithStream(t *testing.T) {
 		if got := entryVersions(entries); got != "2,3" {
 			t.Fatalf("%s: stream holds versions %s, want 2,3 (one entry per written version)", tenant, got)
 		}
-		for k, want := range map[string]any{"task_id": task, "event_type": snapshot.EventChanged, "project_id": "p1", "user_id": "u1", "occurred_at": "1710000000000"} {
+		for k, want := range map[string]any{"task_id": task, "event_type": rediswrite.EventChanged, "project_id": "p1", "user_id": "u1", "occurred_at": "1710000000000"} {
 			if got := entries[0].Values[k]; got != want {
 				t.Fatalf("%s: entry field %s = %v, want %v", tenant, k, got, want)
 			}
@@ -64,7 +65,7 @@ func TestClusterPublisherWithStream(t *testing.T) {
 		// The announcement of v4 failed after its snapshot was stored (here:
 		// never sent). The caller's retry finds v4 Current, appends its entry
 		// and announces it.
-		if out, err := snapshot.WriteIfNewer(ctx, f.cl, clusterNames, testSnapshot(t, tenant, task, 4), 0); err != nil || out != snapshot.Written {
+		if out, err := rediswrite.WriteIfNewer(ctx, f.cl, clusterNames, testSnapshot(t, tenant, task, 4), 0); err != nil || out != rediswrite.Written {
 			t.Fatalf("%s: write v4 = %v, %v", tenant, out, err)
 		}
 		if written, err := p.Publish(ctx, testSnapshot(t, tenant, task, 4)); err != nil || written {
@@ -114,7 +115,7 @@ func TestClusterPublisherWithStream(t *testing.T) {
 
 // Announce never announces a stale version.
 func TestAnnounceRefusesStale(t *testing.T) {
-	if _, err := snapshot.Announce(testContext(t), nil, clusterNames, testSnapshot(t, "t1", "task", 1), snapshot.Stale, "c", nil, 10); err == nil {
+	if _, err := rediswrite.Announce(testContext(t), nil, clusterNames, testSnapshot(t, "t1", "task", 1), rediswrite.Stale, "c", nil, 10); err == nil {
 		t.Fatal("Announce of a stale version succeeded")
 	}
 }

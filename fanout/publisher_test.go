@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -36,7 +37,7 @@ func TestRedisPublisher(t *testing.T) {
 		}
 		// Notifications of one publisher arrive in order: the next one heard
 		// is this version's, so a stale one was never announced.
-		want := Notification{TenantID: tenant, TaskID: task, Version: step.version, ProjectID: "p1",
+		want := snapshot.Notification{TenantID: tenant, TaskID: task, Version: step.version, ProjectID: "p1",
 			UserID: "u1", Status: "RUNNING", OccurredAt: 1710000000000}
 		if got := next(t, r.notes, "notification"); got != want {
 			t.Fatalf("got %+v, want %+v", got, want)

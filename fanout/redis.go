@@ -654,13 +654,13 @@ func (b *RedisBus) deliver(h Handler, m *redis.Message) {
 
 // parseMessage parses a message heard on a tenant's channel, saying why it
 // is dropped if it is.
-func parseMessage(names keys.Names, m *redis.Message) (Notification, string, error) {
+func parseMessage(names keys.Names, m *redis.Message) (snapshot.Notification, string, error) {
 	tenant, ok := names.TenantFromChannel(m.Channel)
 	if !ok || !snapshot.ValidID(tenant) {
-		return Notification{}, reasonChannel, fmt.Errorf("%w: channel", ErrMalformed)
+		return snapshot.Notification{}, reasonChannel, fmt.Errorf("%w: channel", ErrMalformed)
 	}
 	if len(m.Payload) > MaxNotificationSize { // before copying it
-		return Notification{}, reasonSize, fmt.Errorf("%w: %d bytes", ErrMalformed, len(m.Payload))
+		return snapshot.Notification{}, reasonSize, fmt.Errorf("%w: %d bytes", ErrMalformed, len(m.Payload))
 	}
 	return parseNotification(tenant, []byte(m.Payload))
 }

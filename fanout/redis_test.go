@@ -67,7 +67,7 @@ func TestRedisBusDeliversPlainPublish(t *testing.T) {
 	publish(t, rd.Client, rd.Names.Channel(tenant),
 		`{"task_id":"task_1","version":18,"project_id":"p1","user_id":"u1","status":"RUNNING","occurred_at":1710000000000,"extra":true}`)
 	got := next(t, r.notes, "notification")
-	want := Notification{TenantID: tenant, TaskID: "task_1", Version: 18, ProjectID: "p1", UserID: "u1",
+	want := snapshot.Notification{TenantID: tenant, TaskID: "task_1", Version: 18, ProjectID: "p1", UserID: "u1",
 		Status: "RUNNING", OccurredAt: 1710000000000}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)

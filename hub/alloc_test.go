@@ -48,7 +48,7 @@ func TestSteadyStateDeliveryDoesNotAllocate(t *testing.T) {
 		s := snaps[next]
 		next++
 		store.cur.Store(s)
-		h.Notify(fanout.Notification{TenantID: "t1", TaskID: "task_a", Version: s.Version})
+		h.Notify(snapshot.Notification{TenantID: "t1", TaskID: "task_a", Version: s.Version})
 		<-d.n
 	}
 	for range 10 { // warm up: maps and slices reach their steady size

@@ -47,7 +47,7 @@ func BenchmarkDelivery(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		store.SetIfNewer(context.Background(), snaps[i+1])
-		h.Notify(fanout.Notification{TenantID: "t1", TaskID: "task_a", Version: int64(i + 2)})
+		h.Notify(snapshot.Notification{TenantID: "t1", TaskID: "task_a", Version: int64(i + 2)})
 		<-d.n
 	}
 }
@@ -101,7 +101,7 @@ func BenchmarkFanout(b *testing.B) {
 				count.Store(0)
 				target.Store(int64(n))
 				store.cur.Store(snaps[i])
-				h.Notify(fanout.Notification{TenantID: "t1", TaskID: "task_a", Version: int64(i + 1)})
+				h.Notify(snapshot.Notification{TenantID: "t1", TaskID: "task_a", Version: int64(i + 1)})
 				<-sink.done
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/delivery")

@@ -18,12 +18,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/internal/histogram"
 	"github.com/pushd/pushd/snapshot"
 )
 
-// Source is what the hub reads snapshots from; snapshot.Store and
+// Source is what the hub reads snapshots from; snapshot/store's Store and
 // snapshot.MemoryStore implement it.
 type Source interface {
 	Get(ctx context.Context, taskID string, atLeast int64) (*snapshot.Snapshot, error)
@@ -40,7 +39,10 @@ type Source interface {
 	ListCached(tenantID, projectID, userID string) bool
 }
 
-// Bus is the subscription side of fanout.Bus.
+// Bus is the subscription side of a notification bus (fanout.RedisBus,
+// fanout.MemoryBus, fanout.ClusterBus). Hub implements the handler a bus
+// delivers to (fanout.Handler, fanout.LossHandler) without naming it, so
+// the hub depends on no bus driver.
 type Bus interface {
 	Subscribe(ctx context.Context, tenantID string) (release func(), err error)
 }
@@ -174,11 +176,6 @@ type Hub struct {
 
 	stats counters
 }
-
-var (
-	_ fanout.Handler     = (*Hub)(nil)
-	_ fanout.LossHandler = (*Hub)(nil)
-)
 
 // New starts a hub. Close or Shutdown stops it.
 func New(cfg Config) *Hub {
@@ -365,7 +362,7 @@ func (h *Hub) allConns() []*Conn {
 // and those no local connection watches are not queued at all, so the queue
 // holds at most one entry per watched task. (A connection that starts
 // watching later reads the task itself after it is indexed.)
-func (h *Hub) Notify(n fanout.Notification) {
+func (h *Hub) Notify(n snapshot.Notification) {
 	h.stats.notifications.Add(1)
 	h.cfg.Source.Observe(n.TaskID, n.Version)
 	k := key{n.TenantID, n.TaskID}

@@ -180,7 +180,7 @@ func TestOlderVersionNeverDelivered(t *testing.T) {
 	// The store refuses stale writes, so feed the hub directly: a
 	// notification announcing an old version must not bring one back, and
 	// neither may the bus replaying one.
-	e.hub.Notify(fanout.Notification{TenantID: "t1", TaskID: "task_a", Version: 2})
+	e.hub.Notify(snapshot.Notification{TenantID: "t1", TaskID: "task_a", Version: 2})
 	e.hub.Resync("t1")
 	e.publish(t, snap(t, "t1", "task_a", 6))
 	if got := r.nextTask(t); got.Version != 6 {
@@ -278,7 +278,7 @@ func TestTenantIsolation(t *testing.T) {
 	}
 	// B's task changes; a notification for it also arrives on A's channel.
 	e.publish(t, snap(t, "tB", "task_b", 2))
-	e.hub.Notify(fanout.Notification{TenantID: "tA", TaskID: "task_b", Version: 3})
+	e.hub.Notify(snapshot.Notification{TenantID: "tA", TaskID: "task_b", Version: 3})
 	e.publish(t, snap(t, "tB", "task_b", 3))
 	// A marker proves the pipeline ran past B's notifications.
 	e.publish(t, snap(t, "tA", "task_missing", 1))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -27,7 +26,7 @@ type Stream interface {
 	// reason why it cannot (the cursor is corrupt, of another tenant or
 	// epoch, trimmed away, too far behind, or the log is unavailable); the
 	// caller then reads everything, as for a new client.
-	Replay(ctx context.Context, tenant, cursor string) (changes []fanout.Notification, fallback string)
+	Replay(ctx context.Context, tenant, cursor string) (changes []snapshot.Notification, fallback string)
 }
 
 // Apply delivers a batch of a tenant's changes read from the Stream before it
@@ -41,7 +40,7 @@ type Stream interface {
 // The Stream calls Apply from its readers, off the bus's path; notifications
 // of the bus keep flowing to Notify meanwhile, and the versions rule of the
 // outboxes drops whichever of the two copies comes second.
-func (h *Hub) Apply(ctx context.Context, tenant string, changes []fanout.Notification) error {
+func (h *Hub) Apply(ctx context.Context, tenant string, changes []snapshot.Notification) error {
 	if len(changes) == 0 {
 		return nil
 	}
@@ -101,7 +100,7 @@ func (h *Hub) ResyncNow(tenant string) bool {
 // replay offers c the tasks that changed after its resume cursor, among
 // those this Subscribe added (tasks, projects, user), instead of everything
 // they hold: the client has the rest.
-func (c *Conn) replay(ctx context.Context, changes []fanout.Notification, tasks, projects []string, user bool) error {
+func (c *Conn) replay(ctx context.Context, changes []snapshot.Notification, tasks, projects []string, user bool) error {
 	want := make(map[string]struct{}, len(tasks))
 	for _, id := range tasks {
 		want[id] = struct{}{}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/snapshot"
 )
 
 // fakeStream is a hub.Stream the test steers.
@@ -15,7 +15,7 @@ type fakeStream struct {
 	mu       sync.Mutex
 	position string
 	covers   bool
-	changes  []fanout.Notification
+	changes  []snapshot.Notification
 	fallback string
 }
 
@@ -26,7 +26,7 @@ func (s *fakeStream) Position(string) string {
 	defer s.mu.Unlock()
 	return s.position
 }
-func (s *fakeStream) Replay(context.Context, string, string) ([]fanout.Notification, string) {
+func (s *fakeStream) Replay(context.Context, string, string) ([]snapshot.Notification, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.changes, s.fallback
@@ -61,7 +61,7 @@ func TestStreamPositionsFollowTheInitialState(t *testing.T) {
 // A resume reads only the watched tasks the replay names, and a Resync the
 // stream covers re-reads nothing.
 func TestResumeReadsOnlyWhatMovedAndCoveredResyncReadsNothing(t *testing.T) {
-	st := &fakeStream{position: "P", covers: true, changes: []fanout.Notification{
+	st := &fakeStream{position: "P", covers: true, changes: []snapshot.Notification{
 		{TenantID: "t1", TaskID: "task_b", Version: 4, ProjectID: "p1", UserID: "u1"},
 		{TenantID: "t1", TaskID: "task_z", Version: 9, ProjectID: "p9", UserID: "u9"}, // not watched
 	}}

@@ -65,7 +65,7 @@ func TestHistogramsServeTheirBucketsAndObservations(t *testing.T) {
 	}
 	<-sink // the initial state, which neither histogram measures
 	store.SetIfNewer(ctx, taskSnapshot(t, 2))
-	h.Notify(fanout.Notification{TenantID: "t1", TaskID: "task_a", Version: 2})
+	h.Notify(snapshot.Notification{TenantID: "t1", TaskID: "task_a", Version: 2})
 	<-sink
 	// The write is measured once it returned, after the sink saw it.
 	deadline := time.Now().Add(10 * time.Second)

@@ -17,7 +17,7 @@ import (
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/histogram"
-	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
 	"github.com/pushd/pushd/stream"
 )
 
@@ -29,7 +29,7 @@ type BusStats interface{ Stats() fanout.RedisStats }
 // in the embedded mode, Stream without streams.
 type Sources struct {
 	Hub       *hub.Hub
-	Store     *snapshot.Store
+	Store     *store.Store
 	Bus       BusStats
 	Stream    *stream.Tailer
 	Admission *admission.Controller // nil: no admission metrics
@@ -227,7 +227,7 @@ func (e emitter) hub(st hub.Stats) {
 	e.histogram(staleness, st.Staleness)
 }
 
-func (e emitter) store(ss snapshot.Stats) {
+func (e emitter) store(ss store.Stats) {
 	e.emit(snapReads, float64(ss.CacheHits), "cache")
 	e.emit(snapReads, float64(ss.RedisHits), "redis")
 	e.emit(snapReads, float64(ss.DBQueries-ss.DBErrors), "postgres")

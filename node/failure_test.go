@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
@@ -85,7 +86,7 @@ func (c *privateCluster) write(t *testing.T, task string, version int64, announc
 func (c *privateCluster) setSilently(t *testing.T, task string, version int64) {
 	t.Helper()
 	c.pg.InsertTask(t, testenv.Task{ID: task, TenantID: "t1", ProjectID: "p1", UserID: "u1", Status: "RUNNING", Progress: int(version), Version: version})
-	if _, err := snapshot.Write(context.Background(), c.rdb, keys.Names{}, parseDoc(t, doc(task, "t1", version, "RUNNING")), 0, "", nil); err != nil {
+	if _, err := rediswrite.Write(context.Background(), c.rdb, keys.Names{}, parseDoc(t, doc(task, "t1", version, "RUNNING")), 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -23,11 +23,13 @@ import (
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/api"
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/auth/session"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/metrics"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
 	"github.com/pushd/pushd/sse"
 	"github.com/pushd/pushd/stream"
 	"github.com/pushd/pushd/web"
@@ -149,7 +151,7 @@ type Config struct {
 	// Sessions configures the lookups of opaque session tokens (negative
 	// cache, PostgreSQL bound); the node sets its Redis (the control role),
 	// DB and Prefix. Without Redis there are no session tokens.
-	Sessions auth.SessionsConfig
+	Sessions session.Config
 
 	// Admission configures connect rate limits, API plan limits and
 	// connection caps (package admission); the node sets its Redis (the
@@ -186,7 +188,7 @@ type Node struct {
 	clients  map[string]*redis.Client
 	adm      *admission.Controller
 	pool     *pgxpool.Pool
-	store    *snapshot.Store
+	store    *store.Store
 	sim      *sim.Simulator // nil unless the demo is served
 	srv      *http.Server
 	sources  sourceStates // for /readyz
@@ -198,6 +200,13 @@ type Node struct {
 
 // Embedded reports whether cfg runs without Redis and PostgreSQL.
 func (c Config) Embedded() bool { return c.RedisURL == "" && c.DatabaseURL == "" }
+
+// The hub is the handler of every bus; it implements both interfaces without
+// naming them, so the assertion lives here, where the two meet.
+var (
+	_ fanout.Handler     = (*hub.Hub)(nil)
+	_ fanout.LossHandler = (*hub.Hub)(nil)
+)
 
 // New builds a node and connects it to its servers. It does not listen yet.
 func New(ctx context.Context, cfg Config) (*Node, error) {
@@ -274,7 +283,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			n.checkDatabase(ctx, &pcfg.ConnConfig.Config)
 		}
 		names := keys.Names{Prefix: cfg.KeyPrefix, Cluster: cfg.RedisCluster}
-		n.store = snapshot.NewStore(snapshot.Config{Redis: n.cache, DB: n.pool, Names: names, FetchTimeout: cfg.SnapshotFetchTimeout, Logger: cfg.Logger})
+		n.store = store.NewStore(store.Config{Redis: n.cache, DB: n.pool, Names: names, FetchTimeout: cfg.SnapshotFetchTimeout, Logger: cfg.Logger})
 		if n.cluster != nil {
 			cb := fanout.NewClusterBus(fanout.ClusterConfig{Client: n.cluster, Names: names, LivenessInterval: cfg.LivenessInterval, Logger: cfg.Logger})
 			n.bus, n.busStats = cb, cb
@@ -288,7 +297,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if cfg.Streams {
 			// n.realtime is the standalone realtime Redis or the cluster;
 			// on a cluster the publisher appends in the tenant's slot after
-			// the snapshot write (snapshot.Announce), and the tailer reads
+			// the snapshot write (rediswrite.Announce), and the tailer reads
 			// each master's streams in pipelined rounds.
 			n.tailer = stream.NewTailer(stream.Config{Client: n.realtime, Names: names, Logger: cfg.Logger})
 			hubBus, hubStream = n.tailer.Subscriber(n.bus), n.tailer
@@ -300,14 +309,18 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 
 	// Session tokens live in the control Redis, with PostgreSQL behind.
-	var sessions *auth.Sessions
+	var sessions *session.Store
 	if n.control != nil {
 		scfg := cfg.Sessions
 		scfg.Redis, scfg.DB, scfg.Prefix = n.control, n.pool, cfg.KeyPrefix
-		sessions = auth.NewSessions(scfg)
+		sessions = session.New(scfg)
 	}
-	verifier, err := auth.New(auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm,
-		Audience: cfg.JWTAudience, Issuer: cfg.JWTIssuer, MaxTTL: cfg.JWTMaxTTL, Sessions: sessions})
+	vcfg := auth.Config{Secret: cfg.JWTSecret, PublicKeyPEM: cfg.JWTPublicKeyPEM, Algorithm: cfg.JWTAlgorithm,
+		Audience: cfg.JWTAudience, Issuer: cfg.JWTIssuer, MaxTTL: cfg.JWTMaxTTL}
+	if sessions != nil { // a nil *session.Store in the interface would not be nil
+		vcfg.Sessions = sessions
+	}
+	verifier, err := auth.New(vcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -458,7 +471,7 @@ func (n *Node) Handler() http.Handler { return n.handler }
 
 // Store is the node's Redis and PostgreSQL snapshot store; nil in the
 // embedded mode.
-func (n *Node) Store() *snapshot.Store { return n.store }
+func (n *Node) Store() *store.Store { return n.store }
 
 // Hub is the node's hub.
 func (n *Node) Hub() *hub.Hub { return n.hub }

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/internal/redisx"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
@@ -112,11 +113,11 @@ func (p *splitPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (boo
 	if s == nil {
 		return false, errors.New("publish: nil snapshot")
 	}
-	written, err := snapshot.Write(ctx, p.cache, p.names, s, 0, "", nil)
+	written, err := rediswrite.Write(ctx, p.cache, p.names, s, 0, "", nil)
 	if err != nil || !written {
 		return false, err
 	}
-	msg, err := json.Marshal(fanout.NotificationFor(s))
+	msg, err := json.Marshal(snapshot.NotificationFor(s))
 	if err != nil {
 		return true, fmt.Errorf("publish %s: %w", s.TaskID, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream"
+	"github.com/pushd/pushd/stream/cursor"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -66,7 +67,7 @@ func (c *sseClient) untilCursor(t *testing.T) (map[string]*snapshot.Snapshot, st
 		default:
 			t.Fatalf("unexpected event %q: %s", ev.Event, ev.Data)
 		}
-		if stream.IsCursor(ev.ID) {
+		if cursor.Is(ev.ID) {
 			return got, ev.ID
 		}
 	}
@@ -463,11 +464,11 @@ func TestStreamCursorWithoutFingerprintGetsAFullRead(t *testing.T) {
 	tok := token(t, tenant, "u1")
 
 	first := openSSE(t, s.URL, tok, query)
-	_, cursor := first.untilCursor(t)
+	_, last := first.untilCursor(t)
 	first.Close()
-	old := cursor[:strings.LastIndexByte(cursor, '.')]
-	if !stream.IsCursor(old) || strings.Count(old, ".") != 1 {
-		t.Fatalf("cursor %q does not end in a fingerprint", cursor)
+	old := last[:strings.LastIndexByte(last, '.')]
+	if !cursor.Is(old) || strings.Count(old, ".") != 1 {
+		t.Fatalf("cursor %q does not end in a fingerprint", last)
 	}
 
 	again := openSSE(t, s.URL, tok, query, "Last-Event-ID", old)
@@ -477,8 +478,8 @@ func TestStreamCursorWithoutFingerprintGetsAFullRead(t *testing.T) {
 			t.Fatalf("resume without a fingerprint sent %v, want every task at v1", got)
 		}
 	}
-	if fingerprintOf(cursor2) != fingerprintOf(cursor) {
-		t.Fatalf("one subscription's cursors %q and %q have different fingerprints", cursor, cursor2)
+	if fingerprintOf(cursor2) != fingerprintOf(last) {
+		t.Fatalf("one subscription's cursors %q and %q have different fingerprints", last, cursor2)
 	}
 	st, ts := s.Hub().Stats(), s.Stream().Stats()
 	if st.ResumeMismatches != 1 || st.Resumes != 0 || ts.Replays != 0 || ts.ResumeFallbacks[stream.FallbackCorrupt] != 0 {
@@ -511,7 +512,7 @@ func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
 
 	// The budget of two reads serves the URL's first two tasks.
 	first := openSSE(t, s.URL, tok, query)
-	cursor := ""
+	last := ""
 	held, refused := 0, false
 	for held < 2 || !refused {
 		switch ev := first.next(t); {
@@ -520,15 +521,15 @@ func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
 				t.Fatalf("got %s, want %s", snap.TaskID, tasks[held])
 			}
 			held++
-			cursor = ev.ID
+			last = ev.ID
 		case limited(ev):
 			refused = true
 		case ev.Event != "hello" && ev.Event != "mode":
 			t.Fatalf("unexpected event %q: %s", ev.Event, ev.Data)
 		}
 	}
-	if got := versionsCursor(t, cursor); len(got) != 2 || got[tasks[0]] != 1 || got[tasks[1]] != 1 {
-		t.Fatalf("cursor %q of the refused connection, want the versions of the two tasks it got", cursor)
+	if got := versionsCursor(t, last); len(got) != 2 || got[tasks[0]] != 1 || got[tasks[1]] != 1 {
+		t.Fatalf("cursor %q of the refused connection, want the versions of the two tasks it got", last)
 	}
 
 	// Reconnect with the cursor until the budget serves the third; the
@@ -540,7 +541,7 @@ func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s still refused after %v", tasks[2], waitFor)
 		}
-		again := openSSE(t, s.URL, tok, query, "Last-Event-ID", cursor)
+		again := openSSE(t, s.URL, tok, query, "Last-Event-ID", last)
 		ev := again.next(t)
 		for ev.Event == "hello" || ev.Event == "mode" {
 			ev = again.next(t)
@@ -562,7 +563,7 @@ func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
 			t.Fatalf("got %s v%d, want %s v1 alone", snap.TaskID, snap.Version, tasks[2])
 		}
 		// Served whole, the connection has a stream cursor again.
-		if !stream.IsCursor(ev.ID) {
+		if !cursor.Is(ev.ID) {
 			if got, _ := again.untilCursor(t); len(got) != 0 {
 				t.Fatalf("after %s, got %v, want nothing more", tasks[2], got)
 			}

@@ -25,9 +25,9 @@ func ValidID(id string) bool {
 	return true
 }
 
-// checkMany validates the ids of a GetMany before any I/O: at most MaxMany,
+// CheckMany validates the ids of a GetMany before any I/O: at most MaxMany,
 // each valid.
-func checkMany(ids []string) error {
+func CheckMany(ids []string) error {
 	if len(ids) > MaxMany {
 		return fmt.Errorf("get many: %d ids, at most %d: %w", len(ids), MaxMany, ErrInvalidID)
 	}

@@ -54,7 +54,7 @@ func (m *MemoryStore) Get(_ context.Context, taskID string, _ int64) (*Snapshot,
 // GetMany returns the snapshots of the tasks that exist, keyed by id. It
 // accepts at most MaxMany ids; more fail with ErrInvalidID.
 func (m *MemoryStore) GetMany(_ context.Context, taskIDs []string) (map[string]*Snapshot, error) {
-	if err := checkMany(taskIDs); err != nil {
+	if err := CheckMany(taskIDs); err != nil {
 		return nil, err
 	}
 	out := make(map[string]*Snapshot, len(taskIDs))

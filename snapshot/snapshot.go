@@ -1,7 +1,10 @@
-// Package snapshot defines the versioned task snapshot and its rules, and
-// reads and writes it: an in-process cache, singleflight per task, Redis,
-// a negative cache and a bounded PostgreSQL fallback on the read path; one
-// Lua script (SetIfNewer) on the write path.
+// Package snapshot is the model every layer shares: the versioned task
+// snapshot and its rules, the ids, the change notification, the errors, and
+// the Source and Writer interfaces. It imports no driver, so the transports
+// (sse, ws) and the hub can name a snapshot without linking Redis or
+// PostgreSQL. The stores live elsewhere: MemoryStore here (the embedded
+// mode), the Redis and PostgreSQL read store in snapshot/store, the Lua
+// write protocol in fanout/rediswrite.
 //
 // The contract of a snapshot document (Parse): a JSON object of at most
 // MaxSize bytes, nested at most MaxDepth levels, with a valid task_id and

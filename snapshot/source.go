@@ -2,9 +2,16 @@ package snapshot
 
 import "context"
 
-// Source reads snapshots. Store (Redis and PostgreSQL) and MemoryStore (the
-// embedded mode) implement it. Every method validates ids before any I/O and
-// returns ErrInvalidID for a bad one.
+// MaxMany bounds the ids of one GetMany call.
+const MaxMany = 100
+
+// MaxList bounds ListProject and ListUser: they return the MaxList most
+// recently updated tasks.
+const MaxList = 500
+
+// Source reads snapshots. store.Store (Redis and PostgreSQL) and MemoryStore
+// (the embedded mode) implement it. Every method validates ids before any
+// I/O and returns ErrInvalidID for a bad one.
 type Source interface {
 	// Get returns the task's snapshot. atLeast is the version a notification
 	// announced (0 when none): a cached or stored result older than atLeast

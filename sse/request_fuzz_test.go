@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/pushd/pushd/snapshot"
-	"github.com/pushd/pushd/stream"
+	"github.com/pushd/pushd/stream/cursor"
 )
 
 // FuzzParseRequest feeds /v1/events query strings and Last-Event-ID
@@ -52,7 +52,7 @@ func FuzzParseRequest(f *testing.F) {
 				t.Fatalf("accepted id %q", id)
 			}
 		}
-		if sub.Resume != "" && (sub.ResumeMismatch || !stream.IsCursor(sub.Resume) || len(sub.Since) > 0) {
+		if sub.Resume != "" && (sub.ResumeMismatch || !cursor.Is(sub.Resume) || len(sub.Since) > 0) {
 			t.Fatalf("resume cursor %q gave resume %q, mismatch %v, since %v", lastEventID, sub.Resume, sub.ResumeMismatch, sub.Since)
 		}
 		for id, v := range sub.Since {

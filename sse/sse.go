@@ -15,7 +15,7 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/snapshot"
-	"github.com/pushd/pushd/stream"
+	"github.com/pushd/pushd/stream/cursor"
 )
 
 // Config configures a Handler; zero values have defaults.
@@ -118,23 +118,23 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 	if len(s.Tasks) == 0 && len(s.Projects) == 0 && !s.User {
 		return s, httperr.BadRequest, "subscribe to at least one task, project or scope=user"
 	}
-	cursor := r.Header.Get("Last-Event-ID")
-	if cursor == "" {
-		cursor = q.Get("last_event_id")
+	lastID := r.Header.Get("Last-Event-ID")
+	if lastID == "" {
+		lastID = q.Get("last_event_id")
 	}
 	// A node with streams writes stream cursors, once it has them; the hub
 	// replays the stream after one, or reads everything when it cannot. The
 	// task=version cursors of a node without (or before) them still work,
 	// so clients keep their place across a deploy either way.
 	s.Cursors = true
-	if !stream.IsCursor(cursor) {
-		s.Since = parseCursor(cursor)
+	if !cursor.Is(lastID) {
+		s.Since = parseCursor(lastID)
 		return s, "", ""
 	}
 	// A stream cursor issued for another subscription, or without a
 	// fingerprint, is not replayed from: the replay would skip every task
 	// added since, which never moved though the client never had it.
-	if c, fp, ok := cutFingerprint(cursor); ok && fp == fingerprint(s) {
+	if c, fp, ok := cutFingerprint(lastID); ok && fp == fingerprint(s) {
 		s.Resume = c
 	} else {
 		s.ResumeMismatch = true

@@ -49,7 +49,7 @@ func TestStalledStreamHoldsNoWriter(t *testing.T) {
 					t.Fatal(err)
 				}
 				store.SetIfNewer(context.Background(), sn)
-				h.Notify(fanout.Notification{TenantID: "t1", TaskID: task, Version: v})
+				h.Notify(snapshot.Notification{TenantID: "t1", TaskID: task, Version: v})
 			}
 			publish("task_small", 1, 0)
 			for i := range 10 {

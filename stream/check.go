@@ -9,25 +9,26 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/internal/redisx"
+	"github.com/pushd/pushd/stream/cursor"
 )
 
 // state is what one look at a stream found.
 type state struct {
 	exists     bool
-	epoch      ID
-	known      bool  // the epoch key exists
-	last       ID    // last-generated-id
-	maxDeleted ID    // max-deleted-entry-id: the newest entry XDEL removed
-	first      ID    // the first entry's id, when length > 0
-	length     int64 // entries now
-	added      int64 // entries ever appended to this incarnation
+	epoch      cursor.ID
+	known      bool      // the epoch key exists
+	last       cursor.ID // last-generated-id
+	maxDeleted cursor.ID // max-deleted-entry-id: the newest entry XDEL removed
+	first      cursor.ID // the first entry's id, when length > 0
+	length     int64     // entries now
+	added      int64     // entries ever appended to this incarnation
 }
 
 // lost reports whether entries after id may have been removed: deleted, or
 // trimmed (trimming takes the oldest entries and leaves no mark but the
 // first entry's id). It errs on the safe side: when id itself was trimmed,
 // it cannot tell whether the entry right after it went too, and says so.
-func (st state) lost(id ID) bool {
+func (st state) lost(id cursor.ID) bool {
 	switch {
 	case id.Less(st.maxDeleted):
 		return true
@@ -60,22 +61,22 @@ func readState(ep *redis.StringCmd, info *redis.XInfoStreamCmd) (state, error) {
 	case err != nil:
 		return st, fmt.Errorf("get stream epoch: %w", err)
 	default:
-		if st.epoch, err = ParseID(e); err == nil {
+		if st.epoch, err = cursor.ParseID(e); err == nil {
 			st.known = true
 		}
 	}
 	v := info.Val()
 	var err error
-	if st.last, err = ParseID(v.LastGeneratedID); err != nil {
+	if st.last, err = cursor.ParseID(v.LastGeneratedID); err != nil {
 		return st, fmt.Errorf("xinfo stream: last-generated-id %q: %w", v.LastGeneratedID, err)
 	}
 	if v.MaxDeletedEntryID != "" {
-		if st.maxDeleted, err = ParseID(v.MaxDeletedEntryID); err != nil {
+		if st.maxDeleted, err = cursor.ParseID(v.MaxDeletedEntryID); err != nil {
 			return st, fmt.Errorf("xinfo stream: max-deleted-entry-id %q: %w", v.MaxDeletedEntryID, err)
 		}
 	}
 	if v.Length > 0 {
-		if st.first, err = ParseID(v.FirstEntry.ID); err != nil {
+		if st.first, err = cursor.ParseID(v.FirstEntry.ID); err != nil {
 			return st, fmt.Errorf("xinfo stream: first entry %q: %w", v.FirstEntry.ID, err)
 		}
 	}
@@ -94,7 +95,7 @@ func (t *Tailer) placeLocked(tl *tail, st state) {
 	tl.learn = !st.known
 	tl.pos = ""
 	if tl.known {
-		tl.pos = encodeCursor(position{tag: tenantTag(tl.tenant), epoch: tl.epoch, id: tl.last})
+		tl.pos = cursor.Encode(cursor.Position{Tag: cursor.TenantTag(tl.tenant), Epoch: tl.epoch, ID: tl.last})
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream"
+	"github.com/pushd/pushd/stream/cursor"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -103,7 +105,7 @@ func TestClusterTailDeliversFromEveryMaster(t *testing.T) {
 	ctx := ctxT(t)
 	start := map[string]string{}
 	for _, tenant := range f.tenants {
-		if start[tenant] = f.tl.Position(tenant); !stream.IsCursor(start[tenant]) {
+		if start[tenant] = f.tl.Position(tenant); !cursor.Is(start[tenant]) {
 			t.Fatalf("%s: position after placement %q, want a cursor", tenant, start[tenant])
 		}
 	}
@@ -128,7 +130,7 @@ func TestClusterTailDeliversFromEveryMaster(t *testing.T) {
 	f.g.mu.Unlock()
 	f.g.waitUntil(t, "every tail covers and has a position", func() bool {
 		for _, tenant := range f.tenants {
-			if !f.tl.Covers(tenant) || !stream.IsCursor(f.tl.Position(tenant)) {
+			if !f.tl.Covers(tenant) || !cursor.Is(f.tl.Position(tenant)) {
 				return false
 			}
 		}
@@ -189,7 +191,7 @@ func TestClusterTailSurvivesFailover(t *testing.T) {
 	// v11 arrives, or the tenant was re-read after it was published.
 	f.g.waitUntil(t, "v11 of every tenant", func() bool {
 		for _, tenant := range f.tenants {
-			if !slices.ContainsFunc(f.g.events[mark:], func(n fanout.Notification) bool {
+			if !slices.ContainsFunc(f.g.events[mark:], func(n snapshot.Notification) bool {
 				return n.TenantID == tenant && (n.Version == 11 || n.Version == 0)
 			}) {
 				return false

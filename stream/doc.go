@@ -1,6 +1,6 @@
 // Package stream follows the per-tenant Redis Streams of task changes
 // (keys.Names.Stream) that publishers append to with XADD MAXLEN ~ (see
-// snapshot.WriteStream), so a node's clients lose nothing that Pub/Sub
+// rediswrite.WriteStream), so a node's clients lose nothing that Pub/Sub
 // drops:
 //
 //   - the Tailer XREADs, on a few dedicated connections, the streams of the
@@ -14,9 +14,10 @@
 //   - a stream trimmed past that id, or one Redis lost (its epoch changed,
 //     it went missing or backwards), is not a gap the stream can close:
 //     the tenant is re-read once (hub.Hub.ResyncNow) and tailed afresh.
-//   - Position is a compact resume cursor (epoch, entry id, tenant tag) that
-//     any node understands; Replay returns the changes after one, or says
-//     why it cannot, and the client is then sent everything.
+//   - Position is a compact resume cursor (stream/cursor: epoch, entry id,
+//     tenant tag) that any node understands; Replay returns the changes
+//     after one, or says why it cannot, and the client is then sent
+//     everything.
 //
 // The tail is a hint source on a par with Pub/Sub, not instead of it:
 // Pub/Sub is one hop and wakes the hub at once, the stream is the

@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/stream/cursor"
 )
 
 // reader is one XREAD connection's loop and the tails hashed to it.
@@ -221,7 +221,7 @@ func (r *reader) deliver(tl *tail, msgs []redis.XMessage) bool {
 	if len(msgs) == 0 {
 		return true
 	}
-	changes := make([]fanout.Notification, 0, len(msgs))
+	changes := make([]snapshot.Notification, 0, len(msgs))
 	for _, m := range msgs {
 		if n, ok := parseEntry(tl.tenant, m); ok {
 			changes = append(changes, n)
@@ -229,8 +229,8 @@ func (r *reader) deliver(tl *tail, msgs []redis.XMessage) bool {
 			t.stats.malformed.Add(1)
 		}
 	}
-	first, err1 := ParseID(msgs[0].ID)
-	last, err2 := ParseID(msgs[len(msgs)-1].ID)
+	first, err1 := cursor.ParseID(msgs[0].ID)
+	last, err2 := cursor.ParseID(msgs[len(msgs)-1].ID)
 	if err1 != nil || err2 != nil {
 		t.stats.malformed.Add(int64(len(msgs)))
 		return true // not Redis's ids; nothing sensible to resume from
@@ -242,7 +242,7 @@ func (r *reader) deliver(tl *tail, msgs []redis.XMessage) bool {
 	}
 	now := time.Now()
 	for _, m := range msgs {
-		if id, err := ParseID(m.ID); err == nil {
+		if id, err := cursor.ParseID(m.ID); err == nil {
 			t.stats.lag.Observe(now.Sub(time.UnixMilli(int64(id.MS))))
 		}
 	}
@@ -252,14 +252,14 @@ func (r *reader) deliver(tl *tail, msgs []redis.XMessage) bool {
 	t.mu.RLock()
 	learn = tl.learn
 	t.mu.RUnlock()
-	var epoch ID
+	var epoch cursor.ID
 	known := false
 	if learn {
 		// The first entry read since placement on a stream without an
 		// epoch: it is the epoch if the write that made it set the key.
 		ctx, cancel := context.WithTimeout(t.ctx, placeTimeout)
 		if e, err := t.cfg.Client.Get(ctx, tl.epochKey).Result(); err == nil {
-			if id, err := ParseID(e); err == nil && id == first {
+			if id, err := cursor.ParseID(e); err == nil && id == first {
 				epoch, known = id, true
 			}
 		}
@@ -276,7 +276,7 @@ func (r *reader) deliver(tl *tail, msgs []redis.XMessage) bool {
 		tl.epoch, tl.known = epoch, known
 	}
 	if tl.known {
-		tl.pos = encodeCursor(position{tag: tenantTag(tl.tenant), epoch: tl.epoch, id: tl.last})
+		tl.pos = cursor.Encode(cursor.Position{Tag: cursor.TenantTag(tl.tenant), Epoch: tl.epoch, ID: tl.last})
 	}
 	return true
 }
@@ -284,8 +284,8 @@ func (r *reader) deliver(tl *tail, msgs []redis.XMessage) bool {
 // parseEntry reads an entry's hint: task_id and version are required;
 // project_id and user_id are dropped when not valid ids (the snapshot
 // says).
-func parseEntry(tenant string, m redis.XMessage) (fanout.Notification, bool) {
-	n := fanout.Notification{TenantID: tenant}
+func parseEntry(tenant string, m redis.XMessage) (snapshot.Notification, bool) {
+	n := snapshot.Notification{TenantID: tenant}
 	n.TaskID, _ = m.Values["task_id"].(string)
 	v, _ := m.Values["version"].(string)
 	var err error

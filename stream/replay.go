@@ -4,19 +4,19 @@ import (
 	"context"
 	"errors"
 
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/stream/cursor"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/pushd/pushd/fanout"
 )
 
-// Replay returns the tenant's changes after cursor, oldest first, read in
-// one round trip, or the reason (Fallback*) it cannot: the caller then sends
-// the client everything, as for a new one. The tenant is the connection's,
+// Replay returns the tenant's changes after the cursor resume, oldest
+// first, read in one round trip, or the reason (Fallback*) it cannot: the
+// caller then sends the client everything, as for a new one. The tenant is the connection's,
 // from its token; a cursor never chooses the stream, and a cursor made for
 // another tenant's stream is refused by its tag. Replay needs no tail: any
 // node answers any node's cursor.
-func (t *Tailer) Replay(ctx context.Context, tenant, cursor string) ([]fanout.Notification, string) {
-	changes, reason := t.replay(ctx, tenant, cursor)
+func (t *Tailer) Replay(ctx context.Context, tenant, resume string) ([]snapshot.Notification, string) {
+	changes, reason := t.replay(ctx, tenant, resume)
 	if reason != "" {
 		t.stats.fallback(reason)
 		return nil, reason
@@ -26,31 +26,31 @@ func (t *Tailer) Replay(ctx context.Context, tenant, cursor string) ([]fanout.No
 	return changes, ""
 }
 
-func (t *Tailer) replay(ctx context.Context, tenant, cursor string) ([]fanout.Notification, string) {
-	p, err := decodeCursor(cursor)
+func (t *Tailer) replay(ctx context.Context, tenant, resume string) ([]snapshot.Notification, string) {
+	p, err := cursor.Decode(resume)
 	if err != nil {
 		return nil, FallbackCorrupt
 	}
-	if p.tag != tenantTag(tenant) {
+	if p.Tag != cursor.TenantTag(tenant) {
 		return nil, FallbackTenant
 	}
 	key := t.cfg.Names.Stream(tenant)
 	pipe := t.cfg.Client.Pipeline()
 	ep := pipe.Get(ctx, t.cfg.Names.StreamEpoch(tenant))
 	info := pipe.XInfoStream(ctx, key)
-	rng := pipe.XRangeN(ctx, key, "("+p.id.String(), "+", int64(t.cfg.MaxReplay)+1)
+	rng := pipe.XRangeN(ctx, key, "("+p.ID.String(), "+", int64(t.cfg.MaxReplay)+1)
 	pipe.Exec(ctx) // each command's error is checked below
 	st, err := readState(ep, info)
 	switch {
 	case err != nil:
 		return nil, FallbackUnavailable
-	case !st.exists || !st.known || st.epoch != p.epoch:
+	case !st.exists || !st.known || st.epoch != p.Epoch:
 		// Gone, or recreated since the cursor was made: Redis lost what
 		// came between.
 		return nil, FallbackEpoch
-	case st.last.Less(p.id):
+	case st.last.Less(p.ID):
 		return nil, FallbackAhead
-	case st.lost(p.id):
+	case st.lost(p.ID):
 		return nil, FallbackTrimmed
 	}
 	msgs, err := rng.Result()
@@ -60,7 +60,7 @@ func (t *Tailer) replay(ctx context.Context, tenant, cursor string) ([]fanout.No
 	if len(msgs) > t.cfg.MaxReplay {
 		return nil, FallbackTooMany
 	}
-	changes := make([]fanout.Notification, 0, len(msgs))
+	changes := make([]snapshot.Notification, 0, len(msgs))
 	for _, m := range msgs {
 		if n, ok := parseEntry(tenant, m); ok {
 			changes = append(changes, n)

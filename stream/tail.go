@@ -12,10 +12,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/stream/cursor"
 )
 
 // ErrClosed is returned by Watch on a closed Tailer.
@@ -25,7 +25,7 @@ var ErrClosed = errors.New("stream: tailer closed")
 type Target interface {
 	// Apply delivers a batch of a tenant's changes before it returns; an
 	// error means it must be retried (see hub.Hub.Apply).
-	Apply(ctx context.Context, tenant string, changes []fanout.Notification) error
+	Apply(ctx context.Context, tenant string, changes []snapshot.Notification) error
 	// ResyncNow re-reads everything the tenant's connections watch before
 	// it returns, and reports whether every read succeeded.
 	ResyncNow(tenant string) bool
@@ -149,13 +149,13 @@ type tail struct {
 	ready                 chan struct{} // closed when Watch's placement ended, placed or not
 
 	refs     int
-	placed   bool   // last is a start from which the stream delivers every later change
-	verified bool   // placed, and its continuity not in doubt
-	resync   string // not placed: the reason it is to be placed anew, after which the tenant is re-read
-	epoch    ID     // the stream incarnation's, when epochKnown
-	known    bool   // epoch is known
-	learn    bool   // epoch unknown: learn it from the first entry read, if that entry is the epoch
-	last     ID
+	placed   bool      // last is a start from which the stream delivers every later change
+	verified bool      // placed, and its continuity not in doubt
+	resync   string    // not placed: the reason it is to be placed anew, after which the tenant is re-read
+	epoch    cursor.ID // the stream incarnation's, when epochKnown
+	known    bool      // epoch is known
+	learn    bool      // epoch unknown: learn it from the first entry read, if that entry is the epoch
+	last     cursor.ID
 	pos      string // the encoded Position, "" while none
 	length   int64
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream"
+	"github.com/pushd/pushd/stream/cursor"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -30,15 +31,15 @@ const waitFor = 10 * time.Second
 // target records what a Tailer delivers.
 type target struct {
 	mu      sync.Mutex
-	changes []fanout.Notification
+	changes []snapshot.Notification
 	resyncs []string
-	events  []fanout.Notification // changes and re-reads in order; a re-read has version 0
-	changed chan struct{}         // cap 1
+	events  []snapshot.Notification // changes and re-reads in order; a re-read has version 0
+	changed chan struct{}           // cap 1
 }
 
 func newTarget() *target { return &target{changed: make(chan struct{}, 1)} }
 
-func (g *target) Apply(_ context.Context, _ string, changes []fanout.Notification) error {
+func (g *target) Apply(_ context.Context, _ string, changes []snapshot.Notification) error {
 	g.mu.Lock()
 	g.changes = append(g.changes, changes...)
 	g.events = append(g.events, changes...)
@@ -50,7 +51,7 @@ func (g *target) Apply(_ context.Context, _ string, changes []fanout.Notificatio
 func (g *target) ResyncNow(tenant string) bool {
 	g.mu.Lock()
 	g.resyncs = append(g.resyncs, tenant)
-	g.events = append(g.events, fanout.Notification{TenantID: tenant})
+	g.events = append(g.events, snapshot.Notification{TenantID: tenant})
 	g.mu.Unlock()
 	g.signal()
 	return true
@@ -121,7 +122,7 @@ func TestTailDeliversInOrderAndGivesPositions(t *testing.T) {
 	}
 	defer release()
 	p0 := tl.Position(tenant)
-	if !stream.IsCursor(p0) {
+	if !cursor.Is(p0) {
 		t.Fatalf("position after placement %q, want a cursor", p0)
 	}
 	for v := int64(1); v <= 20; v++ {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/admission"
-	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/auth/session"
 )
 
 // config is every setting of a node. Each flag has a PUSHD_* environment
@@ -97,7 +97,7 @@ type admissionFlags struct {
 	Timeout, Retry, SessionCheck time.Duration
 }
 
-// sessionFlags are the session token lookups' settings (auth.SessionsConfig).
+// sessionFlags are the session token lookups' settings (session.Config).
 type sessionFlags struct {
 	NegativeTTL     time.Duration
 	NegativeEntries int
@@ -418,9 +418,9 @@ func (c config) originPatterns() []string {
 	return out
 }
 
-// config is the auth.SessionsConfig of the flags; the node adds its stores.
-func (s sessionFlags) config() auth.SessionsConfig {
-	return auth.SessionsConfig{NegativeTTL: s.NegativeTTL, NegativeEntries: s.NegativeEntries, MaxDBQueries: s.DBQueries, DBQueueWait: s.DBWait}
+// config is the session.Config of the flags; the node adds its stores.
+func (s sessionFlags) config() session.Config {
+	return session.Config{NegativeTTL: s.NegativeTTL, NegativeEntries: s.NegativeEntries, MaxDBQueries: s.DBQueries, DBQueueWait: s.DBWait}
 }
 
 // config is the admission.Config of the flags; the node adds its Redis.

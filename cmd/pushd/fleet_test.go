@@ -20,7 +20,7 @@ import (
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
-	"github.com/pushd/pushd/stream"
+	"github.com/pushd/pushd/stream/cursor"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -446,9 +446,9 @@ func TestFleetStreamsResumeOnAnotherNode(t *testing.T) {
 	for i, tenant := range f.tenants {
 		from, to := i%len(f.nodes), (i+1)%len(f.nodes)
 		query := "/v1/events?task=" + strings.Join(tasksOf(tenant), "&task=")
-		had, cursor := readUntilCursor(t, f.nodes[from].URL+query, fleetToken(t, tenant), "")
-		if !stream.IsCursor(cursor) {
-			t.Fatalf("%s on node%d: no stream cursor (%q)", tenant, from, cursor)
+		had, last := readUntilCursor(t, f.nodes[from].URL+query, fleetToken(t, tenant), "")
+		if !cursor.Is(last) {
+			t.Fatalf("%s on node%d: no stream cursor (%q)", tenant, from, last)
 		}
 		moved := tasksOf(tenant)[0]
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -457,7 +457,7 @@ func TestFleetStreamsResumeOnAnotherNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _ := readUntilCursor(t, f.nodes[to].URL+query, fleetToken(t, tenant), cursor)
+		got, _ := readUntilCursor(t, f.nodes[to].URL+query, fleetToken(t, tenant), last)
 		t.Logf("%s: node%d's cursor had %v; resumed on node%d with %v", tenant, from, had, to, got)
 		if got[moved] != 3 {
 			t.Fatalf("%s resumed on node%d: got %v, want %s v3", tenant, to, got, moved)
@@ -489,10 +489,10 @@ func TestFleetStreamsResumeOnAnotherNode(t *testing.T) {
 	f.noCrossSlot(t)
 }
 
-// readUntilCursor opens an SSE stream (resuming from cursor unless empty),
+// readUntilCursor opens an SSE stream (resuming from the cursor resume unless empty),
 // reads the task events up to the first stream cursor, and returns each
 // task's newest version and the cursor.
-func readUntilCursor(t *testing.T, url, tok, cursor string) (map[string]int64, string) {
+func readUntilCursor(t *testing.T, url, tok, resume string) (map[string]int64, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -501,8 +501,8 @@ func readUntilCursor(t *testing.T, url, tok, cursor string) (map[string]int64, s
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+tok)
-	if cursor != "" {
-		req.Header.Set("Last-Event-ID", cursor)
+	if resume != "" {
+		req.Header.Set("Last-Event-ID", resume)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -524,7 +524,7 @@ func readUntilCursor(t *testing.T, url, tok, cursor string) (map[string]int64, s
 				got[doc.TaskID] = max(got[doc.TaskID], doc.Version)
 			}
 		}
-		if stream.IsCursor(ev.ID) {
+		if cursor.Is(ev.ID) {
 			next = ev.ID
 			cancel() // ends the read
 		}

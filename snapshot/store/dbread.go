@@ -1,9 +1,11 @@
-package snapshot
+package store
 
 import (
 	"context"
 	"errors"
 	"math"
+
+	"github.com/pushd/pushd/snapshot"
 )
 
 // dbRead is one PostgreSQL query of tasks by id, shared by every read of
@@ -12,16 +14,16 @@ import (
 type dbRead struct {
 	start int64         // monotime it was registered
 	done  chan struct{} // closed once rows and err are set
-	rows  map[string]*Snapshot
+	rows  map[string]*snapshot.Snapshot
 	err   error
 }
 
 // dbResult is what readDB read.
 type dbResult struct {
-	found map[string]*Snapshot // every id found, by this call, a shared read or the cache
+	found map[string]*snapshot.Snapshot // every id found, by this call, a shared read or the cache
 	// rows and absent are what this call's own query found: the caller
 	// caches and writes them back before it calls release.
-	rows   []*Snapshot
+	rows   []*snapshot.Snapshot
 	absent []string
 	mine   *dbRead
 	ids    []string // registered to mine
@@ -61,7 +63,7 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 	if !cached || atLeast > 0 {
 		notBefore = monotime()
 	}
-	res := &dbResult{s: s, found: make(map[string]*Snapshot, len(ids))}
+	res := &dbResult{s: s, found: make(map[string]*snapshot.Snapshot, len(ids))}
 	joined := make(map[string]*dbRead)
 	s.dbMu.Lock()
 	for _, id := range ids {
@@ -99,11 +101,11 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 		if len(res.ids) > 1 {
 			sql, args = sqlTasksByIDs, []any{res.ids}
 		}
-		r.rows = make(map[string]*Snapshot, len(res.ids))
+		r.rows = make(map[string]*snapshot.Snapshot, len(res.ids))
 		// Others may be waiting on this query: a caller that leaves (a
 		// batch read whose client hung up) must not fail their reads.
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FetchTimeout)
-		r.err = s.query(qctx, sql, args, func(row *Snapshot) {
+		r.err = s.query(qctx, sql, args, func(row *snapshot.Snapshot) {
 			r.rows[row.TaskID] = row
 			res.rows = append(res.rows, row)
 		})

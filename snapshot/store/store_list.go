@@ -1,25 +1,27 @@
-package snapshot
+package store
 
 import (
 	"context"
 	"fmt"
+
+	"github.com/pushd/pushd/snapshot"
 )
 
 // ListProject returns the snapshots of a project's MaxList most recently
 // updated tasks, newest first, from PostgreSQL (cached ListCacheTTL). A task
 // this node has since seen in a newer version is returned in that version.
-func (s *Store) ListProject(ctx context.Context, tenantID, projectID string) ([]*Snapshot, error) {
-	if !ValidID(tenantID) || !ValidID(projectID) {
-		return nil, ErrInvalidID
+func (s *Store) ListProject(ctx context.Context, tenantID, projectID string) ([]*snapshot.Snapshot, error) {
+	if !snapshot.ValidID(tenantID) || !snapshot.ValidID(projectID) {
+		return nil, snapshot.ErrInvalidID
 	}
 	return s.list(ctx, projectListKey(tenantID, projectID), sqlTasksByProject, tenantID, projectID)
 }
 
 // ListUser returns the snapshots of a user's MaxList most recently updated
 // tasks, like ListProject.
-func (s *Store) ListUser(ctx context.Context, tenantID, userID string) ([]*Snapshot, error) {
-	if !ValidID(tenantID) || !ValidID(userID) {
-		return nil, ErrInvalidID
+func (s *Store) ListUser(ctx context.Context, tenantID, userID string) ([]*snapshot.Snapshot, error) {
+	if !snapshot.ValidID(tenantID) || !snapshot.ValidID(userID) {
+		return nil, snapshot.ErrInvalidID
 	}
 	return s.list(ctx, userListKey(tenantID, userID), sqlTasksByUser, tenantID, userID)
 }
@@ -44,9 +46,9 @@ func (s *Store) ListCached(tenantID, projectID, userID string) bool {
 }
 
 // list serves a list query.
-func (s *Store) list(ctx context.Context, key, sql string, args ...any) ([]*Snapshot, error) {
+func (s *Store) list(ctx context.Context, key, sql string, args ...any) ([]*snapshot.Snapshot, error) {
 	if s.db == nil {
-		return nil, fmt.Errorf("list: %w: no database", ErrUnavailable)
+		return nil, fmt.Errorf("list: %w: no database", snapshot.ErrUnavailable)
 	}
 	rows, ok := s.lists.get(key)
 	if ok {
@@ -54,14 +56,14 @@ func (s *Store) list(ctx context.Context, key, sql string, args ...any) ([]*Snap
 	} else {
 		s.stats.cacheMisses.Add(1)
 		var err error
-		rows, err = shared(ctx, s, &s.listFlights, key, func(ctx context.Context) ([]*Snapshot, error) {
+		rows, err = shared(ctx, s, &s.listFlights, key, func(ctx context.Context) ([]*snapshot.Snapshot, error) {
 			// As in fetch: a late flight finds the previous one's result.
 			if rows, ok := s.lists.get(key); ok {
 				return rows, nil
 			}
-			var rows []*Snapshot
-			if err := s.query(ctx, sql, args, func(row *Snapshot) { rows = append(rows, row) }); err != nil {
-				return nil, fmt.Errorf("list: %w: %w", ErrUnavailable, err)
+			var rows []*snapshot.Snapshot
+			if err := s.query(ctx, sql, args, func(row *snapshot.Snapshot) { rows = append(rows, row) }); err != nil {
+				return nil, fmt.Errorf("list: %w: %w", snapshot.ErrUnavailable, err)
 			}
 			s.stats.dbHits.Add(uint64(len(rows)))
 			for _, row := range rows {
@@ -75,7 +77,7 @@ func (s *Store) list(ctx context.Context, key, sql string, args ...any) ([]*Snap
 		}
 	}
 	// The cached slice is shared: fold newer versions into a copy.
-	out := make([]*Snapshot, len(rows))
+	out := make([]*snapshot.Snapshot, len(rows))
 	for i, row := range rows {
 		if cur, ok := s.tasks.get(row.TaskID); ok && cur.Version > row.Version {
 			row = cur

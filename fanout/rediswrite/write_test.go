@@ -1,4 +1,4 @@
-package snapshot_test
+package rediswrite_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/testenv"
@@ -30,7 +31,7 @@ func TestWriteOnlyNewer(t *testing.T) {
 		{6, false, 7},  // older again
 		{12, true, 12}, // numeric, not lexical, comparison
 	} {
-		got, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", step.version), 0, "", nil)
+		got, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", step.version), 0, "", nil)
 		if err != nil {
 			t.Fatalf("Write v%d: %v", step.version, err)
 		}
@@ -56,7 +57,7 @@ func TestWriteRefusedOverUnreadable(t *testing.T) {
 		id := testenv.UniqueID("task")
 		key := r.Names.Snapshot(id)
 		r.Client.Set(ctx, key, junk, 0)
-		got, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", 1), 0, "", nil)
+		got, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", 1), 0, "", nil)
 		if got || !errors.Is(err, snapshot.ErrStoredUnreadable) {
 			t.Errorf("Write over %.40q = %v, %v; want false, ErrStoredUnreadable", junk, got, err)
 		}
@@ -77,7 +78,7 @@ func TestWriteClearsNegativeCache(t *testing.T) {
 	nf := r.Names.NotFound(id)
 
 	r.Client.Set(ctx, nf, "1", time.Minute)
-	if ok, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "QUEUED", 3), 0, "", nil); err != nil || !ok {
+	if ok, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "QUEUED", 3), 0, "", nil); err != nil || !ok {
 		t.Fatalf("Write = %v, %v", ok, err)
 	}
 	if n := r.Client.Exists(ctx, nf).Val(); n != 0 {
@@ -85,7 +86,7 @@ func TestWriteClearsNegativeCache(t *testing.T) {
 	}
 	// A marker set by a racing reader is wrong even when the write loses.
 	r.Client.Set(ctx, nf, "1", time.Minute)
-	if ok, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "QUEUED", 2), 0, "", nil); err != nil || ok {
+	if ok, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "QUEUED", 2), 0, "", nil); err != nil || ok {
 		t.Fatalf("Write older = %v, %v", ok, err)
 	}
 	if n := r.Client.Exists(ctx, nf).Val(); n != 0 {
@@ -107,7 +108,7 @@ func TestWritePublishesOnlyWhenWritten(t *testing.T) {
 	}
 	write := func(v int64, msg string) bool {
 		t.Helper()
-		ok, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", v), 0, channel, []byte(msg))
+		ok, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", v), 0, channel, []byte(msg))
 		if err != nil {
 			t.Fatalf("Write v%d: %v", v, err)
 		}
@@ -141,7 +142,7 @@ func TestWriteTTLByStatus(t *testing.T) {
 	ctx := ctxT(t)
 	for _, status := range []string{"QUEUED", "RUNNING", "PROVIDER_SUBMITTED", "POST_PROCESSING", "SUCCEEDED", "FAILED", "CANCELED", "SOMETHING_NEW"} {
 		id := testenv.UniqueID("task")
-		if _, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", status, 1), 0, "", nil); err != nil {
+		if _, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", status, 1), 0, "", nil); err != nil {
 			t.Fatal(err)
 		}
 		pttl := r.Client.PTTL(ctx, r.Names.Snapshot(id)).Val()
@@ -154,7 +155,7 @@ func TestWriteTTLByStatus(t *testing.T) {
 	}
 	// An explicit ttl wins.
 	id := testenv.UniqueID("task")
-	if _, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "SUCCEEDED", 1), 5*time.Minute, "", nil); err != nil {
+	if _, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "SUCCEEDED", 1), 5*time.Minute, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if pttl := r.Client.PTTL(ctx, r.Names.Snapshot(id)).Val(); pttl <= 4*time.Minute || pttl > 5*time.Minute {
@@ -169,7 +170,7 @@ func TestWriteStoresDocumentVerbatim(t *testing.T) {
 	id := testenv.UniqueID("task")
 	in := []byte(`{"task_id":"` + id + `","tenant_id":"t1","version":1,"status":"QUEUED","future_field":{"a":[1,2]}}`)
 	s := mustParse(t, in)
-	if _, err := snapshot.Write(ctx, r.Client, r.Names, s, 0, "", nil); err != nil {
+	if _, err := rediswrite.Write(ctx, r.Client, r.Names, s, 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.Client.Get(ctx, r.Names.Snapshot(id)).Val(); got != string(in) {
@@ -184,11 +185,11 @@ func TestWriteRedisError(t *testing.T) {
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
 	defer cancel()
-	ok, err := snapshot.Write(ctx, c, keys.Names{}, snap(t, "x", "t1", "QUEUED", 1), 0, "", nil)
+	ok, err := rediswrite.Write(ctx, c, keys.Names{}, snap(t, "x", "t1", "QUEUED", 1), 0, "", nil)
 	if err == nil || ok {
 		t.Fatalf("Write to a stopped Redis = %v, %v; want an error", ok, err)
 	}
-	if _, err := snapshot.Write(ctx, c, keys.Names{}, nil, 0, "", nil); err == nil {
+	if _, err := rediswrite.Write(ctx, c, keys.Names{}, nil, 0, "", nil); err == nil {
 		t.Fatal("Write(nil) succeeded")
 	}
 }

@@ -1,11 +1,15 @@
-package auth
+// Package session resolves opaque session tokens to the principal they
+// name: the control Redis first, then PostgreSQL, whose answer is written
+// back. It is apart from auth so that verifying a JWT needs no driver;
+// auth.Verifier takes any auth.SessionResolver, and this Store is the one a
+// node uses.
+package session
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -15,21 +19,12 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/snapshot"
 )
 
-// ErrUnavailable means a session token could not be checked because
-// neither the session cache nor the database answered. It does not match
-// ErrInvalidToken: the client should retry, not log in again.
-var ErrUnavailable = errors.New("auth: session store unavailable")
-
-// IsSessionToken reports whether token is an opaque session token rather
-// than a JWT: a JWT (JWS compact form) has exactly two dots, a session
-// token none.
-func IsSessionToken(token string) bool { return strings.Count(token, ".") != 2 }
-
-// SessionsConfig configures Sessions. Redis is required.
-type SessionsConfig struct {
+// Config configures a Store. Redis is required.
+type Config struct {
 	// Redis holds session:<token> (JSON {"tenant_id","user_id","plan",
 	// "expires_at"}, expires_at in Unix milliseconds and optional), with the
 	// session's lifetime as its TTL. A stream ends at expires_at; without
@@ -56,17 +51,17 @@ type SessionsConfig struct {
 	NegativeEntries int
 	// MaxDBQueries caps the lookups in the database at once; zero means 4.
 	// A lookup that finds them all taken waits DBQueueWait (zero means
-	// 500ms), then fails with ErrUnavailable rather than queue behind a
+	// 500ms), then fails with auth.ErrUnavailable rather than queue behind a
 	// slow or flooded database.
 	MaxDBQueries int
 	DBQueueWait  time.Duration
 }
 
-// Sessions resolves opaque session tokens: Redis first, then PostgreSQL,
+// Store resolves opaque session tokens: Redis first, then PostgreSQL,
 // whose answer is written back to Redis; concurrent lookups of one token
 // share one. It is safe for concurrent use.
-type Sessions struct {
-	cfg SessionsConfig
+type Store struct {
+	cfg Config
 	sf  singleflight.Group
 	// unknown maps the tokens the database lately did not know to when
 	// that stops being trusted. In process rather than in Redis: made-up
@@ -77,8 +72,8 @@ type Sessions struct {
 	dbSlots *semaphore.Weighted
 }
 
-// NewSessions returns a session resolver.
-func NewSessions(cfg SessionsConfig) *Sessions {
+// New returns a session resolver.
+func New(cfg Config) *Store {
 	if cfg.CacheTTL <= 0 {
 		cfg.CacheTTL = time.Hour
 	}
@@ -97,15 +92,15 @@ func NewSessions(cfg SessionsConfig) *Sessions {
 	if cfg.DBQueueWait <= 0 {
 		cfg.DBQueueWait = 500 * time.Millisecond
 	}
-	s := &Sessions{cfg: cfg, dbSlots: semaphore.NewWeighted(int64(cfg.MaxDBQueries))}
+	s := &Store{cfg: cfg, dbSlots: semaphore.NewWeighted(int64(cfg.MaxDBQueries))}
 	if cfg.NegativeTTL > 0 {
 		s.unknown, _ = lru.New[string, time.Time](cfg.NegativeEntries) // errs only on a size <= 0
 	}
 	return s
 }
 
-// session is the JSON of session:<token>.
-type session struct {
+// record is the JSON of session:<token>.
+type record struct {
 	TenantID string `json:"tenant_id"`
 	UserID   string `json:"user_id"`
 	Plan     string `json:"plan,omitempty"`
@@ -115,7 +110,7 @@ type session struct {
 	ExpiresAt int64 `json:"expires_at,omitempty"`
 }
 
-func (s *Sessions) key(token string) string { return s.cfg.Prefix + "session:" + token }
+func (s *Store) key(token string) string { return s.cfg.Prefix + "session:" + token }
 
 // validToken bounds what is looked up: the token becomes a key.
 func validToken(token string) bool {
@@ -132,11 +127,11 @@ func validToken(token string) bool {
 }
 
 // Resolve returns the principal of a session token. The error wraps
-// ErrInvalidToken for an unknown, expired or malformed token and
-// ErrUnavailable when no store answered.
-func (s *Sessions) Resolve(ctx context.Context, token string) (Principal, error) {
+// auth.ErrInvalidToken for an unknown, expired or malformed token and
+// auth.ErrUnavailable when no store answered.
+func (s *Store) Resolve(ctx context.Context, token string) (auth.Principal, error) {
 	if !validToken(token) {
-		return Principal{}, invalid("malformed session token", nil)
+		return auth.Principal{}, auth.Invalid("malformed session token", nil)
 	}
 	v, err, _ := s.sf.Do(token, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
@@ -144,34 +139,34 @@ func (s *Sessions) Resolve(ctx context.Context, token string) (Principal, error)
 		return s.lookup(ctx, token)
 	})
 	if err != nil {
-		return Principal{}, err
+		return auth.Principal{}, err
 	}
-	return v.(Principal), nil
+	return v.(auth.Principal), nil
 }
 
-func (s *Sessions) lookup(ctx context.Context, token string) (Principal, error) {
+func (s *Store) lookup(ctx context.Context, token string) (auth.Principal, error) {
 	raw, rerr := s.cfg.Redis.Get(ctx, s.key(token)).Bytes()
 	if rerr == nil {
-		var sess session
+		var sess record
 		if err := json.Unmarshal(raw, &sess); err != nil {
-			return Principal{}, invalid("malformed session", err)
+			return auth.Principal{}, auth.Invalid("malformed session", err)
 		}
 		var expires time.Time
 		if sess.ExpiresAt != 0 {
 			if expires = time.UnixMilli(sess.ExpiresAt); !time.Now().Before(expires) {
-				return Principal{}, invalid("unknown session", nil) // expired, as PostgreSQL would say
+				return auth.Principal{}, auth.Invalid("unknown session", nil) // expired, as PostgreSQL would say
 			}
 		}
 		return principalOf(token, sess, expires)
 	}
 	if s.cfg.DB == nil {
 		if errors.Is(rerr, redis.Nil) {
-			return Principal{}, invalid("unknown session", nil)
+			return auth.Principal{}, auth.Invalid("unknown session", nil)
 		}
-		return Principal{}, fmt.Errorf("%w: %w", ErrUnavailable, rerr)
+		return auth.Principal{}, fmt.Errorf("%w: %w", auth.ErrUnavailable, rerr)
 	}
 	if s.knownUnknown(token) {
-		return Principal{}, invalid("unknown session", nil)
+		return auth.Principal{}, auth.Invalid("unknown session", nil)
 	}
 	sess, exp, err := s.query(ctx, token)
 	switch {
@@ -179,9 +174,9 @@ func (s *Sessions) lookup(ctx context.Context, token string) (Principal, error) 
 		if s.unknown != nil {
 			s.unknown.Add(token, time.Now().Add(s.cfg.NegativeTTL))
 		}
-		return Principal{}, invalid("unknown session", nil)
+		return auth.Principal{}, auth.Invalid("unknown session", nil)
 	case err != nil:
-		return Principal{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return auth.Principal{}, fmt.Errorf("%w: %w", auth.ErrUnavailable, err)
 	}
 	var expires time.Time
 	ttl := s.cfg.CacheTTL
@@ -193,7 +188,7 @@ func (s *Sessions) lookup(ctx context.Context, token string) (Principal, error) 
 	}
 	p, err := principalOf(token, sess, expires)
 	if err != nil {
-		return Principal{}, err
+		return auth.Principal{}, err
 	}
 	// Written back only when Redis answered the miss: a Redis that failed
 	// is left alone, and the next lookup tries it again.
@@ -206,7 +201,7 @@ func (s *Sessions) lookup(ctx context.Context, token string) (Principal, error) 
 }
 
 // knownUnknown reports whether the database lately did not know token.
-func (s *Sessions) knownUnknown(token string) bool {
+func (s *Store) knownUnknown(token string) bool {
 	if s.unknown == nil {
 		return false
 	}
@@ -220,7 +215,7 @@ func (s *Sessions) knownUnknown(token string) bool {
 
 // query reads token's live session from the database, holding one of
 // MaxDBQueries slots.
-func (s *Sessions) query(ctx context.Context, token string) (sess session, exp *time.Time, err error) {
+func (s *Store) query(ctx context.Context, token string) (sess record, exp *time.Time, err error) {
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.DBQueueWait)
 	err = s.dbSlots.Acquire(wctx, 1)
 	cancel()
@@ -233,11 +228,11 @@ func (s *Sessions) query(ctx context.Context, token string) (sess session, exp *
 	return sess, exp, err
 }
 
-func principalOf(token string, sess session, expires time.Time) (Principal, error) {
+func principalOf(token string, sess record, expires time.Time) (auth.Principal, error) {
 	if !snapshot.ValidID(sess.TenantID) || !snapshot.ValidID(sess.UserID) {
-		return Principal{}, invalid("session without a valid tenant or user", nil)
+		return auth.Principal{}, auth.Invalid("session without a valid tenant or user", nil)
 	}
-	p := Principal{TenantID: sess.TenantID, UserID: sess.UserID, ExpiresAt: expires, Session: token}
+	p := auth.Principal{TenantID: sess.TenantID, UserID: sess.UserID, ExpiresAt: expires, Session: token}
 	if snapshot.ValidID(sess.Plan) {
 		p.Plan = sess.Plan
 	}
@@ -248,7 +243,7 @@ func principalOf(token string, sess session, expires time.Time) (Principal, erro
 // pipelined EXISTS per token, which Redis Cluster can route), then in the
 // database for those Redis lacks. It fails, rather than report sessions
 // gone, when a store that must answer does not.
-func (s *Sessions) Valid(ctx context.Context, tokens []string) (map[string]bool, error) {
+func (s *Store) Valid(ctx context.Context, tokens []string) (map[string]bool, error) {
 	out := make(map[string]bool, len(tokens))
 	pipe := s.cfg.Redis.Pipeline()
 	cmds := make([]*redis.IntCmd, len(tokens))

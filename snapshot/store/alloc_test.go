@@ -4,7 +4,7 @@
 // purpose), so allocation guards run without it: scripts/test runs them in
 // a step of their own.
 
-package snapshot_test
+package store_test
 
 import (
 	"context"

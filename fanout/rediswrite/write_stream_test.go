@@ -1,11 +1,11 @@
-package snapshot_test
+package rediswrite_test
 
 import (
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -31,7 +31,7 @@ func TestWriteStreamAppendsOnlyWhatItWrote(t *testing.T) {
 		version int64
 		written bool
 	}{{2, true}, {1, false}, {2, false}, {5, true}, {4, false}} {
-		ok, err := snapshot.WriteStream(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", step.version), 0, channel, []byte("v"+strconv.FormatInt(step.version, 10)), 1000)
+		ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", step.version), 0, channel, []byte("v"+strconv.FormatInt(step.version, 10)), 1000)
 		if err != nil || ok != step.written {
 			t.Fatalf("WriteStream v%d = %v, %v; want %v", step.version, ok, err, step.written)
 		}
@@ -44,7 +44,7 @@ func TestWriteStreamAppendsOnlyWhatItWrote(t *testing.T) {
 		t.Fatalf("stream holds %d entries, want 2 (v2 and v5): %v", len(entries), entries)
 	}
 	for i, v := range []string{"2", "5"} {
-		want := map[string]any{"task_id": id, "version": v, "event_type": snapshot.EventChanged,
+		want := map[string]any{"task_id": id, "version": v, "event_type": rediswrite.EventChanged,
 			"project_id": "p1", "user_id": "u1", "occurred_at": "1710000000000"}
 		got := entries[i].Values
 		if len(got) != len(want) {
@@ -72,7 +72,7 @@ func TestWriteStreamAppendsOnlyWhatItWrote(t *testing.T) {
 	if err := r.Client.Del(ctx, stream).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := snapshot.WriteStream(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", 6), 0, "", nil, 1000); err != nil || !ok {
+	if ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", 6), 0, "", nil, 1000); err != nil || !ok {
 		t.Fatalf("WriteStream v6 = %v, %v", ok, err)
 	}
 	again, _ := r.Client.XRange(ctx, stream, "-", "+").Result()
@@ -90,7 +90,7 @@ func TestWriteWithoutStreamAppendsNothing(t *testing.T) {
 	r := testenv.SharedRedis(t)
 	ctx := ctxT(t)
 	tenant := testenv.UniqueID("tenant")
-	if _, err := snapshot.Write(ctx, r.Client, r.Names, snap(t, testenv.UniqueID("task"), tenant, "RUNNING", 1), 0, "", nil); err != nil {
+	if _, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, testenv.UniqueID("task"), tenant, "RUNNING", 1), 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := r.Client.Exists(ctx, r.Names.Stream(tenant), r.Names.StreamEpoch(tenant)).Val(); n != 0 {
@@ -115,7 +115,7 @@ func TestRecreatedStreamAlwaysGetsANewEpoch(t *testing.T) {
 		if err := r.Client.Del(ctx, stream).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := snapshot.WriteStream(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", v), 0, "", nil, 1000); err != nil || !ok {
+		if ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", v), 0, "", nil, 1000); err != nil || !ok {
 			t.Fatalf("WriteStream v%d = %v, %v", v, ok, err)
 		}
 		entries, err := r.Client.XRange(ctx, stream, "-", "+").Result()

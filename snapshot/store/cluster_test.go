@@ -1,4 +1,4 @@
-package snapshot_test
+package store_test
 
 import (
 	"errors"
@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -21,13 +23,13 @@ func TestStoreOnRedisCluster(t *testing.T) {
 	cc := c.Client()
 	pg := testenv.Database(t)
 	names := keys.Names{Cluster: true}
-	store := newStore(t, snapshot.Config{Redis: cc, DB: pg.Pool, Names: names})
+	s := newStore(t, store.Config{Redis: cc, DB: pg.Pool, Names: names})
 	ctx := ctxT(t)
 
 	// Tasks whose snapshot slots are served by each of the three masters.
 	ids, _ := c.Spread(3, func(i int) string { return fmt.Sprintf("%s-%d", testenv.UniqueID("task"), i) }, names.Snapshot)
 	for _, id := range ids[:6] {
-		if written, err := store.SetIfNewer(ctx, snap(t, id, "t1", "RUNNING", 2)); err != nil || !written {
+		if written, err := s.SetIfNewer(ctx, snap(t, id, "t1", "RUNNING", 2)); err != nil || !written {
 			t.Fatalf("SetIfNewer %s: %v, %v", id, written, err)
 		}
 	}
@@ -38,7 +40,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 
 	// A second store has no process cache: everything comes from the cluster
 	// or PostgreSQL, in batches.
-	other := newStore(t, snapshot.Config{Redis: cc, DB: pg.Pool, Names: names})
+	other := newStore(t, store.Config{Redis: cc, DB: pg.Pool, Names: names})
 	ghost := testenv.UniqueID("ghost")
 	got, err := other.GetMany(ctx, append(ids, ghost))
 	if err != nil {
@@ -75,22 +77,22 @@ func TestStoreOnRedisCluster(t *testing.T) {
 	id := ids[0]
 	for _, step := range []struct {
 		version int64
-		want    snapshot.Outcome
-	}{{1, snapshot.Stale}, {2, snapshot.Current}, {4, snapshot.Written}} {
-		out, err := snapshot.WriteIfNewer(ctx, cc, names, snap(t, id, "t1", "RUNNING", step.version), 0)
+		want    rediswrite.Outcome
+	}{{1, rediswrite.Stale}, {2, rediswrite.Current}, {4, rediswrite.Written}} {
+		out, err := rediswrite.WriteIfNewer(ctx, cc, names, snap(t, id, "t1", "RUNNING", step.version), 0)
 		if err != nil || out != step.want {
 			t.Errorf("WriteIfNewer v%d = %v, %v; want %v", step.version, out, err, step.want)
 		}
 	}
 	// The refusals, whose keys are in the task's slot too.
-	if out, err := snapshot.WriteIfNewer(ctx, cc, names, snap(t, id, "t2", "RUNNING", 5), 0); out != snapshot.TenantMismatch || !errors.Is(err, snapshot.ErrTenantMismatch) {
+	if out, err := rediswrite.WriteIfNewer(ctx, cc, names, snap(t, id, "t2", "RUNNING", 5), 0); out != rediswrite.TenantMismatch || !errors.Is(err, snapshot.ErrTenantMismatch) {
 		t.Errorf("WriteIfNewer of another tenant = %v, %v; want TenantMismatch", out, err)
 	}
 	deep := ids[1]
 	if err := cc.Set(ctx, names.Snapshot(deep), deepDoc(deep, "t1", 5, 1000), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := snapshot.WriteIfNewer(ctx, cc, names, snap(t, deep, "t1", "RUNNING", 3), 0); out != snapshot.Unreadable || !errors.Is(err, snapshot.ErrStoredUnreadable) {
+	if out, err := rediswrite.WriteIfNewer(ctx, cc, names, snap(t, deep, "t1", "RUNNING", 3), 0); out != rediswrite.Unreadable || !errors.Is(err, snapshot.ErrStoredUnreadable) {
 		t.Errorf("WriteIfNewer v3 over an undecodable v5 = %v, %v; want Unreadable", out, err)
 	}
 	if n := c.ErrorCount("CROSSSLOT"); n != 0 {

@@ -1,4 +1,4 @@
-package snapshot
+package store
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pushd/pushd/snapshot"
 )
 
 const taskColumns = `id, tenant_id, project_id, user_id, status, progress, stage, provider, model,
@@ -17,16 +18,16 @@ var (
 	sqlTaskByID       = `SELECT ` + taskColumns + ` FROM generation_tasks WHERE id = $1`
 	sqlTasksByIDs     = `SELECT ` + taskColumns + ` FROM generation_tasks WHERE id = ANY($1)`
 	sqlTasksByProject = `SELECT ` + taskColumns + ` FROM generation_tasks
-	WHERE tenant_id = $1 AND project_id = $2 ORDER BY updated_at DESC, id LIMIT ` + strconv.Itoa(MaxList)
+	WHERE tenant_id = $1 AND project_id = $2 ORDER BY updated_at DESC, id LIMIT ` + strconv.Itoa(snapshot.MaxList)
 	sqlTasksByUser = `SELECT ` + taskColumns + ` FROM generation_tasks
-	WHERE tenant_id = $1 AND user_id = $2 ORDER BY updated_at DESC, id LIMIT ` + strconv.Itoa(MaxList)
+	WHERE tenant_id = $1 AND user_id = $2 ORDER BY updated_at DESC, id LIMIT ` + strconv.Itoa(snapshot.MaxList)
 )
 
 // query runs one statement of the queries above and calls each for every
 // row, holding one of MaxDBQueries slots. A slot is waited for at most
 // DBQueueWait (and while ctx lasts); then the query is rejected with
 // ErrUnavailable, so a storm queues briefly instead of piling up.
-func (s *Store) query(ctx context.Context, sql string, args []any, each func(*Snapshot)) error {
+func (s *Store) query(ctx context.Context, sql string, args []any, each func(*snapshot.Snapshot)) error {
 	select {
 	case s.sem <- struct{}{}:
 	default:
@@ -36,11 +37,11 @@ func (s *Store) query(ctx context.Context, sql string, args []any, each func(*Sn
 			wait.Stop()
 		case <-wait.C:
 			s.stats.dbRejected.Add(1)
-			return fmt.Errorf("%w: %d postgres queries in flight for %v", ErrUnavailable, cap(s.sem), s.cfg.DBQueueWait)
+			return fmt.Errorf("%w: %d postgres queries in flight for %v", snapshot.ErrUnavailable, cap(s.sem), s.cfg.DBQueueWait)
 		case <-ctx.Done():
 			wait.Stop()
 			s.stats.dbRejected.Add(1)
-			return fmt.Errorf("%w: %d postgres queries in flight: %w", ErrUnavailable, cap(s.sem), ctx.Err())
+			return fmt.Errorf("%w: %d postgres queries in flight: %w", snapshot.ErrUnavailable, cap(s.sem), ctx.Err())
 		}
 	}
 	defer func() { <-s.sem }()
@@ -59,7 +60,7 @@ func (s *Store) query(ctx context.Context, sql string, args []any, each func(*Sn
 // connection, which takes table locks too. A context deadline alone would
 // not do: it drops the connection but leaves the query running on the
 // server.
-func (s *Store) queryTx(ctx context.Context, sql string, args []any, each func(*Snapshot)) (err error) {
+func (s *Store) queryTx(ctx context.Context, sql string, args []any, each func(*snapshot.Snapshot)) (err error) {
 	conn, err := s.db.Acquire(ctx)
 	if err != nil {
 		return err
@@ -119,7 +120,7 @@ type taskRow struct {
 // scanTasks turns rows into snapshots. A row pushd cannot represent (an id
 // outside ValidID, a version below 1) is a bug upstream; it goes to bad and
 // is skipped, so it cannot break a whole list.
-func scanTasks(rows pgx.Rows, each func(*Snapshot), bad func(id string, err error)) error {
+func scanTasks(rows pgx.Rows, each func(*snapshot.Snapshot), bad func(id string, err error)) error {
 	defer rows.Close()
 	for rows.Next() {
 		var r taskRow
@@ -134,7 +135,7 @@ func scanTasks(rows pgx.Rows, each func(*Snapshot), bad func(id string, err erro
 		if err != nil {
 			return err
 		}
-		snap, err := Parse(b)
+		snap, err := snapshot.Parse(b)
 		if err != nil {
 			bad(r.TaskID, err)
 			continue

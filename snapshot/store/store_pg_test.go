@@ -1,4 +1,4 @@
-package snapshot_test
+package store_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -56,7 +57,7 @@ func TestStoreStatementTimeout(t *testing.T) {
 	pg := testenv.Database(t)
 	// The fetch may take a minute; only the server-side statement timeout
 	// can end the query sooner.
-	s := newStore(t, snapshot.Config{DB: pg.Pool, StatementTimeout: 100 * time.Millisecond, FetchTimeout: time.Minute})
+	s := newStore(t, store.Config{DB: pg.Pool, StatementTimeout: 100 * time.Millisecond, FetchTimeout: time.Minute})
 	lockTasks(t, pg)
 
 	_, err := s.Get(ctxT(t), testenv.UniqueID("task"), 0)
@@ -74,7 +75,7 @@ func TestStoreStatementTimeout(t *testing.T) {
 
 func TestStoreDBQueryCap(t *testing.T) {
 	pg := testenv.Database(t)
-	s := newStore(t, snapshot.Config{DB: pg.Pool, MaxDBQueries: 1, StatementTimeout: time.Minute, FetchTimeout: time.Minute})
+	s := newStore(t, store.Config{DB: pg.Pool, MaxDBQueries: 1, StatementTimeout: time.Minute, FetchTimeout: time.Minute})
 	id := testenv.UniqueID("task")
 	pg.InsertTask(t, testenv.Task{ID: id, TenantID: "t1", Status: "RUNNING", Version: 1})
 	unlock := lockTasks(t, pg)
@@ -112,7 +113,7 @@ func TestStoreDBQueryCap(t *testing.T) {
 // A caller that gives up does not fail the fetch it shared with others.
 func TestStoreCallerCancelDoesNotFailSharedFetch(t *testing.T) {
 	pg := testenv.Database(t)
-	s := newStore(t, snapshot.Config{DB: pg.Pool, StatementTimeout: time.Minute, FetchTimeout: time.Minute})
+	s := newStore(t, store.Config{DB: pg.Pool, StatementTimeout: time.Minute, FetchTimeout: time.Minute})
 	id := testenv.UniqueID("task")
 	pg.InsertTask(t, testenv.Task{ID: id, TenantID: "t1", Status: "RUNNING", Version: 4})
 	unlock := lockTasks(t, pg)
@@ -144,7 +145,7 @@ func TestStoreCallerCancelDoesNotFailSharedFetch(t *testing.T) {
 // whether the reads are Gets or GetMany batches; a Reload does not share a
 // read sent before it, which could miss a change it is looking for.
 func TestStoreGetAndGetManyShareAQuery(t *testing.T) {
-	e := newEnv(t, snapshot.Config{StatementTimeout: time.Minute, FetchTimeout: time.Minute, DBQueueWait: time.Minute, CacheTTL: time.Hour})
+	e := newEnv(t, store.Config{StatementTimeout: time.Minute, FetchTimeout: time.Minute, DBQueueWait: time.Minute, CacheTTL: time.Hour})
 	a, b := testenv.UniqueID("task"), testenv.UniqueID("task")
 	e.insert(t, a, "RUNNING", 1)
 	e.insert(t, b, "RUNNING", 2)
@@ -191,7 +192,7 @@ func TestStoreGetAndGetManyShareAQuery(t *testing.T) {
 // the PostgreSQL query others wait on: their reads neither fail nor query
 // again.
 func TestStoreSharedQueryOutlivesItsCaller(t *testing.T) {
-	e := newEnv(t, snapshot.Config{StatementTimeout: time.Minute, FetchTimeout: time.Minute, DBQueueWait: time.Minute, CacheTTL: time.Hour})
+	e := newEnv(t, store.Config{StatementTimeout: time.Minute, FetchTimeout: time.Minute, DBQueueWait: time.Minute, CacheTTL: time.Hour})
 	a := testenv.UniqueID("task")
 	e.insert(t, a, "RUNNING", 1)
 	unlock := lockTasks(t, e.pg)

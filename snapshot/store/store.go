@@ -1,4 +1,4 @@
-package snapshot
+package store
 
 import (
 	"fmt"
@@ -13,14 +13,8 @@ import (
 
 	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
 )
-
-// MaxMany bounds the ids of one GetMany call.
-const MaxMany = 100
-
-// MaxList bounds ListProject and ListUser: they return the MaxList most
-// recently updated tasks.
-const MaxList = 500
 
 // Bounds of the in-process caches, in entries. A snapshot entry costs its
 // document (a few hundred bytes) plus map overhead.
@@ -150,13 +144,13 @@ type Store struct {
 	// sem holds a token per PostgreSQL query in flight.
 	sem chan struct{}
 
-	tasks   *cache[*Snapshot] // newest snapshot seen per task id
-	missing *cache[struct{}]  // task ids known to be absent
+	tasks   *cache[*snapshot.Snapshot] // newest snapshot seen per task id
+	missing *cache[struct{}]           // task ids known to be absent
 	// observed is the highest version notifications announced per task,
 	// recently: a read that would answer older (a cached copy, or a fetch
 	// in flight from before the change) is not the task's current state.
 	observed *cache[int64]
-	lists    *cache[[]*Snapshot] // list results per listKey
+	lists    *cache[[]*snapshot.Snapshot] // list results per listKey
 
 	flights     singleflight.Group // Redis, then PostgreSQL, per task id
 	dbFlights   singleflight.Group // PostgreSQL only, per task id
@@ -182,8 +176,8 @@ type Store struct {
 }
 
 var (
-	_ Source = (*Store)(nil)
-	_ Writer = (*Store)(nil)
+	_ snapshot.Source = (*Store)(nil)
+	_ snapshot.Writer = (*Store)(nil)
 )
 
 // NewStore returns a Store reading from cfg.Redis and cfg.DB. It starts no
@@ -199,13 +193,13 @@ func NewStore(cfg Config) *Store {
 		lost:     episode.New(cfg.Logger, "snapshot: redis reads still failing, falling back to postgres"),
 		beginSQL: fmt.Sprintf("BEGIN READ ONLY; SET LOCAL statement_timeout = %d", max(cfg.StatementTimeout.Milliseconds(), 1)),
 		sem:      make(chan struct{}, cfg.MaxDBQueries),
-		tasks:    newCache[*Snapshot](cfg.CacheTTL, taskCacheCap),
+		tasks:    newCache[*snapshot.Snapshot](cfg.CacheTTL, taskCacheCap),
 		// In process, "not found" lives no longer than a snapshot would: a
 		// node that does not watch the tenant hears no notification that
 		// could clear it. Redis's notfound key, which SetIfNewer clears, is
 		// the long-lived one.
 		missing: newCache[struct{}](min(cfg.NegativeTTL, cfg.CacheTTL), negativeCacheCap),
-		lists:   newCache[[]*Snapshot](cfg.ListCacheTTL, listCacheCap),
+		lists:   newCache[[]*snapshot.Snapshot](cfg.ListCacheTTL, listCacheCap),
 		// Longer than any fetch runs, so a fetch that started before a
 		// change was announced cannot outlive what the announcement said.
 		observed: newCache[int64](2*cfg.FetchTimeout, taskCacheCap),
@@ -223,7 +217,7 @@ func (s *Store) Close() {
 	s.inflight.Wait()
 }
 
-var errClosed = fmt.Errorf("%w: store closed", ErrUnavailable)
+var errClosed = fmt.Errorf("%w: store closed", snapshot.ErrUnavailable)
 
 // enter registers a fetch with Close; false means the Store is closed.
 func (s *Store) enter() bool {

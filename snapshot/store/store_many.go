@@ -1,9 +1,11 @@
-package snapshot
+package store
 
 import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/pushd/pushd/snapshot"
 )
 
 // GetMany returns the snapshots of the tasks that exist, keyed by id. It
@@ -11,19 +13,19 @@ import (
 // and what Redis lacks with one PostgreSQL query, and writes those back. It
 // accepts at most MaxMany ids; more fail with ErrInvalidID, like a bad id,
 // before any I/O.
-func (s *Store) GetMany(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error) {
+func (s *Store) GetMany(ctx context.Context, taskIDs []string) (map[string]*snapshot.Snapshot, error) {
 	return s.getMany(ctx, taskIDs, true)
 }
 
 // Reload is GetMany without the in-process caches: resync and polling use
 // it, because a copy cached while notifications were being lost may be
 // stale. What it reads still refreshes the caches.
-func (s *Store) Reload(ctx context.Context, taskIDs []string) (map[string]*Snapshot, error) {
+func (s *Store) Reload(ctx context.Context, taskIDs []string) (map[string]*snapshot.Snapshot, error) {
 	return s.getMany(ctx, taskIDs, false)
 }
 
-func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map[string]*Snapshot, error) {
-	if err := checkMany(taskIDs); err != nil {
+func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map[string]*snapshot.Snapshot, error) {
+	if err := snapshot.CheckMany(taskIDs); err != nil {
 		return nil, err
 	}
 	out, rest := s.manyFromCache(taskIDs, cached)
@@ -55,8 +57,8 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 
 // manyFromCache returns what the in-process caches answer of taskIDs, and
 // the rest, each id once. Without cached every id is in the rest.
-func (s *Store) manyFromCache(taskIDs []string, cached bool) (out map[string]*Snapshot, rest []string) {
-	out = make(map[string]*Snapshot, len(taskIDs))
+func (s *Store) manyFromCache(taskIDs []string, cached bool) (out map[string]*snapshot.Snapshot, rest []string) {
+	out = make(map[string]*snapshot.Snapshot, len(taskIDs))
 	seen := make(map[string]bool, len(taskIDs))
 	for _, id := range taskIDs {
 		if seen[id] {
@@ -84,7 +86,7 @@ func (s *Store) manyFromCache(taskIDs []string, cached bool) (out map[string]*Sn
 
 // manyFromRedis reads ids with one MGET into out and returns those Redis
 // lacks; when the read failed, all of them and why.
-func (s *Store) manyFromRedis(ctx context.Context, ids []string, out map[string]*Snapshot) ([]string, error) {
+func (s *Store) manyFromRedis(ctx context.Context, ids []string, out map[string]*snapshot.Snapshot) ([]string, error) {
 	found, err := s.readRedisMany(ctx, ids)
 	s.redisRead(ctx, err, "tasks", len(ids))
 	if err != nil {
@@ -103,7 +105,7 @@ func (s *Store) manyFromRedis(ctx context.Context, ids []string, out map[string]
 
 // manyFromDB reads ids from PostgreSQL into out, writing the rows back to
 // Redis unless redisErr says it just failed, and caching what is absent.
-func (s *Store) manyFromDB(ctx context.Context, ids []string, cached bool, redisErr error, out map[string]*Snapshot) error {
+func (s *Store) manyFromDB(ctx context.Context, ids []string, cached bool, redisErr error, out map[string]*snapshot.Snapshot) error {
 	// Tasks a Get's flight or another batch is reading from PostgreSQL
 	// are waited for, not queried again.
 	res, err := s.readDB(ctx, ids, 0, cached)
@@ -122,7 +124,7 @@ func (s *Store) manyFromDB(ctx context.Context, ids []string, cached bool, redis
 	}
 	s.setMissing(ctx, res.absent, toRedis)
 	if err != nil {
-		return fmt.Errorf("get many: %w: %w", ErrUnavailable, errors.Join(redisErr, err))
+		return fmt.Errorf("get many: %w: %w", snapshot.ErrUnavailable, errors.Join(redisErr, err))
 	}
 	for id, snap := range res.found {
 		if out[id] == nil { // another read's, or the cache's
@@ -135,7 +137,7 @@ func (s *Store) manyFromDB(ctx context.Context, ids []string, cached bool, redis
 // cachedIfNewer returns the cached copy of snap's task if it is newer, else
 // snap. For a snapshot another read caches: remembering it again here
 // would cut short the time a stand-in copy is kept.
-func (s *Store) cachedIfNewer(snap *Snapshot) *Snapshot {
+func (s *Store) cachedIfNewer(snap *snapshot.Snapshot) *snapshot.Snapshot {
 	if cur, ok := s.tasks.get(snap.TaskID); ok && cur.NewerThan(snap.Version) {
 		return cur
 	}

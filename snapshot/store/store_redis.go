@@ -1,4 +1,4 @@
-package snapshot
+package store
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/internal/redisx"
+	"github.com/pushd/pushd/snapshot"
 )
 
 //go:embed setnotfound.lua
@@ -57,7 +59,7 @@ func (s *Store) redisRead(ctx context.Context, err error, args ...any) {
 // readRedis reads a task's snapshot and, when checkMissing is set, its
 // negative-cache marker, in one round trip. A document that does not parse
 // counts as a miss: PostgreSQL will answer and the write-back replaces it.
-func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (snap *Snapshot, missing bool, err error) {
+func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (snap *snapshot.Snapshot, missing bool, err error) {
 	if !s.redisUsable() {
 		s.stats.redisSkipped.Add(1)
 		return nil, false, errRedisBackoff
@@ -82,7 +84,7 @@ func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (sn
 		s.redisFailed()
 		return nil, false, fmt.Errorf("redis get %s: %w", id, err)
 	default:
-		snap, err := Parse(b)
+		snap, err := snapshot.Parse(b)
 		if err == nil && snap.TaskID == id {
 			s.stats.redisHits.Add(1)
 			return snap, false, nil
@@ -96,7 +98,7 @@ func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (sn
 
 // readRedisMany reads the snapshots of ids with one MGET; absent and
 // undecodable ones are missing from the map.
-func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*Snapshot, error) {
+func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*snapshot.Snapshot, error) {
 	if !s.redisUsable() {
 		s.stats.redisSkipped.Add(uint64(len(ids)))
 		return nil, errRedisBackoff
@@ -119,14 +121,14 @@ func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*Sn
 		s.redisFailed()
 		return nil, fmt.Errorf("redis mget: %w", err)
 	}
-	found := make(map[string]*Snapshot, len(ids))
+	found := make(map[string]*snapshot.Snapshot, len(ids))
 	for i, v := range vals {
 		str, ok := v.(string)
 		if !ok {
 			s.stats.redisMisses.Add(1)
 			continue
 		}
-		snap, err := Parse([]byte(str))
+		snap, err := snapshot.Parse([]byte(str))
 		if err != nil || snap.TaskID != ids[i] {
 			s.stats.redisMisses.Add(1)
 			s.log.DebugContext(ctx, "snapshot: undecodable snapshot in redis", "task_id", ids[i], "err", err)
@@ -167,24 +169,21 @@ func (s *Store) getEach(ctx context.Context, names []string) ([]any, error) {
 // at debug and otherwise ignored: the snapshot was served, and Redis may be
 // down. A write refused because Redis holds the task as another tenant's
 // is logged as a warning: something wrote it there by hand.
-func (s *Store) writeBack(ctx context.Context, snaps []*Snapshot) {
+func (s *Store) writeBack(ctx context.Context, snaps []*snapshot.Snapshot) {
 	calls := make([]scriptCall, len(snaps))
 	for i, snap := range snaps {
-		calls[i] = scriptCall{
-			keys: writeKeys(s.names, snap.TaskID),
-			args: writeArgs(snap, TTLWithJitter(snap.Status), "", nil),
-		}
+		calls[i].keys, calls[i].args = rediswrite.WriteCall(s.names, snap, snapshot.TTLWithJitter(snap.Status))
 	}
-	for i, res := range s.runScripts(ctx, setIfNewerScript, calls) {
+	for i, res := range s.runScripts(ctx, rediswrite.SetIfNewer, calls) {
 		if res.err == nil {
-			res.err = s.countRefusal(Outcome(res.n).err(snaps[i].TaskID))
+			res.err = s.countRefusal(rediswrite.Outcome(res.n).Err(snaps[i].TaskID))
 		}
 		switch {
-		case errors.Is(res.err, ErrTenantMismatch):
+		case errors.Is(res.err, snapshot.ErrTenantMismatch):
 			s.log.WarnContext(ctx, "snapshot: write-back refused, redis holds the task as another tenant's", "task_id", snaps[i].TaskID, "tenant_id", snaps[i].TenantID)
 		case res.err != nil:
 			s.log.DebugContext(ctx, "snapshot: write-back failed", "task_id", snaps[i].TaskID, "err", res.err)
-		case Outcome(res.n) == Written:
+		case rediswrite.Outcome(res.n) == rediswrite.Written:
 			s.stats.writeBacks.Add(1)
 		}
 	}

@@ -1,11 +1,13 @@
-package snapshot_test
+package store_test
 
 import (
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -16,7 +18,7 @@ import (
 // MemoryStore refuses it too.
 func TestWriteRefusesAnotherTenant(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{CacheTTL: time.Hour})
+	e := newEnv(t, store.Config{CacheTTL: time.Hour})
 	ctx := ctxT(t)
 	id := testenv.UniqueID("task")
 	if ok, err := e.store.SetIfNewer(ctx, snap(t, id, "t1", "RUNNING", 2)); err != nil || !ok {
@@ -34,7 +36,7 @@ func TestWriteRefusesAnotherTenant(t *testing.T) {
 	if got := mustGet(t, e.store, id, 0); got.TenantID != "t1" || got.Version != 2 {
 		t.Errorf("the store serves %s v%d, want t1 v2", got.TenantID, got.Version)
 	}
-	fresh := newStore(t, snapshot.Config{Redis: e.r.Client, Names: e.r.Names})
+	fresh := newStore(t, store.Config{Redis: e.r.Client, Names: e.r.Names})
 	if got := mustGet(t, fresh, id, 0); got.TenantID != "t1" || got.Version != 2 {
 		t.Errorf("Redis serves %s v%d, want t1 v2", got.TenantID, got.Version)
 	}
@@ -62,27 +64,27 @@ func TestWriteReadsDocumentSetByHand(t *testing.T) {
 	ctx := ctxT(t)
 	id := testenv.UniqueID("task")
 	key := r.Names.Snapshot(id)
-	write := func(tenant string, v int64) snapshot.Outcome {
+	write := func(tenant string, v int64) rediswrite.Outcome {
 		t.Helper()
-		out, _ := snapshot.WriteIfNewer(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", v), 0)
+		out, _ := rediswrite.WriteIfNewer(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", v), 0)
 		return out
 	}
-	if out := write("t1", 5); out != snapshot.Written {
+	if out := write("t1", 5); out != rediswrite.Written {
 		t.Fatalf("v5: %v", out)
 	}
 	r.Client.Set(ctx, key, doc(id, "t1", "RUNNING", 7), time.Minute)
 	for _, step := range []struct {
 		tenant string
 		v      int64
-		want   snapshot.Outcome
+		want   rediswrite.Outcome
 	}{
-		{"t2", 8, snapshot.TenantMismatch},
-		{"t1", 6, snapshot.Stale},
-		{"t1", 7, snapshot.Current},
-		{"t1", snapshot.MaxVersion - 1, snapshot.Written},
-		{"t1", snapshot.MaxVersion - 2, snapshot.Stale},
-		{"t1", snapshot.MaxVersion, snapshot.Written},
-		{"t1", snapshot.MaxVersion, snapshot.Current},
+		{"t2", 8, rediswrite.TenantMismatch},
+		{"t1", 6, rediswrite.Stale},
+		{"t1", 7, rediswrite.Current},
+		{"t1", snapshot.MaxVersion - 1, rediswrite.Written},
+		{"t1", snapshot.MaxVersion - 2, rediswrite.Stale},
+		{"t1", snapshot.MaxVersion, rediswrite.Written},
+		{"t1", snapshot.MaxVersion, rediswrite.Current},
 	} {
 		if out := write(step.tenant, step.v); out != step.want {
 			t.Errorf("%s v%d: %v, want %v", step.tenant, step.v, out, step.want)

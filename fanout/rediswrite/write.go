@@ -1,4 +1,4 @@
-package snapshot
+package rediswrite
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
 )
 
 // The two write scripts append to a stream the same way: each is
@@ -38,20 +39,20 @@ const EventChanged = "task.changed"
 // stored version is lower, clears the task's negative-cache key, and, when it
 // wrote and channel is not empty, publishes message on channel: one Lua script,
 // one round trip, so a notification is never published for a snapshot that
-// was not stored. ttl <= 0 means TTLWithJitter(s.Status). It reports whether
-// it wrote. A stored snapshot of another tenant, or a stored document whose
-// version cannot be read, refuses the write with ErrTenantMismatch or
-// ErrStoredUnreadable (see Outcome).
+// was not stored. ttl <= 0 means snapshot.TTLWithJitter(s.Status). It
+// reports whether it wrote. A stored snapshot of another tenant, or a stored
+// document whose version cannot be read, refuses the write with
+// snapshot.ErrTenantMismatch or snapshot.ErrStoredUnreadable (see Outcome).
 //
 // Beside the document the script keeps keys.Names.SnapshotMeta: the
 // version, the tenant and a digest of the document, so writes compare
 // without decoding it and readers GET the document key as before.
 //
-// Store.SetIfNewer and the fanout publisher both write through it. The script
-// names keys that share a slot on Redis Cluster only with
+// store.Store.SetIfNewer and the fanout publisher both write through it.
+// The script names keys that share a slot on Redis Cluster only with
 // keys.Names.Cluster's names; there the announcement, in the tenant's slot,
 // cannot come from the same script: see WriteIfNewer.
-func Write(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, ttl time.Duration, channel string, message []byte) (written bool, err error) {
+func Write(ctx context.Context, rdb redis.Scripter, names keys.Names, s *snapshot.Snapshot, ttl time.Duration, channel string, message []byte) (written bool, err error) {
 	return WriteStream(ctx, rdb, names, s, ttl, channel, message, 0)
 }
 
@@ -63,12 +64,12 @@ func Write(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapsho
 // project_id, user_id and occurred_at (the snapshot's updated_at, Unix ms).
 // When the script creates the stream, it records the new entry's id as the
 // stream's epoch (keys.Names.StreamEpoch).
-func WriteStream(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, ttl time.Duration, channel string, message []byte, streamMaxLen int64) (written bool, err error) {
-	if s == nil || len(s.raw) == 0 {
+func WriteStream(ctx context.Context, rdb redis.Scripter, names keys.Names, s *snapshot.Snapshot, ttl time.Duration, channel string, message []byte, streamMaxLen int64) (written bool, err error) {
+	if s == nil || len(s.JSON()) == 0 {
 		return false, errors.New("snapshot write: empty snapshot")
 	}
 	if ttl <= 0 {
-		ttl = TTLWithJitter(s.Status)
+		ttl = snapshot.TTLWithJitter(s.Status)
 	}
 	ks := writeKeys(names, s.TaskID)
 	args := writeArgs(s, ttl, channel, message)
@@ -81,7 +82,7 @@ func WriteStream(ctx context.Context, rdb redis.Scripter, names keys.Names, s *S
 		return false, fmt.Errorf("snapshot write %s: %w", s.TaskID, err)
 	}
 	out := Outcome(n)
-	return out == Written, out.err(s.TaskID)
+	return out == Written, out.Err(s.TaskID)
 }
 
 // Outcome is what a conditional write did.
@@ -100,15 +101,15 @@ const (
 	Unreadable Outcome = 4
 )
 
-// err is the error of a refused write, nil for the other outcomes.
-func (o Outcome) err(taskID string) error {
+// Err is the error of a refused write, nil for the other outcomes.
+func (o Outcome) Err(taskID string) error {
 	switch o {
 	case Stale, Written, Current:
 		return nil
 	case TenantMismatch:
-		return fmt.Errorf("snapshot write %s: %w", taskID, ErrTenantMismatch)
+		return fmt.Errorf("snapshot write %s: %w", taskID, snapshot.ErrTenantMismatch)
 	case Unreadable:
-		return fmt.Errorf("snapshot write %s: %w", taskID, ErrStoredUnreadable)
+		return fmt.Errorf("snapshot write %s: %w", taskID, snapshot.ErrStoredUnreadable)
 	}
 	return fmt.Errorf("snapshot write %s: unknown script reply %d", taskID, int(o))
 }
@@ -119,19 +120,19 @@ func (o Outcome) err(taskID string) error {
 // second call; when that call fails, the caller's retry finds its version
 // Current and announces again, so watchers never miss a stored change. A
 // refused write returns TenantMismatch or Unreadable with its error.
-func WriteIfNewer(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, ttl time.Duration) (Outcome, error) {
-	if s == nil || len(s.raw) == 0 {
+func WriteIfNewer(ctx context.Context, rdb redis.Scripter, names keys.Names, s *snapshot.Snapshot, ttl time.Duration) (Outcome, error) {
+	if s == nil || len(s.JSON()) == 0 {
 		return Stale, errors.New("snapshot write: empty snapshot")
 	}
 	if ttl <= 0 {
-		ttl = TTLWithJitter(s.Status)
+		ttl = snapshot.TTLWithJitter(s.Status)
 	}
 	n, err := setIfNewerScript.Run(ctx, rdb, writeKeys(names, s.TaskID), writeArgs(s, ttl, "", nil)...).Int64()
 	if err != nil {
 		return Stale, fmt.Errorf("snapshot write %s: %w", s.TaskID, err)
 	}
 	out := Outcome(n)
-	return out, out.err(s.TaskID)
+	return out, out.Err(s.TaskID)
 }
 
 // AnnounceWindow is how many of a stream's newest entries Announce searches
@@ -157,9 +158,9 @@ var errAnnounceStale = errors.New("snapshot announce: a stale version is never a
 // duplicate may be appended: entries are hints keyed by task and version,
 // and a reader drops a version it delivered already. It reports whether it
 // appended.
-func Announce(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snapshot, out Outcome, channel string, message []byte, streamMaxLen int64) (appended bool, err error) {
+func Announce(ctx context.Context, rdb redis.Scripter, names keys.Names, s *snapshot.Snapshot, out Outcome, channel string, message []byte, streamMaxLen int64) (appended bool, err error) {
 	switch {
-	case s == nil || len(s.raw) == 0:
+	case s == nil || len(s.JSON()) == 0:
 		return false, errors.New("snapshot announce: empty snapshot")
 	case out != Written && out != Current:
 		return false, errAnnounceStale
@@ -179,13 +180,24 @@ func Announce(ctx context.Context, rdb redis.Scripter, names keys.Names, s *Snap
 	return n == 1, nil
 }
 
+// SetIfNewer is the conditional write Write runs without an announcement,
+// for a caller that pipelines many of them (the store's write-back): run it
+// with WriteCall's keys and args and read its reply as an Outcome.
+var SetIfNewer = setIfNewerScript
+
+// WriteCall is the KEYS and ARGV of SetIfNewer storing s for ttl without an
+// announcement.
+func WriteCall(names keys.Names, s *snapshot.Snapshot, ttl time.Duration) (keys []string, args []any) {
+	return writeKeys(names, s.TaskID), writeArgs(s, ttl, "", nil)
+}
+
 // writeKeys are the first KEYS of setifnewer.lua, all in the task's slot.
 func writeKeys(names keys.Names, taskID string) []string {
 	return []string{names.Snapshot(taskID), names.NotFound(taskID), names.SnapshotMeta(taskID)}
 }
 
 // writeArgs are the first ARGV of setifnewer.lua.
-func writeArgs(s *Snapshot, ttl time.Duration, channel string, message []byte) []any {
+func writeArgs(s *snapshot.Snapshot, ttl time.Duration, channel string, message []byte) []any {
 	ms := max(ttl.Milliseconds(), 1)
-	return []any{s.raw, strconv.FormatInt(s.Version, 10), ms, channel, message, s.TenantID}
+	return []any{s.JSON(), strconv.FormatInt(s.Version, 10), ms, channel, message, s.TenantID}
 }

@@ -1,4 +1,4 @@
-package snapshot
+package store
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pushd/pushd/snapshot"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -13,9 +14,9 @@ import (
 // version atLeast or newer, else from one fetch shared by every concurrent
 // caller for the task (Redis, then PostgreSQL). A result older than atLeast
 // means Redis lost a write, so Get then reads PostgreSQL once more.
-func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*Snapshot, error) {
-	if !ValidID(taskID) {
-		return nil, ErrInvalidID
+func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*snapshot.Snapshot, error) {
+	if !snapshot.ValidID(taskID) {
+		return nil, snapshot.ErrInvalidID
 	}
 	// A subscriber's read (atLeast 0) may come after the notification of
 	// the task's newest version was heard and before it was watched: it
@@ -32,18 +33,18 @@ func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*Snapsho
 	if atLeast <= 0 {
 		if _, ok := s.missing.get(taskID); ok {
 			s.stats.negativeHits.Add(1)
-			return nil, ErrNotFound
+			return nil, snapshot.ErrNotFound
 		}
 	}
 	s.stats.cacheMisses.Add(1)
-	fetch := func(dbOnly bool) func(context.Context) (*Snapshot, error) {
-		return func(ctx context.Context) (*Snapshot, error) { return s.fetch(ctx, taskID, atLeast, dbOnly) }
+	fetch := func(dbOnly bool) func(context.Context) (*snapshot.Snapshot, error) {
+		return func(ctx context.Context) (*snapshot.Snapshot, error) { return s.fetch(ctx, taskID, atLeast, dbOnly) }
 	}
 	snap, err := shared(ctx, s, &s.flights, taskID, fetch(false))
 	if atLeast <= 0 || (err == nil && snap.Version >= atLeast) {
 		return snap, err
 	}
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, snapshot.ErrNotFound) {
 		return nil, err
 	}
 	// The flight this call joined may have started before the announced
@@ -70,7 +71,7 @@ func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*Snapsho
 }
 
 // newest returns the newer of two snapshots, either of which may be nil.
-func newest(a, b *Snapshot) *Snapshot {
+func newest(a, b *snapshot.Snapshot) *snapshot.Snapshot {
 	if a == nil || (b != nil && b.NewerThan(a.Version)) {
 		return b
 	}
@@ -118,7 +119,7 @@ func shared[T any](ctx context.Context, s *Store, g *singleflight.Group, key str
 
 // fetch reads one task for a shared flight. dbOnly skips Redis, whose copy
 // was older than atLeast. atLeast > 0 also skips the negative caches.
-func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool) (*Snapshot, error) {
+func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool) (*snapshot.Snapshot, error) {
 	// A caller that missed the cache just before the previous flight for
 	// this task stored its result may start a new flight just after: answer
 	// it from the cache, so a burst of callers costs one read.
@@ -129,7 +130,7 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 	if atLeast <= 0 {
 		if _, ok := s.missing.get(id); ok {
 			s.stats.negativeHits.Add(1)
-			return nil, ErrNotFound
+			return nil, snapshot.ErrNotFound
 		}
 	}
 
@@ -146,10 +147,10 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 			s.stats.negativeHits.Add(1)
 			s.stats.redisNegative.Add(1)
 			s.markMissing(id)
-			return nil, ErrNotFound
+			return nil, snapshot.ErrNotFound
 		case s.db == nil:
 			// Redis is the only source and does not have the task.
-			return nil, ErrNotFound
+			return nil, snapshot.ErrNotFound
 		}
 	}
 	if s.db == nil {
@@ -167,7 +168,7 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 	if len(res.rows)+len(res.absent) == 0 {
 		// Another read's (which caches and writes it back), or the cache's.
 		if snap == nil {
-			return nil, ErrNotFound
+			return nil, snapshot.ErrNotFound
 		}
 		return s.cachedIfNewer(snap), nil
 	}
@@ -177,10 +178,10 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 	toRedis := s.rdb != nil && redisErr == nil && s.redisUsable()
 	if snap == nil {
 		s.setMissing(ctx, []string{id}, toRedis)
-		return nil, ErrNotFound
+		return nil, snapshot.ErrNotFound
 	}
 	if toRedis {
-		s.writeBack(ctx, []*Snapshot{snap})
+		s.writeBack(ctx, []*snapshot.Snapshot{snap})
 		return s.remember(snap), nil
 	}
 	return s.rememberFor(snap, standInTTL), nil
@@ -189,9 +190,9 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 // unavailable wraps ErrUnavailable with what caused it.
 func unavailable(id string, cause error) error {
 	if cause == nil {
-		return fmt.Errorf("get %s: %w: no source configured", id, ErrUnavailable)
+		return fmt.Errorf("get %s: %w: no source configured", id, snapshot.ErrUnavailable)
 	}
-	return fmt.Errorf("get %s: %w: %w", id, ErrUnavailable, cause)
+	return fmt.Errorf("get %s: %w: %w", id, snapshot.ErrUnavailable, cause)
 }
 
 // standInTTL is how long a row read from PostgreSQL stays in process when
@@ -204,11 +205,11 @@ const standInTTL = 3 * redisBackoff
 // remember caches snap unless the cache holds a newer version, and returns
 // the newer of the two: a source that lags behind what this node already saw
 // must not move the node backwards.
-func (s *Store) remember(snap *Snapshot) *Snapshot { return s.rememberFor(snap, 0) }
+func (s *Store) remember(snap *snapshot.Snapshot) *snapshot.Snapshot { return s.rememberFor(snap, 0) }
 
 // rememberFor is remember with the entry kept for at least ttl.
-func (s *Store) rememberFor(snap *Snapshot, ttl time.Duration) *Snapshot {
-	newest := s.tasks.updateFor(snap.TaskID, ttl, func(old *Snapshot, present bool) *Snapshot {
+func (s *Store) rememberFor(snap *snapshot.Snapshot, ttl time.Duration) *snapshot.Snapshot {
+	newest := s.tasks.updateFor(snap.TaskID, ttl, func(old *snapshot.Snapshot, present bool) *snapshot.Snapshot {
 		if present && old.Version > snap.Version {
 			return old
 		}

@@ -1,4 +1,4 @@
-package snapshot_test
+package store_test
 
 import (
 	"context"
@@ -14,7 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
 	"github.com/pushd/pushd/testenv"
 )
 
@@ -23,10 +25,10 @@ import (
 type env struct {
 	r     testenv.Redis
 	pg    testenv.Postgres
-	store *snapshot.Store
+	store *store.Store
 }
 
-func newEnv(t *testing.T, cfg snapshot.Config) env {
+func newEnv(t *testing.T, cfg store.Config) env {
 	t.Helper()
 	r := testenv.SharedRedis(t)
 	pg := testenv.Database(t)
@@ -34,9 +36,9 @@ func newEnv(t *testing.T, cfg snapshot.Config) env {
 	return env{r: r, pg: pg, store: newStore(t, cfg)}
 }
 
-func newStore(t testing.TB, cfg snapshot.Config) *snapshot.Store {
+func newStore(t testing.TB, cfg store.Config) *store.Store {
 	t.Helper()
-	s := snapshot.NewStore(cfg)
+	s := store.NewStore(cfg)
 	t.Cleanup(s.Close)
 	return s
 }
@@ -51,7 +53,7 @@ func (e env) insert(t *testing.T, id, status string, version int64) {
 // write stores a snapshot in Redis.
 func (e env) write(t *testing.T, id, status string, version int64) {
 	t.Helper()
-	if _, err := snapshot.Write(ctxT(t), e.r.Client, e.r.Names, snap(t, id, "t1", status, version), 0, "", nil); err != nil {
+	if _, err := rediswrite.Write(ctxT(t), e.r.Client, e.r.Names, snap(t, id, "t1", status, version), 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -67,8 +69,8 @@ func (e env) redisVersion(t *testing.T, id string) int64 {
 }
 
 // delta returns b - a per counter, for readable assertions.
-func delta(a, b snapshot.Stats) snapshot.Stats {
-	return snapshot.Stats{
+func delta(a, b store.Stats) store.Stats {
+	return store.Stats{
 		RedisReads: b.RedisReads - a.RedisReads, RedisHits: b.RedisHits - a.RedisHits,
 		RedisMisses: b.RedisMisses - a.RedisMisses, RedisErrors: b.RedisErrors - a.RedisErrors,
 		DBQueries: b.DBQueries - a.DBQueries, DBMisses: b.DBMisses - a.DBMisses,
@@ -92,7 +94,7 @@ func mustGet(t *testing.T, s snapshot.Source, id string, atLeast int64) *snapsho
 
 func TestStoreGetFromRedis(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{})
+	e := newEnv(t, store.Config{})
 	id := testenv.UniqueID("task")
 	e.write(t, id, "RUNNING", 4)
 
@@ -113,7 +115,7 @@ func TestStoreGetFromRedis(t *testing.T) {
 
 func TestStoreFallsBackToPostgres(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{})
+	e := newEnv(t, store.Config{})
 	id := testenv.UniqueID("task")
 	e.insert(t, id, "SUCCEEDED", 9)
 
@@ -148,7 +150,7 @@ func TestStoreFallsBackToPostgres(t *testing.T) {
 
 func TestStoreRowWithEveryColumn(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{})
+	e := newEnv(t, store.Config{})
 	id := testenv.UniqueID("task")
 	_, err := e.pg.Pool.Exec(ctxT(t), `INSERT INTO generation_tasks
 		(id, tenant_id, project_id, user_id, status, progress, stage, provider, model, queue_position,
@@ -170,7 +172,7 @@ func TestStoreRowWithEveryColumn(t *testing.T) {
 
 func TestStoreNegativeCache(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{})
+	e := newEnv(t, store.Config{})
 	ctx := ctxT(t)
 	id := testenv.UniqueID("ghost")
 
@@ -196,7 +198,7 @@ func TestStoreNegativeCache(t *testing.T) {
 	}
 
 	// Another node, with an empty process cache: answered by Redis.
-	other := newStore(t, snapshot.Config{Redis: e.r.Client, DB: e.pg.Pool, Names: e.r.Names})
+	other := newStore(t, store.Config{Redis: e.r.Client, DB: e.pg.Pool, Names: e.r.Names})
 	if _, err := other.Get(ctx, id, 0); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("other node: %v, want ErrNotFound", err)
 	}
@@ -210,7 +212,7 @@ func TestStoreNegativeCache(t *testing.T) {
 	if _, err := e.store.Get(ctx, id, 0); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("Get atLeast 0 after creation: %v, want the cached ErrNotFound", err)
 	}
-	for _, s := range []*snapshot.Store{e.store, other} {
+	for _, s := range []*store.Store{e.store, other} {
 		if got := mustGet(t, s, id, 1); got.Version != 1 {
 			t.Fatalf("Get atLeast 1: version %d, want 1", got.Version)
 		}
@@ -237,7 +239,7 @@ func TestStoreOneReadForABurst(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, snapshot.Config{CacheTTL: time.Hour}) // no entry may expire mid-test
+			e := newEnv(t, store.Config{CacheTTL: time.Hour}) // no entry may expire mid-test
 			id := testenv.UniqueID("task")
 			e.insert(t, id, "RUNNING", 3)
 			if tc.inRedis {
@@ -267,7 +269,7 @@ func TestStoreOneReadForABurst(t *testing.T) {
 func TestStoreGetAndGetManyBurstReadsEachTaskOnce(t *testing.T) {
 	t.Parallel()
 	// Nothing may expire, time out or be refused mid-test on a loaded machine.
-	e := newEnv(t, snapshot.Config{CacheTTL: time.Hour, FetchTimeout: time.Minute, DBQueueWait: time.Minute})
+	e := newEnv(t, store.Config{CacheTTL: time.Hour, FetchTimeout: time.Minute, DBQueueWait: time.Minute})
 	ids := make([]string, 10)
 	for i := range ids {
 		ids[i] = testenv.UniqueID("task")
@@ -322,7 +324,7 @@ func burst(n int, f func() error) []error {
 
 func TestStoreStaleRedisRefetchedFromPostgres(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{})
+	e := newEnv(t, store.Config{})
 	id := testenv.UniqueID("task")
 	e.insert(t, id, "RUNNING", 5)
 	e.write(t, id, "RUNNING", 3) // Redis lost versions 4 and 5
@@ -358,7 +360,7 @@ func TestStoreRedisDown(t *testing.T) {
 	id := testenv.UniqueID("task")
 	pg.InsertTask(t, testenv.Task{ID: id, TenantID: "t1", ProjectID: "p1", UserID: "u1", Status: "RUNNING", Version: 2})
 
-	s := newStore(t, snapshot.Config{Redis: client, DB: pg.Pool, CacheTTL: -1})
+	s := newStore(t, store.Config{Redis: client, DB: pg.Pool, CacheTTL: -1})
 	if got := mustGet(t, s, id, 0); got.Version != 2 {
 		t.Fatalf("with Redis up: version %d", got.Version)
 	}
@@ -380,7 +382,7 @@ func TestStoreRedisDown(t *testing.T) {
 	}
 
 	// With no PostgreSQL either, nothing answers.
-	alone := newStore(t, snapshot.Config{Redis: client})
+	alone := newStore(t, store.Config{Redis: client})
 	if _, err := alone.Get(ctxT(t), id, 0); !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Errorf("Redis down, no database: %v, want ErrUnavailable", err)
 	}
@@ -392,7 +394,7 @@ func TestStoreRedisDown(t *testing.T) {
 func TestStoreWithoutPostgres(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
-	s := newStore(t, snapshot.Config{Redis: r.Client, Names: r.Names})
+	s := newStore(t, store.Config{Redis: r.Client, Names: r.Names})
 	ctx := ctxT(t)
 	id := testenv.UniqueID("task")
 	if _, err := s.Get(ctx, id, 0); !errors.Is(err, snapshot.ErrNotFound) {
@@ -411,7 +413,7 @@ func TestStoreWithoutPostgres(t *testing.T) {
 
 func TestStoreWithoutSources(t *testing.T) {
 	t.Parallel()
-	s := newStore(t, snapshot.Config{})
+	s := newStore(t, store.Config{})
 	ctx := ctxT(t)
 	if _, err := s.Get(ctx, "a", 0); !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Errorf("Get: %v, want ErrUnavailable", err)
@@ -429,7 +431,7 @@ func TestStoreWithoutSources(t *testing.T) {
 
 func TestStoreInvalidIDsDoNoIO(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{})
+	e := newEnv(t, store.Config{})
 	ctx := ctxT(t)
 	for _, id := range []string{"", "a b", "a{b}", "a\x00", "ü", strings.Repeat("x", snapshot.MaxIDLen+1)} {
 		if _, err := e.store.Get(ctx, id, 0); !errors.Is(err, snapshot.ErrInvalidID) {
@@ -445,14 +447,14 @@ func TestStoreInvalidIDsDoNoIO(t *testing.T) {
 			t.Errorf("ListUser(%q): %v, want ErrInvalidID", id, err)
 		}
 	}
-	if s := e.store.Stats(); s != (snapshot.Stats{}) {
+	if s := e.store.Stats(); s != (store.Stats{}) {
 		t.Errorf("stats %+v after invalid ids, want no I/O", s)
 	}
 }
 
 func TestStoreGetMany(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{})
+	e := newEnv(t, store.Config{})
 	ctx := ctxT(t)
 	cached, inRedis, inPG, absent := testenv.UniqueID("cached"), testenv.UniqueID("redis"), testenv.UniqueID("pg"), testenv.UniqueID("absent")
 	e.write(t, cached, "RUNNING", 1)
@@ -506,7 +508,7 @@ func TestStoreGetMany(t *testing.T) {
 
 func TestStoreLists(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{ListCacheTTL: time.Hour})
+	e := newEnv(t, store.Config{ListCacheTTL: time.Hour})
 	ctx := ctxT(t)
 	tenant, other := testenv.UniqueID("tenant"), testenv.UniqueID("tenant")
 	at := func(ms int64) time.Time { return time.UnixMilli(1710000000000 + ms) }
@@ -565,7 +567,7 @@ func TestStoreLists(t *testing.T) {
 
 func TestStoreSetIfNewer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{})
+	e := newEnv(t, store.Config{})
 	ctx := ctxT(t)
 	id := testenv.UniqueID("task")
 	if _, err := e.store.Get(ctx, id, 0); !errors.Is(err, snapshot.ErrNotFound) {
@@ -602,7 +604,7 @@ func TestStoreSetIfNewer(t *testing.T) {
 
 func TestStoreClose(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{})
+	e := newEnv(t, store.Config{})
 	id := testenv.UniqueID("task")
 	e.write(t, id, "RUNNING", 1)
 	e.store.Close()
@@ -616,10 +618,10 @@ func TestStoreClose(t *testing.T) {
 // PostgreSQL does not.
 func TestStoreForwardsUnknownFieldsFromRedis(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{})
+	e := newEnv(t, store.Config{})
 	id := testenv.UniqueID("task")
 	in := `{"task_id":"` + id + `","tenant_id":"t1","version":1,"eta_ms":1200}`
-	if _, err := snapshot.Write(ctxT(t), e.r.Client, e.r.Names, mustParse(t, []byte(in)), 0, "", nil); err != nil {
+	if _, err := rediswrite.Write(ctxT(t), e.r.Client, e.r.Names, mustParse(t, []byte(in)), 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	got := mustGet(t, e.store, id, 0)
@@ -632,7 +634,7 @@ func TestStoreForwardsUnknownFieldsFromRedis(t *testing.T) {
 // A row pushd cannot represent is skipped (and logged), not fatal to a list.
 func TestStoreSkipsUnrepresentableRows(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, snapshot.Config{Logger: slog.New(slog.DiscardHandler)})
+	e := newEnv(t, store.Config{Logger: slog.New(slog.DiscardHandler)})
 	tenant := testenv.UniqueID("tenant")
 	good, bad := testenv.UniqueID("good"), testenv.UniqueID("bad")
 	e.pg.InsertTask(t, testenv.Task{ID: good, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Version: 1})

@@ -1,0 +1,180 @@
+package session_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/auth/session"
+	"github.com/pushd/pushd/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+func TestSessionsRedisThenPostgres(t *testing.T) {
+	sessions, r, pg := sessionsOn(t, "pushd_auth_sessions_"+testenv.RandomSuffix(4), session.Config{})
+	ctx := context.Background()
+	v, err := auth.New(auth.Config{Secret: testSecret, Sessions: sessions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached, stored, expired := "c_"+testenv.RandomSuffix(12), "s_"+testenv.RandomSuffix(12), "e_"+testenv.RandomSuffix(12)
+	r.Client.Set(ctx, r.Names.Prefix+"session:"+cached, `{"tenant_id":"t1","user_id":"u1","plan":"enterprise"}`, time.Hour)
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO sessions (token, tenant_id, user_id, plan, expires_at) VALUES
+		($1, 't2', 'u2', '', now() + interval '10 minutes'), ($2, 't3', 'u3', '', now() - interval '1 minute')`, stored, expired); err != nil {
+		t.Fatal(err)
+	}
+	authn := func(tok string) (auth.Principal, error) {
+		req := httptest.NewRequest("GET", "/v1/events", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		return v.Authenticate(req)
+	}
+	if p, err := authn(cached); err != nil || p.TenantID != "t1" || p.UserID != "u1" || p.Plan != "enterprise" || p.Session != cached {
+		t.Fatalf("cached session: %+v, %v", p, err)
+	}
+	p, err := authn(stored)
+	if err != nil || p.TenantID != "t2" || p.ExpiresAt.IsZero() {
+		t.Fatalf("stored session: %+v, %v", p, err)
+	}
+	if ttl := r.Client.TTL(ctx, r.Names.Prefix+"session:"+stored).Val(); ttl <= 0 || ttl > 10*time.Minute {
+		t.Fatalf("written back with TTL %s, want up to its expiry", ttl)
+	}
+	for _, tok := range []string{expired, "unknown_" + testenv.RandomSuffix(8), "bad-token!-0123456789"} {
+		if _, err := authn(tok); !errors.Is(err, auth.ErrInvalidToken) {
+			t.Fatalf("%q: %v, want ErrInvalidToken", tok, err)
+		}
+	}
+	valid, err := sessions.Valid(ctx, []string{cached, stored, expired})
+	if err != nil || !valid[cached] || !valid[stored] || valid[expired] {
+		t.Fatalf("valid %v, %v", valid, err)
+	}
+	r.Client.Del(ctx, r.Names.Prefix+"session:"+cached)
+	if valid, _ := sessions.Valid(ctx, []string{cached}); valid[cached] {
+		t.Fatal("a deleted session is still valid")
+	}
+}
+
+func TestSessionsStoreDown(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	sessions := session.New(session.Config{Redis: rdb, Timeout: time.Second})
+	rs.Stop()
+	if _, err := sessions.Resolve(context.Background(), "s_"+testenv.RandomSuffix(12)); !errors.Is(err, auth.ErrUnavailable) || errors.Is(err, auth.ErrInvalidToken) {
+		t.Fatalf("%v, want ErrUnavailable", err)
+	}
+	if _, err := sessions.Valid(context.Background(), []string{"s_" + testenv.RandomSuffix(12)}); err == nil {
+		t.Fatal("Valid reported sessions with the store down")
+	}
+}
+
+// sessionsOn returns Sessions over the shared Redis and a pool of its own
+// on the package database, named app so FlushStats can find its backends.
+// The pool's statistics are flushed when the test ends, so that they cannot
+// turn up in a later test's count.
+func sessionsOn(t *testing.T, app string, cfg session.Config) (*session.Store, testenv.Redis, testenv.Postgres) {
+	t.Helper()
+	r := testenv.SharedRedis(t)
+	pg := testenv.Database(t)
+	pool, err := pgxpool.New(context.Background(), pg.AppURL(app))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		pg.FlushStats(t, app)
+	})
+	cfg.Redis, cfg.DB, cfg.Prefix = r.Client, pool, r.Names.Prefix
+	return session.New(cfg), r, pg
+}
+
+// An unknown session token is looked up in PostgreSQL once, however often
+// it comes back within the negative TTL; Redis is still asked each time, so
+// a session written there meanwhile is found.
+func TestSessionsUnknownTokenCachedNegatively(t *testing.T) {
+	app := "pushd_auth_neg_" + testenv.RandomSuffix(4)
+	sessions, r, pg := sessionsOn(t, app, session.Config{NegativeTTL: time.Minute})
+	ctx := context.Background()
+	before := pg.TableScans(t, "sessions")
+	tok := "unknown_" + testenv.RandomSuffix(12)
+	const tries = 50
+	for range tries {
+		if _, err := sessions.Resolve(ctx, tok); !errors.Is(err, auth.ErrInvalidToken) {
+			t.Fatalf("unknown token: %v, want ErrInvalidToken", err)
+		}
+	}
+	pg.FlushStats(t, app)
+	if lookups := pg.TableScans(t, "sessions") - before; lookups != 1 {
+		t.Fatalf("%d tries of one unknown token made %d PostgreSQL lookups, want 1", tries, lookups)
+	}
+	r.Client.Set(ctx, r.Names.Prefix+"session:"+tok, `{"tenant_id":"t1","user_id":"u1"}`, time.Minute)
+	if p, err := sessions.Resolve(ctx, tok); err != nil || p.UserID != "u1" {
+		t.Fatalf("session written to Redis after a miss: %+v, %v", p, err)
+	}
+}
+
+// Session lookups hold at most MaxDBQueries PostgreSQL queries at once;
+// one that finds them all taken for DBQueueWait fails with ErrUnavailable
+// instead of queueing behind them.
+func TestSessionsLookupsBoundedInPostgres(t *testing.T) {
+	app := "pushd_auth_bound_" + testenv.RandomSuffix(4)
+	const bound, lookups = 2, 6
+	sessions, _, pg := sessionsOn(t, app, session.Config{MaxDBQueries: bound, DBQueueWait: 100 * time.Millisecond, Timeout: time.Minute})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	defer wg.Wait() // after the rollback below
+	// A transaction holding the table makes every lookup wait in PostgreSQL.
+	lock, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx)
+	if _, err := lock.Exec(ctx, "LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, lookups)
+	for range lookups {
+		wg.Go(func() {
+			_, err := sessions.Resolve(ctx, "unknown_"+testenv.RandomSuffix(12))
+			errs <- err
+		})
+	}
+	var unavailable, waiting int
+	deadline := time.Now().Add(10 * time.Second)
+	for unavailable < lookups-bound || waiting != bound {
+		if time.Now().After(deadline) {
+			lock.Rollback(ctx)
+			t.Fatalf("with the table locked: %d of %d lookups failed as unavailable and %d wait in PostgreSQL, want %d and %d",
+				unavailable, lookups, waiting, lookups-bound, bound)
+		}
+		select {
+		case err := <-errs:
+			if !errors.Is(err, auth.ErrUnavailable) {
+				t.Fatalf("a lookup beyond the bound: %v, want ErrUnavailable", err)
+			}
+			unavailable++
+		case <-time.After(20 * time.Millisecond): // polling PostgreSQL, with a deadline
+		}
+		if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range bound {
+		if err := <-errs; !errors.Is(err, auth.ErrInvalidToken) {
+			t.Fatalf("a lookup within the bound, once the table is free: %v, want ErrInvalidToken", err)
+		}
+	}
+}

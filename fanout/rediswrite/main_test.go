@@ -1,0 +1,9 @@
+package rediswrite_test
+
+import (
+	"testing"
+
+	"github.com/pushd/pushd/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
