@@ -16,7 +16,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/pushd/pushd/auth"
-	"github.com/pushd/pushd/testenv"
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 // TestMain drops the package's database (the session tests use one) and

@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
-	"github.com/pushd/pushd/testenv"
 )
 
 var clusterNames = keys.Names{Cluster: true}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
-	"github.com/pushd/pushd/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/snapshot/store"
-	"github.com/pushd/pushd/testenv"
 )
 
 // A v5 whose field nests 1,000 levels, stored as an older publisher could

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
-	"github.com/pushd/pushd/testenv"
 )
 
 // RedisPublisher writes and announces in one step: a stale snapshot is

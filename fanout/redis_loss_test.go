@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
-	"github.com/pushd/pushd/testenv"
 )
 
 // newLiveBus is newBus with the liveness hooks set before Start: heard gets a

@@ -12,9 +12,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
-	"github.com/pushd/pushd/testenv"
 )
 
 // newBus starts a RedisBus on client, closed when the test ends.

@@ -10,11 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream"
 	"github.com/pushd/pushd/stream/cursor"
-	"github.com/pushd/pushd/testenv"
 )
 
 var clusterNames = keys.Names{Cluster: true}

@@ -13,10 +13,10 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream"
 	"github.com/pushd/pushd/stream/cursor"
-	"github.com/pushd/pushd/testenv"
 )
 
 var (

@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/pushd/pushd/internal/httperr"
-	"github.com/pushd/pushd/node"
+	"github.com/pushd/pushd/internal/node"
 )
 
 // The client's pure helpers, run in Chromium from the served module.

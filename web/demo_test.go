@@ -8,8 +8,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/pushd/pushd/node"
-	"github.com/pushd/pushd/testenv"
+	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 var transports = []string{"sse", "ws"}

@@ -11,7 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/pushd/pushd/internal/httperr"
-	"github.com/pushd/pushd/node"
+	"github.com/pushd/pushd/internal/node"
 )
 
 // shownWhile counts the versions of task the page rendered while keep held.

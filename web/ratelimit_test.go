@@ -9,9 +9,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/pushd/pushd/fanout"
-	"github.com/pushd/pushd/node"
+	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
-	"github.com/pushd/pushd/testenv"
 )
 
 // TestClientAsksAgainForIDsRefusedRateLimited: a node whose read budget

@@ -13,8 +13,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/pushd/pushd/node"
-	"github.com/pushd/pushd/testenv"
+	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 // waitReconnect waits for the page to count a reconnect after before, and

@@ -12,8 +12,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
-	"github.com/pushd/pushd/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/auth/session"
-	"github.com/pushd/pushd/testenv"
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

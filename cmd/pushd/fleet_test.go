@@ -18,10 +18,10 @@ import (
 
 	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream/cursor"
-	"github.com/pushd/pushd/testenv"
 )
 
 // The fleet's tests of record: pushd processes on a private Redis Cluster of

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushd/pushd/testenv"
+	"github.com/pushd/pushd/internal/testenv"
 	"go.uber.org/goleak"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushd/pushd/testenv"
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 // TestJSONLogWhileRedisIsDown is the test of record for the JSON log:

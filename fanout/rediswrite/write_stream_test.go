@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/pushd/pushd/fanout/rediswrite"
-	"github.com/pushd/pushd/testenv"
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 // WriteStream appends one entry per version that moved, in the round trip

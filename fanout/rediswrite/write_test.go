@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/fanout/rediswrite"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
-	"github.com/pushd/pushd/testenv"
 )
 
 func TestWriteOnlyNewer(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot/store"
-	"github.com/pushd/pushd/testenv"
 )
 
 // cachedStore returns a Store whose process cache holds task "bench".

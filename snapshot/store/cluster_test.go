@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/fanout/rediswrite"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/snapshot/store"
-	"github.com/pushd/pushd/testenv"
 )
 
 // On Redis Cluster, with the cluster's key names, every path of the store

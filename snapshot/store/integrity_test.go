@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/fanout/rediswrite"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/snapshot/store"
-	"github.com/pushd/pushd/testenv"
 )
 
 // A task belongs to the tenant it was first stored for: another tenant's

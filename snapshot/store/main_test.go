@@ -3,7 +3,7 @@ package store_test
 import (
 	"testing"
 
-	"github.com/pushd/pushd/testenv"
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

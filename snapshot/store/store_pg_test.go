@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/snapshot/store"
-	"github.com/pushd/pushd/testenv"
 )
 
 // The tests in this file lock generation_tasks, so they do not run in

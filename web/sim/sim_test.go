@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
-	"github.com/pushd/pushd/testenv"
 	"github.com/pushd/pushd/web/sim"
 )
 

@@ -1,9 +1,0 @@
-package api_test
-
-import (
-	"testing"
-
-	"github.com/pushd/pushd/testenv"
-)
-
-func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,0 +1,118 @@
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/stream"
+)
+
+// taskSink is a hub.Sink that hands over the task events written to it.
+type taskSink chan *snapshot.Snapshot
+
+func (s taskSink) Write(evs []hub.Event) (bool, error) {
+	for _, ev := range evs {
+		if ev.Kind == hub.KindTask {
+			s <- ev.Snapshot
+		}
+	}
+	return false, nil
+}
+func (taskSink) Closed(hub.CloseReason) {}
+func (taskSink) Bind(*hub.Conn)         {}
+
+func taskSnapshot(t *testing.T, version int64) *snapshot.Snapshot {
+	t.Helper()
+	// updated_at is in 2024: older than the last staleness bound.
+	s, err := snapshot.Parse(fmt.Appendf(nil,
+		`{"task_id":"task_a","tenant_id":"t1","project_id":"p1","user_id":"u1","status":"RUNNING","version":%d,"updated_at":1710000000000}`, version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestHistogramsServeTheirBucketsAndObservations pins the three
+// histograms' bucket bounds, which docs/METRICS.md states and dashboards
+// query, and checks an observation of the hub reaches /metrics.
+func TestHistogramsServeTheirBucketsAndObservations(t *testing.T) {
+	store := snapshot.NewMemoryStore()
+	bus := fanout.NewMemoryBus()
+	h := hub.New(hub.Config{Source: store, Bus: bus})
+	bus.Start(h)
+	defer bus.Close()
+	defer h.Close()
+	tl := stream.NewTailer(stream.Config{Client: testenv.SharedRedis(t).Client})
+	defer tl.Close()
+
+	ctx := context.Background()
+	store.SetIfNewer(ctx, taskSnapshot(t, 1))
+	sink := make(taskSink, 2)
+	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Subscribe(ctx, hub.Subscription{Tasks: []string{"task_a"}}); err != nil {
+		t.Fatal(err)
+	}
+	<-sink // the initial state, which neither histogram measures
+	store.SetIfNewer(ctx, taskSnapshot(t, 2))
+	h.Notify(snapshot.Notification{TenantID: "t1", TaskID: "task_a", Version: 2})
+	<-sink
+	// The write is measured once it returned, after the sink saw it.
+	deadline := time.Now().Add(10 * time.Second)
+	for h.Stats().Staleness.Count == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the change's write not measured within 10s")
+		}
+		time.Sleep(time.Millisecond) // polling a counter, with a deadline
+	}
+
+	families, err := NewRegistry(Sources{Hub: h, Stream: tl}).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		bounds []float64
+		count  uint64
+	}{
+		"pushd_notification_to_write_seconds": {[]float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, 1},
+		"pushd_snapshot_staleness_seconds":    {[]float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}, 1},
+		"pushd_stream_lag_seconds":            {[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, 0},
+	}
+	for _, f := range families {
+		w, ok := want[f.GetName()]
+		if !ok {
+			continue
+		}
+		delete(want, f.GetName())
+		m := f.GetMetric()[0].GetHistogram()
+		var bounds []float64
+		for _, b := range m.GetBucket() {
+			bounds = append(bounds, b.GetUpperBound())
+		}
+		if !slices.Equal(bounds, w.bounds) {
+			t.Errorf("%s buckets %v, want %v", f.GetName(), bounds, w.bounds)
+		}
+		if m.GetSampleCount() != w.count {
+			t.Errorf("%s count %d, want %d", f.GetName(), m.GetSampleCount(), w.count)
+		}
+		// The change was written long after its updated_at: past every
+		// bound.
+		if b := m.GetBucket(); f.GetName() == "pushd_snapshot_staleness_seconds" &&
+			(b[len(b)-1].GetCumulativeCount() != 0 || m.GetSampleSum() < (24*time.Hour).Seconds()) {
+			t.Errorf("staleness %v: want one observation past every bound", m)
+		}
+	}
+	for name := range want {
+		t.Errorf("%s not served", name)
+	}
+}

@@ -1,0 +1,248 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/internal/testenv"
+)
+
+// expiredAt reads c until the server says its token expired and returns
+// when that arrived; it fails when nothing of the kind comes by deadline.
+func (c *sseClient) expiredAt(t *testing.T, name string, deadline time.Time) time.Time {
+	t.Helper()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-c.events:
+			if !ok {
+				t.Fatalf("%s: SSE stream ended without token_expired", name)
+			}
+			if ev.Event != "error" {
+				continue
+			}
+			at := time.Now()
+			var e struct {
+				Code   string
+				TaskID string `json:"task_id"`
+			}
+			if err := json.Unmarshal([]byte(ev.Data), &e); err != nil || e.Code != "token_expired" && e.TaskID == "" {
+				t.Fatalf("%s: error event %s, want code token_expired", name, ev.Data)
+			}
+			if e.Code == "token_expired" {
+				return at
+			}
+		case <-timer.C:
+			t.Fatalf("%s: no token_expired by %s", name, deadline.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// A session ends its streams at its expires_at, whether the node read it
+// from PostgreSQL or, for a later connection, from the Redis copy it wrote
+// back; re-validation, far off here, plays no part.
+func TestSessionStreamsEndAtExpiresAt(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.Heartbeat = 100 * time.Millisecond // the expiry check runs on the heartbeat tick
+	cfg.Admission = admission.Config{SessionCheckInterval: time.Hour}
+	srv := startNode(t, cfg)
+	ctx := context.Background()
+	tok := sessionToken()
+	var expires time.Time
+	if err := c.pg.Pool.QueryRow(ctx, `INSERT INTO sessions (token, tenant_id, user_id, plan, expires_at)
+		VALUES ($1, 't1', 'u1', '', now() + interval '2 seconds') RETURNING expires_at`, tok).Scan(&expires); err != nil {
+		t.Fatal(err)
+	}
+	fromPG := openSSE(t, srv.URL, tok, "task=x1")
+	if fromPG.Status != 200 {
+		t.Fatalf("SSE with a PostgreSQL session: %d %s", fromPG.Status, fromPG.Body)
+	}
+	key := c.redis.Names.Prefix + "session:" + tok
+	if n := c.redis.Client.Exists(ctx, key).Val(); n != 1 {
+		t.Fatal("the session was not written back to Redis")
+	}
+	fromRedis := openSSE(t, srv.URL, tok, "task=x1")
+	if fromRedis.Status != 200 {
+		t.Fatalf("SSE with the cached session: %d %s", fromRedis.Status, fromRedis.Body)
+	}
+	const bound = time.Second // the tick is 50ms; the rest is a loaded machine's slack
+	for _, sc := range []struct {
+		name string
+		*sseClient
+	}{{"session from PostgreSQL", fromPG}, {"session from the Redis cache", fromRedis}} {
+		late := sc.expiredAt(t, sc.name, expires.Add(5*time.Second)).Sub(expires)
+		t.Logf("%s: token_expired %v after expires_at", sc.name, late)
+		if late < -50*time.Millisecond || late > bound {
+			t.Errorf("%s: token_expired %v after expires_at, want within [-50ms, %v]", sc.name, late, bound)
+		}
+		sc.ended(t)
+	}
+}
+
+// jwtWith signs claims with the nodes' test secret, as another issuer or
+// service might.
+func jwtWith(t *testing.T, claims jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A node set up with an audience, an issuer and a longest token lifetime
+// refuses tokens made for another service, by another issuer or for too
+// long, and accepts the right ones; a node without them keeps accepting
+// all three.
+func TestJWTAudienceIssuerAndMaxTTL(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.JWTAudience = []string{"pushd", "pushd-staging"}
+	cfg.JWTIssuer = "https://login.example"
+	cfg.JWTMaxTTL = time.Hour
+	strict := startNode(t, cfg)
+	lax := startNode(t, c.config())
+
+	now := time.Now()
+	claims := func(edit func(jwt.MapClaims)) string {
+		m := jwt.MapClaims{"sub": "u1", "tenant_id": "t1", "aud": "pushd", "iss": "https://login.example",
+			"iat": now.Unix(), "exp": now.Add(30 * time.Minute).Unix()}
+		edit(m)
+		return jwtWith(t, m)
+	}
+	cases := []struct {
+		name    string
+		tok     string
+		refused bool // by the strict node; the lax one takes every token here
+	}{
+		{"right audience and issuer", claims(func(jwt.MapClaims) {}), false},
+		{"one of the audiences among others", claims(func(m jwt.MapClaims) { m["aud"] = []string{"billing", "pushd-staging"} }), false},
+		{"lifetime of exactly the limit", claims(func(m jwt.MapClaims) { m["exp"] = now.Add(time.Hour).Unix() }), false},
+		{"no iat, expiring within the limit", claims(func(m jwt.MapClaims) { delete(m, "iat") }), false},
+		{"another service's audience", claims(func(m jwt.MapClaims) { m["aud"] = "billing" }), true},
+		{"no audience", claims(func(m jwt.MapClaims) { delete(m, "aud") }), true},
+		{"another issuer", claims(func(m jwt.MapClaims) { m["iss"] = "https://evil.example" }), true},
+		{"no issuer", claims(func(m jwt.MapClaims) { delete(m, "iss") }), true},
+		{"exp - iat over the limit", claims(func(m jwt.MapClaims) { m["exp"] = now.Add(2 * time.Hour).Unix() }), true},
+		{"exp - iat over the limit, issued long ago", claims(func(m jwt.MapClaims) {
+			m["iat"], m["exp"] = now.Add(-24*time.Hour).Unix(), now.Add(10*time.Minute).Unix()
+		}), true},
+		{"no iat, expiring past the limit", claims(func(m jwt.MapClaims) { delete(m, "iat"); m["exp"] = now.Add(2 * time.Hour).Unix() }), true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// A task that does not exist: 404 means the token was taken.
+			resp, body := httpDo(t, http.MethodGet, strict.URL+"/v1/tasks/task_absent", tc.tok, "")
+			if tc.refused {
+				wantError(t, resp, body, http.StatusUnauthorized, "unauthorized")
+				if sc := openSSE(t, strict.URL, tc.tok, "task=task_absent"); sc.Status != http.StatusUnauthorized {
+					t.Fatalf("SSE: %d %s, want 401", sc.Status, sc.Body)
+				}
+			} else {
+				wantError(t, resp, body, http.StatusNotFound, "not_found")
+			}
+			resp, body = httpDo(t, http.MethodGet, lax.URL+"/v1/tasks/task_absent", tc.tok, "")
+			wantError(t, resp, body, http.StatusNotFound, "not_found")
+		})
+	}
+}
+
+// A flood of unknown session tokens from one client address is refused
+// with 429 before it reaches PostgreSQL, past a small burst; another
+// address is not held back by it.
+func TestBadTokenFloodIsLimitedPerAddress(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	app := "pushd_flood_" + testenv.RandomSuffix(4)
+	cfg.DatabaseURL = c.pg.AppURL(app) // the node's backends, to flush their statistics
+	_, lb, _ := net.ParseCIDR("127.0.0.1/32")
+	cfg.TrustedProxies = []*net.IPNet{lb}             // the test speaks for clients through X-Forwarded-For
+	cfg.AuthFailureBurst, cfg.AuthFailureRate = 20, 1 // the flags' defaults
+	srv := startNode(t, cfg)
+	before := c.pg.TableScans(t, "sessions") // a session lookup is one scan
+
+	tr := &http.Transport{MaxIdleConnsPerHost: 8}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	get := func(from, tok string) (int, http.Header, string) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/tasks/task_absent", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("X-Forwarded-For", from)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0, nil, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+
+	const workers, each = 8, 250
+	const flood = workers * each
+	var (
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		refusal  struct {
+			h    http.Header
+			body string
+		}
+		wg sync.WaitGroup
+	)
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				status, h, body := get("203.0.113.7", sessionToken())
+				mu.Lock()
+				statuses[status]++
+				if status == http.StatusTooManyRequests && refusal.h == nil {
+					refusal.h, refusal.body = h, body
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+
+	// Another address still has its own allowance: a bad token there is a
+	// plain 401 (one more lookup), and a good one goes through.
+	status, h, body := get("203.0.113.8", sessionToken())
+	wantError(t, &http.Response{StatusCode: status, Header: h}, []byte(body), http.StatusUnauthorized, "unauthorized")
+	status, h, body = get("203.0.113.8", token(t, "t1", "u1"))
+	wantError(t, &http.Response{StatusCode: status, Header: h}, []byte(body), http.StatusNotFound, "not_found")
+
+	c.pg.FlushStats(t, app)
+	lookups := c.pg.TableScans(t, "sessions") - before
+	t.Logf("flood of %d unknown tokens: statuses %v; %d session lookups in PostgreSQL", flood, statuses, lookups)
+	if statuses[http.StatusUnauthorized]+statuses[http.StatusTooManyRequests] != flood {
+		t.Fatalf("statuses %v, want only 401 and 429", statuses)
+	}
+	if lookups > flood*5/100 {
+		t.Errorf("%d session lookups for a flood of %d unknown tokens, want at most 5%%", lookups, flood)
+	}
+	if statuses[http.StatusTooManyRequests] < flood*95/100 {
+		t.Fatalf("%d of %d refused with 429, want at least 95%%", statuses[http.StatusTooManyRequests], flood)
+	}
+	want429(t, http.StatusTooManyRequests, refusal.h, refusal.body, "rate_limited", time.Second)
+
+	// Good tokens take nothing from an address's allowance: far more of
+	// them than its burst all go through.
+	good := token(t, "t1", "u1")
+	for i := range 5 * cfg.AuthFailureBurst {
+		status, _, body := get("203.0.113.9", good)
+		if status != http.StatusNotFound {
+			t.Fatalf("good token %d from one address: %d %s, want 404 (the failure limit counted a success)", i+1, status, body)
+		}
+	}
+}

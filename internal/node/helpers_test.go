@@ -1,0 +1,396 @@
+package node_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/snapshot"
+)
+
+var testSecret = []byte("node-test-secret-0123456789abcdef")
+
+const waitFor = 10 * time.Second
+
+// server is a node listening on a real socket.
+type server struct {
+	*node.Node
+	URL string
+}
+
+func startNode(t *testing.T, cfg node.Config) *server {
+	t.Helper()
+	if cfg.JWTSecret == nil && cfg.JWTPublicKeyPEM == nil && !cfg.Embedded() {
+		cfg.JWTSecret = testSecret
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName = "node-" + testenv.RandomSuffix(2)
+	}
+	if cfg.DisconnectCheck == 0 {
+		cfg.DisconnectCheck = 100 * time.Millisecond // tests wait for cleanups; production checks every 5s
+	}
+	n, err := node.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Shutdown(ctx)
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return &server{Node: n, URL: "http://" + l.Addr().String()}
+}
+
+func token(t testing.TB, tenant, user string) string {
+	t.Helper()
+	return tokenExp(t, tenant, user, time.Now().Add(time.Hour))
+}
+
+func tokenExp(t testing.TB, tenant, user string, exp time.Time) string {
+	t.Helper()
+	tok, err := auth.NewSigner(testSecret).Sign(auth.Principal{TenantID: tenant, UserID: user, ExpiresAt: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func doc(task, tenant string, version int64, status string) string {
+	return fmt.Sprintf(`{"task_id":%q,"tenant_id":%q,"project_id":"p1","user_id":"u1","status":%q,"progress":%d,"stage":"provider_generating","provider":"veo","model":"veo-3","queue_position":null,"preview_asset_id":null,"output_asset_id":null,"error_code":null,"version":%d,"updated_at":1710000000000,"x_custom":{"kept":true}}`,
+		task, tenant, status, version%101, version)
+}
+
+func parseDoc(t testing.TB, s string) *snapshot.Snapshot {
+	t.Helper()
+	snap, err := snapshot.Parse([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+// sseEvent is one dispatched Server-Sent Event.
+type sseEvent = testenv.SSEEvent
+
+// sseClient reads an EventSource stream over a real socket.
+type sseClient struct {
+	Status int
+	Header http.Header
+	Body   string // the body of a refused request
+	events chan sseEvent
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// openSSE opens GET /v1/events?query with a bearer token ("" for none).
+func openSSE(t *testing.T, base, tok, query string, header ...string) *sseClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/events?"+query, nil)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	c := &sseClient{Status: resp.StatusCode, Header: resp.Header, events: make(chan sseEvent, 1024), cancel: cancel, done: make(chan struct{})}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		c.Body = string(b)
+		close(c.done)
+		close(c.events)
+		return c
+	}
+	go c.read(resp.Body)
+	t.Cleanup(c.Close)
+	return c
+}
+
+func (c *sseClient) read(body io.ReadCloser) {
+	defer close(c.done)
+	defer close(c.events)
+	defer body.Close()
+	testenv.ReadSSE(body, func(ev sseEvent) { c.events <- ev })
+}
+
+// Close disconnects and waits for the reader.
+func (c *sseClient) Close() {
+	c.cancel()
+	<-c.done
+}
+
+// next returns the next event other than heartbeats.
+func (c *sseClient) next(t *testing.T) sseEvent {
+	t.Helper()
+	timer := time.NewTimer(waitFor)
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-c.events:
+			if !ok {
+				t.Fatal("SSE stream ended")
+			}
+			if ev.Event == "comment" {
+				continue
+			}
+			return ev
+		case <-timer.C:
+			t.Fatal("no SSE event within", waitFor)
+		}
+	}
+}
+
+// nextOf returns the next event named name, skipping hello and mode.
+func (c *sseClient) nextOf(t *testing.T, name string) sseEvent {
+	t.Helper()
+	for {
+		ev := c.next(t)
+		if ev.Event == "hello" || ev.Event == "mode" {
+			continue
+		}
+		if ev.Event != name {
+			t.Fatalf("got event %q (%s), want %q", ev.Event, ev.Data, name)
+		}
+		return ev
+	}
+}
+
+func (c *sseClient) nextTask(t *testing.T) *snapshot.Snapshot {
+	t.Helper()
+	return parseDoc(t, c.nextOf(t, "task").Data)
+}
+
+// ended waits for the server to end the stream.
+func (c *sseClient) ended(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(waitFor):
+		t.Fatal("stream not ended")
+	}
+}
+
+// wsClient is a WebSocket client over a real socket.
+type wsClient struct {
+	conn   *websocket.Conn
+	msgs   chan map[string]json.RawMessage
+	err    error // the read error that ended msgs
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+func dialWS(t *testing.T, base, tok string, opts *websocket.DialOptions) (*wsClient, *http.Response, error) {
+	t.Helper()
+	if opts == nil {
+		opts = &websocket.DialOptions{Subprotocols: []string{"pushd.v1"}}
+	}
+	u := "ws" + strings.TrimPrefix(base, "http") + "/v1/ws"
+	if tok != "" {
+		u += "?access_token=" + url.QueryEscape(tok)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	conn, resp, err := websocket.Dial(ctx, u, opts)
+	if err != nil {
+		return nil, resp, err
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	c := &wsClient{conn: conn, msgs: make(chan map[string]json.RawMessage, 1024), cancel: rcancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		defer close(c.msgs)
+		for {
+			_, b, err := conn.Read(rctx)
+			if err != nil {
+				c.err = err
+				return
+			}
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(b, &m); err != nil {
+				c.err = fmt.Errorf("server sent invalid JSON %q: %w", b, err)
+				return
+			}
+			c.msgs <- m
+		}
+	}()
+	t.Cleanup(c.Close)
+	return c, resp, nil
+}
+
+func openWS(t *testing.T, base, tok string) *wsClient {
+	t.Helper()
+	c, _, err := dialWS(t, base, tok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *wsClient) Close() {
+	c.once.Do(func() {
+		c.conn.CloseNow()
+		c.cancel()
+		<-c.done
+	})
+}
+
+func (c *wsClient) send(t *testing.T, v any) {
+	t.Helper()
+	b, _ := json.Marshal(v)
+	c.sendRaw(t, websocket.MessageText, b)
+}
+
+func (c *wsClient) sendRaw(t *testing.T, typ websocket.MessageType, b []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := c.conn.Write(ctx, typ, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func msgType(m map[string]json.RawMessage) string {
+	var s string
+	json.Unmarshal(m["type"], &s)
+	return s
+}
+
+// next returns the next message other than hello and mode.
+func (c *wsClient) next(t *testing.T) map[string]json.RawMessage {
+	t.Helper()
+	timer := time.NewTimer(waitFor)
+	defer timer.Stop()
+	for {
+		select {
+		case m, ok := <-c.msgs:
+			if !ok {
+				t.Fatalf("WebSocket ended: %v", c.err)
+			}
+			if typ := msgType(m); typ == "hello" || typ == "mode" {
+				continue
+			}
+			return m
+		case <-timer.C:
+			t.Fatal("no WebSocket message within", waitFor)
+		}
+	}
+}
+
+// nextAny returns the next message, whatever its type.
+func (c *wsClient) nextAny(t *testing.T) map[string]json.RawMessage {
+	t.Helper()
+	select {
+	case m, ok := <-c.msgs:
+		if !ok {
+			t.Fatalf("WebSocket ended: %v", c.err)
+		}
+		return m
+	case <-time.After(waitFor):
+		t.Fatal("no WebSocket message within", waitFor)
+		return nil
+	}
+}
+
+func (c *wsClient) nextOf(t *testing.T, typ string) map[string]json.RawMessage {
+	t.Helper()
+	m := c.next(t)
+	if got := msgType(m); got != typ {
+		t.Fatalf("got %q message %v, want %q", got, rawString(m), typ)
+	}
+	return m
+}
+
+func (c *wsClient) nextTask(t *testing.T) *snapshot.Snapshot {
+	t.Helper()
+	return parseDoc(t, string(c.nextOf(t, "task")["task"]))
+}
+
+// closeStatus waits for the server to close the connection and returns its
+// close code.
+func (c *wsClient) closeStatus(t *testing.T) websocket.StatusCode {
+	t.Helper()
+	timer := time.NewTimer(waitFor)
+	defer timer.Stop()
+	for {
+		select {
+		case _, ok := <-c.msgs:
+			if !ok {
+				return websocket.CloseStatus(c.err)
+			}
+		case <-timer.C:
+			t.Fatal("WebSocket not closed within", waitFor)
+		}
+	}
+}
+
+func rawString(m map[string]json.RawMessage) string {
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// httpJSON does a request and decodes a JSON answer into out (when not nil).
+func httpDo(t *testing.T, method, u, tok, body string, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, u, strings.NewReader(body))
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+// wantError checks a JSON error answer.
+func wantError(t *testing.T, resp *http.Response, body []byte, status int, code string) {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Fatalf("status %d (%s), want %d", resp.StatusCode, body, status)
+	}
+	var e struct{ Error, Message string }
+	if err := json.Unmarshal(body, &e); err != nil || e.Error != code || e.Message == "" {
+		t.Fatalf("body %s, want a JSON error with code %q and a message", body, code)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("Content-Type %q", ct)
+	}
+}
+
+func base64URL(b []byte) string { return base64.URLEncoding.EncodeToString(b) }

@@ -1,0 +1,302 @@
+package node_test
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/internal/testenv"
+)
+
+// scrape reads /metrics into one value per series, keyed as
+// name{label="value",...} with the labels sorted; a histogram gives its
+// name_count and name_sum.
+func scrape(t *testing.T, base string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d", resp.StatusCode)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	out := make(map[string]float64)
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			slices.Sort(labels)
+			suffix := ""
+			if len(labels) > 0 {
+				suffix = "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.Counter != nil:
+				out[name+suffix] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[name+suffix] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				out[name+"_count"+suffix] = float64(m.GetHistogram().GetSampleCount())
+				out[name+"_sum"+suffix] = m.GetHistogram().GetSampleSum()
+			case m.Untyped != nil:
+				out[name+suffix] = m.GetUntyped().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// The series the scripted session accounts for. Every step states how far
+// each one moves; one it does not name must not move.
+var sessionSeries = []string{
+	`sse_push_total`,
+	`websocket_push_total`,
+	`client_reconnect_total{transport="sse"}`,
+	`client_reconnect_total{transport="websocket"}`,
+	`task_snapshot_refetch_total{outcome="hit",source="local_cache"}`,
+	`task_snapshot_refetch_total{outcome="miss",source="local_cache"}`,
+	`task_snapshot_refetch_total{outcome="not_found",source="local_cache"}`,
+	`task_snapshot_refetch_total{outcome="hit",source="redis"}`,
+	`task_snapshot_refetch_total{outcome="miss",source="redis"}`,
+	`task_snapshot_refetch_total{outcome="not_found",source="redis"}`,
+	`task_snapshot_refetch_total{outcome="error",source="redis"}`,
+	`task_snapshot_refetch_total{outcome="skipped",source="redis"}`,
+	`task_snapshot_refetch_total{outcome="hit",source="postgres"}`,
+	`task_snapshot_refetch_total{outcome="miss",source="postgres"}`,
+	`task_snapshot_refetch_total{outcome="error",source="postgres"}`,
+	`task_snapshot_refetch_total{outcome="rejected",source="postgres"}`,
+	`pushd_singleflight_shared_total`,
+	`pushd_writebacks_total`,
+	`pushd_notifications_total`,
+	`pushd_pubsub_received_total`,
+	`pushd_pubsub_malformed_total{reason="json"}`,
+	`pushd_pubsub_subscription_losses_total`,
+	`pushd_mode_switches_total`,
+	`pushd_admission_allowed_total{rule="connect_user"}`,
+	`pushd_admission_rejected_total{rule="connect_user"}`,
+	`pushd_disconnects_total{reason="slow_client"}`,
+	`pushd_connections_open{plan="none",transport="sse"}`,
+	`pushd_connections_open{plan="none",transport="websocket"}`,
+	`pushd_notification_to_write_seconds_count`,
+	`pushd_snapshot_staleness_seconds_count`,
+}
+
+// session scrapes a node between the steps of a scripted session.
+type session struct {
+	t    *testing.T
+	base string
+	last map[string]float64
+}
+
+// step waits until the gate series have moved by their amount (counters
+// that move after the client saw the effect: a write is counted once it
+// returned), then checks every session series moved by exactly what want
+// says (0 when unnamed), except those in vary.
+func (s *session) step(name string, want map[string]float64, gate []string, vary ...string) {
+	t := s.t
+	t.Helper()
+	for k := range want {
+		if !slices.Contains(sessionSeries, k) {
+			t.Fatalf("%s: %s is not a session series", name, k)
+		}
+	}
+	var now map[string]float64
+	eventually(t, name+": "+strings.Join(gate, ", ")+" moved", func() bool {
+		now = scrape(t, s.base)
+		for _, k := range gate {
+			if now[k]-s.last[k] < want[k] {
+				return false
+			}
+		}
+		return true
+	})
+	for _, k := range sessionSeries {
+		if slices.Contains(vary, k) {
+			continue
+		}
+		if got := now[k] - s.last[k]; got != want[k] {
+			t.Errorf("%s: %s moved by %g, want %g", name, k, got, want[k])
+		}
+	}
+	s.last = now
+}
+
+// TestMetricsCountAScriptedSession is the test of record of the node's
+// metrics: connects over both transports, a reconnect with a cursor on
+// each, a publish, a cache miss answered by PostgreSQL, a malformed
+// notification, a rate-limited connect and a slow client, each followed
+// by a scrape that checks every counter moved by exactly its amount.
+func TestMetricsCountAScriptedSession(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	// Two connects per user, and no refill within the test.
+	cfg.Admission = admission.Config{ConnectUserBurst: 2, ConnectUserRate: 0.001, Timeout: 2 * time.Second}
+	// A client that reads nothing is cut after this; the others read
+	// everything they are sent.
+	cfg.WriteTimeout = time.Second
+	srv := startNode(t, cfg)
+	s := &session{t: t, base: srv.URL, last: scrape(t, srv.URL)}
+	if v := s.last[`pushd_mode{mode="push"}`]; v != 1 {
+		t.Fatalf(`pushd_mode{mode="push"} = %g, want 1`, v)
+	}
+
+	// Published before anyone watches: the node has not subscribed the
+	// tenant yet, so it hears nothing.
+	taskA, taskD := testenv.UniqueID("task"), testenv.UniqueID("task")
+	c.goPublish(t, doc(taskA, "t1", 1, "RUNNING"))
+	c.goPublish(t, doc(taskD, "t1", 1, "RUNNING"))
+
+	// 1. Connect: u1 over SSE (the current A is pushed) and WebSocket with
+	// since A=1 (nothing to push: a reconnect). Whether the second read of
+	// A finds the first's result in the local cache depends on how long
+	// the first took, so the reads are counted from step 3 on.
+	u1 := token(t, "t1", testenv.UniqueID("user"))
+	sse1 := openSSE(t, srv.URL, u1, "task="+taskA)
+	if v := sse1.nextTask(t).Version; v != 1 {
+		t.Fatalf("SSE got v%d, want v1", v)
+	}
+	ws1 := openWS(t, srv.URL, u1)
+	ws1.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{taskA}, "since": map[string]int64{taskA: 1}})
+	ws1.nextOf(t, "ack")
+	s.step("connect", map[string]float64{
+		`sse_push_total`: 1,
+		`client_reconnect_total{transport="websocket"}`:             1,
+		`pushd_admission_allowed_total{rule="connect_user"}`:        2,
+		`pushd_connections_open{plan="none",transport="sse"}`:       1,
+		`pushd_connections_open{plan="none",transport="websocket"}`: 1,
+	}, []string{`sse_push_total`}, `task_snapshot_refetch_total{outcome="miss",source="local_cache"}`,
+		`task_snapshot_refetch_total{outcome="hit",source="redis"}`,
+		`task_snapshot_refetch_total{outcome="hit",source="local_cache"}`)
+
+	// 2. Reconnect over SSE: u2 comes back with Last-Event-ID A=1 and
+	// also watches D, which it has not seen: only D is pushed, and D's
+	// arrival says the initial reads are over.
+	u2 := token(t, "t1", testenv.UniqueID("user"))
+	sse2 := openSSE(t, srv.URL, u2, "task="+taskA+"&task="+taskD, "Last-Event-ID", taskA+"=1")
+	if got := sse2.nextTask(t); got.TaskID != taskD {
+		t.Fatalf("the reconnecting client got %s v%d, want only %s", got.TaskID, got.Version, taskD)
+	}
+	s.step("reconnect", map[string]float64{
+		`sse_push_total`: 1,
+		`client_reconnect_total{transport="sse"}`:             1,
+		`pushd_admission_allowed_total{rule="connect_user"}`:  1,
+		`pushd_connections_open{plan="none",transport="sse"}`: 1,
+	}, []string{`sse_push_total`}, `task_snapshot_refetch_total{outcome="miss",source="local_cache"}`,
+		`task_snapshot_refetch_total{outcome="hit",source="redis"}`,
+		`task_snapshot_refetch_total{outcome="hit",source="local_cache"}`)
+
+	// 3. Publish A v2: one notification, one read (the node's cached v1 is
+	// dropped by the notification, so Redis answers), three writes, each
+	// measured by both histograms.
+	c.goPublish(t, doc(taskA, "t1", 2, "RUNNING"))
+	for _, got := range []int64{sse1.nextTask(t).Version, ws1.nextTask(t).Version, sse2.nextTask(t).Version} {
+		if got != 2 {
+			t.Fatalf("got v%d, want v2", got)
+		}
+	}
+	s.step("publish", map[string]float64{
+		`sse_push_total`:              2,
+		`websocket_push_total`:        1,
+		`pushd_pubsub_received_total`: 1,
+		`pushd_notifications_total`:   1,
+		`task_snapshot_refetch_total{outcome="miss",source="local_cache"}`: 1,
+		`task_snapshot_refetch_total{outcome="hit",source="redis"}`:        1,
+		`pushd_notification_to_write_seconds_count`:                        3,
+		`pushd_snapshot_staleness_seconds_count`:                           3,
+	}, []string{`sse_push_total`, `websocket_push_total`, `pushd_notification_to_write_seconds_count`})
+
+	// 4. A cache miss: B is in PostgreSQL only. The WebSocket subscribes to
+	// it; the local cache and Redis miss, PostgreSQL answers, the snapshot
+	// is written back. An initial state: neither histogram moves.
+	taskB := testenv.UniqueID("task")
+	c.pg.InsertTask(t, testenv.Task{ID: taskB, TenantID: "t1", ProjectID: "p1", UserID: "u1", Status: "RUNNING", Progress: 10, Version: 5})
+	c.redis.Client.Del(t.Context(), c.redis.Names.Snapshot(taskB))
+	ws1.send(t, map[string]any{"op": "subscribe", "id": 2, "tasks": []string{taskB}})
+	if got := ws1.nextTask(t); got.TaskID != taskB || got.Version != 5 {
+		t.Fatalf("got %s v%d, want %s v5", got.TaskID, got.Version, taskB)
+	}
+	ws1.nextOf(t, "ack")
+	s.step("cache miss and PostgreSQL fallback", map[string]float64{
+		`websocket_push_total`: 1,
+		`task_snapshot_refetch_total{outcome="miss",source="local_cache"}`: 1,
+		`task_snapshot_refetch_total{outcome="miss",source="redis"}`:       1,
+		`task_snapshot_refetch_total{outcome="hit",source="postgres"}`:     1,
+		`pushd_writebacks_total`: 1,
+	}, []string{`websocket_push_total`})
+	if n, err := c.redis.Client.Exists(t.Context(), c.redis.Names.Snapshot(taskB)).Result(); err != nil || n != 1 {
+		t.Fatalf("B not written back to Redis: %d %v", n, err)
+	}
+
+	// 5. A malformed notification is heard and dropped, by reason.
+	c.tssPublish(t, "t1", `{"task_id":`)
+	s.step("malformed notification", map[string]float64{
+		`pushd_pubsub_received_total`:                 1,
+		`pushd_pubsub_malformed_total{reason="json"}`: 1,
+	}, []string{`pushd_pubsub_malformed_total{reason="json"}`})
+
+	// 6. A rate-limited connect: u1's third within the bucket.
+	st, h, body, _ := sseStatus(t, srv.URL, u1)
+	want429(t, st, h, body, "rate_limited", time.Hour)
+	s.step("rate-limited connect", map[string]float64{
+		`pushd_admission_rejected_total{rule="connect_user"}`: 1,
+	}, nil)
+
+	// 7. A slow client: u3 watches 40 tasks over a socket it never reads,
+	// with a small receive buffer, while far more than socket buffers
+	// hold is published to them. Its write times out and it is cut. How
+	// many of its writes went through first is the kernel's business, so
+	// the writes and their reads are not counted here.
+	const tasks, rounds = 40, 4
+	ids := make([]string, tasks)
+	query := make([]string, tasks)
+	for i := range ids {
+		ids[i] = testenv.UniqueID("task")
+		query[i] = "task=" + ids[i]
+		c.goPublish(t, doc(ids[i], "t1", 1, "RUNNING"))
+	}
+	stalledSSE(t, srv.URL, token(t, "t1", testenv.UniqueID("user")), query)
+	pad := strings.Repeat("x", 60<<10)
+	for v := int64(2); v <= rounds+1; v++ {
+		for _, id := range ids {
+			c.goPublish(t, strings.Replace(doc(id, "t1", v, "RUNNING"), `"x_custom"`, `"pad":"`+pad+`","x_custom"`, 1))
+		}
+	}
+	s.step("slow client", map[string]float64{
+		`pushd_disconnects_total{reason="slow_client"}`:      1,
+		`pushd_admission_allowed_total{rule="connect_user"}`: 1,
+		`pushd_pubsub_received_total`:                        tasks * (rounds + 1), // v1 of each, heard while nobody watches them yet, then the rounds
+		`pushd_notifications_total`:                          tasks * (rounds + 1),
+	}, []string{`pushd_disconnects_total{reason="slow_client"}`, `pushd_pubsub_received_total`},
+		`sse_push_total`, `pushd_notification_to_write_seconds_count`, `pushd_snapshot_staleness_seconds_count`,
+		`pushd_singleflight_shared_total`,
+		`task_snapshot_refetch_total{outcome="hit",source="local_cache"}`,
+		`task_snapshot_refetch_total{outcome="miss",source="local_cache"}`,
+		`task_snapshot_refetch_total{outcome="hit",source="redis"}`)
+
+	// The three well-behaved connections are still counted, and the node
+	// stayed in push mode throughout.
+	for k, want := range map[string]float64{
+		`pushd_connections_open{plan="none",transport="sse"}`:       2,
+		`pushd_connections_open{plan="none",transport="websocket"}`: 1,
+		`pushd_mode{mode="push"}`:                                   1,
+	} {
+		if got := s.last[k]; got != want {
+			t.Errorf("%s = %g, want %g", k, got, want)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package node_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/internal/testenv"
+	pushdws "github.com/pushd/pushd/ws"
+)
+
+// sessionToken returns a fresh opaque session token (no dots: not a JWT).
+func sessionToken() string { return "sess_" + testenv.RandomSuffix(16) }
+
+func TestSessionTokens(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.Admission = admission.Config{SessionCheckInterval: 100 * time.Millisecond, MaxConnsPerUser: 10}
+	srv := startNode(t, cfg)
+	ctx := context.Background()
+	tenant, user := testenv.UniqueID("tenant"), testenv.UniqueID("user")
+	inRedis := sessionToken()
+	sessKey := func(tok string) string { return c.redis.Names.Prefix + "session:" + tok }
+	if err := c.redis.Client.Set(ctx, sessKey(inRedis), `{"tenant_id":"`+tenant+`","user_id":"`+user+`","plan":"pro"}`, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A session token works over both transports and the HTTP API.
+	sc := openSSE(t, srv.URL, inRedis, "task=task_s1")
+	if sc.Status != http.StatusOK {
+		t.Fatalf("SSE with a session: %d %s", sc.Status, sc.Body)
+	}
+	ws := openWS(t, srv.URL, inRedis)
+	if resp, body := httpDo(t, http.MethodGet, srv.URL+"/v1/tasks/task_s1", inRedis, ""); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET with a session: %d %s", resp.StatusCode, body)
+	}
+	// An unknown session is refused like a bad token.
+	resp, body := httpDo(t, http.MethodGet, srv.URL+"/v1/tasks/task_s1", sessionToken(), "")
+	wantError(t, resp, body, http.StatusUnauthorized, "unauthorized")
+
+	// Deleting the session closes its connections with the token-expired
+	// reason, on both transports.
+	c.redis.Client.Del(ctx, sessKey(inRedis))
+	for {
+		ev := sc.next(t)
+		if ev.Event == "error" {
+			break
+		}
+	}
+	sc.ended(t)
+	if code := ws.closeStatus(t); code != pushdws.StatusTokenExpired {
+		t.Fatalf("WebSocket closed with %d, want the token-expired close", code)
+	}
+	if srv.Admission().Stats().SessionsClosed != 1 {
+		t.Fatalf("sessions closed: %d", srv.Admission().Stats().SessionsClosed)
+	}
+
+	// A session only in PostgreSQL is admitted and cached in Redis.
+	inPG := sessionToken()
+	if _, err := c.pg.Pool.Exec(ctx, `INSERT INTO sessions (token, tenant_id, user_id, plan, expires_at) VALUES ($1, $2, $3, 'free', now() + interval '1 hour')`,
+		inPG, tenant, user); err != nil {
+		t.Fatal(err)
+	}
+	pc := openSSE(t, srv.URL, inPG, "task=task_s1")
+	if pc.Status != http.StatusOK {
+		t.Fatalf("SSE with a PostgreSQL session: %d %s", pc.Status, pc.Body)
+	}
+	ttl := c.redis.Client.TTL(ctx, sessKey(inPG)).Val()
+	if ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("session cached with TTL %s, want within its expiry", ttl)
+	}
+	// Expired in the store (Redis and PostgreSQL): closed too.
+	if _, err := c.pg.Pool.Exec(ctx, `UPDATE sessions SET expires_at = now() - interval '1 second' WHERE token = $1`, inPG); err != nil {
+		t.Fatal(err)
+	}
+	c.redis.Client.Del(ctx, sessKey(inPG))
+	pc.ended(t)
+	// An expired session in PostgreSQL is refused.
+	resp, body = httpDo(t, http.MethodGet, srv.URL+"/v1/tasks/task_s1", inPG, "")
+	wantError(t, resp, body, http.StatusUnauthorized, "unauthorized")
+}
