@@ -2,6 +2,8 @@ package fanout_test
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 	"log"
 
 	"github.com/redis/go-redis/v9"
@@ -10,6 +12,33 @@ import (
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
+
+// NewRedisPublisher takes the client of the Redis the nodes read and the
+// nodes' key names (their --key-prefix as Prefix). Publish stores a snapshot
+// only if its version is newer than the stored one; a stale one is neither
+// stored nor announced. The prefix here is a fresh one so the example runs
+// beside other users of the same Redis; its keys expire with the RUNNING TTL.
+func ExampleNewRedisPublisher() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	pub := fanout.NewRedisPublisher(rdb, keys.Names{Prefix: "example:" + rand.Text() + ":"})
+
+	for _, version := range []int{18, 17} {
+		s, err := snapshot.Parse(fmt.Appendf(nil, `{"task_id":"task_123","tenant_id":"t1",
+			"status":"RUNNING","progress":45,"version":%d,"updated_at":1710000000000}`, version))
+		if err != nil {
+			log.Fatal(err)
+		}
+		written, err := pub.Publish(context.Background(), s)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("version %d written: %v\n", version, written)
+	}
+	// Output:
+	// version 18 written: true
+	// version 17 written: false
+}
 
 // A Task State Service publishes each state change after committing it to
 // PostgreSQL: one round trip stores the snapshot if it is newer and, only

@@ -2,6 +2,10 @@
 // Service and pushd nodes: the Redis Pub/Sub bus (one connection per node,
 // subscriptions reference-counted per tenant), the in-memory bus of the
 // embedded mode, and the publisher a Task State Service imports.
+//
+// Together with keys and snapshot, this package is the public API for Task
+// State Services written in Go: Publisher, NewRedisPublisher and its options
+// stay stable. The buses are public too, but only the pushd node uses them.
 package fanout
 
 import (

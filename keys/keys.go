@@ -1,5 +1,8 @@
 // Package keys names every Redis key and channel pushd reads or writes, so
 // the Task State Service, the publisher and the nodes agree on one spelling.
+//
+// It is part of the public API for Task State Services, with fanout and
+// snapshot: a service that writes or reads Redis itself takes its names here.
 package keys
 
 import (

@@ -14,6 +14,10 @@
 // document whose version or tenant the write script cannot read is never
 // overwritten before it expires (ErrStoredUnreadable): letting any version
 // in could let an older one in.
+//
+// It is part of the public API for Task State Services, with fanout and
+// keys: a service builds and checks its documents with Parse before it
+// publishes them.
 package snapshot
 
 import (

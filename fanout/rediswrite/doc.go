@@ -7,4 +7,7 @@
 // store's write-back (snapshot/store). Putting it in fanout would make the
 // store import the Pub/Sub bus; putting it in the store would make a Task
 // State Service that only publishes import the read path.
+//
+// A Task State Service that publishes through fanout.NewRedisPublisher does
+// not need it; one that writes Redis by hand calls these functions so it speaks the same protocol.
 package rediswrite
