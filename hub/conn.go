@@ -377,13 +377,6 @@ func (c *Conn) Close() {
 	})
 }
 
-// Watching reports what the connection watches, for the transports' hello.
-func (c *Conn) Watching() (tasks, projects []string, user bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return keysOf(c.tasks), keysOf(c.projects), c.userScope
-}
-
 func has(m map[string]struct{}, k string) bool { _, ok := m[k]; return ok }
 
 func add(m map[string]struct{}, k string) map[string]struct{} {

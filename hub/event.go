@@ -56,15 +56,13 @@ const (
 
 // Error codes of refused subscriptions and closed connections.
 const (
-	CodeNotFound      = "not_found"
-	CodeInvalidID     = "invalid_id"
-	CodeTooMany       = "too_many_subscriptions"
-	CodeUnavailable   = "unavailable"
-	CodeTokenExpired  = "token_expired"
-	CodeSlowClient    = "slow_client"
-	CodeShuttingDown  = "shutting_down"
-	CodeForbiddenUser = "forbidden"
-	CodeRateLimited   = "rate_limited" // the user's read budget is spent; RetryAfterMS says for how long
+	CodeNotFound     = "not_found"
+	CodeInvalidID    = "invalid_id"
+	CodeTooMany      = "too_many_subscriptions"
+	CodeUnavailable  = "unavailable"
+	CodeTokenExpired = "token_expired"
+	CodeShuttingDown = "shutting_down"
+	CodeRateLimited  = "rate_limited" // the user's read budget is spent; RetryAfterMS says for how long
 )
 
 // CloseReason tells a transport why the hub closed a connection, so it can

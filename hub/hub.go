@@ -229,9 +229,9 @@ func (h *Hub) helloMode() (mode, reason string) {
 	return mode, reason
 }
 
-// SetMode records the node's mode and tells every connection when it or
+// setMode records the node's mode and tells every connection when it or
 // its reason changes.
-func (h *Hub) SetMode(mode, reason string) {
+func (h *Hub) setMode(mode, reason string) {
 	h.modeMu.Lock()
 	if h.mode == mode && h.modeReason == reason {
 		h.modeMu.Unlock()

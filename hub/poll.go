@@ -152,7 +152,7 @@ func (h *Hub) pollLoop() {
 		case covered:
 			h.stats.catchUps.Add(1)
 			if !h.isPush() {
-				h.SetMode(ModePush, ReasonRestored)
+				h.setMode(ModePush, ReasonRestored)
 			}
 			failures = 0
 			if len(tenants) > 0 {
@@ -160,21 +160,21 @@ func (h *Hub) pollLoop() {
 			}
 		case polling:
 			if h.isPush() { // tell clients before a round that may be slow
-				h.SetMode(ModePolling, ReasonPubSubDown)
+				h.setMode(ModePolling, ReasonPubSubDown)
 			}
 			h.stats.polls.Add(1)
 			if h.refresh(nil, false) {
 				failures = 0
-				h.SetMode(ModePolling, ReasonPubSubDown)
+				h.setMode(ModePolling, ReasonPubSubDown)
 			} else {
 				failures++
 				h.stats.pollErrors.Add(1)
-				h.SetMode(ModePolling, ReasonUnavailable)
+				h.setMode(ModePolling, ReasonUnavailable)
 			}
 		case restored:
 			h.refresh(nil, false)
 			failures = 0
-			h.SetMode(ModePush, ReasonRestored)
+			h.setMode(ModePush, ReasonRestored)
 		case len(tenants) > 0:
 			h.refresh(tenants, false)
 		}

@@ -70,13 +70,13 @@ type Snapshot struct {
 
 	raw []byte
 
-	encoded [MaxEncodings]atomic.Pointer[[]byte] // see Encoded
+	encoded [maxEncodings]atomic.Pointer[[]byte] // see Encoded
 }
 
 // Slots of Encoded, one per wire format that wraps a whole snapshot.
 const (
 	EncodingWebSocket = iota // {"type":"task","task":<document>}
-	MaxEncodings
+	maxEncodings
 )
 
 // Encoded returns encode(s), computed once per snapshot and slot and then

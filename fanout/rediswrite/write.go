@@ -135,10 +135,10 @@ func WriteIfNewer(ctx context.Context, rdb redis.Scripter, names keys.Names, s *
 	return out, out.Err(s.TaskID)
 }
 
-// AnnounceWindow is how many of a stream's newest entries Announce searches
+// announceWindow is how many of a stream's newest entries Announce searches
 // for an earlier call's entry of the same version before it appends a
 // version found Current.
-const AnnounceWindow = 100
+const announceWindow = 100
 
 var errAnnounceStale = errors.New("snapshot announce: a stale version is never announced")
 
@@ -151,7 +151,7 @@ var errAnnounceStale = errors.New("snapshot announce: a stale version is never a
 //
 // A Written version always appends. A Current one is a retry after a
 // failed announcement (or a second publisher of the same version): it
-// appends only when none of the stream's newest AnnounceWindow entries is of
+// appends only when none of the stream's newest announceWindow entries is of
 // this task at this version or newer, so a retry whose first announcement
 // did reach Redis (its reply was lost) adds no duplicate, and one that did
 // not still leaves the entry resume cursors need. Past the window a
@@ -169,7 +169,7 @@ func Announce(ctx context.Context, rdb redis.Scripter, names keys.Names, s *snap
 	}
 	window := 0
 	if out == Current {
-		window = AnnounceWindow
+		window = announceWindow
 	}
 	ks := []string{names.Stream(s.TenantID), names.StreamEpoch(s.TenantID)}
 	n, err := announceScript.Run(ctx, rdb, ks, channel, message, streamMaxLen,
