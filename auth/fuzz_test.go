@@ -84,6 +84,7 @@ func FuzzAuthenticate(f *testing.F) {
 		f.Add("", s, "")
 		f.Add("", "", s)
 		f.Add("bearer "+s, s, "x")
+		f.Add("BeArEr "+s, "", "") // the scheme is case-insensitive
 	}
 	v, err := auth.New(auth.Config{Secret: testSecret})
 	if err != nil {
@@ -104,8 +105,13 @@ func FuzzAuthenticate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// Whichever place it came from, the accepted token is one of the three.
-		for _, tok := range []string{strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(header, "Bearer "), "bearer ")), cookie, query} {
+		// Whichever place it came from, the accepted token is one of the
+		// three. The header's scheme is "Bearer " in any case.
+		fromHeader := ""
+		if len(header) >= len("Bearer ") && strings.EqualFold(header[:len("Bearer ")], "Bearer ") {
+			fromHeader = strings.TrimSpace(header[len("Bearer "):])
+		}
+		for _, tok := range []string{fromHeader, cookie, query} {
 			if q, err := v.Verify(tok); err == nil && q == p {
 				checkForged(t, tok, p)
 				return
