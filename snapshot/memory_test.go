@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -18,7 +19,7 @@ func docIn(task, tenant, project, user string, version, updatedAt int64) []byte 
 
 func TestMemoryStoreKeepsNewest(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	m := snapshot.NewMemoryStore()
 	if _, err := m.Get(ctx, "a", 0); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("Get of an unknown task: %v, want ErrNotFound", err)
@@ -28,7 +29,7 @@ func TestMemoryStoreKeepsNewest(t *testing.T) {
 		want    bool
 		stored  int64
 	}{{2, true, 2}, {2, false, 2}, {1, false, 2}, {3, true, 3}} {
-		ok, err := m.SetIfNewer(ctx, snap(t, "a", "t1", "RUNNING", step.version))
+		ok, err := m.SetIfNewer(ctx, testenv.Snapshot(t, "a", "t1", "RUNNING", step.version))
 		if err != nil || ok != step.want {
 			t.Errorf("SetIfNewer v%d = %v, %v; want %v", step.version, ok, err, step.want)
 		}
@@ -48,7 +49,7 @@ func TestMemoryStoreKeepsNewest(t *testing.T) {
 
 func TestMemoryStoreInvalidIDs(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	m := snapshot.NewMemoryStore()
 	bad := []string{"", "a b", "a{b}", strings.Repeat("x", snapshot.MaxIDLen+1)}
 	for _, id := range bad {
@@ -76,11 +77,11 @@ func TestMemoryStoreInvalidIDs(t *testing.T) {
 
 func TestMemoryStoreGetManyAndLists(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	m := snapshot.NewMemoryStore()
 	set := func(b []byte) {
 		t.Helper()
-		if _, err := m.SetIfNewer(ctx, mustParse(t, b)); err != nil {
+		if _, err := m.SetIfNewer(ctx, testenv.MustParse(t, b)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -132,11 +133,11 @@ func TestMemoryStoreGetManyAndLists(t *testing.T) {
 
 func TestMemoryStoreConcurrent(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	m := snapshot.NewMemoryStore()
 	versions := make([]*snapshot.Snapshot, 58)
 	for v := range versions[1:] {
-		versions[v+1] = mustParse(t, docIn("a", "t1", "p1", "u1", int64(v+1), int64(v+1)))
+		versions[v+1] = testenv.MustParse(t, docIn("a", "t1", "p1", "u1", int64(v+1), int64(v+1)))
 	}
 	var wg sync.WaitGroup
 	for w := range 8 {

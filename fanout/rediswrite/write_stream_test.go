@@ -16,7 +16,7 @@ import (
 func TestWriteStreamAppendsOnlyWhatItWrote(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	tenant := testenv.UniqueID("tenant")
 	id := testenv.UniqueID("task")
 	channel := r.Names.Channel(tenant)
@@ -31,7 +31,7 @@ func TestWriteStreamAppendsOnlyWhatItWrote(t *testing.T) {
 		version int64
 		written bool
 	}{{2, true}, {1, false}, {2, false}, {5, true}, {4, false}} {
-		ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", step.version), 0, channel, []byte("v"+strconv.FormatInt(step.version, 10)), 1000)
+		ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, testenv.Snapshot(t, id, tenant, "RUNNING", step.version), 0, channel, []byte("v"+strconv.FormatInt(step.version, 10)), 1000)
 		if err != nil || ok != step.written {
 			t.Fatalf("WriteStream v%d = %v, %v; want %v", step.version, ok, err, step.written)
 		}
@@ -72,7 +72,7 @@ func TestWriteStreamAppendsOnlyWhatItWrote(t *testing.T) {
 	if err := r.Client.Del(ctx, stream).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", 6), 0, "", nil, 1000); err != nil || !ok {
+	if ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, testenv.Snapshot(t, id, tenant, "RUNNING", 6), 0, "", nil, 1000); err != nil || !ok {
 		t.Fatalf("WriteStream v6 = %v, %v", ok, err)
 	}
 	again, _ := r.Client.XRange(ctx, stream, "-", "+").Result()
@@ -88,9 +88,9 @@ func TestWriteStreamAppendsOnlyWhatItWrote(t *testing.T) {
 func TestWriteWithoutStreamAppendsNothing(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	tenant := testenv.UniqueID("tenant")
-	if _, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, testenv.UniqueID("task"), tenant, "RUNNING", 1), 0, "", nil); err != nil {
+	if _, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, testenv.UniqueID("task"), tenant, "RUNNING", 1), 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := r.Client.Exists(ctx, r.Names.Stream(tenant), r.Names.StreamEpoch(tenant)).Val(); n != 0 {
@@ -104,7 +104,7 @@ func TestWriteWithoutStreamAppendsNothing(t *testing.T) {
 func TestRecreatedStreamAlwaysGetsANewEpoch(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	tenant := testenv.UniqueID("tenant")
 	id := testenv.UniqueID("task")
 	stream, epochKey := r.Names.Stream(tenant), r.Names.StreamEpoch(tenant)
@@ -115,7 +115,7 @@ func TestRecreatedStreamAlwaysGetsANewEpoch(t *testing.T) {
 		if err := r.Client.Del(ctx, stream).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", v), 0, "", nil, 1000); err != nil || !ok {
+		if ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, testenv.Snapshot(t, id, tenant, "RUNNING", v), 0, "", nil, 1000); err != nil || !ok {
 			t.Fatalf("WriteStream v%d = %v, %v", v, ok, err)
 		}
 		entries, err := r.Client.XRange(ctx, stream, "-", "+").Result()

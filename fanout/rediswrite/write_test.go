@@ -15,7 +15,7 @@ import (
 func TestWriteOnlyNewer(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	id := testenv.UniqueID("task")
 	key := r.Names.Snapshot(id)
 
@@ -31,14 +31,14 @@ func TestWriteOnlyNewer(t *testing.T) {
 		{6, false, 7},  // older again
 		{12, true, 12}, // numeric, not lexical, comparison
 	} {
-		got, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", step.version), 0, "", nil)
+		got, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "RUNNING", step.version), 0, "", nil)
 		if err != nil {
 			t.Fatalf("Write v%d: %v", step.version, err)
 		}
 		if got != step.want {
 			t.Errorf("Write v%d = %v, want %v", step.version, got, step.want)
 		}
-		stored := mustParse(t, []byte(r.Client.Get(ctx, key).Val()))
+		stored := testenv.MustParse(t, []byte(r.Client.Get(ctx, key).Val()))
 		if stored.Version != step.stored {
 			t.Errorf("after Write v%d stored version %d, want %d", step.version, stored.Version, step.stored)
 		}
@@ -52,12 +52,12 @@ func TestWriteOnlyNewer(t *testing.T) {
 func TestWriteRefusedOverUnreadable(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
-	ctx := ctxT(t)
-	for _, junk := range []string{"not json", `{"version":"9","tenant_id":"t1"}`, `{"version":9}`, `[1,2]`, string(deepDoc("x", "t1", 9, 1000))} {
+	ctx := testenv.Context(t)
+	for _, junk := range []string{"not json", `{"version":"9","tenant_id":"t1"}`, `{"version":9}`, `[1,2]`, string(testenv.DeepDoc("x", "t1", 9, 1000))} {
 		id := testenv.UniqueID("task")
 		key := r.Names.Snapshot(id)
 		r.Client.Set(ctx, key, junk, 0)
-		got, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", 1), 0, "", nil)
+		got, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "RUNNING", 1), 0, "", nil)
 		if got || !errors.Is(err, snapshot.ErrStoredUnreadable) {
 			t.Errorf("Write over %.40q = %v, %v; want false, ErrStoredUnreadable", junk, got, err)
 		}
@@ -73,12 +73,12 @@ func TestWriteRefusedOverUnreadable(t *testing.T) {
 func TestWriteClearsNegativeCache(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	id := testenv.UniqueID("task")
 	nf := r.Names.NotFound(id)
 
 	r.Client.Set(ctx, nf, "1", time.Minute)
-	if ok, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "QUEUED", 3), 0, "", nil); err != nil || !ok {
+	if ok, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "QUEUED", 3), 0, "", nil); err != nil || !ok {
 		t.Fatalf("Write = %v, %v", ok, err)
 	}
 	if n := r.Client.Exists(ctx, nf).Val(); n != 0 {
@@ -86,7 +86,7 @@ func TestWriteClearsNegativeCache(t *testing.T) {
 	}
 	// A marker set by a racing reader is wrong even when the write loses.
 	r.Client.Set(ctx, nf, "1", time.Minute)
-	if ok, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "QUEUED", 2), 0, "", nil); err != nil || ok {
+	if ok, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "QUEUED", 2), 0, "", nil); err != nil || ok {
 		t.Fatalf("Write older = %v, %v", ok, err)
 	}
 	if n := r.Client.Exists(ctx, nf).Val(); n != 0 {
@@ -97,7 +97,7 @@ func TestWriteClearsNegativeCache(t *testing.T) {
 func TestWritePublishesOnlyWhenWritten(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	id := testenv.UniqueID("task")
 	channel := r.Names.Channel("t1")
 
@@ -108,7 +108,7 @@ func TestWritePublishesOnlyWhenWritten(t *testing.T) {
 	}
 	write := func(v int64, msg string) bool {
 		t.Helper()
-		ok, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "RUNNING", v), 0, channel, []byte(msg))
+		ok, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "RUNNING", v), 0, channel, []byte(msg))
 		if err != nil {
 			t.Fatalf("Write v%d: %v", v, err)
 		}
@@ -139,10 +139,10 @@ func TestWritePublishesOnlyWhenWritten(t *testing.T) {
 func TestWriteTTLByStatus(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	for _, status := range []string{"QUEUED", "RUNNING", "PROVIDER_SUBMITTED", "POST_PROCESSING", "SUCCEEDED", "FAILED", "CANCELED", "SOMETHING_NEW"} {
 		id := testenv.UniqueID("task")
-		if _, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", status, 1), 0, "", nil); err != nil {
+		if _, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", status, 1), 0, "", nil); err != nil {
 			t.Fatal(err)
 		}
 		pttl := r.Client.PTTL(ctx, r.Names.Snapshot(id)).Val()
@@ -155,7 +155,7 @@ func TestWriteTTLByStatus(t *testing.T) {
 	}
 	// An explicit ttl wins.
 	id := testenv.UniqueID("task")
-	if _, err := rediswrite.Write(ctx, r.Client, r.Names, snap(t, id, "t1", "SUCCEEDED", 1), 5*time.Minute, "", nil); err != nil {
+	if _, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "SUCCEEDED", 1), 5*time.Minute, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if pttl := r.Client.PTTL(ctx, r.Names.Snapshot(id)).Val(); pttl <= 4*time.Minute || pttl > 5*time.Minute {
@@ -166,10 +166,10 @@ func TestWriteTTLByStatus(t *testing.T) {
 func TestWriteStoresDocumentVerbatim(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	id := testenv.UniqueID("task")
 	in := []byte(`{"task_id":"` + id + `","tenant_id":"t1","version":1,"status":"QUEUED","future_field":{"a":[1,2]}}`)
-	s := mustParse(t, in)
+	s := testenv.MustParse(t, in)
 	if _, err := rediswrite.Write(ctx, r.Client, r.Names, s, 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -183,9 +183,9 @@ func TestWriteRedisError(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := srv.Client()
 	srv.Stop()
-	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
+	ctx, cancel := context.WithTimeout(testenv.Context(t), 5*time.Second)
 	defer cancel()
-	ok, err := rediswrite.Write(ctx, c, keys.Names{}, snap(t, "x", "t1", "QUEUED", 1), 0, "", nil)
+	ok, err := rediswrite.Write(ctx, c, keys.Names{}, testenv.Snapshot(t, "x", "t1", "QUEUED", 1), 0, "", nil)
 	if err == nil || ok {
 		t.Fatalf("Write to a stopped Redis = %v, %v; want an error", ok, err)
 	}

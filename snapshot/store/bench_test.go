@@ -14,7 +14,7 @@ func cachedStore(tb testing.TB) *store.Store {
 	tb.Helper()
 	r := testenv.SharedRedis(tb)
 	s := newStore(tb, store.Config{Redis: r.Client, Names: r.Names, CacheTTL: time.Hour})
-	if _, err := s.SetIfNewer(context.Background(), snap(tb, "bench", "t1", "RUNNING", 7)); err != nil {
+	if _, err := s.SetIfNewer(context.Background(), testenv.Snapshot(tb, "bench", "t1", "RUNNING", 7)); err != nil {
 		tb.Fatal(err)
 	}
 	return s

@@ -19,13 +19,13 @@ import (
 func TestWriteRefusesAnotherTenant(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, store.Config{CacheTTL: time.Hour})
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	id := testenv.UniqueID("task")
-	if ok, err := e.store.SetIfNewer(ctx, snap(t, id, "t1", "RUNNING", 2)); err != nil || !ok {
+	if ok, err := e.store.SetIfNewer(ctx, testenv.Snapshot(t, id, "t1", "RUNNING", 2)); err != nil || !ok {
 		t.Fatalf("SetIfNewer t1 v2 = %v, %v", ok, err)
 	}
 	for _, v := range []int64{1, 2, 3} {
-		ok, err := e.store.SetIfNewer(ctx, snap(t, id, "t2", "RUNNING", v))
+		ok, err := e.store.SetIfNewer(ctx, testenv.Snapshot(t, id, "t2", "RUNNING", v))
 		if ok || !errors.Is(err, snapshot.ErrTenantMismatch) {
 			t.Errorf("SetIfNewer t2 v%d = %v, %v; want false, ErrTenantMismatch", v, ok, err)
 		}
@@ -40,15 +40,15 @@ func TestWriteRefusesAnotherTenant(t *testing.T) {
 	if got := mustGet(t, fresh, id, 0); got.TenantID != "t1" || got.Version != 2 {
 		t.Errorf("Redis serves %s v%d, want t1 v2", got.TenantID, got.Version)
 	}
-	if ok, err := e.store.SetIfNewer(ctx, snap(t, id, "t1", "RUNNING", 3)); err != nil || !ok {
+	if ok, err := e.store.SetIfNewer(ctx, testenv.Snapshot(t, id, "t1", "RUNNING", 3)); err != nil || !ok {
 		t.Errorf("SetIfNewer t1 v3 = %v, %v; want written", ok, err)
 	}
 
 	m := snapshot.NewMemoryStore()
-	if ok, err := m.SetIfNewer(ctx, snap(t, id, "t1", "RUNNING", 1)); err != nil || !ok {
+	if ok, err := m.SetIfNewer(ctx, testenv.Snapshot(t, id, "t1", "RUNNING", 1)); err != nil || !ok {
 		t.Fatalf("MemoryStore t1 v1 = %v, %v", ok, err)
 	}
-	if ok, err := m.SetIfNewer(ctx, snap(t, id, "t2", "RUNNING", 2)); ok || !errors.Is(err, snapshot.ErrTenantMismatch) {
+	if ok, err := m.SetIfNewer(ctx, testenv.Snapshot(t, id, "t2", "RUNNING", 2)); ok || !errors.Is(err, snapshot.ErrTenantMismatch) {
 		t.Errorf("MemoryStore t2 v2 = %v, %v; want false, ErrTenantMismatch", ok, err)
 	}
 }
@@ -61,18 +61,18 @@ func TestWriteRefusesAnotherTenant(t *testing.T) {
 func TestWriteReadsDocumentSetByHand(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	id := testenv.UniqueID("task")
 	key := r.Names.Snapshot(id)
 	write := func(tenant string, v int64) rediswrite.Outcome {
 		t.Helper()
-		out, _ := rediswrite.WriteIfNewer(ctx, r.Client, r.Names, snap(t, id, tenant, "RUNNING", v), 0)
+		out, _ := rediswrite.WriteIfNewer(ctx, r.Client, r.Names, testenv.Snapshot(t, id, tenant, "RUNNING", v), 0)
 		return out
 	}
 	if out := write("t1", 5); out != rediswrite.Written {
 		t.Fatalf("v5: %v", out)
 	}
-	r.Client.Set(ctx, key, doc(id, "t1", "RUNNING", 7), time.Minute)
+	r.Client.Set(ctx, key, testenv.Doc(id, "t1", "RUNNING", 7), time.Minute)
 	for _, step := range []struct {
 		tenant string
 		v      int64
@@ -90,7 +90,7 @@ func TestWriteReadsDocumentSetByHand(t *testing.T) {
 			t.Errorf("%s v%d: %v, want %v", step.tenant, step.v, out, step.want)
 		}
 	}
-	if got := mustParse(t, []byte(r.Client.Get(ctx, key).Val())); got.Version != snapshot.MaxVersion {
+	if got := testenv.MustParse(t, []byte(r.Client.Get(ctx, key).Val())); got.Version != snapshot.MaxVersion {
 		t.Errorf("stored v%d, want v%d", got.Version, int64(snapshot.MaxVersion))
 	}
 }

@@ -22,7 +22,7 @@ import (
 // cleanup).
 func lockTasks(t *testing.T, pg testenv.Postgres) (unlock func()) {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	tx, err := pg.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func lockTasks(t *testing.T, pg testenv.Postgres) (unlock func()) {
 // PostgreSQL.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
@@ -60,7 +60,7 @@ func TestStoreStatementTimeout(t *testing.T) {
 	s := newStore(t, store.Config{DB: pg.Pool, StatementTimeout: 100 * time.Millisecond, FetchTimeout: time.Minute})
 	lockTasks(t, pg)
 
-	_, err := s.Get(ctxT(t), testenv.UniqueID("task"), 0)
+	_, err := s.Get(testenv.Context(t), testenv.UniqueID("task"), 0)
 	if !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Fatalf("Get on a locked table: %v, want ErrUnavailable", err)
 	}
@@ -94,7 +94,7 @@ func TestStoreDBQueryCap(t *testing.T) {
 
 	// Another read waits for a slot while its context lasts, then gives up
 	// without querying.
-	ctx, cancel := context.WithTimeout(ctxT(t), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(testenv.Context(t), 100*time.Millisecond)
 	defer cancel()
 	_, err := s.GetMany(ctx, []string{testenv.UniqueID("other")})
 	if !errors.Is(err, snapshot.ErrUnavailable) {
@@ -118,7 +118,7 @@ func TestStoreCallerCancelDoesNotFailSharedFetch(t *testing.T) {
 	pg.InsertTask(t, testenv.Task{ID: id, TenantID: "t1", Status: "RUNNING", Version: 4})
 	unlock := lockTasks(t, pg)
 
-	ctx, cancel := context.WithCancel(ctxT(t))
+	ctx, cancel := context.WithCancel(testenv.Context(t))
 	gaveUp := make(chan error, 1)
 	go func() {
 		_, err := s.Get(ctx, id, 0)

@@ -53,7 +53,7 @@ func (e env) insert(t *testing.T, id, status string, version int64) {
 // write stores a snapshot in Redis.
 func (e env) write(t *testing.T, id, status string, version int64) {
 	t.Helper()
-	if _, err := rediswrite.Write(ctxT(t), e.r.Client, e.r.Names, snap(t, id, "t1", status, version), 0, "", nil); err != nil {
+	if _, err := rediswrite.Write(testenv.Context(t), e.r.Client, e.r.Names, testenv.Snapshot(t, id, "t1", status, version), 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -61,11 +61,11 @@ func (e env) write(t *testing.T, id, status string, version int64) {
 // redisVersion returns the version Redis holds for id, 0 for none.
 func (e env) redisVersion(t *testing.T, id string) int64 {
 	t.Helper()
-	b, err := e.r.Client.Get(ctxT(t), e.r.Names.Snapshot(id)).Bytes()
+	b, err := e.r.Client.Get(testenv.Context(t), e.r.Names.Snapshot(id)).Bytes()
 	if err != nil {
 		return 0
 	}
-	return mustParse(t, b).Version
+	return testenv.MustParse(t, b).Version
 }
 
 // delta returns b - a per counter, for readable assertions.
@@ -82,7 +82,7 @@ func delta(a, b store.Stats) store.Stats {
 
 func mustGet(t *testing.T, s snapshot.Source, id string, atLeast int64) *snapshot.Snapshot {
 	t.Helper()
-	got, err := s.Get(ctxT(t), id, atLeast)
+	got, err := s.Get(testenv.Context(t), id, atLeast)
 	if err != nil {
 		t.Fatalf("Get(%s, %d): %v", id, atLeast, err)
 	}
@@ -137,7 +137,7 @@ func TestStoreFallsBackToPostgres(t *testing.T) {
 	}
 
 	// Written back with the TTL of its status.
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	stored, err := e.r.Client.Get(ctx, e.r.Names.Snapshot(id)).Result()
 	if err != nil || stored != want {
 		t.Errorf("Redis holds %q, %v; want the snapshot", stored, err)
@@ -152,7 +152,7 @@ func TestStoreRowWithEveryColumn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, store.Config{})
 	id := testenv.UniqueID("task")
-	_, err := e.pg.Pool.Exec(ctxT(t), `INSERT INTO generation_tasks
+	_, err := e.pg.Pool.Exec(testenv.Context(t), `INSERT INTO generation_tasks
 		(id, tenant_id, project_id, user_id, status, progress, stage, provider, model, queue_position,
 		 preview_asset_id, output_asset_id, error_code, version, updated_at)
 		VALUES ($1, 't1', 'p1', 'u1', 'RUNNING', 45, 'provider_generating', 'veo', 'veo-3', 12,
@@ -173,7 +173,7 @@ func TestStoreRowWithEveryColumn(t *testing.T) {
 func TestStoreNegativeCache(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, store.Config{})
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	id := testenv.UniqueID("ghost")
 
 	before := e.store.Stats()
@@ -369,7 +369,7 @@ func TestStoreRedisDown(t *testing.T) {
 	if got := mustGet(t, s, id, 0); got.Version != 2 {
 		t.Fatalf("with Redis down: version %d", got.Version)
 	}
-	many, err := s.GetMany(ctxT(t), []string{id, "absent"})
+	many, err := s.GetMany(testenv.Context(t), []string{id, "absent"})
 	if err != nil || len(many) != 1 || many[id] == nil {
 		t.Fatalf("GetMany with Redis down = %v, %v", many, err)
 	}
@@ -377,16 +377,16 @@ func TestStoreRedisDown(t *testing.T) {
 	if d := delta(before, s.Stats()); d.RedisErrors != 1 || d.RedisReads != 1 || d.DBQueries != 2 {
 		t.Errorf("stats delta %+v, want one failed Redis read and two queries", d)
 	}
-	if _, err := s.SetIfNewer(ctxT(t), snap(t, id, "t1", "RUNNING", 3)); err == nil {
+	if _, err := s.SetIfNewer(testenv.Context(t), testenv.Snapshot(t, id, "t1", "RUNNING", 3)); err == nil {
 		t.Error("SetIfNewer with Redis down succeeded")
 	}
 
 	// With no PostgreSQL either, nothing answers.
 	alone := newStore(t, store.Config{Redis: client})
-	if _, err := alone.Get(ctxT(t), id, 0); !errors.Is(err, snapshot.ErrUnavailable) {
+	if _, err := alone.Get(testenv.Context(t), id, 0); !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Errorf("Redis down, no database: %v, want ErrUnavailable", err)
 	}
-	if _, err := alone.GetMany(ctxT(t), []string{id}); !errors.Is(err, snapshot.ErrUnavailable) {
+	if _, err := alone.GetMany(testenv.Context(t), []string{id}); !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Errorf("GetMany, Redis down, no database: %v, want ErrUnavailable", err)
 	}
 }
@@ -395,12 +395,12 @@ func TestStoreWithoutPostgres(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
 	s := newStore(t, store.Config{Redis: r.Client, Names: r.Names})
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	id := testenv.UniqueID("task")
 	if _, err := s.Get(ctx, id, 0); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Errorf("Redis miss, no database: %v, want ErrNotFound", err)
 	}
-	if ok, err := s.SetIfNewer(ctx, snap(t, id, "t1", "QUEUED", 1)); err != nil || !ok {
+	if ok, err := s.SetIfNewer(ctx, testenv.Snapshot(t, id, "t1", "QUEUED", 1)); err != nil || !ok {
 		t.Fatalf("SetIfNewer = %v, %v", ok, err)
 	}
 	if got := mustGet(t, s, id, 1); got.Version != 1 {
@@ -414,7 +414,7 @@ func TestStoreWithoutPostgres(t *testing.T) {
 func TestStoreWithoutSources(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, store.Config{})
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	if _, err := s.Get(ctx, "a", 0); !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Errorf("Get: %v, want ErrUnavailable", err)
 	}
@@ -424,7 +424,7 @@ func TestStoreWithoutSources(t *testing.T) {
 	if _, err := s.ListUser(ctx, "t1", "u1"); !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Errorf("ListUser: %v, want ErrUnavailable", err)
 	}
-	if _, err := s.SetIfNewer(ctx, snap(t, "a", "t1", "QUEUED", 1)); !errors.Is(err, snapshot.ErrUnavailable) {
+	if _, err := s.SetIfNewer(ctx, testenv.Snapshot(t, "a", "t1", "QUEUED", 1)); !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Errorf("SetIfNewer: %v, want ErrUnavailable", err)
 	}
 }
@@ -432,7 +432,7 @@ func TestStoreWithoutSources(t *testing.T) {
 func TestStoreInvalidIDsDoNoIO(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, store.Config{})
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	for _, id := range []string{"", "a b", "a{b}", "a\x00", "ü", strings.Repeat("x", snapshot.MaxIDLen+1)} {
 		if _, err := e.store.Get(ctx, id, 0); !errors.Is(err, snapshot.ErrInvalidID) {
 			t.Errorf("Get(%q): %v, want ErrInvalidID", id, err)
@@ -455,7 +455,7 @@ func TestStoreInvalidIDsDoNoIO(t *testing.T) {
 func TestStoreGetMany(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, store.Config{})
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	cached, inRedis, inPG, absent := testenv.UniqueID("cached"), testenv.UniqueID("redis"), testenv.UniqueID("pg"), testenv.UniqueID("absent")
 	e.write(t, cached, "RUNNING", 1)
 	mustGet(t, e.store, cached, 0)
@@ -509,7 +509,7 @@ func TestStoreGetMany(t *testing.T) {
 func TestStoreLists(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, store.Config{ListCacheTTL: time.Hour})
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	tenant, other := testenv.UniqueID("tenant"), testenv.UniqueID("tenant")
 	at := func(ms int64) time.Time { return time.UnixMilli(1710000000000 + ms) }
 	for _, task := range []testenv.Task{
@@ -546,7 +546,7 @@ func TestStoreLists(t *testing.T) {
 
 	// A newer version this node learned of is folded into the cached list.
 	a := l[1]
-	newer := mustParse(t, []byte(strings.Replace(string(a.JSON()), `"version":1`, `"version":2`, 1)))
+	newer := testenv.MustParse(t, []byte(strings.Replace(string(a.JSON()), `"version":1`, `"version":2`, 1)))
 	if ok, err := e.store.SetIfNewer(ctx, newer); err != nil || !ok {
 		t.Fatalf("SetIfNewer = %v, %v", ok, err)
 	}
@@ -568,7 +568,7 @@ func TestStoreLists(t *testing.T) {
 func TestStoreSetIfNewer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, store.Config{})
-	ctx := ctxT(t)
+	ctx := testenv.Context(t)
 	id := testenv.UniqueID("task")
 	if _, err := e.store.Get(ctx, id, 0); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("Get: %v, want ErrNotFound", err)
@@ -577,7 +577,7 @@ func TestStoreSetIfNewer(t *testing.T) {
 		version int64
 		want    bool
 	}{{2, true}, {1, false}, {2, false}, {3, true}} {
-		ok, err := e.store.SetIfNewer(ctx, snap(t, id, "t1", "RUNNING", step.version))
+		ok, err := e.store.SetIfNewer(ctx, testenv.Snapshot(t, id, "t1", "RUNNING", step.version))
 		if err != nil || ok != step.want {
 			t.Fatalf("SetIfNewer v%d = %v, %v; want %v", step.version, ok, err, step.want)
 		}
@@ -609,7 +609,7 @@ func TestStoreClose(t *testing.T) {
 	e.write(t, id, "RUNNING", 1)
 	e.store.Close()
 	e.store.Close()
-	if _, err := e.store.Get(ctxT(t), id, 0); !errors.Is(err, snapshot.ErrUnavailable) {
+	if _, err := e.store.Get(testenv.Context(t), id, 0); !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Errorf("Get after Close: %v, want ErrUnavailable", err)
 	}
 }
@@ -621,7 +621,7 @@ func TestStoreForwardsUnknownFieldsFromRedis(t *testing.T) {
 	e := newEnv(t, store.Config{})
 	id := testenv.UniqueID("task")
 	in := `{"task_id":"` + id + `","tenant_id":"t1","version":1,"eta_ms":1200}`
-	if _, err := rediswrite.Write(ctxT(t), e.r.Client, e.r.Names, mustParse(t, []byte(in)), 0, "", nil); err != nil {
+	if _, err := rediswrite.Write(testenv.Context(t), e.r.Client, e.r.Names, testenv.MustParse(t, []byte(in)), 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	got := mustGet(t, e.store, id, 0)
@@ -640,11 +640,11 @@ func TestStoreSkipsUnrepresentableRows(t *testing.T) {
 	e.pg.InsertTask(t, testenv.Task{ID: good, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Version: 1})
 	e.pg.InsertTask(t, testenv.Task{ID: bad, TenantID: tenant, ProjectID: "p1", UserID: "user {1}", Status: "RUNNING", Version: 1})
 
-	l, err := e.store.ListProject(ctxT(t), tenant, "p1")
+	l, err := e.store.ListProject(testenv.Context(t), tenant, "p1")
 	if err != nil || len(l) != 1 || l[0].TaskID != good {
 		t.Fatalf("ListProject = %v, %v; want only the good task", l, err)
 	}
-	if _, err := e.store.Get(ctxT(t), bad, 0); !errors.Is(err, snapshot.ErrNotFound) {
+	if _, err := e.store.Get(testenv.Context(t), bad, 0); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("Get of the bad row: %v, want ErrNotFound", err)
 	}
 }
