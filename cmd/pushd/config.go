@@ -397,6 +397,18 @@ func (c config) trustedProxies() ([]*net.IPNet, error) {
 	return out, nil
 }
 
+// jwtPublicKeyPEM reads --jwt-public-key's file; nil without one.
+func (c config) jwtPublicKeyPEM() ([]byte, error) {
+	if c.JWTPublicKey == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(c.JWTPublicKey)
+	if err != nil {
+		return nil, fmt.Errorf("jwt public key: %w", err)
+	}
+	return b, nil
+}
+
 // jwtAudience parses --jwt-audience.
 func (c config) jwtAudience() []string {
 	var out []string

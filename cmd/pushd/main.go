@@ -70,11 +70,9 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var pem []byte
-	if cfg.JWTPublicKey != "" {
-		if pem, err = os.ReadFile(cfg.JWTPublicKey); err != nil {
-			return fmt.Errorf("jwt public key: %w", err)
-		}
+	pem, err := cfg.jwtPublicKeyPEM()
+	if err != nil {
+		return err
 	}
 	for _, w := range cfg.warnings {
 		log.Warn(w.msg, w.args...)

@@ -219,12 +219,9 @@ func parsePrivateKey(data []byte) (crypto.Signer, error) {
 // verifier is the JWT verifier the node builds from c (node.New passes the
 // same fields to auth.New); session tokens are the node's to look up.
 func (c config) verifier() (*auth.Verifier, error) {
-	var pemBytes []byte
-	if c.JWTPublicKey != "" {
-		var err error
-		if pemBytes, err = os.ReadFile(c.JWTPublicKey); err != nil {
-			return nil, fmt.Errorf("jwt public key: %w", err)
-		}
+	pemBytes, err := c.jwtPublicKeyPEM()
+	if err != nil {
+		return nil, err
 	}
 	if c.JWTSecret == "" && len(pemBytes) == 0 {
 		return nil, usageErrorf("no --jwt-secret or --jwt-public-key: the embedded mode verifies only its own demo tokens, with a secret made at start")
