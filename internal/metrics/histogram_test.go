@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -28,17 +27,6 @@ func (s taskSink) Write(evs []hub.Event) (bool, error) {
 func (taskSink) Closed(hub.CloseReason) {}
 func (taskSink) Bind(*hub.Conn)         {}
 
-func taskSnapshot(t *testing.T, version int64) *snapshot.Snapshot {
-	t.Helper()
-	// updated_at is in 2024: older than the last staleness bound.
-	s, err := snapshot.Parse(fmt.Appendf(nil,
-		`{"task_id":"task_a","tenant_id":"t1","project_id":"p1","user_id":"u1","status":"RUNNING","version":%d,"updated_at":1710000000000}`, version))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // TestHistogramsServeTheirBucketsAndObservations pins the three
 // histograms' bucket bounds, which docs/METRICS.md states and dashboards
 // query, and checks an observation of the hub reaches /metrics.
@@ -53,7 +41,7 @@ func TestHistogramsServeTheirBucketsAndObservations(t *testing.T) {
 	defer tl.Close()
 
 	ctx := context.Background()
-	store.SetIfNewer(ctx, taskSnapshot(t, 1))
+	store.SetIfNewer(ctx, testenv.Snapshot(t, "task_a", "t1", "RUNNING", 1))
 	sink := make(taskSink, 2)
 	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, sink)
 	if err != nil {
@@ -64,7 +52,7 @@ func TestHistogramsServeTheirBucketsAndObservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-sink // the initial state, which neither histogram measures
-	store.SetIfNewer(ctx, taskSnapshot(t, 2))
+	store.SetIfNewer(ctx, testenv.Snapshot(t, "task_a", "t1", "RUNNING", 2))
 	h.Notify(snapshot.Notification{TenantID: "t1", TaskID: "task_a", Version: 2})
 	<-sink
 	// The write is measured once it returned, after the sink saw it.
