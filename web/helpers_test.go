@@ -49,21 +49,18 @@ type testNode struct {
 }
 
 // startNode runs a node on a real listener until the test ends.
-func startNode(t *testing.T, cfg node.Config) *testNode {
+func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *testNode {
 	t.Helper()
 	if cfg.NodeName == "" {
 		cfg.NodeName = "node-" + testenv.RandomSuffix(2)
 	}
-	if cfg.DemoStep == 0 {
-		cfg.DemoStep = demoStep
-	}
-	if cfg.DisconnectCheck == 0 {
-		cfg.DisconnectCheck = 100 * time.Millisecond
-	}
 	if cfg.ReconnectAfter == 0 {
 		cfg.ReconnectAfter = 300 * time.Millisecond
 	}
-	n, err := node.New(context.Background(), cfg)
+	// Before the test's own options, which win: a task moves within a
+	// test's wait, and a closed page's stream is noticed within 100ms.
+	opts = append([]node.Option{node.WithDemoStep(demoStep), node.WithDisconnectCheck(100 * time.Millisecond)}, opts...)
+	n, err := node.New(context.Background(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func init() {
 		flagCases[name] = fc
 	}
 	for _, role := range []string{"redis-cache-url", "redis-control-url", "redis-realtime-url"} {
-		needs[role] = []string{"--redis-url", "redis://other:6379/0"}
+		needs[role] = []string{"--redis-url", "redis://other:6379/0", "--jwt-secret", "s"}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/auth/session"
+	"github.com/pushd/pushd/internal/node"
 )
 
 // config is every setting of a node. Each flag has a PUSHD_* environment
@@ -69,6 +71,7 @@ type config struct {
 	// variables, a short secret.
 	warnings []warning
 	from     origins // where each setting came from, for messages
+	jwtPEM   []byte  // --jwt-public-key's file, read by load
 }
 
 // connFlags are the per-connection limits and the writer pool.
@@ -289,6 +292,7 @@ func (c *config) load(fs *flag.FlagSet, env environment) error {
 	}
 	errs = append(errs, c.readSecretFile("jwt-secret", &c.JWTSecret, c.JWTSecretFile, from))
 	errs = append(errs, c.readSecretFile("api-key", &c.APIKey, c.APIKeyFile, from))
+	errs = append(errs, c.readPublicKey(from))
 	if c.NodeName == "" {
 		c.NodeName, _ = os.Hostname()
 	}
@@ -397,16 +401,46 @@ func (c config) trustedProxies() ([]*net.IPNet, error) {
 	return out, nil
 }
 
-// jwtPublicKeyPEM reads --jwt-public-key's file; nil without one.
-func (c config) jwtPublicKeyPEM() ([]byte, error) {
+// readPublicKey reads --jwt-public-key's file into c.jwtPEM. Only a
+// regular file: a FIFO or a device would block the start.
+func (c *config) readPublicKey(from origins) error {
 	if c.JWTPublicKey == "" {
-		return nil, nil
+		return nil
 	}
-	b, err := os.ReadFile(c.JWTPublicKey)
+	st, err := os.Stat(c.JWTPublicKey)
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file", c.JWTPublicKey)
+	}
+	if err == nil {
+		c.jwtPEM, err = os.ReadFile(c.JWTPublicKey)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("jwt public key: %w", err)
+		return from.settingError("jwt-public-key", "%v", err)
 	}
-	return b, nil
+	return nil
+}
+
+// nodeConfig is the node's Config of these settings.
+func (c config) nodeConfig(version string, log *slog.Logger) node.Config {
+	proxies, _ := c.trustedProxies() // validated with the other settings
+	return node.Config{
+		RedisURL: c.RedisURL, RedisCluster: c.RedisCluster, KeyPrefix: c.KeyPrefix, DatabaseURL: c.DatabaseURL,
+		RedisCacheURL: c.RedisCacheURL, RedisControlURL: c.RedisControlURL, RedisRealtimeURL: c.RedisRealtimeURL,
+		JWTSecret: []byte(c.JWTSecret), JWTPublicKeyPEM: c.jwtPEM, JWTAlgorithm: c.JWTAlgorithm,
+		JWTAudience: c.jwtAudience(), JWTIssuer: c.JWTIssuer, JWTMaxTTL: c.JWTMaxTTL,
+		APIKey: c.APIKey, NodeName: c.NodeName, Version: version, OriginPatterns: c.originPatterns(), TrustedProxies: proxies,
+		Heartbeat: c.Heartbeat, PollInterval: c.PollInterval, WriteTimeout: c.WriteTimeout, SSERetry: c.Retry,
+		ReconnectAfter: c.ReconnectAfter, Demo: c.Demo, Logger: log,
+		Streams: c.Streams, StreamMaxLen: c.StreamMaxLen,
+		Admission: c.Admission.config(), Sessions: c.Sessions.config(),
+		MaxConns: maxConns(c.MaxConns), MaxConnsPerIP: c.MaxConnsPerIP,
+		RequestTimeout: c.RequestTimeout, MaxHeaderBytes: c.MaxHeaderBytes, MaxURLBytes: c.MaxURLBytes,
+		Writers: c.Conn.Writers, MaxSubscriptions: c.Conn.MaxSubscriptions, MaxIDs: c.Conn.MaxIDs,
+		SubscribeTimeout: c.Conn.SubscribeTimeout, SubscribeReads: c.Conn.SubscribeReads, SubscribeReadBurst: c.Conn.SubscribeReadBurst,
+		WSMaxMessageBytes: c.Conn.WSMaxMessageBytes, WSRequestRate: c.Conn.WSRequestRate, WSRequestBurst: c.Conn.WSRequestBurst,
+		WSMaxBadMessages: c.Conn.WSMaxBadMessages, FirstRequestTimeout: c.Conn.FirstRequestTimeout, SendBuffer: c.Conn.SendBuffer,
+		AuthFailureBurst: c.AuthFailureBurst, AuthFailureRate: c.AuthFailureRate, AuthFailureAddresses: c.AuthFailureAddresses,
+	}
 }
 
 // jwtAudience parses --jwt-audience.

@@ -22,6 +22,7 @@ func writeConfig(t *testing.T, text string) string {
 func TestConfigPrecedenceFlagEnvFileDefault(t *testing.T) {
 	path := writeConfig(t, `# every layer sets some of these
 redis-url = redis://file:6379/0
+jwt-secret = file-secret
 heartbeat = 11s
 drain-timeout = 12s
 write-timeout = 13s

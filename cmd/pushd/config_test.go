@@ -65,11 +65,13 @@ var flagCases = map[string]flagCase{
 	"log-format":       {"json", "text", func(c config) string { return c.LogFormat }},
 }
 
-// needs is what a flag needs beside it to pass validation.
+// needs is what a flag needs beside it to pass validation: a node with
+// Redis needs a key for its tokens.
 var needs = map[string][]string{
-	"database-url":  {"--redis-url", "redis://other:6379/0"},
-	"streams":       {"--redis-url", "redis://other:6379/0"},
-	"redis-cluster": {"--redis-url", "redis://other:6379/0"},
+	"redis-url":     {"--jwt-secret", "s"},
+	"database-url":  {"--redis-url", "redis://other:6379/0", "--jwt-secret", "s"},
+	"streams":       {"--redis-url", "redis://other:6379/0", "--jwt-secret", "s"},
+	"redis-cluster": {"--redis-url", "redis://other:6379/0", "--jwt-secret", "s"},
 }
 
 // usage returns parseConfig's -h output.
@@ -135,14 +137,14 @@ func TestEveryFlagHasEnvTwin(t *testing.T) {
 }
 
 func TestRedisURLFromEnv(t *testing.T) {
-	c, err := parseConfig(nil, env("PUSHD_REDIS_URL", "redis://r:6379/2"), io.Discard)
+	c, err := parseConfig(nil, env("PUSHD_REDIS_URL", "redis://r:6379/2", "PUSHD_JWT_SECRET", "s"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.RedisURL != "redis://r:6379/2" || c.Embedded() {
 		t.Fatalf("RedisURL %q embedded %v, want the env value and not embedded", c.RedisURL, c.Embedded())
 	}
-	c, err = parseConfig([]string{"--redis-url", "redis://flag:6379/0"}, env("PUSHD_REDIS_URL", "redis://r:6379/2"), io.Discard)
+	c, err = parseConfig([]string{"--redis-url", "redis://flag:6379/0"}, env("PUSHD_REDIS_URL", "redis://r:6379/2", "PUSHD_JWT_SECRET", "s"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushd/pushd/internal/testenv"
 	"go.uber.org/goleak"
+
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 // waitFor bounds every wait on an event: a log line, an SSE event, an exit.

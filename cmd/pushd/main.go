@@ -70,10 +70,6 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pem, err := cfg.jwtPublicKeyPEM()
-	if err != nil {
-		return err
-	}
 	for _, w := range cfg.warnings {
 		log.Warn(w.msg, w.args...)
 	}
@@ -82,27 +78,7 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	proxies, _ := cfg.trustedProxies() // validated with the other settings
-	n, err := node.New(ctx, node.Config{
-		RedisURL: cfg.RedisURL, RedisCluster: cfg.RedisCluster, KeyPrefix: cfg.KeyPrefix, DatabaseURL: cfg.DatabaseURL,
-		JWTSecret: []byte(cfg.JWTSecret), JWTPublicKeyPEM: pem, JWTAlgorithm: cfg.JWTAlgorithm,
-		JWTAudience: cfg.jwtAudience(), JWTIssuer: cfg.JWTIssuer, JWTMaxTTL: cfg.JWTMaxTTL,
-		APIKey: cfg.APIKey, NodeName: cfg.NodeName, Version: bi.Version, OriginPatterns: cfg.originPatterns(), TrustedProxies: proxies,
-		Heartbeat: cfg.Heartbeat, PollInterval: cfg.PollInterval, WriteTimeout: cfg.WriteTimeout, SSERetry: cfg.Retry,
-		ReconnectAfter: cfg.ReconnectAfter, Demo: cfg.Demo, Logger: log,
-		Streams: cfg.Streams, StreamMaxLen: cfg.StreamMaxLen,
-		RedisCacheURL: cfg.RedisCacheURL, RedisControlURL: cfg.RedisControlURL, RedisRealtimeURL: cfg.RedisRealtimeURL,
-		Admission: cfg.Admission.config(),
-		MaxConns:  maxConns(cfg.MaxConns), MaxConnsPerIP: cfg.MaxConnsPerIP,
-		RequestTimeout: cfg.RequestTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes, MaxURLBytes: cfg.MaxURLBytes,
-		Sessions: cfg.Sessions.config(),
-		Writers:  cfg.Conn.Writers, MaxSubscriptions: cfg.Conn.MaxSubscriptions, MaxIDs: cfg.Conn.MaxIDs,
-		SubscribeTimeout: cfg.Conn.SubscribeTimeout, SubscribeReads: cfg.Conn.SubscribeReads, SubscribeReadBurst: cfg.Conn.SubscribeReadBurst,
-		WSMaxMessageBytes: cfg.Conn.WSMaxMessageBytes, WSRequestRate: cfg.Conn.WSRequestRate, WSRequestBurst: cfg.Conn.WSRequestBurst,
-		WSMaxBadMessages: cfg.Conn.WSMaxBadMessages, FirstRequestTimeout: cfg.Conn.FirstRequestTimeout,
-		SendBuffer:       cfg.Conn.SendBuffer,
-		AuthFailureBurst: cfg.AuthFailureBurst, AuthFailureRate: cfg.AuthFailureRate, AuthFailureAddresses: cfg.AuthFailureAddresses,
-	})
+	n, err := node.New(ctx, cfg.nodeConfig(bi.Version, log))
 	if err != nil {
 		return err
 	}

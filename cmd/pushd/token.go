@@ -219,14 +219,10 @@ func parsePrivateKey(data []byte) (crypto.Signer, error) {
 // verifier is the JWT verifier the node builds from c (node.New passes the
 // same fields to auth.New); session tokens are the node's to look up.
 func (c config) verifier() (*auth.Verifier, error) {
-	pemBytes, err := c.jwtPublicKeyPEM()
-	if err != nil {
-		return nil, err
-	}
-	if c.JWTSecret == "" && len(pemBytes) == 0 {
+	if c.JWTSecret == "" && len(c.jwtPEM) == 0 {
 		return nil, usageErrorf("no --jwt-secret or --jwt-public-key: the embedded mode verifies only its own demo tokens, with a secret made at start")
 	}
-	return auth.New(auth.Config{Secret: []byte(c.JWTSecret), PublicKeyPEM: pemBytes, Algorithm: c.JWTAlgorithm,
+	return auth.New(auth.Config{Secret: []byte(c.JWTSecret), PublicKeyPEM: c.jwtPEM, Algorithm: c.JWTAlgorithm,
 		Audience: c.jwtAudience(), Issuer: c.JWTIssuer, MaxTTL: c.JWTMaxTTL})
 }
 

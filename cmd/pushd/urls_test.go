@@ -45,7 +45,7 @@ func TestBadURLsSayTheFormAndHideThePassword(t *testing.T) {
 		{append([]string{"--database-url", "postgres://u:" + pw + "@h:5432/db?sslmode=" + pw}, redisURL...),
 			`--database-url (from the command line): failed to configure TLS (sslmode is invalid); want postgres://user@host:5432/db`},
 	} {
-		_, err := parseConfig(tc.args, env(), io.Discard)
+		_, err := parseConfig(tc.args, env("PUSHD_JWT_SECRET", "s"), io.Discard)
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%q:\n got %v\nwant %s", tc.args, err, tc.want)
 		}
@@ -61,7 +61,7 @@ func TestBadURLsSayTheFormAndHideThePassword(t *testing.T) {
 		{"--redis-url", "redis://r:6379/0", "--database-url", "postgresql://u@h/db"},
 		{"--redis-url", "redis://r:6379/0", "--database-url", "host=h dbname=db"},
 	} {
-		if _, err := parseConfig(good, env(), io.Discard); err != nil {
+		if _, err := parseConfig(good, env("PUSHD_JWT_SECRET", "s"), io.Discard); err != nil {
 			t.Errorf("%q: %v", good, err)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"os"
 	"strconv"
 	"time"
 
@@ -16,7 +15,9 @@ import (
 // validate checks every setting at start, so that a bad value stops the
 // node with its name and origin instead of failing later, or silently
 // meaning a default (the node reads a zero duration as "use the default").
-// It reports every bad setting at once.
+// Each value is checked here, where it is parsed; the combinations of
+// settings the node's modes allow are node.Config.Problems'. It reports
+// every bad setting at once.
 func (c config) validate(from origins) error {
 	var errs []error
 	bad := func(name, format string, args ...any) {
@@ -43,16 +44,6 @@ func (c config) validate(from origins) error {
 			bad(name, "%v", err)
 		}
 	}
-	if c.RedisCluster {
-		if c.RedisURL == "" {
-			bad("redis-cluster", "needs --redis-url with the cluster's seed nodes")
-		}
-		for name, u := range map[string]string{"redis-cache-url": c.RedisCacheURL, "redis-control-url": c.RedisControlURL, "redis-realtime-url": c.RedisRealtimeURL} {
-			if u != "" {
-				bad(name, "is for standalone Redis; with --redis-cluster the cluster serves every role")
-			}
-		}
-	}
 	if c.DatabaseURL != "" {
 		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
 			bad("database-url", "%v", err)
@@ -61,30 +52,9 @@ func (c config) validate(from origins) error {
 	if _, err := c.trustedProxies(); err != nil {
 		bad("trusted-proxies", "%v", err)
 	}
-	if c.DatabaseURL != "" && c.RedisURL == "" {
-		bad("database-url", "needs --redis-url (set neither for the embedded mode)")
-	}
-	if c.Streams && c.RedisURL == "" {
-		bad("streams", "needs --redis-url")
-	}
-	if c.Streams && c.RedisURL != "" && orDefault(c.RedisCacheURL, c.RedisURL) != orDefault(c.RedisRealtimeURL, c.RedisURL) {
-		bad("streams", "needs the cache and realtime roles on one Redis: a publish writes the snapshot and appends to the stream in one script")
-	}
-	for name, u := range map[string]string{"redis-cache-url": c.RedisCacheURL, "redis-control-url": c.RedisControlURL, "redis-realtime-url": c.RedisRealtimeURL} {
-		if u != "" && c.RedisURL == "" {
-			bad(name, "needs --redis-url")
-		}
-	}
 
 	if c.JWTSecret != "" && c.JWTPublicKey != "" {
 		bad("jwt-public-key", "set --jwt-secret (from %s) or --jwt-public-key, not both", from.of("jwt-secret"))
-	}
-	if c.JWTPublicKey != "" {
-		if st, err := os.Stat(c.JWTPublicKey); err != nil {
-			bad("jwt-public-key", "%v", err)
-		} else if !st.Mode().IsRegular() {
-			bad("jwt-public-key", "%s is not a regular file", c.JWTPublicKey)
-		}
 	}
 	switch c.JWTAlgorithm {
 	case "", auth.AlgHS256, auth.AlgRS256, auth.AlgES256, auth.AlgEdDSA:
@@ -93,14 +63,6 @@ func (c config) validate(from origins) error {
 	}
 	if c.JWTMaxTTL < 0 {
 		bad("jwt-max-ttl", "%v: must not be negative", c.JWTMaxTTL)
-	}
-	if c.JWTSecret == "" && c.JWTPublicKey == "" {
-		// The embedded mode's demo tokens carry neither claim.
-		for name, v := range map[string]string{"jwt-audience": c.JWTAudience, "jwt-issuer": c.JWTIssuer} {
-			if v != "" {
-				bad(name, "needs --jwt-secret or --jwt-public-key: it restricts the tokens of a real issuer")
-			}
-		}
 	}
 	if c.NodeName == "" {
 		bad("node-name", "the host name is unknown: set one")
@@ -158,6 +120,10 @@ func (c config) validate(from origins) error {
 		bad("log-format", "%q: want text or json", c.LogFormat)
 	}
 	c.Admission.validate(bad)
+	// Which settings go together is the node's to say, for every front end.
+	for _, p := range c.nodeConfig("", nil).Problems() {
+		bad(p.Setting, "%s", p.Problem)
+	}
 	return errors.Join(errs...)
 }
 
@@ -214,11 +180,4 @@ func checkAddr(bad func(name, format string, args ...any), name, addr string, op
 	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p > math.MaxUint16 {
 		bad(name, "%q: the port must be a number from 0 to 65535", addr)
 	}
-}
-
-func orDefault(v, def string) string {
-	if v != "" {
-		return v
-	}
-	return def
 }

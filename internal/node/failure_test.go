@@ -49,7 +49,7 @@ func newPrivateCluster(t *testing.T) *privateCluster {
 }
 
 func (c *privateCluster) config() node.Config {
-	return node.Config{RedisURL: c.rs.URL, DatabaseURL: c.pg.URL, PollInterval: 300 * time.Millisecond, LivenessInterval: 200 * time.Millisecond}
+	return node.Config{RedisURL: c.rs.URL, DatabaseURL: c.pg.URL, PollInterval: 300 * time.Millisecond}
 }
 
 // configPostgresBehindProxy is config with the node reaching PostgreSQL
@@ -292,7 +292,7 @@ func TestHalfOpenSubscriptionIsDetectedByLiveness(t *testing.T) {
 	}
 	resynced := time.Since(stalled)
 	t.Logf("every client had the change only a resync brings %v after the link stalled", resynced.Round(time.Millisecond))
-	if window := livenessWindow(cfg.LivenessInterval); resynced > window+resyncMargin {
+	if window := livenessWindow(testLiveness); resynced > window+resyncMargin {
 		t.Fatalf("every client had the change only a resync brings %v after the link stalled, want within the liveness window %v + %v", resynced.Round(time.Millisecond), window, resyncMargin)
 	}
 	c.write(t, task, 3, true)
@@ -338,8 +338,7 @@ func TestReconnectStormWithColdRedisQueriesEachTaskOnce(t *testing.T) {
 	// a Get and a GetMany of the task not sharing one; this test is about a
 	// storm against a cold but healthy Redis, so its reads get the time the
 	// machine needs.
-	cfg.SnapshotFetchTimeout = 12 * time.Second
-	s := startNode(t, cfg)
+	s := startNode(t, cfg, node.WithSnapshotFetchTimeout(12*time.Second))
 	const tasks, clients = 100, 2000
 	ids := make([]string, tasks)
 	for i := range ids {

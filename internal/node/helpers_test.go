@@ -32,7 +32,15 @@ type server struct {
 	URL string
 }
 
-func startNode(t *testing.T, cfg node.Config) *server {
+// Options every test node gets before its own: tests wait for cleanups and
+// for lost subscriptions to be noticed, which production checks every 5s
+// and every 1s.
+const (
+	testDisconnectCheck = 100 * time.Millisecond
+	testLiveness        = 200 * time.Millisecond
+)
+
+func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *server {
 	t.Helper()
 	if cfg.JWTSecret == nil && cfg.JWTPublicKeyPEM == nil && !cfg.Embedded() {
 		cfg.JWTSecret = testSecret
@@ -40,10 +48,8 @@ func startNode(t *testing.T, cfg node.Config) *server {
 	if cfg.NodeName == "" {
 		cfg.NodeName = "node-" + testenv.RandomSuffix(2)
 	}
-	if cfg.DisconnectCheck == 0 {
-		cfg.DisconnectCheck = 100 * time.Millisecond // tests wait for cleanups; production checks every 5s
-	}
-	n, err := node.New(context.Background(), cfg)
+	opts = append([]node.Option{node.WithDisconnectCheck(testDisconnectCheck), node.WithLivenessInterval(testLiveness)}, opts...)
+	n, err := node.New(context.Background(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

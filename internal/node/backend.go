@@ -1,0 +1,224 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/auth/session"
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/metrics"
+	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
+	"github.com/pushd/pushd/stream"
+)
+
+// backend is what a mode gives the node: where snapshots are read and
+// published, the bus the hub hears, the stores behind sessions and
+// admission, and how to release it all. newEmbedded, newStandalone and
+// newCluster fill it; the node builds the same hub, transports and API on
+// any of them.
+type backend struct {
+	source    snapshot.Source
+	publisher fanout.Publisher
+	bus       fanout.Bus
+	hubBus    hub.Bus    // bus, or the tailer's view of it with streams
+	hubStream hub.Stream // a nil interface without streams
+
+	// Nil in the embedded mode.
+	store    *store.Store
+	busStats metrics.BusStats
+	control  redis.UniversalClient // admission limits, leases and sessions
+	sessions *session.Store
+	ready    func(context.Context) (map[string]string, error)
+
+	pool   *pgxpool.Pool  // nil without PostgreSQL
+	tailer *stream.Tailer // nil without streams
+
+	closers []func() // in the order they were made; close runs them backwards
+	attrs   []any    // how the mode runs, for the start-up log line
+}
+
+func (b *backend) onClose(f func()) { b.closers = append(b.closers, f) }
+
+// close releases the backend, the last thing made first. The node has
+// closed the hub and admission by then: nothing delivers or counts any
+// more, and what the bus, tailer and store still run stops before the
+// clients they run on.
+func (b *backend) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+	b.closers = nil
+}
+
+// start hands the hub to what delivers to it.
+func (b *backend) start(h *hub.Hub) {
+	b.bus.Start(h)
+	if b.tailer != nil {
+		b.tailer.Start(h)
+	}
+}
+
+// newBackend builds cfg's mode. On an error, what was made is released.
+func newBackend(ctx context.Context, cfg Config, t tuning) (*backend, error) {
+	switch {
+	case cfg.Embedded():
+		return newEmbedded(), nil
+	case cfg.RedisCluster:
+		return newCluster(ctx, cfg, t)
+	default:
+		return newStandalone(ctx, cfg, t)
+	}
+}
+
+// newEmbedded is one node in memory: the publisher writes the store and
+// announces on the bus in one step.
+func newEmbedded() *backend {
+	memory := snapshot.NewMemoryStore()
+	bus := fanout.NewMemoryBus()
+	b := &backend{source: memory, publisher: &fanout.MemoryPublisher{Store: memory, Bus: bus}, bus: bus, hubBus: bus}
+	b.onClose(func() { bus.Close() })
+	return b
+}
+
+// redisRoles are a Redis mode's clients, by role; one client may serve
+// several.
+type redisRoles struct {
+	cache, control, realtime redis.UniversalClient
+}
+
+// finishRedis completes a Redis mode whose clients and bus are made: the
+// PostgreSQL pool, the read store, sessions and, with streams, the tailer
+// and a publisher that appends to the tenant's stream.
+func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redisRoles, names keys.Names, bus fanout.Bus, stats metrics.BusStats, publisher fanout.Publisher) error {
+	b.bus, b.hubBus, b.busStats, b.publisher, b.control = bus, bus, stats, publisher, r.control
+	b.onClose(func() { bus.Close() })
+	if cfg.DatabaseURL != "" {
+		if err := b.openDatabase(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	b.store = store.NewStore(store.Config{Redis: r.cache, DB: b.pool, Names: names, FetchTimeout: t.snapshotFetchTimeout, Logger: cfg.Logger})
+	b.onClose(func() { b.store.Close() }) // waits for fetches callers gave up on, before their clients go
+	b.source = b.store
+	b.ready = readiness(cfg, r.cache, b.pool)
+	scfg := cfg.Sessions
+	scfg.Redis, scfg.DB, scfg.Prefix = r.control, b.pool, cfg.KeyPrefix
+	b.sessions = session.New(scfg)
+	if cfg.Streams {
+		// The realtime role is the standalone Redis or the cluster; on a
+		// cluster the publisher appends in the tenant's slot after the
+		// snapshot write (rediswrite.Announce), and the tailer reads each
+		// master's streams in pipelined rounds.
+		b.tailer = stream.NewTailer(stream.Config{Client: r.realtime, Names: names, Logger: cfg.Logger})
+		b.onClose(func() { b.tailer.Close() })
+		b.hubBus, b.hubStream = b.tailer.Subscriber(bus), b.tailer
+		b.publisher = fanout.NewRedisPublisher(r.realtime, names, fanout.WithStream(cfg.StreamMaxLen))
+	}
+	b.attrs = append(b.attrs, "postgres", b.pool != nil, "streams", cfg.Streams)
+	return nil
+}
+
+// openDatabase makes the PostgreSQL pool. Connections are made lazily: a
+// node starts while PostgreSQL is down and serves from Redis meanwhile.
+func (b *backend) openDatabase(ctx context.Context, cfg Config) error {
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("database url: %w", err)
+	}
+	if pcfg.MaxConns > 16 {
+		pcfg.MaxConns = 16 // the fallback is capped below this anyway
+	}
+	if b.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	b.onClose(b.pool.Close)
+	checkDatabase(ctx, cfg, b.pool, &pcfg.ConnConfig.Config)
+	return nil
+}
+
+// dbCheckTimeout bounds the start-up check of PostgreSQL.
+const dbCheckTimeout = 2 * time.Second
+
+// checkDatabase warns when PostgreSQL does not answer at start. The node
+// starts anyway and the pool connects once it answers; but without this,
+// nothing would say so until the first read Redis cannot serve. The
+// address is logged, never the password (nor pgx's errors carry it).
+func checkDatabase(ctx context.Context, cfg Config, pool *pgxpool.Pool, c *pgconn.Config) {
+	ctx, cancel := context.WithTimeout(ctx, dbCheckTimeout)
+	defer cancel()
+	if err := pool.Ping(ctx); err != nil {
+		cfg.Logger.Warn("postgres does not answer at start; serving from Redis until it does",
+			"addr", net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))), "database", c.Database, "user", c.User, "err", err)
+	}
+}
+
+// readiness is /readyz's check: the node can serve while either snapshot
+// source answers. Both are asked at once, so a stalled one cannot spend
+// the other's deadline. /readyz is public, so its checks give each
+// source's state only; why a source is down goes to the log.
+func readiness(cfg Config, cache redis.UniversalClient, pool *pgxpool.Pool) func(context.Context) (map[string]string, error) {
+	sources := &sourceStates{log: cfg.Logger, down: map[string]bool{}}
+	return func(ctx context.Context) (map[string]string, error) {
+		var redisErr, pgErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { redisErr = cache.Ping(ctx).Err() })
+		if pool != nil {
+			wg.Go(func() { pgErr = pool.Ping(ctx) })
+		}
+		wg.Wait()
+		// A probe its caller gave up on says nothing about the sources; were
+		// it counted, hanging up on /readyz would make them flap in the log.
+		record := !errors.Is(ctx.Err(), context.Canceled)
+		checks := map[string]string{"redis": sources.state("redis", redisErr, record), "postgres": "not configured"}
+		if pool != nil {
+			checks["postgres"] = sources.state("postgres", pgErr, record)
+		}
+		if redisErr == nil || (pool != nil && pgErr == nil) {
+			return checks, nil
+		}
+		return checks, errors.New("no snapshot source answers")
+	}
+}
+
+// sourceStates remembers whether each snapshot source was down at the last
+// probe, so that a source's error is logged when its state changes, not on
+// every probe: anyone may ask /readyz, as often as they like.
+type sourceStates struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	down map[string]bool
+}
+
+// state is a source's check, "ok" or "down"; with record, a change from the
+// last recorded state is logged, with err when the source went down.
+func (s *sourceStates) state(source string, err error, record bool) string {
+	if record {
+		s.mu.Lock()
+		was := s.down[source]
+		s.down[source] = err != nil
+		s.mu.Unlock()
+		switch {
+		case err != nil && !was:
+			s.log.Warn("snapshot source down", "source", source, "err", err)
+		case err == nil && was:
+			s.log.Info("snapshot source answers again", "source", source)
+		}
+	}
+	if err != nil {
+		return "down"
+	}
+	return "ok"
+}

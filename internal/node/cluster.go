@@ -1,0 +1,38 @@
+package node
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/internal/redisx"
+	"github.com/pushd/pushd/keys"
+)
+
+// newCluster puts every role on one Redis Cluster: sharded Pub/Sub, and
+// task keys hash-tagged by task id.
+func newCluster(ctx context.Context, cfg Config, t tuning) (*backend, error) {
+	opt, err := redisx.ParseClusterURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis cluster url: %w", err)
+	}
+	// As the standalone clients: fail fast, and honour our contexts. A
+	// dialer_retries option in the URL is left as it is.
+	if opt.DialerRetries == 0 {
+		opt.DialerRetries = 1
+	}
+	opt.ContextTimeoutEnabled = true
+	cluster := redis.NewClusterClient(opt)
+	b := &backend{attrs: []any{"redis_cluster", true}}
+	b.onClose(func() { cluster.Close() })
+	names := keys.Names{Prefix: cfg.KeyPrefix, Cluster: true}
+	bus := fanout.NewClusterBus(fanout.ClusterConfig{Client: cluster, Names: names, LivenessInterval: t.livenessInterval, Logger: cfg.Logger})
+	r := redisRoles{cache: cluster, control: cluster, realtime: cluster}
+	if err := b.finishRedis(ctx, cfg, t, r, names, bus, bus, fanout.NewRedisPublisher(cluster, names)); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}

@@ -1,0 +1,99 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/fanout/rediswrite"
+	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// newStandalone is standalone Redis, with PostgreSQL behind it when
+// configured: one client per distinct URL among the cache, control and
+// realtime roles, Pub/Sub on the realtime one.
+func newStandalone(ctx context.Context, cfg Config, t tuning) (*backend, error) {
+	b := &backend{attrs: []any{"redis_cluster", false}}
+	clients := map[string]*redis.Client{}
+	dial := func(role, url string) (*redis.Client, error) {
+		if c, ok := clients[url]; ok {
+			return c, nil
+		}
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("redis %s url: %w", role, err)
+		}
+		// Fail fast while Redis is down: the store falls back to
+		// PostgreSQL, the hub to polling and admission to local limits, so a
+		// retried dial only delays them. Our contexts bound every call (the
+		// store gives Redis a share of its fetch timeout, admission its own
+		// timeout), which go-redis honours only when told to.
+		opt.DialerRetries = 1
+		opt.ContextTimeoutEnabled = true
+		c := redis.NewClient(opt)
+		clients[url] = c
+		b.onClose(func() { c.Close() })
+		return c, nil
+	}
+	var r redisRoles
+	realtime, err := dial("realtime", orDefault(cfg.RedisRealtimeURL, cfg.RedisURL))
+	if err == nil {
+		r.realtime = realtime
+		r.cache, err = dial("cache", orDefault(cfg.RedisCacheURL, cfg.RedisURL))
+	}
+	if err == nil {
+		r.control, err = dial("control", orDefault(cfg.RedisControlURL, cfg.RedisURL))
+	}
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	names := keys.Names{Prefix: cfg.KeyPrefix}
+	bus := fanout.NewRedisBus(fanout.RedisConfig{Client: realtime, Names: names, LivenessInterval: t.livenessInterval, Logger: cfg.Logger})
+	if err := b.finishRedis(ctx, cfg, t, r, names, bus, bus, standalonePublisher(r, names)); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// standalonePublisher is POST /v1/publish's: one script on one Redis when
+// the cache and realtime roles share it, else the snapshot written to the
+// cache and, when it was newer, its notification published on the
+// realtime Redis.
+func standalonePublisher(r redisRoles, names keys.Names) fanout.Publisher {
+	if r.cache == r.realtime {
+		return fanout.NewRedisPublisher(r.realtime, names)
+	}
+	return &splitPublisher{cache: r.cache, realtime: r.realtime, names: names}
+}
+
+type splitPublisher struct {
+	cache, realtime redis.UniversalClient
+	names           keys.Names
+}
+
+func (p *splitPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (bool, error) {
+	if s == nil {
+		return false, errors.New("publish: nil snapshot")
+	}
+	written, err := rediswrite.Write(ctx, p.cache, p.names, s, 0, "", nil)
+	if err != nil || !written {
+		return false, err
+	}
+	msg, err := json.Marshal(snapshot.NotificationFor(s))
+	if err != nil {
+		return true, fmt.Errorf("publish %s: %w", s.TaskID, err)
+	}
+	// The snapshot is stored; a lost notification is a gap the liveness
+	// check and polling close, as for any Pub/Sub loss.
+	if err := p.realtime.Publish(ctx, p.names.Channel(s.TenantID), msg).Err(); err != nil {
+		return true, fmt.Errorf("publish %s: %w", s.TaskID, err)
+	}
+	return true, nil
+}
