@@ -76,8 +76,7 @@ func (rl *rateLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	refuse := len(rl.times) <= rl.limited
 	rl.mu.Unlock()
 	if refuse {
-		httperr.RetryAfter(w, 2*time.Second)
-		httperr.Write(w, http.StatusTooManyRequests, httperr.RateLimited, "too many connections")
+		httperr.TooManyRequests(w, httperr.RateLimitExceeded, 2*time.Second, "too many connections")
 		return
 	}
 	rl.next.ServeHTTP(w, r)
