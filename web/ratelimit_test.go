@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -77,5 +78,25 @@ func TestClientAsksAgainForIDsRefusedRateLimited(t *testing.T) {
 				p.fatalf("ids were refused, but the client announced no limited event")
 			}
 		})
+	}
+}
+
+// A start the simulator refuses (429: twelve of the tenant's tasks are
+// running) is shown on the page in the platform's words, with the 429's
+// seconds.
+func TestPageShowsTheLimitWhenStartIsRefused(t *testing.T) {
+	n := startNode(t, node.Config{DemoStep: time.Hour}) // the tasks started keep running
+	tenant := testenv.UniqueID("full")
+	token := demoToken(t, n.URL, tenant, "demo-user")
+	for range 12 {
+		startDemoTask(t, n.URL, token, "launch-campaign")
+	}
+	p := newBrowser(t).tab(t)
+	p.open(n.URL, "tenant="+tenant)
+	p.do("click start-t2v", chromedp.Click(chromedp.ID("start-t2v")))
+	p.wait("the notice", `!document.getElementById('notice').hidden`)
+	const want = "Could not start the task: too many requests, try again in 2 s"
+	if got := eval[string](p, `document.getElementById('notice').textContent`); got != want {
+		p.fatalf("notice %q, want %q", got, want)
 	}
 }
