@@ -35,8 +35,10 @@ type Event struct {
 	TaskID    string
 	ProjectID string
 	AfterMS   int
-	// RetryAfterMS, on a rate_limited error, is when the refused ids may
-	// be asked for again.
+	// RetryAfter (whole seconds, rounded up) and RetryAfterMS, on a
+	// rate_limit_exceeded error, are when what was refused may be asked
+	// for again.
+	RetryAfter   int64
 	RetryAfterMS int64
 
 	ConnID      string
@@ -56,13 +58,13 @@ const (
 
 // Error codes of refused subscriptions and closed connections.
 const (
-	CodeNotFound     = "not_found"
-	CodeInvalidID    = "invalid_id"
-	CodeTooMany      = "too_many_subscriptions"
-	CodeUnavailable  = "unavailable"
-	CodeTokenExpired = "token_expired"
-	CodeShuttingDown = "shutting_down"
-	CodeRateLimited  = "rate_limited" // the user's read budget is spent; RetryAfterMS says for how long
+	CodeNotFound          = "not_found"
+	CodeInvalidID         = "invalid_id"
+	CodeTooMany           = "too_many_subscriptions"
+	CodeUnavailable       = "unavailable"
+	CodeTokenExpired      = "token_expired"
+	CodeShuttingDown      = "shutting_down"
+	CodeRateLimitExceeded = "rate_limit_exceeded" // the user's read budget is spent; RetryAfter and RetryAfterMS say for how long
 )
 
 // CloseReason tells a transport why the hub closed a connection, so it can

@@ -87,7 +87,8 @@ type Config struct {
 	// id costs one read unless a connection of the tenant on this node
 	// watches it already or the Source has it cached (a reconnect storm
 	// reads each task once, whoever asks); a project or user listing costs
-	// one. Ids past it are refused with rate_limited and how long to wait.
+	// one. Ids past it are refused with rate_limit_exceeded and how long to
+	// wait.
 	// Zero means 50 per second with bursts of 500.
 	SubscribeReads     float64
 	SubscribeReadBurst int

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -37,7 +38,9 @@ type Rejection struct {
 	TaskID    string `json:"task_id,omitempty"`
 	ProjectID string `json:"project_id,omitempty"`
 	Code      string `json:"code"`
-	// RetryAfterMS, with CodeRateLimited, is when to ask again.
+	// RetryAfter (whole seconds, rounded up) and RetryAfterMS, with
+	// CodeRateLimitExceeded, are when to ask again.
+	RetryAfter   int64 `json:"retry_after,omitempty"`
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
@@ -145,7 +148,7 @@ func (c *Conn) admitTasksLocked(a *admission, ids []string) {
 		case a.room <= 0:
 			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeTooMany})
 		case !h.readIsFree(c.TenantID, id) && !a.budget.take():
-			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeRateLimited, RetryAfterMS: a.budget.waitMS()})
+			a.rejected = append(a.rejected, a.budget.refuse(Rejection{TaskID: id}))
 		default:
 			a.room--
 			c.tasks = add(c.tasks, id)
@@ -166,7 +169,7 @@ func (c *Conn) admitProjectsLocked(a *admission, ids []string) {
 		case a.room <= 0:
 			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeTooMany})
 		case !h.listIsFree(byProject, c.TenantID, id) && !a.budget.take():
-			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeRateLimited, RetryAfterMS: a.budget.waitMS()})
+			a.rejected = append(a.rejected, a.budget.refuse(Rejection{ProjectID: id}))
 		default:
 			a.room--
 			if len(c.projects) == 0 && !c.userScope {
@@ -187,7 +190,7 @@ func (c *Conn) admitUserLocked(a *admission) {
 		return
 	}
 	if !h.listIsFree(byUser, c.TenantID, c.UserID) && !a.budget.take() {
-		a.rejected = append(a.rejected, Rejection{Code: CodeRateLimited, RetryAfterMS: a.budget.waitMS()})
+		a.rejected = append(a.rejected, a.budget.refuse(Rejection{}))
 		return
 	}
 	if len(c.projects) == 0 {
@@ -319,7 +322,7 @@ func unreadable(r Rejection) bool { return r.Code == CodeUnavailable }
 // unwatched reports whether r leaves its id unwatched: the client must ask
 // for it again.
 func unwatched(r Rejection) bool {
-	return r.Code == CodeRateLimited || r.Code == CodeTooMany || r.Code == CodeInvalidID
+	return r.Code == CodeRateLimitExceeded || r.Code == CodeTooMany || r.Code == CodeInvalidID
 }
 
 // readIsFree reports whether subscribing to the task costs no remote read:
@@ -362,7 +365,13 @@ func (b *readBudget) take() bool {
 	return false
 }
 
-func (b *readBudget) waitMS() int64 { return max(b.wait.Milliseconds(), 1) }
+// refuse makes r a refusal for the spent budget, with when to ask again.
+func (b *readBudget) refuse(r Rejection) Rejection {
+	r.Code = CodeRateLimitExceeded
+	r.RetryAfterMS = httperr.RetryAfterMS(b.wait)
+	r.RetryAfter = httperr.RetryAfterSeconds(r.RetryAfterMS)
+	return r
+}
 
 // settle marks the connection's initial state offered: from now on the
 // tenant's stream position covers everything it watches, so its writes may

@@ -126,8 +126,9 @@ func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 			Message      string `json:"message,omitempty"`
 			TaskID       string `json:"task_id,omitempty"`
 			ProjectID    string `json:"project_id,omitempty"`
+			RetryAfter   int64  `json:"retry_after,omitempty"`
 			RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
-		}{ev.Code, ev.Message, ev.TaskID, ev.ProjectID, ev.RetryAfterMS})
+		}{ev.Code, ev.Message, ev.TaskID, ev.ProjectID, ev.RetryAfter, ev.RetryAfterMS})
 	case hub.KindSync:
 		// Only the id matters: EventSource keeps it as the Last-Event-ID it
 		// reconnects with. A browser with no listener for "sync" sees

@@ -177,7 +177,8 @@ func (h *Handler) subscribe(ctx context.Context, c *hub.Conn, sub hub.Subscripti
 		h.log.Debug("subscribe ended", "conn", c.ID, "tenant", c.TenantID, "err", err)
 	}
 	for _, rj := range rejected {
-		c.Send(hub.Event{Kind: hub.KindError, Code: rj.Code, TaskID: rj.TaskID, ProjectID: rj.ProjectID, Message: rejectionMessage(rj.Code), RetryAfterMS: rj.RetryAfterMS})
+		c.Send(hub.Event{Kind: hub.KindError, Code: rj.Code, TaskID: rj.TaskID, ProjectID: rj.ProjectID, Message: rejectionMessage(rj.Code),
+			RetryAfter: rj.RetryAfter, RetryAfterMS: rj.RetryAfterMS})
 	}
 }
 
@@ -202,8 +203,8 @@ func rejectionMessage(code string) string {
 		return "too many subscriptions on this connection"
 	case hub.CodeUnavailable:
 		return "the current state could not be read; it is read again and sent shortly"
-	case hub.CodeRateLimited:
-		return "too many subscriptions read for this user; subscribe again after retry_after_ms"
+	case hub.CodeRateLimitExceeded:
+		return "too many subscriptions read for this user; subscribe again after retry_after seconds"
 	}
 	return code
 }

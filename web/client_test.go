@@ -37,6 +37,18 @@ func TestClientHelpersInTheBrowser(t *testing.T) {
 		check('retry-after date', m.parseRetryAfter(new Date(Date.now() + 3000).toUTCString(), Date.now()) > 1000);
 		check('retry-after garbage', m.parseRetryAfter('soon') === null && m.parseRetryAfter(null) === null);
 		check('terminal', m.isTerminal('FAILED') && !m.isTerminal('RUNNING'));
+		// Refusals for a limit, in the platform's words, with the server's seconds.
+		check('limit message', m.limitMessage(30) === 'too many requests, try again in 30 s');
+		const body = m.limitOf({ error: 'rate_limit_exceeded', retry_after: 30, retry_after_ms: 29001, message: 'x' });
+		check('limit of a 429 body', body && body.code === 'rate_limit_exceeded' && body.retryAfter === 30 && body.retryAfterMs === 29001 &&
+			body.message === 'too many requests, try again in 30 s');
+		const cap = m.limitOf({ error: 'too_many_connections', retry_after: 5, retry_after_ms: 5000 });
+		check('limit of a cap', cap && cap.code === 'too_many_connections' && cap.message === 'too many requests, try again in 5 s');
+		const ev = m.limitOf({ code: 'rate_limit_exceeded', task_id: 'a', retry_after_ms: 420 });
+		check('limit of an event without seconds rounds up', ev && ev.retryAfter === 1 && ev.retryAfterMs === 420);
+		const hdr = m.limitOf({ code: 'rate_limit_exceeded' }, 2500);
+		check('limit of a bare refusal takes the header', hdr && hdr.retryAfter === 3 && hdr.retryAfterMs === 2500);
+		check('not a limit', m.limitOf({ code: 'not_found' }) === null && m.limitOf({ error: 'rate_limited' }) === null && m.limitOf(null) === null);
 		// Versions only go up, whatever order snapshots come in.
 		const c = new m.PushdClient({ token: 'x' });
 		const shown = [];
@@ -76,8 +88,7 @@ func (rl *rateLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	refuse := len(rl.times) <= rl.limited
 	rl.mu.Unlock()
 	if refuse {
-		httperr.RetryAfter(w, 2*time.Second)
-		httperr.Write(w, http.StatusTooManyRequests, httperr.RateLimited, "too many connections")
+		httperr.TooManyRequests(w, httperr.RateLimitExceeded, 2*time.Second, "too many connections")
 		return
 	}
 	rl.next.ServeHTTP(w, r)
@@ -85,7 +96,8 @@ func (rl *rateLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // An EventSource or WebSocket cannot read a 429's Retry-After; the client
 // probes for it and waits that long before the next attempt, although its
-// own backoff would come back sooner.
+// own backoff would come back sooner, and the page shows the platform's
+// message with the 429's seconds.
 func TestClientHonoursRetryAfterOn429(t *testing.T) {
 	b := newBrowser(t)
 	for _, transport := range transports {
@@ -98,6 +110,13 @@ func TestClientHonoursRetryAfterOn429(t *testing.T) {
 			p.open(base, "transport="+transport+"&backoff_ms=50")
 			if log := p.logText(); !strings.Contains(log, "(http_429)") {
 				p.fatalf("the activity log does not show the 429")
+			}
+			const message = "too many requests, try again in 2 s"
+			if log := p.logText(); !strings.Contains(log, "Server: "+message+" (connecting)") {
+				p.fatalf("the activity log does not show %q", message)
+			}
+			if got := eval[string](p, `document.getElementById('conn').dataset.limited`); got != message {
+				p.fatalf("the page's limit %q, want %q", got, message)
 			}
 			rl.mu.Lock()
 			defer rl.mu.Unlock()

@@ -148,8 +148,7 @@ func (d *demo) startTask(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 	case errors.Is(err, sim.ErrBusy):
-		httperr.RetryAfter(w, 2*time.Second)
-		httperr.Write(w, http.StatusTooManyRequests, httperr.RateLimited, "too many simulated tasks are running; wait for one to finish")
+		httperr.TooManyRequests(w, httperr.RateLimitExceeded, 2*time.Second, "too many simulated tasks are running; wait for one to finish")
 		return
 	case errors.Is(err, sim.ErrClosed):
 		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down")

@@ -99,9 +99,14 @@ func TestStartTaskEndpoint(t *testing.T) {
 		}
 	}
 	resp, body = do(t, http.MethodPost, u, tok, `{"project_id":"p1"}`)
-	wantError(t, resp, body, http.StatusTooManyRequests, "rate_limited")
-	if resp.Header.Get("Retry-After") == "" {
-		t.Error("429 without Retry-After")
+	wantError(t, resp, body, http.StatusTooManyRequests, "rate_limit_exceeded")
+	var wait struct {
+		RetryAfter   int64 `json:"retry_after"`
+		RetryAfterMS int64 `json:"retry_after_ms"`
+	}
+	json.Unmarshal([]byte(body), &wait)
+	if resp.Header.Get("Retry-After") != "2" || wait.RetryAfter != 2 || wait.RetryAfterMS != 2000 {
+		t.Errorf("429 with Retry-After %q and %s, want 2 s in both", resp.Header.Get("Retry-After"), body)
 	}
 }
 

@@ -2,6 +2,7 @@ package ws
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -50,8 +51,9 @@ func dial(t *testing.T, u string) *websocket.Conn {
 	return c
 }
 
-// readUntil reads frames until one contains want, or fails.
-func readUntil(t *testing.T, c *websocket.Conn, want string) {
+// readUntil reads frames until one contains want, which it returns, or
+// fails.
+func readUntil(t *testing.T, c *websocket.Conn, want string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -61,7 +63,7 @@ func readUntil(t *testing.T, c *websocket.Conn, want string) {
 			t.Fatalf("waiting for %s: %v", want, err)
 		}
 		if strings.Contains(string(b), want) {
-			return
+			return b
 		}
 	}
 }
@@ -103,8 +105,9 @@ func TestFirstRequestDisarmsTheDeadline(t *testing.T) {
 }
 
 // TestRequestFloodIsDroppedThenClosed: requests past the connection's
-// bucket are answered with rate_limited and not carried out; a client that
-// keeps flooding is closed with 1008.
+// bucket are answered with rate_limit_exceeded, saying when the bucket has
+// a token again in seconds and milliseconds that agree, and not carried
+// out; a client that keeps flooding is closed with 1008.
 func TestRequestFloodIsDroppedThenClosed(t *testing.T) {
 	u := serve(t, Config{RequestRate: 0.001, RequestBurst: 3, MaxBadMessages: 5})
 	c := dial(t, u)
@@ -121,7 +124,20 @@ func TestRequestFloodIsDroppedThenClosed(t *testing.T) {
 		readUntil(t, c, fmt.Sprintf(`"type":"ack","id":%d`, id))
 	}
 	send(4)
-	readUntil(t, c, `"code":"rate_limited"`)
+	var refused struct {
+		Message      string `json:"message"`
+		RetryAfter   int64  `json:"retry_after"`
+		RetryAfterMS int64  `json:"retry_after_ms"`
+	}
+	b := readUntil(t, c, `"code":"rate_limit_exceeded"`)
+	if err := json.Unmarshal(b, &refused); err != nil {
+		t.Fatal(err)
+	}
+	// A token comes every 1000 s, and the burst was spent just now.
+	if ms := refused.RetryAfterMS; refused.Message == "" || ms <= 900_000 || ms > 1_000_000 ||
+		refused.RetryAfter*1000 < ms || ms <= (refused.RetryAfter-1)*1000 {
+		t.Fatalf("%s: want a message and a wait of (900, 1000] s, in seconds and milliseconds that agree", b)
+	}
 	for id := 5; id <= 8; id++ { // four more refusals: five in a row
 		send(id)
 	}

@@ -54,8 +54,9 @@ type Config struct {
 	// for nothing is closed with 1008. Zero means 10s.
 	FirstRequestTimeout time.Duration
 	// RequestRate and RequestBurst bound a connection's requests (a token
-	// bucket); a request over it is dropped with a rate_limited error, and
-	// MaxBadMessages of those in a row close the connection with 1008.
+	// bucket); a request over it is dropped with a rate_limit_exceeded error
+	// saying when the bucket has room again, and MaxBadMessages of those in
+	// a row close the connection with 1008.
 	// Zero means 10 per second with bursts of 20.
 	RequestRate  float64
 	RequestBurst int
@@ -227,11 +228,14 @@ func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn,
 		if typ != websocket.MessageText {
 			return errBinary
 		}
-		if !limit.Allow() {
-			// Dropped unread: a flood costs no decoding and no reads.
+		if now := time.Now(); !limit.AllowN(now, 1) {
+			// Dropped unread: a flood costs no decoding and no reads. The
+			// wait is until the bucket holds a token again.
 			bad++
-			c.Send(hub.Event{Kind: hub.KindError, Code: httperr.RateLimited,
-				Message: fmt.Sprintf("at most %g requests per second; this one was dropped", h.cfg.RequestRate)})
+			ms := httperr.RetryAfterMS(time.Duration((1 - limit.TokensAt(now)) / h.cfg.RequestRate * float64(time.Second)))
+			c.Send(hub.Event{Kind: hub.KindError, Code: httperr.RateLimitExceeded,
+				Message:    fmt.Sprintf("at most %g requests per second; this one was dropped", h.cfg.RequestRate),
+				RetryAfter: httperr.RetryAfterSeconds(ms), RetryAfterMS: ms})
 			if bad >= h.cfg.MaxBadMessages {
 				return errTooFast
 			}
@@ -517,8 +521,9 @@ func render(ev *hub.Event) ([]byte, bool) {
 			Message      string `json:"message,omitempty"`
 			TaskID       string `json:"task_id,omitempty"`
 			ProjectID    string `json:"project_id,omitempty"`
+			RetryAfter   int64  `json:"retry_after,omitempty"`
 			RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
-		}{"error", ev.Code, ev.Message, ev.TaskID, ev.ProjectID, ev.RetryAfterMS}
+		}{"error", ev.Code, ev.Message, ev.TaskID, ev.ProjectID, ev.RetryAfter, ev.RetryAfterMS}
 	case hub.KindReconnect:
 		v = struct {
 			Type    string `json:"type"`

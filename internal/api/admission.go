@@ -1,9 +1,7 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -12,13 +10,6 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
 )
-
-// TooManyConnections is the error code of a connection refused by a
-// fleet-wide cap on open connections (per user or per tenant). It comes with
-// 429, like a rate limit, because clients treat both alike: back off for
-// Retry-After and try again. A slot frees when one of the user's (or
-// tenant's) other connections closes.
-const TooManyConnections = "too_many_connections"
 
 // principalKey is where authed leaves the authenticated principal for the
 // admission checks, which need its plan and session.
@@ -44,7 +35,7 @@ func (s *server) admitStream(serve func(http.ResponseWriter, *http.Request, hub.
 		}
 		hold, d := s.cfg.Admission.Connect(c.Request().Context(), p.TenantID, p.UserID, c.RealIP(), authPrincipal(c).Session)
 		if !d.Allowed {
-			return refuse(c, d)
+			return refuse(d)
 		}
 		p.Hold = hold
 		serve(c.Response(), c.Request(), p)
@@ -61,46 +52,25 @@ func (s *server) limitAPI(endpoint string, h func(echo.Context, hub.Principal) e
 	return func(c echo.Context, p hub.Principal) error {
 		if s.cfg.Admission != nil {
 			if d := s.cfg.Admission.API(c.Request().Context(), p.TenantID, authPrincipal(c).Plan, endpoint); !d.Allowed {
-				return refuse(c, d)
+				return refuse(d)
 			}
 		}
 		return h(c, p)
 	}
 }
 
-// rateLimitBody is the error body of a 429: the JSON error of every
-// endpoint plus the wait in milliseconds, finer than Retry-After's seconds.
-type rateLimitBody struct {
-	Error        string `json:"error"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-	Message      string `json:"message"`
-}
-
-// refuse answers 429 with Retry-After (whole seconds, rounded up) and the
-// rule that refused in the message.
-func refuse(c echo.Context, d admission.Decision) error {
+// refuse is the 429 of a refused decision: its wait, and the rule that
+// refused in the message. A connection refused by a fleet-wide cap on open connections
+// (per user or per tenant) is told too_many_connections: a slot frees when
+// one of the user's (or tenant's) other connections closes. It comes with
+// 429 and a wait, like a rate limit, because clients treat both alike:
+// back off for Retry-After and try again.
+func refuse(d admission.Decision) error {
 	switch d.Rule {
 	case admission.RuleUserCap:
-		return writeRateLimited(c, d.RetryAfter, TooManyConnections, "too many open connections for this user")
+		return tooManyRequests(httperr.TooManyConnections, d.RetryAfter, "too many open connections for this user")
 	case admission.RuleTenantCap:
-		return writeRateLimited(c, d.RetryAfter, TooManyConnections, "too many open connections for this tenant")
+		return tooManyRequests(httperr.TooManyConnections, d.RetryAfter, "too many open connections for this tenant")
 	}
-	return writeRateLimited(c, d.RetryAfter, httperr.RateLimited, "rate limited ("+d.Rule+"); retry later")
-}
-
-// writeRateLimited answers 429 with Retry-After and a rateLimitBody; the
-// wait is at least a millisecond and rounded up to one.
-func writeRateLimited(c echo.Context, wait time.Duration, code, message string) error {
-	wait = max(wait, time.Millisecond)
-	body := rateLimitBody{Error: code, RetryAfterMS: wait.Milliseconds(), Message: message}
-	if wait%time.Millisecond != 0 {
-		body.RetryAfterMS++
-	}
-	w := c.Response()
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	httperr.RetryAfter(w, wait)
-	w.WriteHeader(http.StatusTooManyRequests)
-	return json.NewEncoder(w).Encode(body)
+	return tooManyRequests(httperr.RateLimitExceeded, d.RetryAfter, "rate limited ("+d.Rule+"); retry later")
 }

@@ -152,12 +152,19 @@ const RequestTimeout = "request_timeout"
 type apiError struct {
 	status        int
 	code, message string
+	wait          time.Duration // a 429's: how long the client waits
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
 
 func fail(status int, code, message string) error {
 	return &apiError{status: status, code: code, message: message}
+}
+
+// tooManyRequests is a 429 refusal telling the client to wait; code is
+// httperr.RateLimitExceeded or httperr.TooManyConnections.
+func tooManyRequests(code string, wait time.Duration, message string) error {
+	return &apiError{status: http.StatusTooManyRequests, code: code, message: message, wait: wait}
 }
 
 func (s *server) handleError(err error, c echo.Context) {
@@ -176,6 +183,10 @@ func (s *server) handleError(err error, c echo.Context) {
 	}
 	// The route, never the URL: a query may carry an access_token.
 	s.log.Debug("request refused", "method", c.Request().Method, "route", c.Path(), "status", ae.status, "code", ae.code, "remote", c.RealIP())
+	if ae.status == http.StatusTooManyRequests {
+		httperr.TooManyRequests(c.Response(), ae.code, ae.wait, ae.message)
+		return
+	}
 	httperr.Write(c.Response(), ae.status, ae.code, ae.message)
 }
 
@@ -200,7 +211,7 @@ func (s *server) authed(h func(echo.Context, hub.Principal) error) echo.HandlerF
 	return func(c echo.Context) error {
 		attempt, wait := s.failures.begin(c.RealIP())
 		if wait > 0 {
-			return tooManyFailures(c, wait)
+			return tooManyFailures(wait)
 		}
 		p, err := s.cfg.Auth.Authenticate(c.Request())
 		attempt.end(errors.Is(err, auth.ErrInvalidToken))

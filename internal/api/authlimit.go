@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
-	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 
 	"github.com/pushd/pushd/internal/httperr"
@@ -90,6 +89,6 @@ func (a authAttempt) end(failed bool) {
 }
 
 // tooManyFailures answers 429 like every other rate limit.
-func tooManyFailures(c echo.Context, wait time.Duration) error {
-	return writeRateLimited(c, wait, httperr.RateLimited, "too many failed authentications from this address; retry later")
+func tooManyFailures(wait time.Duration) error {
+	return tooManyRequests(httperr.RateLimitExceeded, wait, "too many failed authentications from this address; retry later")
 }

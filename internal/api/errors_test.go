@@ -372,8 +372,9 @@ func TestOriginRefusals(t *testing.T) {
 }
 
 // Past AuthFailureBurst invalid tokens from one address, that address is
-// answered 429 rate_limited, with Retry-After in whole seconds and
-// retry_after_ms agreeing with it, before any token is looked at (a good
+// answered 429 rate_limit_exceeded, with Retry-After in whole seconds equal
+// to the body's retry_after and retry_after_ms agreeing with both, before
+// any token is looked at (a good
 // one too); an X-Forwarded-For from an untrusted peer does not move it to
 // another bucket. Missing and expired tokens take nothing from the
 // bucket, and another address keeps its own.
@@ -399,17 +400,19 @@ func TestAuthFailureLimiter(t *testing.T) {
 		{"claiming another address", map[string]string{"Authorization": "Bearer " + good, "X-Forwarded-For": "198.51.100.1"}},
 	} {
 		r := do(t, n.url, req{method: "GET", path: path, header: tc.header})
-		wantError(t, tc.name, r, 429, "rate_limited")
+		wantError(t, tc.name, r, 429, "rate_limit_exceeded")
 		var body struct {
+			RetryAfter   int64 `json:"retry_after"`
 			RetryAfterMS int64 `json:"retry_after_ms"`
 		}
 		json.Unmarshal(r.body, &body)
-		secs, err := strconv.Atoi(r.header.Get("Retry-After"))
+		secs, err := strconv.ParseInt(r.header.Get("Retry-After"), 10, 64)
 		// The wait is for one token at rate per second, less what refilled
 		// during the test.
-		if err != nil || secs < 1 || secs > int(1/rate) || body.RetryAfterMS <= 0 || int64(secs) != (body.RetryAfterMS+999)/1000 {
-			t.Errorf("%s: Retry-After %q, retry_after_ms %d; want whole seconds in [1, %d] agreeing with the milliseconds",
-				tc.name, r.header.Get("Retry-After"), body.RetryAfterMS, int(1/rate))
+		if err != nil || secs < 1 || secs > int64(1/rate) || secs != body.RetryAfter ||
+			body.RetryAfter*1000 < body.RetryAfterMS || body.RetryAfterMS <= (body.RetryAfter-1)*1000 {
+			t.Errorf("%s: Retry-After %q, retry_after %d, retry_after_ms %d; want whole seconds in [1, %d], the header equal to retry_after, the milliseconds rounding up to them",
+				tc.name, r.header.Get("Retry-After"), body.RetryAfter, body.RetryAfterMS, int(1/rate))
 		}
 	}
 

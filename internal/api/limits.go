@@ -31,8 +31,7 @@ func (s *server) limitStreams(next echo.HandlerFunc) echo.HandlerFunc {
 				"this node holds its maximum of "+strconv.Itoa(max)+" connections; retry, possibly on another node")
 		}
 		if max := s.cfg.MaxConnsPerIP; max > 0 && s.cfg.Hub.ConnsFrom(c.RealIP()) >= max {
-			httperr.RetryAfter(c.Response(), overCapacityRetry)
-			return fail(http.StatusTooManyRequests, TooManyConnections,
+			return tooManyRequests(httperr.TooManyConnections, overCapacityRetry,
 				"at most "+strconv.Itoa(max)+" open connections per client address on this node")
 		}
 		return next(c)

@@ -80,7 +80,7 @@ var (
 	disconnects   = counter("disconnects_total", "Connections the server ended, by reason: slow_client (a write failed or timed out) or token_expired.", "reason")
 	heartbeats    = counter("heartbeats_total", "Heartbeats written to idle connections.")
 	backlogged    = counter("writes_backlogged_total", "Writes a connection's full socket could not take at once, handed to a goroutine of that connection's own instead of holding a shared writer.")
-	readsLimited  = counter("subscribe_reads_limited_total", "Subscribed task ids, projects and user scopes refused rate_limited because their user's read budget on this node was spent.")
+	readsLimited  = counter("subscribe_reads_limited_total", "Subscribed task ids, projects and user scopes refused rate_limit_exceeded because their user's read budget on this node was spent.")
 	polls         = counter("polls_total", "Polling rounds (re-reading every watched task while Pub/Sub is down).")
 	pollErrors    = counter("poll_errors_total", "Polling rounds in which no source answered for some tasks.")
 	resyncs       = counter("resyncs_total", "Tenants re-read after their subscription was re-established.")

@@ -34,12 +34,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // refusal is a 429's body.
 type refusal struct {
 	Error        string `json:"error"`
+	RetryAfter   *int64 `json:"retry_after"` // a pointer: absent is not 0
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	Message      string `json:"message"`
 }
 
-// want429 checks a refusal: status, code, Retry-After in whole seconds
-// rounded up from retry_after_ms, and a wait within max.
+// want429 checks a refusal: status, code, a wait within max in
+// retry_after_ms, and retry_after equal to Retry-After, both the
+// milliseconds rounded up to whole seconds.
 func want429(t *testing.T, status int, h http.Header, body, code string, maxWait time.Duration) refusal {
 	t.Helper()
 	if status != http.StatusTooManyRequests {
@@ -52,11 +54,28 @@ func want429(t *testing.T, status int, h http.Header, body, code string, maxWait
 	if r.RetryAfterMS <= 0 || time.Duration(r.RetryAfterMS)*time.Millisecond > maxWait {
 		t.Fatalf("retry_after_ms %d, want (0, %s]", r.RetryAfterMS, maxWait)
 	}
-	secs, err := strconv.Atoi(h.Get("Retry-After"))
-	if want := int((r.RetryAfterMS + 999) / 1000); err != nil || secs != want {
-		t.Fatalf("Retry-After %q, want %d (retry_after_ms %d rounded up)", h.Get("Retry-After"), want, r.RetryAfterMS)
+	wantWait(t, body, r.RetryAfter, r.RetryAfterMS)
+	if got := h.Get("Retry-After"); got != strconv.FormatInt(*r.RetryAfter, 10) {
+		t.Fatalf("Retry-After %q, want retry_after %d of the body %s", got, *r.RetryAfter, body)
 	}
 	return r
+}
+
+// wantWait checks that a refusal's retry_after is there and is its
+// retry_after_ms in whole seconds rounded up:
+// retry_after*1000 >= retry_after_ms > (retry_after-1)*1000.
+func wantWait(t *testing.T, what string, secs *int64, ms int64) {
+	t.Helper()
+	if secs == nil || ms <= 0 || *secs*1000 < ms || ms <= (*secs-1)*1000 {
+		t.Fatalf("%s: retry_after %v, retry_after_ms %d; want the milliseconds rounded up to whole seconds", what, ptrString(secs), ms)
+	}
+}
+
+func ptrString(p *int64) string {
+	if p == nil {
+		return "absent"
+	}
+	return strconv.FormatInt(*p, 10)
 }
 
 // sseStatus opens an SSE stream and returns its status (closing it when
@@ -104,9 +123,9 @@ func TestConnectRateLimitRefusesThenAdmitsAfterRefill(t *testing.T) {
 	}
 	// Both transports are refused before any stream starts.
 	st, h, body, _ := sseStatus(t, srv.URL, tok)
-	want429(t, st, h, body, "rate_limited", 500*time.Millisecond)
+	want429(t, st, h, body, "rate_limit_exceeded", 500*time.Millisecond)
 	st, h, body, _ = wsStatus(t, srv.URL, tok)
-	want429(t, st, h, body, "rate_limited", 500*time.Millisecond)
+	want429(t, st, h, body, "rate_limit_exceeded", 500*time.Millisecond)
 	// Another user is not affected.
 	if st, _, body, _ := sseStatus(t, srv.URL, token(t, "t1", testenv.UniqueID("user"))); st != http.StatusOK {
 		t.Fatalf("another user: %d %s", st, body)
@@ -136,7 +155,7 @@ func TestConnectRateLimitPerIP(t *testing.T) {
 		}
 	}
 	st, h, body := sseFrom(t, srv.URL, token(t, "t1", testenv.UniqueID("user")), "127.0.0.2")
-	want429(t, st, h, body, "rate_limited", 100*time.Second)
+	want429(t, st, h, body, "rate_limit_exceeded", 100*time.Second)
 	if st, _, body := sseFrom(t, srv.URL, token(t, "t1", testenv.UniqueID("user")), "127.0.0.3"); st != http.StatusOK {
 		t.Fatalf("another IP: %d %s", st, body)
 	}
@@ -163,7 +182,7 @@ func TestAPIPlanLimits(t *testing.T) {
 		}
 	}
 	resp, body := get(freeTok)
-	want429(t, resp.StatusCode, resp.Header, string(body), "rate_limited", time.Minute)
+	want429(t, resp.StatusCode, resp.Header, string(body), "rate_limit_exceeded", time.Minute)
 	// Another endpoint has a window of its own.
 	if resp, body := httpDo(t, http.MethodGet, srv.URL+"/v1/tasks?ids=task_1", freeTok, ""); resp.StatusCode != http.StatusOK {
 		t.Fatalf("another endpoint: %d %s", resp.StatusCode, body)

@@ -234,7 +234,7 @@ func TestBadTokenFloodIsLimitedPerAddress(t *testing.T) {
 	if statuses[http.StatusTooManyRequests] < flood*95/100 {
 		t.Fatalf("%d of %d refused with 429, want at least 95%%", statuses[http.StatusTooManyRequests], flood)
 	}
-	want429(t, http.StatusTooManyRequests, refusal.h, refusal.body, "rate_limited", time.Second)
+	want429(t, http.StatusTooManyRequests, refusal.h, refusal.body, "rate_limit_exceeded", time.Second)
 
 	// Good tokens take nothing from an address's allowance: far more of
 	// them than its burst all go through.

@@ -78,7 +78,7 @@ type Config struct {
 	FirstRequestTimeout time.Duration
 	// SubscribeReads and SubscribeReadBurst are each user's budget, on
 	// this node, of snapshot reads that subscriptions cause (50/s, bursts
-	// of 500); ids past it are refused with rate_limited.
+	// of 500); ids past it are refused with rate_limit_exceeded.
 	SubscribeReads     float64
 	SubscribeReadBurst int
 	// SendBuffer is each stream's socket send buffer (SO_SNDBUF), bounding

@@ -251,7 +251,7 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 
 	// 6. A rate-limited connect: u1's third within the bucket.
 	st, h, body, _ := sseStatus(t, srv.URL, u1)
-	want429(t, st, h, body, "rate_limited", time.Hour)
+	want429(t, st, h, body, "rate_limit_exceeded", time.Hour)
 	s.step("rate-limited connect", map[string]float64{
 		`pushd_admission_rejected_total{rule="connect_user"}`: 1,
 	}, nil)

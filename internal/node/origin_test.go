@@ -64,7 +64,7 @@ func TestCrossOriginWebSocketSpendsNoConnectBudget(t *testing.T) {
 	}
 	// The burst is spent: the bucket was the victim's all along.
 	status, resp, body := dialWSWith(t, s.URL, "Cookie", cookie)
-	want429(t, status, resp.Header, body, "rate_limited", time.Hour)
+	want429(t, status, resp.Header, body, "rate_limit_exceeded", time.Hour)
 }
 
 // TestCookieSSEFromForeignOriginIsRefused: an SSE stream or a snapshot read

@@ -11,7 +11,8 @@ import (
 
 // TestSubscribeFloodStaysWithinReadBudget: one user subscribing to fresh
 // random ids as fast as its WebSocket allows reaches PostgreSQL at most its
-// read budget, is told rate_limited with when to come back, and costs
+// read budget, is told rate_limit_exceeded with when to come back (in
+// seconds and milliseconds that agree), and costs
 // nothing to another user of its tenant or to another tenant.
 func TestSubscribeFloodStaysWithinReadBudget(t *testing.T) {
 	c := newCluster(t)
@@ -35,15 +36,22 @@ func TestSubscribeFloodStaysWithinReadBudget(t *testing.T) {
 		}
 		flood.send(t, map[string]any{"op": "subscribe", "id": 2 * round, "tasks": ids})
 		var ack struct {
-			Rejected []hub.Rejection `json:"rejected"`
+			Rejected []struct {
+				Code         string `json:"code"`
+				TaskID       string `json:"task_id"`
+				RetryAfter   *int64 `json:"retry_after"`
+				RetryAfterMS int64  `json:"retry_after_ms"`
+			} `json:"rejected"`
 		}
-		json.Unmarshal(rawMessage(flood.nextOf(t, "ack")), &ack)
+		raw := rawMessage(flood.nextOf(t, "ack"))
+		json.Unmarshal(raw, &ack)
 		for _, r := range ack.Rejected {
-			if r.Code == hub.CodeRateLimited {
+			if r.Code == hub.CodeRateLimitExceeded {
 				limited++
-				if r.RetryAfterMS <= 0 {
-					t.Fatalf("rate_limited without retry_after_ms: %+v", r)
+				if r.TaskID == "" {
+					t.Fatalf("a refusal without its task_id: %s", raw)
 				}
+				wantWait(t, string(raw), r.RetryAfter, r.RetryAfterMS)
 				retryAfter = r.RetryAfterMS
 			}
 		}
@@ -53,7 +61,7 @@ func TestSubscribeFloodStaysWithinReadBudget(t *testing.T) {
 	elapsed := time.Since(start)
 	queries := s.Store().Stats().DBQueries - before
 	budget := uint64(burst + rate*elapsed.Seconds() + 1)
-	t.Logf("flood of %v: %d ids refused rate_limited (last retry_after_ms %d), %d PostgreSQL queries, budget %d", elapsed, limited, retryAfter, queries, budget)
+	t.Logf("flood of %v: %d ids refused rate_limit_exceeded (last retry_after_ms %d), %d PostgreSQL queries, budget %d", elapsed, limited, retryAfter, queries, budget)
 	if limited == 0 {
 		t.Fatal("no id was refused: the flood had no read budget")
 	}

@@ -488,10 +488,28 @@ func TestStreamCursorWithoutFingerprintGetsAFullRead(t *testing.T) {
 	}
 }
 
+// limitWait checks an SSE error event refusing for a limit: its wait in
+// whole seconds and in milliseconds, which agree; it returns the
+// milliseconds.
+func limitWait(t *testing.T, ev sseEvent) time.Duration {
+	t.Helper()
+	var r struct {
+		Code         string `json:"code"`
+		Message      string `json:"message"`
+		RetryAfter   *int64 `json:"retry_after"`
+		RetryAfterMS int64  `json:"retry_after_ms"`
+	}
+	if err := json.Unmarshal([]byte(ev.Data), &r); err != nil || r.Code != hub.CodeRateLimitExceeded || r.Message == "" {
+		t.Fatalf("error event %s, want code %s with a message", ev.Data, hub.CodeRateLimitExceeded)
+	}
+	wantWait(t, ev.Data, r.RetryAfter, r.RetryAfterMS)
+	return time.Duration(r.RetryAfterMS) * time.Millisecond
+}
+
 // fingerprintOf is the subscription fingerprint ending a stream cursor.
 func fingerprintOf(cursor string) string { return cursor[strings.LastIndexByte(cursor, '.')+1:] }
 
-// A connection refused part of its subscription rate_limited is asked to
+// A connection refused part of its subscription rate_limit_exceeded is asked to
 // reconnect with its cursor for the rest: its cursors are versions, not a
 // stream position, which would skip a refused task that never moves again.
 func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
@@ -507,7 +525,7 @@ func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
 	query := "task=" + strings.Join(tasks, "&task=")
 	tok := token(t, tenant, "u1")
 	limited := func(ev sseEvent) bool {
-		return ev.Event == "error" && strings.Contains(ev.Data, `"rate_limited"`) && strings.Contains(ev.Data, tasks[2])
+		return ev.Event == "error" && strings.Contains(ev.Data, `"rate_limit_exceeded"`) && strings.Contains(ev.Data, tasks[2])
 	}
 
 	// The budget of two reads serves the URL's first two tasks.
@@ -523,6 +541,7 @@ func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
 			held++
 			last = ev.ID
 		case limited(ev):
+			limitWait(t, ev)
 			refused = true
 		case ev.Event != "hello" && ev.Event != "mode":
 			t.Fatalf("unexpected event %q: %s", ev.Event, ev.Data)
@@ -548,12 +567,9 @@ func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
 		}
 		if limited(ev) {
 			// As a client does: come back after retry_after_ms.
-			var r hub.Rejection
-			if err := json.Unmarshal([]byte(ev.Data), &r); err != nil || r.RetryAfterMS <= 0 {
-				t.Fatalf("rate_limited without retry_after_ms: %s", ev.Data)
-			}
+			wait := limitWait(t, ev)
 			again.Close()
-			time.Sleep(time.Duration(r.RetryAfterMS) * time.Millisecond)
+			time.Sleep(wait)
 			continue
 		}
 		if ev.Event != "task" {

@@ -95,7 +95,7 @@ export interface HelloDetail {
 
 export interface ReconnectingDetail {
   delayMs: number;
-  /** Why: 'stream_error', 'ws_close_<code>', 'http_<status>', 'no_hello', 'interrupted', 'server_reconnect', 'token'. */
+  /** Why: 'stream_error', 'ws_close_<code>', 'http_<status>', 'no_hello', 'interrupted', 'server_reconnect', 'token', 'rate_limit_exceeded'. */
   reason: string;
   attempt: number;
   polling: boolean;
@@ -107,6 +107,31 @@ export interface ErrorDetail {
   message?: string;
   task_id?: string;
   project_id?: string;
+  /** With rate_limit_exceeded: when to ask again, in whole seconds (rounded up) and in milliseconds. */
+  retry_after?: number;
+  retry_after_ms?: number;
+}
+
+/** The codes of refusals for a limit. */
+export type LimitCode = 'rate_limit_exceeded' | 'too_many_connections';
+
+/** A refusal for a limit, as limitOf reads it. */
+export interface Limit {
+  code: LimitCode;
+  /** Whole seconds, rounded up: the server's retry_after (a 429's Retry-After). */
+  retryAfter: number;
+  retryAfterMs: number;
+  /** The platform's message: "too many requests, try again in <retryAfter> s". */
+  message: string;
+}
+
+/**
+ * The detail of a `limited` event: something was refused for a limit. The
+ * client waits at least retryAfterMs before asking again by itself.
+ */
+export interface LimitedDetail extends Limit {
+  /** What was refused: a connection (429), a poll (429), subscribed ids, or a WebSocket request. */
+  source: 'connect' | 'poll' | 'subscribe' | 'request';
 }
 
 export interface ClientStats {
@@ -125,6 +150,7 @@ export interface PushdEventMap {
   hello: CustomEvent<HelloDetail>;
   reconnecting: CustomEvent<ReconnectingDetail>;
   error: CustomEvent<ErrorDetail>;
+  limited: CustomEvent<LimitedDetail>;
 }
 
 export declare const State: {
@@ -137,6 +163,13 @@ export declare const State: {
 
 export declare function isTerminal(status: string): boolean;
 export declare function fullJitter(attempt: number, baseMs: number, maxMs: number, random?: () => number): number;
+/** The platform's message for a refusal for a limit: "too many requests, try again in <seconds> s". */
+export declare function limitMessage(seconds: number): string;
+/**
+ * Reads a refusal for a limit from a 429 body ({"error", "retry_after", "retry_after_ms"}) or an
+ * error event, rejection or message ({"code", ...}); null when the code is not a limit's.
+ */
+export declare function limitOf(refusal: unknown, fallbackMs?: number | null): Limit | null;
 export declare function parseRetryAfter(value: string | null | undefined, now?: number): number | null;
 
 export declare class PushdClient extends EventTarget {

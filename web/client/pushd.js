@@ -21,9 +21,12 @@
 //   sets the delay instead. An EventSource cannot see status codes, so after
 //   a connection that failed before its hello the client probes the same URL
 //   with fetch to read the status.
-// - Asks again for ids the server refused rate_limited (its read budget for
-//   the user) once their retry_after_ms has passed, plus jitter: a
-//   subscribe of those ids on WebSocket, a reconnect with the cursor on SSE.
+// - Asks again for ids the server refused rate_limit_exceeded (its read
+//   budget for the user) once their retry_after_ms has passed, plus jitter:
+//   a subscribe of those ids on WebSocket, a reconnect with the cursor on SSE.
+// - Tells the page of every refusal for a limit (a 429 on connect or poll,
+//   a refused subscription or request) with a `limited` event carrying the
+//   wait and the platform's message, "too many requests, try again in 30 s".
 // - Falls back to polling GET /v1/tasks?ids= (and a project's task list)
 //   when it cannot hold a stream: after repeated failures, or when no hello
 //   arrives in time (a proxy that buffers the response); it keeps trying to
@@ -74,12 +77,45 @@ export function fullJitter(attempt, baseMs, maxMs, random = Math.random) {
   return Math.floor(random() * cap);
 }
 
+// The codes of refusals for a limit: a rate limit, and a cap on open
+// connections. Both come with retry_after (s) and retry_after_ms.
+const LIMIT_CODES = new Set(['rate_limit_exceeded', 'too_many_connections']);
+
+/** limitMessage is the platform's message for a refusal for a limit, waiting `seconds`. */
+export function limitMessage(seconds) {
+  return `too many requests, try again in ${seconds} s`;
+}
+
+/**
+ * limitOf reads a refusal for a limit: a 429 body, an SSE error event or a
+ * WebSocket error or rejection. The server's retry_after (whole seconds,
+ * rounded up) is the one the message shows; without it the milliseconds
+ * are rounded up, and without either `fallbackMs` is. Null when the code
+ * is not a limit's.
+ */
+export function limitOf(m, fallbackMs = null) {
+  if (!m || !LIMIT_CODES.has(m.code ?? m.error)) return null;
+  let ms = Number(m.retry_after_ms);
+  let s = Number(m.retry_after);
+  if (!(ms > 0)) ms = s > 0 ? s * 1000 : fallbackMs;
+  if (!(ms > 0)) ms = 1000;
+  if (!(s > 0)) s = Math.ceil(ms / 1000);
+  return { code: m.code ?? m.error, retryAfter: s, retryAfterMs: ms, message: limitMessage(s) };
+}
+
 /** parseRetryAfter reads a Retry-After header (seconds or an HTTP date) as ms; null when absent or malformed. */
 export function parseRetryAfter(value, now = Date.now()) {
   if (value == null || value === '') return null;
   if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000;
   const at = Date.parse(value);
   return Number.isNaN(at) ? null : Math.max(0, at - now);
+}
+
+// limitOfResponse reads a 429's body as limitOf does; a body that is not
+// pushd's (a proxy's 429) is a rate limit of Retry-After's wait.
+async function limitOfResponse(res, retryAfterMs) {
+  const body = await res.json().catch(() => null);
+  return limitOf(body, retryAfterMs) || limitOf({ code: 'rate_limit_exceeded' }, retryAfterMs);
 }
 
 export class PushdClient extends EventTarget {
@@ -113,7 +149,7 @@ export class PushdClient extends EventTarget {
   #wsReqID = 0;
   #helloSeen = false;
   #helloTimer = null;
-  #limitTimer = null; // asks again for ids refused rate_limited
+  #limitTimer = null; // asks again for ids refused rate_limit_exceeded
   #retryTimer = null;
   #hintMs = null; // a server's reconnect hint for the next attempt
   #attempt = 0; // reconnects since the last hello, for the backoff
@@ -324,12 +360,12 @@ export class PushdClient extends EventTarget {
         // The server's "event: error": a refused subscription, not a failure.
         const m = json(e);
         if (m?.code === 'token_expired') this.#tokenValue = null; // the stream ends next; reconnect with a new one
-        if (m?.code === 'rate_limited') {
+        if (m?.code === 'rate_limit_exceeded') {
           // An SSE stream's subscription is its URL: ask again by
           // reconnecting (with the cursor) once the budget allows.
           this.#afterLimit(gen, [m], () => {
             this.#hintMs = 0;
-            this.#fail(gen, { reason: 'rate_limited', probe: false });
+            this.#fail(gen, { reason: 'rate_limit_exceeded', probe: false });
           });
         }
         if (m) this.#emit('error', m);
@@ -379,7 +415,7 @@ export class PushdClient extends EventTarget {
         case 'task': if (m.task) this.#offer(m.task, 'ws'); break;
         case 'mode': this.#mode(m); break;
         case 'ack': {
-          const limited = (m.rejected || []).filter((r) => r.code === 'rate_limited');
+          const limited = (m.rejected || []).filter((r) => r.code === 'rate_limit_exceeded');
           if (limited.length) {
             this.#afterLimit(gen, limited, () => {
               const req = { op: 'subscribe', id: ++this.#wsReqID, tasks: [], projects: [] };
@@ -397,6 +433,8 @@ export class PushdClient extends EventTarget {
         case 'error':
           if (m.code === 'token_expired') this.#tokenValue = null;
           this.#emit('error', m);
+          // A request dropped for the connection's request rate.
+          if (limitOf(m)) this.#limited(limitOf(m), 'request');
           break;
         case 'reconnect': this.#hint(m.after_ms); break;
       }
@@ -467,18 +505,27 @@ export class PushdClient extends EventTarget {
   // has passed, plus up to half of it again so that a page's many
   // connections do not come back together; refusals arriving meanwhile
   // join the same wait on SSE, and ask for their own ids on WebSocket.
+  // Each wait it starts is announced once, with the longest refusal's.
   #afterLimit(gen, refusals, ask) {
-    const wait = Math.max(1, ...refusals.map((r) => Number(r.retry_after_ms) || 1000));
+    const longest = refusals.map((r) => limitOf(r)).reduce((a, b) => (b.retryAfterMs > a.retryAfterMs ? b : a));
+    const wait = Math.max(1, longest.retryAfterMs);
     const delay = wait + Math.random() * wait / 2;
     if (this.#transport === 'sse') {
       if (this.#limitTimer) return;
+      this.#limited(longest, 'subscribe');
       this.#limitTimer = setTimeout(() => {
         this.#limitTimer = null;
         if (gen === this.#gen) ask();
       }, delay);
       return;
     }
+    this.#limited(longest, 'subscribe');
     setTimeout(() => gen === this.#gen && ask(), delay);
+  }
+
+  // #limited announces a refusal for a limit; source says what was refused.
+  #limited(limit, source) {
+    this.#emit('limited', { ...limit, source });
   }
 
   #hint(afterMs) {
@@ -507,6 +554,7 @@ export class PushdClient extends EventTarget {
         if (mine !== this.#gen || !this.#started) return;
         if (status) {
           if (status.code === 429 && status.retryAfterMs != null) delay = Math.max(delay, status.retryAfterMs);
+          if (status.limit) this.#limited(status.limit, 'connect');
           if (status.code === 401) this.#tokenValue = null;
           reason = `http_${status.code}`;
         }
@@ -528,13 +576,16 @@ export class PushdClient extends EventTarget {
   }
 
   // #probe asks for the stream's URL with fetch to learn the status an
-  // EventSource or WebSocket cannot see; it reads no body.
+  // EventSource or WebSocket cannot see; it reads no body but a 429's,
+  // which says what limit refused and for how long.
   async #probe(url) {
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), this.#opt.probeTimeoutMs);
     try {
       const res = await fetch(url, { signal: ctl.signal, cache: 'no-store', headers: { Accept: 'text/event-stream' } });
-      return { code: res.status, retryAfterMs: parseRetryAfter(res.headers.get('Retry-After')) };
+      const retryAfterMs = parseRetryAfter(res.headers.get('Retry-After'));
+      const limit = res.status === 429 ? await limitOfResponse(res, retryAfterMs) : null;
+      return { code: res.status, retryAfterMs, limit };
     } catch {
       return null;
     } finally {
@@ -684,6 +735,7 @@ export class PushdClient extends EventTarget {
     }
     for (const p of s.projects) urls.push(`${this.#base}/v1/projects/${encodeURIComponent(p)}/tasks`);
     let retryAfter = null;
+    const limits = []; // one announcement per round, the longest wait's
     await Promise.all(urls.map(async (url) => {
       const headers = { Authorization: `Bearer ${token}` };
       const tag = this.#etags.get(url);
@@ -696,7 +748,9 @@ export class PushdClient extends EventTarget {
       }
       if (res.status === 304) return;
       if (res.status === 429) {
-        retryAfter = Math.max(retryAfter ?? 0, parseRetryAfter(res.headers.get('Retry-After')) ?? 0);
+        const ms = parseRetryAfter(res.headers.get('Retry-After'));
+        retryAfter = Math.max(retryAfter ?? 0, ms ?? 0);
+        limits.push(await limitOfResponse(res, ms));
         return;
       }
       if (res.status === 401) this.#tokenValue = null;
@@ -713,6 +767,7 @@ export class PushdClient extends EventTarget {
       if (Array.isArray(body?.tasks)) body.tasks.forEach((t) => this.#offer(t, 'poll'));
       else if (body?.task_id) this.#offer(body, 'poll');
     }));
+    if (limits.length) this.#limited(limits.reduce((a, b) => (b.retryAfterMs > a.retryAfterMs ? b : a)), 'poll');
     return retryAfter;
   }
 

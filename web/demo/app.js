@@ -8,7 +8,7 @@
 // and tune the client for tests and experiments (milliseconds):
 //   hello_ms, fallback_after, poll_ms, stream_retry_ms, backoff_ms
 // Whatever the URL says, the header shows whom the token in use names.
-import { PushdClient, isTerminal } from '/client/pushd.js';
+import { PushdClient, isTerminal, limitOf } from '/client/pushd.js';
 
 const params = new URLSearchParams(location.search);
 const tenant = params.get('tenant') || 'demo';
@@ -47,6 +47,7 @@ const REASON = {
 };
 const STATE = { idle: 'Idle', connecting: 'Connecting', streaming: 'Streaming', polling: 'Polling', closed: 'Closed' };
 const TRANSPORT = { sse: 'Server-Sent Events', ws: 'WebSocket' };
+const LIMITED = { connect: 'connecting', poll: 'polling', subscribe: 'subscribing', request: 'a WebSocket request' };
 
 // --- tokens ----------------------------------------------------------------
 
@@ -198,7 +199,15 @@ client.addEventListener('reconnecting', (e) => {
 client.addEventListener('error', (e) => {
   const d = e.detail;
   if (d.code === 'not_found' && d.task_id) return; // a task not published yet arrives when it is
+  if (limitOf(d)) return; // the limited event says it, once per wait
   log(`Server: ${d.code}${d.message ? ` (${d.message})` : ''}`, 'warn');
+});
+// A refusal for a limit, in the platform's words; the client asks again
+// by itself once the wait is over.
+client.addEventListener('limited', (e) => {
+  const d = e.detail;
+  $('conn').dataset.limited = d.message;
+  log(`Server: ${d.message} (${LIMITED[d.source] || d.source})`, 'warn');
 });
 client.addEventListener('task', (e) => {
   const { task, previous } = e.detail;
@@ -391,7 +400,7 @@ async function startTask(kind, button) {
     });
     const body = await res.json().catch(() => ({}));
     if (res.status === 401) currentToken = ''; // the next start asks for a token again
-    if (!res.ok) throw new Error(body.message || `HTTP ${res.status}`);
+    if (!res.ok) throw new Error(limitOf(body)?.message || body.message || `HTTP ${res.status}`);
     remember(body.task);
     client.offer(body.task); // shown at once; the stream brings what follows
     client.subscribe({ tasks: [body.task.task_id] });
