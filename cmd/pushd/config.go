@@ -81,6 +81,7 @@ type connFlags struct {
 	SubscribeReads                        float64
 	SubscribeReadBurst                    int
 	SendBuffer                            int
+	HotTaskWatchers                       int
 }
 
 // admissionFlags are the admission limits (package admission); a limit of
@@ -188,6 +189,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	durationVar(fs, &cf.SubscribeTimeout, "subscribe-timeout", 10*time.Second, "longest the initial reads of one subscription may take")
 	fs.Float64Var(&cf.SubscribeReads, "subscribe-reads", 50, "snapshot reads per second that one user's subscriptions may cause on this node (one per task id, project or user scope subscribed), refilling a bucket of --subscribe-read-burst; ids past it get rate_limited with retry_after_ms")
 	fs.IntVar(&cf.SubscribeReadBurst, "subscribe-read-burst", 500, "snapshot reads one user's subscriptions may cause at once on this node")
+	fs.IntVar(&cf.HotTaskWatchers, "hot-task-watchers", 1000, "connections on this node watching one task by id that make it a hot task, counted in hot_key_detected_total each time a task reaches it (again only after it fell below)")
 	fs.Int64Var(&cf.WSMaxMessageBytes, "ws-max-message-bytes", 64<<10, "longest WebSocket message a client may send; a longer one closes the connection with 1009")
 	fs.Float64Var(&cf.WSRequestRate, "ws-request-rate", 10, "requests per second one WebSocket may send (token bucket refill); one over it is dropped with rate_limited")
 	fs.IntVar(&cf.WSRequestBurst, "ws-request-burst", 20, "requests one WebSocket may send at once")

@@ -100,7 +100,7 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 		SubscribeTimeout: cfg.Conn.SubscribeTimeout, SubscribeReads: cfg.Conn.SubscribeReads, SubscribeReadBurst: cfg.Conn.SubscribeReadBurst,
 		WSMaxMessageBytes: cfg.Conn.WSMaxMessageBytes, WSRequestRate: cfg.Conn.WSRequestRate, WSRequestBurst: cfg.Conn.WSRequestBurst,
 		WSMaxBadMessages: cfg.Conn.WSMaxBadMessages, FirstRequestTimeout: cfg.Conn.FirstRequestTimeout,
-		SendBuffer:       cfg.Conn.SendBuffer,
+		SendBuffer: cfg.Conn.SendBuffer, HotTaskWatchers: cfg.Conn.HotTaskWatchers,
 		AuthFailureBurst: cfg.AuthFailureBurst, AuthFailureRate: cfg.AuthFailureRate, AuthFailureAddresses: cfg.AuthFailureAddresses,
 	})
 	if err != nil {

@@ -115,6 +115,10 @@ type Config struct {
 	// what the kernel holds for a client that stopped reading; zero leaves
 	// the kernel's autotuning (up to 4 MB a socket on Linux).
 	SendBuffer int
+	// HotTaskWatchers is the number of connections on this node watching
+	// one task by id that makes it hot (hot_key_detected_total); zero: the
+	// hub's default (1000).
+	HotTaskWatchers int
 
 	SSERetry time.Duration // zero: the SSE default
 	// DisconnectCheck is how often SSE connections held without a goroutine
@@ -338,6 +342,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Source: source, Bus: hubBus, Stream: hubStream, HeartbeatInterval: cfg.Heartbeat, PollInterval: cfg.PollInterval,
 		NodeName: cfg.NodeName, Logger: cfg.Logger, Writers: cfg.Writers,
 		MaxSubscriptions: cfg.MaxSubscriptions, SubscribeReads: cfg.SubscribeReads, SubscribeReadBurst: cfg.SubscribeReadBurst,
+		HotTaskWatchers: cfg.HotTaskWatchers,
 	})
 	n.bus.Start(n.hub)
 	if n.tailer != nil {
