@@ -468,7 +468,7 @@ type counters struct {
 	slowClosed, expiredClosed, writeErrors, backlogged, heartbeats atomic.Int64
 	dispatchNoWatch, modeSwitches, polls, pollErrors, busRetries   atomic.Int64
 	readRetries, readsLimited                                      atomic.Int64
-	catchUps, streamApplied, resumes, resumeTasks, resumeFallbacks atomic.Int64
+	catchUps, resumes, resumeTasks, resumeFallbacks                atomic.Int64
 	resumeMismatches                                               atomic.Int64
 	pushed, reconnects                                             [NumTransports]atomic.Int64
 	notifyToWrite, staleness                                       *histogram.Histogram
@@ -511,7 +511,6 @@ type Stats struct {
 
 	// With a Stream.
 	CatchUps        int64 // bus gaps (a tenant's Resync, a lost bus's poll round or its restoration) closed by the stream instead of re-reading
-	StreamApplied   int64 // changes handed to Apply
 	Resumes         int64 // subscriptions served by replaying the stream after the client's cursor
 	ResumeTasks     int64 // tasks those replays read and offered
 	ResumeFallbacks int64 // resume cursors the stream could not serve: the subscription read everything
@@ -549,8 +548,8 @@ func (h *Hub) Stats() Stats {
 		Polls: c.polls.Load(), PollErrors: c.pollErrors.Load(), BusRetries: c.busRetries.Load(),
 		ReadRetries: c.readRetries.Load(), ReadsLimited: c.readsLimited.Load(),
 		HotTasks: h.idx.hotTasks(), HotTasksDetected: h.idx.hotCrossings.Load(),
-		CatchUps: c.catchUps.Load(), StreamApplied: c.streamApplied.Load(),
-		Resumes: c.resumes.Load(), ResumeTasks: c.resumeTasks.Load(), ResumeFallbacks: c.resumeFallbacks.Load(), ResumeMismatches: c.resumeMismatches.Load(),
+		CatchUps: c.catchUps.Load(),
+		Resumes:  c.resumes.Load(), ResumeTasks: c.resumeTasks.Load(), ResumeFallbacks: c.resumeFallbacks.Load(), ResumeMismatches: c.resumeMismatches.Load(),
 		NotifyToWrite: c.notifyToWrite.Snapshot(),
 		Staleness:     c.staleness.Snapshot(),
 	}
