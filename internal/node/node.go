@@ -308,6 +308,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			publisher = fanout.NewRedisPublisher(n.realtime, names, fanout.WithStream(cfg.StreamMaxLen))
 		}
 	}
+	counted := &countingPublisher{Publisher: publisher}
+	publisher = counted
 	if hubBus == nil {
 		hubBus = n.bus
 	}
@@ -377,7 +379,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		OriginPatterns:   cfg.OriginPatterns,
 		TrustedProxies:   cfg.TrustedProxies,
 		AuthFailureBurst: cfg.AuthFailureBurst, AuthFailureRate: cfg.AuthFailureRate, AuthFailureAddresses: cfg.AuthFailureAddresses,
-		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.busStats, Stream: n.tailer, Admission: n.adm}),
+		Metrics: promhttp.HandlerFor(metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.store, Bus: n.busStats, Stream: n.tailer, Admission: n.adm, Publisher: counted}),
 			promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}),
 		Logger: cfg.Logger,
 	})
