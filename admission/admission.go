@@ -126,10 +126,14 @@ const (
 	RuleAPI         = "api"          // the tenant's API window
 	RuleUserCap     = "user_cap"     // the user's open connections
 	RuleTenantCap   = "tenant_cap"   // the tenant's open connections
+	// Limits of a node alone, which their callers check and report with
+	// Passed and Refused, so every refusal is in one set of counters.
+	RuleConnsPerIP   = "conns_per_ip"  // open connections of a client address on this node
+	RuleAuthFailures = "auth_failures" // failed authentications of a client address
 )
 
 // rules lists every rule, for Stats' sums by rule.
-var rules = [...]string{RuleConnectUser, RuleConnectIP, RuleAPI, RuleUserCap, RuleTenantCap}
+var rules = [...]string{RuleConnectUser, RuleConnectIP, RuleAPI, RuleUserCap, RuleTenantCap, RuleConnsPerIP, RuleAuthFailures}
 
 // Decision is the answer to one admission check.
 type Decision struct {

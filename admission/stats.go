@@ -116,6 +116,22 @@ func (e *endpointStats) stats() []RuleStats {
 	return out
 }
 
+// Passed counts a pass of a limit its caller checked itself (RuleConnsPerIP,
+// RuleAuthFailures) at endpoint. A nil Controller counts nothing.
+func (c *Controller) Passed(endpoint, rule string) {
+	if c != nil {
+		c.allow(endpoint, rule)
+	}
+}
+
+// Refused counts a refusal by a limit its caller checked itself, with the
+// wait it asked for. A nil Controller counts nothing.
+func (c *Controller) Refused(endpoint, rule string, retryAfter time.Duration) {
+	if c != nil {
+		c.count(endpoint, Decision{Rule: rule, RetryAfter: retryAfter})
+	}
+}
+
 // luaDone records the latency of a round trip that ran the scripts of
 // rules at endpoint, started at start.
 func (c *Controller) luaDone(endpoint string, start time.Time, rules ...string) {

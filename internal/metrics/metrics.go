@@ -127,7 +127,7 @@ var (
 	replayed        = counter("resume_replayed_entries_total", "Stream entries replayed for resuming clients.")
 	resumeTasks     = counter("resume_tasks_total", "Tasks read and sent to resuming clients because they moved after the cursor.")
 	resumeFallbacks = counter("resume_fallbacks_total", "Resume cursors not replayed, so the client got a full resync, by reason: corrupt, tenant, epoch, trimmed, too_many, ahead, unavailable, subscription.", "reason")
-	admAllowed      = counter("admission_allowed_total", "Admission checks passed, by rule: connect_user, connect_ip (buckets), api (plan window), user_cap, tenant_cap (connection caps).", "rule")
+	admAllowed      = counter("admission_allowed_total", "Rate-limit checks passed, by rule: connect_user, connect_ip (buckets), api (plan window), user_cap, tenant_cap (connection caps), conns_per_ip, auth_failures (the node's own per-address limits).", "rule")
 	admRejected     = counter("admission_rejected_total", "Connections and API calls refused (429), by rule.", "rule")
 	admFallbacks    = counter("admission_fallbacks_total", "Admission checks decided on local limits because the control Redis failed or had just failed.")
 	admStoreErrors  = counter("admission_store_errors_total", "Round trips to the control Redis that failed (checks, renewals, releases, reconciles).")
@@ -149,7 +149,7 @@ var (
 	notifyWrite  = prometheus.NewDesc("pushd_notification_to_write_seconds", "Time from the node hearing a change notification to the write of the snapshot it announced, per task event written.", nil, nil)
 	staleness    = prometheus.NewDesc("pushd_snapshot_staleness_seconds", "Time from a snapshot's updated_at to its write to a client, per task event of a change (notification, poll, stream), not of a subscription's initial state. Includes clock skew with the Task State Service.", nil, nil)
 
-	rlAllowed    = platformCounter("rate_limit_allowed_total", "Admission checks passed, by endpoint (connect, or the snapshot API's task, tasks, project_tasks) and rule_name (connect_user, connect_ip, api, user_cap, tenant_cap); only rules that are on are checked.", "endpoint", "rule_name")
+	rlAllowed    = platformCounter("rate_limit_allowed_total", "Rate-limit checks passed, by endpoint (connect, or the snapshot API's task, tasks, project_tasks) and rule_name (connect_user, connect_ip, api, user_cap, tenant_cap, conns_per_ip, auth_failures); only rules that are on are checked.", "endpoint", "rule_name")
 	rlRejected   = platformCounter("rate_limit_rejected_total", "Connections and API calls refused with 429, by endpoint and the rule_name that refused.", "endpoint", "rule_name")
 	rlRetryAfter = prometheus.NewDesc("rate_limit_retry_after_ms", "The wait each refusal asked for (Retry-After, in milliseconds), by endpoint and rule_name.", []string{"endpoint", "rule_name"}, nil)
 	rlLatency    = prometheus.NewDesc("rate_limit_lua_latency_ms", "Time of each round trip to the control Redis that ran a rule's Lua script, answered or failed, in milliseconds, by endpoint and rule_name; a round trip that checked two rules counts under each.", []string{"endpoint", "rule_name"}, nil)
