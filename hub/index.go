@@ -72,7 +72,7 @@ func (x *index) remove(kind int, k key, c *Conn) {
 	sh := x.shard(k)
 	sh.mu.Lock()
 	removeConn(sh.sets[kind], k, c)
-	if kind == byTask && len(sh.sets[kind][k]) < x.hotAt {
+	if kind == byTask && len(sh.hot) > 0 && len(sh.sets[kind][k]) < x.hotAt {
 		delete(sh.hot, k)
 	}
 	sh.mu.Unlock()
