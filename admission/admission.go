@@ -126,19 +126,14 @@ const (
 	RuleAPI         = "api"          // the tenant's API window
 	RuleUserCap     = "user_cap"     // the user's open connections
 	RuleTenantCap   = "tenant_cap"   // the tenant's open connections
+	// Limits of a node alone, which their callers check and report with
+	// Passed and Refused, so every refusal is in one set of counters.
+	RuleConnsPerIP   = "conns_per_ip"  // open connections of a client address on this node
+	RuleAuthFailures = "auth_failures" // failed authentications of a client address
 )
 
-// rules lists every rule, the index of its counters.
-var rules = [...]string{RuleConnectUser, RuleConnectIP, RuleAPI, RuleUserCap, RuleTenantCap}
-
-func ruleIndex(rule string) int {
-	for i, r := range rules {
-		if r == rule {
-			return i
-		}
-	}
-	return 0
-}
+// rules lists every rule, for Stats' sums by rule.
+var rules = [...]string{RuleConnectUser, RuleConnectIP, RuleAPI, RuleUserCap, RuleTenantCap, RuleConnsPerIP, RuleAuthFailures}
 
 // Decision is the answer to one admission check.
 type Decision struct {
@@ -154,7 +149,7 @@ type Decision struct {
 
 // counters are what Stats reads.
 type counters struct {
-	allowed, rejected                                            [len(rules)]atomic.Int64
+	byEndpoint                                                   endpointStats
 	fallbacks, storeErrors                                       atomic.Int64
 	leasesAcquired, leasesReleased, leasesExpired, leasesReadded atomic.Int64
 	reconciles, reconcileDiff, sessionsClosed                    atomic.Int64
@@ -165,8 +160,11 @@ type Stats struct {
 	StoreUp bool // admission uses Redis now, not local limits
 	Leases  int  // connection leases the node holds
 
-	Allowed  map[string]int64 // checks passed, by rule (Rule*)
+	Allowed  map[string]int64 // checks passed, by rule (Rule*): the sums of Rules
 	Rejected map[string]int64 // checks refused, by rule (Rule*)
+	// Rules are the counters by endpoint and rule, of the rules checked so
+	// far; a rule that is off (a zero limit) is never checked.
+	Rules []RuleStats
 	// Fallbacks are checks decided on local limits because Redis failed or
 	// had failed within RetryAfterFailure; StoreErrors are the failed
 	// round trips themselves (checks, renewals, releases, reconciles).
@@ -219,6 +217,7 @@ func New(cfg Config) *Controller {
 		wake:         make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	c.local.init()
+	c.stats.byEndpoint.init()
 	c.plans.init()
 	c.leases.init()
 	c.sessions.init()
@@ -255,10 +254,14 @@ func (c *Controller) Stats() Stats {
 		Reconciles:     c.stats.reconciles.Load(),
 		ReconcileDiff:  c.stats.reconcileDiff.Load(),
 		SessionsClosed: c.stats.sessionsClosed.Load(),
+		Rules:          c.stats.byEndpoint.stats(),
 	}
-	for i, r := range rules {
-		s.Allowed[r] = c.stats.allowed[i].Load()
-		s.Rejected[r] = c.stats.rejected[i].Load()
+	for _, r := range rules {
+		s.Allowed[r], s.Rejected[r] = 0, 0
+	}
+	for _, r := range s.Rules {
+		s.Allowed[r.Rule] += r.Allowed
+		s.Rejected[r.Rule] += r.Rejected
 	}
 	return s
 }
@@ -280,20 +283,26 @@ func (c *Controller) failed(what string, err error) {
 	c.lost.Fail("admission store failed; using local limits", err, "op", what, "retry_after", c.cfg.RetryAfterFailure)
 }
 
-func (c *Controller) count(d Decision) Decision {
+// count counts a decision at endpoint: a fallback to local limits, and a
+// refusal with the wait it asked for. Passes are counted by allow, rule by
+// rule.
+func (c *Controller) count(endpoint string, d Decision) Decision {
 	if d.Local && c.rdb != nil {
 		c.stats.fallbacks.Add(1)
 	}
 	if d.Allowed {
 		return d
 	}
-	c.stats.rejected[ruleIndex(d.Rule)].Add(1)
+	r := c.stats.byEndpoint.rule(endpoint, d.Rule)
+	r.rejected.Add(1)
+	r.retryAfter.Observe(d.RetryAfter)
 	return d
 }
 
-func (c *Controller) allow(rules ...string) {
+// allow counts a pass of each of rules at endpoint.
+func (c *Controller) allow(endpoint string, rules ...string) {
 	for _, r := range rules {
-		c.stats.allowed[ruleIndex(r)].Add(1)
+		c.stats.byEndpoint.rule(endpoint, r).allowed.Add(1)
 	}
 }
 
@@ -322,13 +331,13 @@ func capArg(v int) int {
 // authenticated with; empty for a JWT.
 func (c *Controller) Connect(ctx context.Context, tenant, user, ip, sess string) (*Hold, Decision) {
 	if d := c.connectBuckets(ctx, tenant, user, ip); !d.Allowed {
-		return nil, c.count(d)
+		return nil, c.count(EndpointConnect, d)
 	}
 	h, d := c.acquire(ctx, tenant, user)
 	if h != nil && sess != "" {
 		h.session = c.sessions.add(sess)
 	}
-	return h, c.count(d)
+	return h, c.count(EndpointConnect, d)
 }
 
 // connectBuckets takes a token from the IP's bucket and the user's in one
@@ -338,6 +347,13 @@ func (c *Controller) connectBuckets(ctx context.Context, tenant, user, ip string
 	userOn := c.cfg.ConnectUserBurst > 0 && c.cfg.ConnectUserRate > 0
 	if !ipOn && !userOn {
 		return Decision{Allowed: true}
+	}
+	var on []string // the rules checked, for the counters
+	if ipOn {
+		on = append(on, RuleConnectIP)
+	}
+	if userOn {
+		on = append(on, RuleConnectUser)
 	}
 	if c.useRedis() {
 		var calls []*scriptCall
@@ -351,14 +367,16 @@ func (c *Controller) connectBuckets(ctx context.Context, tenant, user, ip string
 			calls = append(calls, userCall)
 		}
 		tctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		start := time.Now()
 		err := runPipelined(tctx, c.rdb, calls)
+		c.luaDone(EndpointConnect, start, on...)
 		cancel()
 		d, err := bucketDecision(err, ipCall, userCall)
 		if err == nil {
 			c.recovered()
-			if d.Allowed {
-				c.allow(RuleConnectIP, RuleConnectUser)
-			}
+			// Both buckets were checked in one round trip: each one that
+			// gave a token passed, whichever refused.
+			c.allow(EndpointConnect, bucketPasses(ipCall, userCall)...)
 			return d
 		}
 		c.failed("connect bucket", err)
@@ -372,11 +390,31 @@ func (c *Controller) connectBuckets(ctx context.Context, tenant, user, ip string
 	}
 	if userOn {
 		if wait, ok := c.local.take(localBucket("u", tenant, user), c.cfg.ConnectUserRate, c.cfg.ConnectUserBurst, now); !ok {
+			if ipOn {
+				c.allow(EndpointConnect, RuleConnectIP)
+			}
 			return Decision{Rule: RuleConnectUser, RetryAfter: wait, Local: true}
 		}
 	}
-	c.allow(RuleConnectIP, RuleConnectUser)
+	c.allow(EndpointConnect, on...)
 	return d
+}
+
+// bucketPasses names the buckets of a decided round trip that gave a token.
+func bucketPasses(ipCall, userCall *scriptCall) []string {
+	var out []string
+	for _, call := range []struct {
+		c    *scriptCall
+		rule string
+	}{{ipCall, RuleConnectIP}, {userCall, RuleConnectUser}} {
+		if call.c == nil {
+			continue
+		}
+		if v, err := ints(call.c.cmd, 2); err == nil && v[0] == 1 {
+			out = append(out, call.rule)
+		}
+	}
+	return out
 }
 
 func bucketDecision(err error, ipCall, userCall *scriptCall) (Decision, error) {

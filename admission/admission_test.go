@@ -435,3 +435,108 @@ func TestIDsThatJoinAlikeHaveLimitsOfTheirOwn(t *testing.T) {
 		}
 	})
 }
+
+// ruleStats finds the counters of rule at endpoint; ok is false when the
+// rule was never checked there.
+func ruleStats(s Stats, endpoint, rule string) (RuleStats, bool) {
+	for _, r := range s.Rules {
+		if r.Endpoint == endpoint && r.Rule == rule {
+			return r, true
+		}
+	}
+	return RuleStats{}, false
+}
+
+// Each check is counted under its endpoint and each rule it checked: passes
+// of every rule checked (a connect refused by its user's bucket still
+// passed its IP's), the refusal of the rule that refused with the wait it
+// asked for, and a round trip to Redis per rule checked in it. A rule
+// that is off (here the tenant cap) has no counters at all.
+func TestRuleStatsByEndpoint(t *testing.T) {
+	c, _ := shared(t, Config{ConnectUserBurst: 2, ConnectUserRate: 0.001, ConnectIPBurst: 10, ConnectIPRate: 1,
+		MaxConnsPerUser: 1, Plans: map[string]int{PlanFree: 1}})
+	ctx := context.Background()
+	user := testenv.UniqueID("u")
+	h, d := c.Connect(ctx, "t1", user, "10.0.0.1", "")
+	if !d.Allowed {
+		t.Fatalf("1st connect: %+v", d)
+	}
+	defer h.Release()
+	capped, capD := c.Connect(ctx, "t1", user, "10.0.0.1", "")
+	if capped != nil || capD.Rule != RuleUserCap {
+		t.Fatalf("2nd connect: %+v, want refused by %s", capD, RuleUserCap)
+	}
+	_, bucketD := c.Connect(ctx, "t1", user, "10.0.0.1", "")
+	if bucketD.Rule != RuleConnectUser {
+		t.Fatalf("3rd connect: %+v, want refused by %s", bucketD, RuleConnectUser)
+	}
+	tenant := testenv.UniqueID("t")
+	if d := c.API(ctx, tenant, "", "task"); !d.Allowed {
+		t.Fatalf("1st call: %+v", d)
+	}
+	apiD := c.API(ctx, tenant, "", "task")
+	if apiD.Allowed {
+		t.Fatalf("2nd call: %+v, want refused", apiD)
+	}
+
+	s := c.Stats()
+	for _, w := range []struct {
+		endpoint, rule    string
+		allowed, rejected int64
+		retry             time.Duration // the sum of the waits asked for
+		trips             uint64        // round trips to Redis
+	}{
+		{EndpointConnect, RuleConnectIP, 3, 0, 0, 3},
+		{EndpointConnect, RuleConnectUser, 2, 1, bucketD.RetryAfter, 3},
+		{EndpointConnect, RuleUserCap, 1, 1, capD.RetryAfter, 2},
+		{"task", RuleAPI, 1, 1, apiD.RetryAfter, 2},
+	} {
+		r, ok := ruleStats(s, w.endpoint, w.rule)
+		if !ok {
+			t.Errorf("%s %s: no counters", w.endpoint, w.rule)
+			continue
+		}
+		if r.Allowed != w.allowed || r.Rejected != w.rejected {
+			t.Errorf("%s %s: allowed %d, rejected %d; want %d, %d", w.endpoint, w.rule, r.Allowed, r.Rejected, w.allowed, w.rejected)
+		}
+		if r.RetryAfter.Count != uint64(w.rejected) || r.RetryAfter.Sum != w.retry {
+			t.Errorf("%s %s: %d waits summing to %s, want %d summing to %s", w.endpoint, w.rule, r.RetryAfter.Count, r.RetryAfter.Sum, w.rejected, w.retry)
+		}
+		if r.LuaLatency.Count != w.trips {
+			t.Errorf("%s %s: %d round trips timed, want %d", w.endpoint, w.rule, r.LuaLatency.Count, w.trips)
+		}
+	}
+	for _, k := range [][2]string{{EndpointConnect, RuleTenantCap}, {EndpointConnect, RuleAPI}, {"task", RuleConnectUser}} {
+		if _, ok := ruleStats(s, k[0], k[1]); ok {
+			t.Errorf("%s %s: counters of a rule never checked there", k[0], k[1])
+		}
+	}
+	if len(s.Rules) != 4 {
+		t.Errorf("%d rule counters, want 4: %+v", len(s.Rules), s.Rules)
+	}
+	// The sums by rule.
+	if s.Allowed[RuleConnectIP] != 3 || s.Allowed[RuleTenantCap] != 0 || s.Rejected[RuleUserCap] != 1 || s.Rejected[RuleAPI] != 1 {
+		t.Errorf("by rule: allowed %v, rejected %v", s.Allowed, s.Rejected)
+	}
+}
+
+// Endpoint names are the callers', but past maxEndpoints of them the rest
+// are counted as EndpointOther, so the labels stay bounded.
+func TestRuleStatsEndpointsBounded(t *testing.T) {
+	c := newController(t, Config{Plans: map[string]int{PlanFree: 100}})
+	ctx := context.Background()
+	for i := range maxEndpoints + 3 {
+		c.API(ctx, "t1", "", fmt.Sprintf("e%d", i))
+	}
+	c.API(ctx, "t1", "", "e0")
+	s := c.Stats()
+	if len(s.Rules) != maxEndpoints+1 {
+		t.Fatalf("%d endpoints counted, want %d and %s", len(s.Rules), maxEndpoints, EndpointOther)
+	}
+	if r, _ := ruleStats(s, "e0", RuleAPI); r.Allowed != 2 {
+		t.Errorf("e0: %d allowed, want 2", r.Allowed)
+	}
+	if r, _ := ruleStats(s, EndpointOther, RuleAPI); r.Allowed != 3 {
+		t.Errorf("%s: %d allowed, want 3", EndpointOther, r.Allowed)
+	}
+}

@@ -24,15 +24,17 @@ func (c *Controller) API(ctx context.Context, tenant, claimPlan, endpoint string
 	window := c.cfg.APIWindow
 	if c.useRedis() {
 		tctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		start := time.Now()
 		cmd := windowScript.Run(tctx, c.rdb, []string{c.names.api(tenant, endpoint)}, limit, window.Milliseconds(), newLeaseID())
+		c.luaDone(endpoint, start, RuleAPI)
 		v, err := ints(cmd, 2)
 		cancel()
 		if err == nil {
 			if v[0] == 1 {
-				c.allow(RuleAPI)
+				c.allow(endpoint, RuleAPI)
 				return Decision{Allowed: true}
 			}
-			return c.count(Decision{Rule: RuleAPI, RetryAfter: ms(v[1])})
+			return c.count(endpoint, Decision{Rule: RuleAPI, RetryAfter: ms(v[1])})
 		}
 		c.failed("api window", err)
 	}
@@ -40,10 +42,10 @@ func (c *Controller) API(ctx context.Context, tenant, claimPlan, endpoint string
 	share := c.localShare(limit)
 	perSecond := float64(share) / window.Seconds()
 	if wait, ok := c.local.take(localBucket("api", tenant, endpoint), perSecond, share, time.Now()); !ok {
-		return c.count(Decision{Rule: RuleAPI, RetryAfter: wait, Local: true})
+		return c.count(endpoint, Decision{Rule: RuleAPI, RetryAfter: wait, Local: true})
 	}
-	c.allow(RuleAPI)
-	return c.count(Decision{Allowed: true, Local: true})
+	c.allow(endpoint, RuleAPI)
+	return c.count(endpoint, Decision{Allowed: true, Local: true})
 }
 
 func (c *Controller) limitFor(plan string) int {

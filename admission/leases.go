@@ -158,10 +158,19 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 		return h, Decision{Allowed: true}
 	}
 	h.member = leaseMember(newLeaseID(), user)
+	var on []string // the caps checked, for the counters
+	if userCap > 0 {
+		on = append(on, RuleUserCap)
+	}
+	if tenantCap > 0 {
+		on = append(on, RuleTenantCap)
+	}
 	if c.useRedis() {
 		tctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		start := time.Now()
 		cmd := acquireScript.Run(tctx, c.rdb, c.capKeys(tenant, user),
 			h.member, c.cfg.LeaseTTL.Milliseconds(), capArg(userCap), capArg(tenantCap), c.names.capUserPrefix(tenant), c.keyTTL())
+		c.luaDone(EndpointConnect, start, on...)
 		v, dead, err := acquireReply(cmd)
 		cancel()
 		if err == nil {
@@ -172,17 +181,24 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 				c.local.open(tenant, user, 0, 0, true)
 				c.leases.add(h)
 				c.stats.leasesAcquired.Add(1)
-				c.allow(RuleUserCap, RuleTenantCap)
+				c.allow(EndpointConnect, on...)
 				return h, Decision{Allowed: true}
 			case v[1] == 1:
 				return nil, Decision{Rule: RuleUserCap, RetryAfter: capRetryAfter}
 			default:
+				if userCap > 0 {
+					// The user's cap passed; the tenant's refused.
+					c.allow(EndpointConnect, RuleUserCap)
+				}
 				return nil, Decision{Rule: RuleTenantCap, RetryAfter: capRetryAfter}
 			}
 		}
 		c.failed("acquire lease", err)
 	}
 	if rule := c.local.open(tenant, user, c.localShare(userCap), c.localShare(tenantCap), false); rule != "" {
+		if rule == RuleTenantCap && userCap > 0 {
+			c.allow(EndpointConnect, RuleUserCap)
+		}
 		return nil, Decision{Rule: rule, RetryAfter: capRetryAfter, Local: true}
 	}
 	// The lease is not in Redis yet: the first renewal that reaches Redis
@@ -190,7 +206,7 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 	// removes it.
 	c.leases.add(h)
 	c.stats.leasesAcquired.Add(1)
-	c.allow(RuleUserCap, RuleTenantCap)
+	c.allow(EndpointConnect, on...)
 	return h, Decision{Allowed: true, Local: true}
 }
 

@@ -92,6 +92,11 @@ type Config struct {
 	// Zero means 50 per second with bursts of 500.
 	SubscribeReads     float64
 	SubscribeReadBurst int
+	// HotTaskWatchers is the number of this node's connections watching one
+	// task by id that makes the task hot, the push server's hot key: each
+	// time a task reaches it is counted (Stats.HotTasksDetected), again
+	// only after it fell below. Zero means 1000.
+	HotTaskWatchers int
 	// MaxControl bounds queued non-task events (errors) per connection; past
 	// it the connection is closed as a slow client. Zero means 256.
 	MaxControl int
@@ -127,6 +132,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SubscribeReadBurst <= 0 {
 		c.SubscribeReadBurst = 500
+	}
+	if c.HotTaskWatchers <= 0 {
+		c.HotTaskWatchers = 1000
 	}
 	if c.MaxControl <= 0 {
 		c.MaxControl = 256
@@ -189,7 +197,7 @@ func New(cfg Config) *Hub {
 	}
 	h.stats.notifyToWrite = histogram.New(notifyToWriteBounds[:]...)
 	h.stats.staleness = histogram.New(stalenessBounds[:]...)
-	h.idx.init()
+	h.idx.init(cfg.HotTaskWatchers)
 	h.mode = ModePush
 	h.poll.init()
 	h.budgets.init(cfg.SubscribeReads, cfg.SubscribeReadBurst)
@@ -461,7 +469,7 @@ type counters struct {
 	slowClosed, expiredClosed, writeErrors, backlogged, heartbeats atomic.Int64
 	dispatchNoWatch, modeSwitches, polls, pollErrors, busRetries   atomic.Int64
 	readRetries, readsLimited                                      atomic.Int64
-	catchUps, streamApplied, resumes, resumeTasks, resumeFallbacks atomic.Int64
+	catchUps, resumes, resumeTasks, resumeFallbacks                atomic.Int64
 	resumeMismatches                                               atomic.Int64
 	pushed, reconnects                                             [NumTransports]atomic.Int64
 	notifyToWrite, staleness                                       *histogram.Histogram
@@ -496,10 +504,14 @@ type Stats struct {
 	BusRetries      int64 // bus subscriptions retried after failing
 	ReadRetries     int64 // rounds re-reading, in batches, the tenants of connections whose initial read failed
 	ReadsLimited    int64 // subscribed ids and scopes refused because their user's read budget was spent
+	// HotTasks are the tasks watched by id by Config.HotTaskWatchers of
+	// this node's connections or more, now; HotTasksDetected counts the
+	// times a task reached that many, once per crossing.
+	HotTasks         int
+	HotTasksDetected int64
 
 	// With a Stream.
 	CatchUps        int64 // bus gaps (a tenant's Resync, a lost bus's poll round or its restoration) closed by the stream instead of re-reading
-	StreamApplied   int64 // changes handed to Apply
 	Resumes         int64 // subscriptions served by replaying the stream after the client's cursor
 	ResumeTasks     int64 // tasks those replays read and offered
 	ResumeFallbacks int64 // resume cursors the stream could not serve: the subscription read everything
@@ -536,8 +548,9 @@ func (h *Hub) Stats() Stats {
 		DispatchNoWatch: c.dispatchNoWatch.Load(), ModeSwitches: c.modeSwitches.Load(),
 		Polls: c.polls.Load(), PollErrors: c.pollErrors.Load(), BusRetries: c.busRetries.Load(),
 		ReadRetries: c.readRetries.Load(), ReadsLimited: c.readsLimited.Load(),
-		CatchUps: c.catchUps.Load(), StreamApplied: c.streamApplied.Load(),
-		Resumes: c.resumes.Load(), ResumeTasks: c.resumeTasks.Load(), ResumeFallbacks: c.resumeFallbacks.Load(), ResumeMismatches: c.resumeMismatches.Load(),
+		HotTasks: h.idx.hotTasks(), HotTasksDetected: h.idx.hotCrossings.Load(),
+		CatchUps: c.catchUps.Load(),
+		Resumes:  c.resumes.Load(), ResumeTasks: c.resumeTasks.Load(), ResumeFallbacks: c.resumeFallbacks.Load(), ResumeMismatches: c.resumeMismatches.Load(),
 		NotifyToWrite: c.notifyToWrite.Snapshot(),
 		Staleness:     c.staleness.Snapshot(),
 	}

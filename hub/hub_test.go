@@ -471,3 +471,48 @@ func TestSinceCannotGrowAConnectionWithoutBound(t *testing.T) {
 		t.Fatalf("10,000 claimed versions left %d remembered, want at most %d", n, limit)
 	}
 }
+
+// A task is counted hot each time the connections watching it by id reach
+// HotTaskWatchers, once per crossing: not again while it stays there, again
+// after it fell below and came back. Watching its project does not count.
+func TestHotTaskCountedOncePerCrossing(t *testing.T) {
+	e := newEnv(t, hub.Config{HotTaskWatchers: 3})
+	e.publish(t, snap(t, "t1", "task_a", 1))
+	check := func(step string, hot int, detected int64) {
+		t.Helper()
+		st := e.hub.Stats()
+		if st.HotTasks != hot || st.HotTasksDetected != detected {
+			t.Fatalf("%s: hot %d, detected %d; want %d, %d", step, st.HotTasks, st.HotTasksDetected, hot, detected)
+		}
+	}
+	byID := hub.Subscription{Tasks: []string{"task_a"}}
+	var conns []*hub.Conn
+	for range 2 {
+		c, _, _ := e.open(t, "t1", "u1", byID)
+		conns = append(conns, c)
+	}
+	e.open(t, "t1", "u1", hub.Subscription{Projects: []string{"p1"}})
+	check("two by id, one by project", 0, 0)
+	// Subscribing again to a task it watches adds no watcher.
+	if _, err := conns[0].Subscribe(context.Background(), byID); err != nil {
+		t.Fatal(err)
+	}
+	check("a repeated subscribe", 0, 0)
+	c3, _, _ := e.open(t, "t1", "u1", byID)
+	check("three", 1, 1)
+	c4, _, _ := e.open(t, "t1", "u1", byID)
+	check("four", 1, 1)
+	c4.Close()
+	check("back to three", 1, 1)
+	c3.Close()
+	check("two", 0, 1)
+	c5, _, _ := e.open(t, "t1", "u1", byID)
+	check("three again", 1, 2)
+	c5.Unsubscribe([]string{"task_a"}, nil)
+	check("unsubscribed to two", 0, 2)
+	// Another tenant's task of the same id is another key.
+	for range 3 {
+		e.open(t, "t2", "u1", byID)
+	}
+	check("another tenant's", 1, 3)
+}

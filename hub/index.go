@@ -3,6 +3,7 @@ package hub
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 )
 
 // shardCount spreads the routing index over locks, so subscribes, closes
@@ -23,21 +24,29 @@ const (
 type index struct {
 	seed   maphash.Seed
 	shards [shardCount]indexShard
+	// hotAt is the number of connections watching a task by id that makes
+	// it hot (Config.HotTaskWatchers); hotCrossings counts the times a task
+	// reached it, once per crossing: again only after it fell below.
+	hotAt        int
+	hotCrossings atomic.Int64
 }
 
 type indexShard struct {
 	mu     sync.RWMutex
 	sets   [kinds]map[key]connSet
-	scoped map[string]int // per tenant whose key hashes here, connections watching a project or a user
+	scoped map[string]int   // per tenant whose key hashes here, connections watching a project or a user
+	hot    map[key]struct{} // tasks watched by id by hotAt connections or more
 }
 
-func (x *index) init() {
+func (x *index) init(hotAt int) {
 	x.seed = maphash.MakeSeed()
+	x.hotAt = hotAt
 	for i := range x.shards {
 		for k := range kinds {
 			x.shards[i].sets[k] = make(map[key]connSet)
 		}
 		x.shards[i].scoped = make(map[string]int)
+		x.shards[i].hot = make(map[key]struct{})
 	}
 }
 
@@ -48,7 +57,14 @@ func (x *index) shard(k key) *indexShard {
 func (x *index) add(kind int, k key, c *Conn) {
 	sh := x.shard(k)
 	sh.mu.Lock()
-	sh.sets[kind][k] = addConn(sh.sets[kind][k], c)
+	set := addConn(sh.sets[kind][k], c)
+	sh.sets[kind][k] = set
+	if kind == byTask && len(set) >= x.hotAt {
+		if _, was := sh.hot[k]; !was {
+			sh.hot[k] = struct{}{}
+			x.hotCrossings.Add(1)
+		}
+	}
 	sh.mu.Unlock()
 }
 
@@ -56,7 +72,22 @@ func (x *index) remove(kind int, k key, c *Conn) {
 	sh := x.shard(k)
 	sh.mu.Lock()
 	removeConn(sh.sets[kind], k, c)
+	if kind == byTask && len(sh.hot) > 0 && len(sh.sets[kind][k]) < x.hotAt {
+		delete(sh.hot, k)
+	}
 	sh.mu.Unlock()
+}
+
+// hotTasks is the number of tasks hot now.
+func (x *index) hotTasks() int {
+	n := 0
+	for i := range x.shards {
+		sh := &x.shards[i]
+		sh.mu.RLock()
+		n += len(sh.hot)
+		sh.mu.RUnlock()
+	}
+	return n
 }
 
 // has reports whether any connection is indexed under k.

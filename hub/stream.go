@@ -44,7 +44,6 @@ func (h *Hub) Apply(ctx context.Context, tenant string, changes []snapshot.Notif
 	if len(changes) == 0 {
 		return nil
 	}
-	h.stats.streamApplied.Add(int64(len(changes)))
 	ids := make([]string, 0, len(changes))
 	seen := make(map[string]struct{}, len(changes))
 	for _, n := range changes {

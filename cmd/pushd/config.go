@@ -84,6 +84,7 @@ type connFlags struct {
 	SubscribeReads                        float64
 	SubscribeReadBurst                    int
 	SendBuffer                            int
+	HotTaskWatchers                       int
 }
 
 // admissionFlags are the admission limits (package admission); a limit of
@@ -191,6 +192,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	durationVar(fs, &cf.SubscribeTimeout, "subscribe-timeout", 10*time.Second, "longest the initial reads of one subscription may take")
 	fs.Float64Var(&cf.SubscribeReads, "subscribe-reads", 50, "snapshot reads per second that one user's subscriptions may cause on this node (one per task id, project or user scope subscribed), refilling a bucket of --subscribe-read-burst; ids past it get rate_limit_exceeded with retry_after and retry_after_ms")
 	fs.IntVar(&cf.SubscribeReadBurst, "subscribe-read-burst", 500, "snapshot reads one user's subscriptions may cause at once on this node")
+	fs.IntVar(&cf.HotTaskWatchers, "hot-task-watchers", 1000, "connections on this node watching one task by id that make it a hot task, counted in hot_key_detected_total each time a task reaches it (again only after it fell below)")
 	fs.Int64Var(&cf.WSMaxMessageBytes, "ws-max-message-bytes", 64<<10, "longest WebSocket message a client may send; a longer one closes the connection with 1009")
 	fs.Float64Var(&cf.WSRequestRate, "ws-request-rate", 10, "requests per second one WebSocket may send (token bucket refill); one over it is dropped with rate_limit_exceeded")
 	fs.IntVar(&cf.WSRequestBurst, "ws-request-burst", 20, "requests one WebSocket may send at once")
@@ -439,6 +441,7 @@ func (c config) nodeConfig(version string, log *slog.Logger) node.Config {
 		SubscribeTimeout: c.Conn.SubscribeTimeout, SubscribeReads: c.Conn.SubscribeReads, SubscribeReadBurst: c.Conn.SubscribeReadBurst,
 		WSMaxMessageBytes: c.Conn.WSMaxMessageBytes, WSRequestRate: c.Conn.WSRequestRate, WSRequestBurst: c.Conn.WSRequestBurst,
 		WSMaxBadMessages: c.Conn.WSMaxBadMessages, FirstRequestTimeout: c.Conn.FirstRequestTimeout, SendBuffer: c.Conn.SendBuffer,
+		HotTaskWatchers:  c.Conn.HotTaskWatchers,
 		AuthFailureBurst: c.AuthFailureBurst, AuthFailureRate: c.AuthFailureRate, AuthFailureAddresses: c.AuthFailureAddresses,
 	}
 }

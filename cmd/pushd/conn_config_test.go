@@ -25,6 +25,7 @@ func init() {
 		"ws-max-bad-messages":   {"2", "3", func(c config) string { return itoa(c.Conn.WSMaxBadMessages) }},
 		"first-request-timeout": {"5s", "6s", func(c config) string { return dur(c.Conn.FirstRequestTimeout) }},
 		"socket-send-buffer":    {"65536", "0", func(c config) string { return itoa(c.Conn.SendBuffer) }},
+		"hot-task-watchers":     {"10", "20", func(c config) string { return itoa(c.Conn.HotTaskWatchers) }},
 	} {
 		flagCases[name] = fc
 	}
@@ -37,12 +38,14 @@ func TestConnLimitsDefaultsAndRefusals(t *testing.T) {
 	}
 	if f := c.Conn; f.Writers != 32 || f.MaxSubscriptions != 200 || f.MaxIDs != 100 || f.SubscribeReads != 50 ||
 		f.SubscribeReadBurst != 500 || f.WSMaxMessageBytes != 64<<10 || f.WSRequestRate != 10 || f.WSRequestBurst != 20 ||
-		f.WSMaxBadMessages != 10 || f.FirstRequestTimeout != 10*time.Second || f.SubscribeTimeout != 10*time.Second {
+		f.WSMaxBadMessages != 10 || f.FirstRequestTimeout != 10*time.Second || f.SubscribeTimeout != 10*time.Second ||
+		f.HotTaskWatchers != 1000 {
 		t.Fatalf("defaults %+v", f)
 	}
 	for _, args := range [][]string{
 		{"--writers", "0"}, {"--max-ids", "-1"}, {"--subscribe-reads", "0"}, {"--subscribe-reads", "NaN"},
 		{"--ws-max-message-bytes", "0"}, {"--first-request-timeout", "0s"}, {"--subscribe-read-burst", "0"},
+		{"--hot-task-watchers", "0"},
 	} {
 		if _, err := parseConfig(args, env(), io.Discard); err == nil {
 			t.Errorf("%v accepted", args)

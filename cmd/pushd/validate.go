@@ -89,7 +89,7 @@ func (c config) validate(from origins) error {
 	}
 	for name, n := range map[string]int{"max-header-bytes": c.MaxHeaderBytes, "max-url-bytes": c.MaxURLBytes,
 		"writers": c.Conn.Writers, "max-subscriptions": c.Conn.MaxSubscriptions, "max-ids": c.Conn.MaxIDs,
-		"subscribe-read-burst": c.Conn.SubscribeReadBurst, "ws-request-burst": c.Conn.WSRequestBurst,
+		"subscribe-read-burst": c.Conn.SubscribeReadBurst, "ws-request-burst": c.Conn.WSRequestBurst, "hot-task-watchers": c.Conn.HotTaskWatchers,
 		"ws-max-bad-messages": c.Conn.WSMaxBadMessages, "ws-max-message-bytes": int(min(c.Conn.WSMaxMessageBytes, 1<<30))} {
 		if n <= 0 {
 			bad(name, "%d: must be positive", n)

@@ -119,11 +119,18 @@ func New(cfg Config) http.Handler {
 	e.Pre(s.limitURL)
 	e.Use(cors(cfg.OriginPatterns))
 
-	e.GET("/v1/events", s.checkOrigin(false, s.limitStreams(s.authed(s.admitStream(cfg.SSE.Serve)))))
-	e.GET("/v1/ws", s.checkOrigin(true, s.limitStreams(s.authed(s.admitStream(cfg.WS.Serve)))))
-	e.GET("/v1/tasks/:id", s.checkOrigin(false, s.authed(s.limitAPI("task", s.getTask))))
-	e.GET("/v1/tasks", s.checkOrigin(false, s.authed(s.limitAPI("tasks", s.getTasks))))
-	e.GET("/v1/projects/:id/tasks", s.checkOrigin(false, s.authed(s.limitAPI("project_tasks", s.projectTasks))))
+	stream := func(ws bool, serve func(http.ResponseWriter, *http.Request, hub.Principal)) echo.HandlerFunc {
+		return s.checkOrigin(ws, s.limitStreams(s.authed(admission.EndpointConnect, s.admitStream(serve))))
+	}
+	// endpoint names the API window, and the endpoint in the limits' metrics.
+	read := func(endpoint string, h func(echo.Context, hub.Principal) error) echo.HandlerFunc {
+		return s.checkOrigin(false, s.authed(endpoint, s.limitAPI(endpoint, h)))
+	}
+	e.GET("/v1/events", stream(false, cfg.SSE.Serve))
+	e.GET("/v1/ws", stream(true, cfg.WS.Serve))
+	e.GET("/v1/tasks/:id", read("task", s.getTask))
+	e.GET("/v1/tasks", read("tasks", s.getTasks))
+	e.GET("/v1/projects/:id/tasks", read("project_tasks", s.projectTasks))
 	e.POST("/v1/publish", s.publish)
 	e.Match([]string{http.MethodGet, http.MethodHead}, "/", s.index)
 	e.GET("/healthz", s.healthz)
@@ -207,11 +214,15 @@ func codeForStatus(status int) string {
 // authed authenticates the request before h runs. Only invalid tokens
 // count as failures: an expired one was signed by the issuer, and its
 // client must hear token_expired to fetch a fresh one.
-func (s *server) authed(h func(echo.Context, hub.Principal) error) echo.HandlerFunc {
+func (s *server) authed(endpoint string, h func(echo.Context, hub.Principal) error) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		attempt, wait := s.failures.begin(c.RealIP())
 		if wait > 0 {
+			s.cfg.Admission.Refused(endpoint, admission.RuleAuthFailures, wait)
 			return tooManyFailures(wait)
+		}
+		if s.failures != nil {
+			s.cfg.Admission.Passed(endpoint, admission.RuleAuthFailures)
 		}
 		p, err := s.cfg.Auth.Authenticate(c.Request())
 		attempt.end(errors.Is(err, auth.ErrInvalidToken))

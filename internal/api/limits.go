@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/internal/httperr"
 )
 
@@ -30,9 +31,13 @@ func (s *server) limitStreams(next echo.HandlerFunc) echo.HandlerFunc {
 			return fail(http.StatusServiceUnavailable, httperr.OverCapacity,
 				"this node holds its maximum of "+strconv.Itoa(max)+" connections; retry, possibly on another node")
 		}
-		if max := s.cfg.MaxConnsPerIP; max > 0 && s.cfg.Hub.ConnsFrom(c.RealIP()) >= max {
-			return tooManyRequests(httperr.TooManyConnections, overCapacityRetry,
-				"at most "+strconv.Itoa(max)+" open connections per client address on this node")
+		if max := s.cfg.MaxConnsPerIP; max > 0 {
+			if s.cfg.Hub.ConnsFrom(c.RealIP()) >= max {
+				s.cfg.Admission.Refused(admission.EndpointConnect, admission.RuleConnsPerIP, overCapacityRetry)
+				return tooManyRequests(httperr.TooManyConnections, overCapacityRetry,
+					"at most "+strconv.Itoa(max)+" open connections per client address on this node")
+			}
+			s.cfg.Admission.Passed(admission.EndpointConnect, admission.RuleConnsPerIP)
 		}
 		return next(c)
 	}

@@ -36,7 +36,7 @@ func exported(t *testing.T) map[string]bool {
 		}
 		names[m[1]] = true
 	}
-	for _, d := range []*prometheus.Desc{streamLag, notifyWrite, staleness} {
+	for _, d := range []*prometheus.Desc{streamLag, notifyWrite, staleness, rlRetryAfter, rlLatency} {
 		name := fqName.FindStringSubmatch(d.String())[1]
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 			names[name+suffix] = true
@@ -125,13 +125,17 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	// The list, each on the dashboard.
+	// What operators watch, each on the dashboard: the platform's names
+	// and pushd's own.
 	for _, n := range []string{
 		"pushd_connections_open", "sse_push_total", "websocket_push_total", "client_reconnect_total",
 		"task_snapshot_refetch_total", "pushd_singleflight_shared_total", "pushd_pubsub_received_total",
 		"pushd_pubsub_malformed_total", "pushd_pubsub_subscription_losses_total", "pushd_mode",
-		"pushd_mode_switches_total", "pushd_stream_lag_seconds_bucket", "pushd_stream_length_entries",
-		"pushd_disconnects_total", "pushd_admission_rejected_total", "pushd_admission_allowed_total",
+		"pushd_mode_switches_total", "pushd_stream_lag_seconds_bucket", "stream_length",
+		"pushd_disconnects_total", "rate_limit_rejected_total", "rate_limit_allowed_total",
+		"rate_limit_retry_after_ms_bucket", "rate_limit_lua_latency_ms_bucket",
+		"cache_hit_total", "cache_miss_total", "cache_set_total", "hot_key_detected_total", "pushd_hot_tasks",
+		"pubsub_publish_total", "pushd_notifications_unwatched_total", "pushd_stream_apply_errors_total",
 		"pushd_admission_lease_events_total", "pushd_admission_reconcile_difference_total",
 		"pushd_notification_to_write_seconds_bucket", "pushd_snapshot_staleness_seconds_bucket",
 	} {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/testenv"
@@ -98,6 +99,70 @@ func TestHistogramsServeTheirBucketsAndObservations(t *testing.T) {
 		if b := m.GetBucket(); f.GetName() == "pushd_snapshot_staleness_seconds" &&
 			(b[len(b)-1].GetCumulativeCount() != 0 || m.GetSampleSum() < (24*time.Hour).Seconds()) {
 			t.Errorf("staleness %v: want one observation past every bound", m)
+		}
+	}
+	for name := range want {
+		t.Errorf("%s not served", name)
+	}
+}
+
+// TestRateLimitHistogramsInMilliseconds pins the rate-limit histograms'
+// bounds, in milliseconds as their names say, and checks a refusal's wait
+// reaches rate_limit_retry_after_ms exactly, under its endpoint and rule.
+func TestRateLimitHistogramsInMilliseconds(t *testing.T) {
+	h := hub.New(hub.Config{Source: snapshot.NewMemoryStore(), Bus: fanout.NewMemoryBus()})
+	defer h.Close()
+	adm := admission.New(admission.Config{ConnectUserBurst: 1, ConnectUserRate: 1})
+	defer adm.Close()
+	ctx := context.Background()
+	hold, d := adm.Connect(ctx, "t1", "u1", "", "")
+	if !d.Allowed {
+		t.Fatalf("1st connect: %+v", d)
+	}
+	defer hold.Release()
+	_, d = adm.Connect(ctx, "t1", "u1", "", "")
+	if d.Allowed || d.RetryAfter <= 0 {
+		t.Fatalf("2nd connect: %+v, want refused with a wait", d)
+	}
+
+	families, err := NewRegistry(Sources{Hub: h, Admission: adm}).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		bounds []float64
+		count  uint64
+		sum    float64
+	}{
+		"rate_limit_retry_after_ms": {[]float64{10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 900000, 3600000}, 1, float64(d.RetryAfter) / float64(time.Millisecond)},
+		"rate_limit_lua_latency_ms": {[]float64{.1, .25, .5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000}, 0, 0}, // no Redis: no round trip
+	}
+	for _, f := range families {
+		w, ok := want[f.GetName()]
+		if !ok {
+			continue
+		}
+		delete(want, f.GetName())
+		if n := len(f.GetMetric()); n != 1 {
+			t.Fatalf("%s: %d series, want connect_user's only", f.GetName(), n)
+		}
+		m := f.GetMetric()[0]
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["endpoint"] != admission.EndpointConnect || labels["rule_name"] != admission.RuleConnectUser || len(labels) != 2 {
+			t.Errorf("%s labels %v", f.GetName(), labels)
+		}
+		var bounds []float64
+		for _, b := range m.GetHistogram().GetBucket() {
+			bounds = append(bounds, b.GetUpperBound())
+		}
+		if !slices.Equal(bounds, w.bounds) {
+			t.Errorf("%s buckets %v, want %v", f.GetName(), bounds, w.bounds)
+		}
+		if got := m.GetHistogram(); got.GetSampleCount() != w.count || got.GetSampleSum() != w.sum {
+			t.Errorf("%s count %d sum %g, want %d and %g", f.GetName(), got.GetSampleCount(), got.GetSampleSum(), w.count, w.sum)
 		}
 	}
 	for name := range want {

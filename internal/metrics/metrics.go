@@ -3,13 +3,17 @@
 // keep (atomic adds), at scrape time, so the delivery path pays no more
 // than those adds for being measured. docs/METRICS.md lists every metric.
 //
-// Names: the few metrics the platform's operators look for by name
+// Names: the metrics the platform's operators look for by name
 // (sse_push_total, websocket_push_total, client_reconnect_total,
-// task_snapshot_refetch_total) are exported exactly so; every other one
-// starts with pushd_.
+// task_snapshot_refetch_total, pubsub_publish_total, the rate_limit_*,
+// cache_* and hot_key_detected_total families, stream_length) are exported
+// exactly so, beside pushd's own where both exist; every other one starts
+// with pushd_.
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -25,6 +29,10 @@ import (
 // Cluster.
 type BusStats interface{ Stats() fanout.RedisStats }
 
+// PublishStats counts the snapshots a node stored and announced on
+// Pub/Sub itself (POST /v1/publish, the demo simulator).
+type PublishStats interface{ Published() int64 }
+
 // Sources are what a node measures. Hub is required; Store and Bus are nil
 // in the embedded mode, Stream without streams.
 type Sources struct {
@@ -33,6 +41,7 @@ type Sources struct {
 	Bus       BusStats
 	Stream    *stream.Tailer
 	Admission *admission.Controller // nil: no admission metrics
+	Publisher PublishStats          // read only with Bus: nil, or the embedded mode, has no Pub/Sub
 }
 
 // NewRegistry returns a registry with the Go runtime and process
@@ -64,6 +73,11 @@ func gauge(name, help string, labels ...string) metric {
 // exported without the pushd_ prefix.
 func platformCounter(name, help string, labels ...string) metric {
 	return metric{prometheus.NewDesc(name, help, labels, nil), prometheus.CounterValue}
+}
+
+// platformGauge is platformCounter's gauge.
+func platformGauge(name, help string, labels ...string) metric {
+	return metric{prometheus.NewDesc(name, help, labels, nil), prometheus.GaugeValue}
 }
 
 var (
@@ -113,7 +127,7 @@ var (
 	replayed        = counter("resume_replayed_entries_total", "Stream entries replayed for resuming clients.")
 	resumeTasks     = counter("resume_tasks_total", "Tasks read and sent to resuming clients because they moved after the cursor.")
 	resumeFallbacks = counter("resume_fallbacks_total", "Resume cursors not replayed, so the client got a full resync, by reason: corrupt, tenant, epoch, trimmed, too_many, ahead, unavailable, subscription.", "reason")
-	admAllowed      = counter("admission_allowed_total", "Admission checks passed, by rule: connect_user, connect_ip (buckets), api (plan window), user_cap, tenant_cap (connection caps).", "rule")
+	admAllowed      = counter("admission_allowed_total", "Rate-limit checks passed, by rule: connect_user, connect_ip (buckets), api (plan window), user_cap, tenant_cap (connection caps), conns_per_ip, auth_failures (the node's own per-address limits).", "rule")
 	admRejected     = counter("admission_rejected_total", "Connections and API calls refused (429), by rule.", "rule")
 	admFallbacks    = counter("admission_fallbacks_total", "Admission checks decided on local limits because the control Redis failed or had just failed.")
 	admStoreErrors  = counter("admission_store_errors_total", "Round trips to the control Redis that failed (checks, renewals, releases, reconciles).")
@@ -135,6 +149,20 @@ var (
 	notifyWrite  = prometheus.NewDesc("pushd_notification_to_write_seconds", "Time from the node hearing a change notification to the write of the snapshot it announced, per task event written.", nil, nil)
 	staleness    = prometheus.NewDesc("pushd_snapshot_staleness_seconds", "Time from a snapshot's updated_at to its write to a client, per task event of a change (notification, poll, stream), not of a subscription's initial state. Includes clock skew with the Task State Service.", nil, nil)
 
+	rlAllowed    = platformCounter("rate_limit_allowed_total", "Rate-limit checks passed, by endpoint (connect, or the snapshot API's task, tasks, project_tasks) and rule_name (connect_user, connect_ip, api, user_cap, tenant_cap, conns_per_ip, auth_failures); only rules that are on are checked.", "endpoint", "rule_name")
+	rlRejected   = platformCounter("rate_limit_rejected_total", "Connections and API calls refused with 429, by endpoint and the rule_name that refused.", "endpoint", "rule_name")
+	rlRetryAfter = prometheus.NewDesc("rate_limit_retry_after_ms", "The wait each refusal asked for (Retry-After, in milliseconds), by endpoint and rule_name.", []string{"endpoint", "rule_name"}, nil)
+	rlLatency    = prometheus.NewDesc("rate_limit_lua_latency_ms", "Time of each round trip to the control Redis that ran a rule's Lua script, answered or failed, in milliseconds, by endpoint and rule_name; a round trip that checked two rules counts under each.", []string{"endpoint", "rule_name"}, nil)
+	cacheHit     = platformCounter("cache_hit_total", "Snapshot reads a cache answered, a \"not found\" marker included, by cache: local (in process) or redis (in front of PostgreSQL).", "cache")
+	cacheMiss    = platformCounter("cache_miss_total", "Snapshot reads a cache could not answer, so the next layer was asked, by cache: local or redis.", "cache")
+	cacheSet     = platformCounter("cache_set_total", "Entries stored in a cache by the read path: local (snapshots and listings read, or written, stored in process) or redis (snapshots read from PostgreSQL written back).", "cache")
+	hotDetected  = platformCounter("hot_key_detected_total", "Times a task became hot: watched by id by --hot-task-watchers of the node's connections (counted again only after it fell below).")
+	hotTasks     = gauge("hot_tasks", "Tasks hot now: watched by id by --hot-task-watchers of the node's connections or more.")
+	unwatched    = counter("notifications_unwatched_total", "Change notifications heard for tasks no connection on the node watches, dropped without a read.")
+	published    = platformCounter("pubsub_publish_total", "Snapshots the node stored and announced on Pub/Sub itself (POST /v1/publish, the demo simulator).")
+	streamLen    = platformGauge("stream_length", "Entries in the streams the node tails, as of their last check: the sum, and the longest (the same as pushd_stream_length_entries).", "stat")
+	applyErrors  = counter("stream_apply_errors_total", "Batches of stream entries the hub could not deliver (a snapshot read failed); the batch is read again.")
+
 	all = []metric{connections, mode, modeSwitches, opened, notifications, fetches, fetchErrors, delivered, conflated,
 		dropped, disconnects, heartbeats, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
@@ -142,7 +170,8 @@ var (
 		streamsTailed, streamLength, streamEntries, streamReads, streamRechecks, streamMalformed, streamCatchUps, tailResyncs,
 		resumes, replayed, resumeTasks, resumeFallbacks,
 		admAllowed, admRejected, admFallbacks, admStoreErrors, admStoreUp, leases, leaseEvents, reconciles, reconcileDiff, sessionsClosed,
-		connsOpen, ssePush, wsPush, reconnects, refetch, sfShared, pubsubLosses}
+		connsOpen, ssePush, wsPush, reconnects, refetch, sfShared, pubsubLosses,
+		rlAllowed, rlRejected, cacheHit, cacheMiss, cacheSet, hotDetected, hotTasks, unwatched, published, streamLen, applyErrors}
 )
 
 type collector struct{ s Sources }
@@ -154,6 +183,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- streamLag
 	ch <- notifyWrite
 	ch <- staleness
+	ch <- rlRetryAfter
+	ch <- rlLatency
 }
 
 // Collect reads each source's Stats, plain values, and maps them to
@@ -167,6 +198,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.s.Bus != nil {
 		e.bus(c.s.Bus.Stats())
+		if c.s.Publisher != nil {
+			e.emit(published, float64(c.s.Publisher.Published()))
+		}
 	}
 	if c.s.Stream != nil {
 		e.stream(c.s.Stream.Stats(), hs)
@@ -192,6 +226,17 @@ func (e emitter) histogram(d *prometheus.Desc, s histogram.Snapshot) {
 	e.ch <- prometheus.MustNewConstHistogram(d, s.Count, s.Sum.Seconds(), buckets)
 }
 
+// histogramMS sends a histogram's snapshot in milliseconds, for the
+// platform's _ms names.
+func (e emitter) histogramMS(d *prometheus.Desc, s histogram.Snapshot, labels ...string) {
+	ms := func(v time.Duration) float64 { return float64(v) / float64(time.Millisecond) }
+	buckets := make(map[float64]uint64, len(s.Bounds))
+	for i, b := range s.Bounds {
+		buckets[ms(b)] = s.Cumulative[i]
+	}
+	e.ch <- prometheus.MustNewConstHistogram(d, s.Count, ms(s.Sum), buckets, labels...)
+}
+
 func (e emitter) hub(st hub.Stats) {
 	e.emit(connections, float64(st.Conns))
 	for _, m := range []string{hub.ModePush, hub.ModePolling} {
@@ -215,6 +260,9 @@ func (e emitter) hub(st hub.Stats) {
 	e.emit(pollErrors, float64(st.PollErrors))
 	e.emit(resyncs, float64(st.Resyncs))
 	e.emit(busRetries, float64(st.BusRetries))
+	e.emit(unwatched, float64(st.DispatchNoWatch))
+	e.emit(hotDetected, float64(st.HotTasksDetected))
+	e.emit(hotTasks, float64(st.HotTasks))
 	for _, cc := range st.ConnCounts {
 		e.emit(connsOpen, float64(cc.N), cc.Transport.String(), cc.Plan)
 	}
@@ -251,6 +299,13 @@ func (e emitter) store(ss store.Stats) {
 	e.emit(refetch, float64(ss.DBErrors), "postgres", "error")
 	e.emit(refetch, float64(ss.DBRejected), "postgres", "rejected")
 	e.emit(sfShared, float64(ss.SharedCalls))
+	// A "not found" marker answered the read as well as a snapshot would.
+	e.emit(cacheHit, float64(ss.CacheHits+ss.NegativeHits-ss.RedisNegative), "local")
+	e.emit(cacheMiss, float64(ss.CacheMisses), "local")
+	e.emit(cacheSet, float64(ss.CacheSets), "local")
+	e.emit(cacheHit, float64(ss.RedisHits+ss.RedisNegative), "redis")
+	e.emit(cacheMiss, float64(ss.RedisMisses-ss.RedisNegative), "redis")
+	e.emit(cacheSet, float64(ss.WriteBacks), "redis")
 }
 
 func (e emitter) bus(bs fanout.RedisStats) {
@@ -270,6 +325,9 @@ func (e emitter) stream(ts stream.Stats, hs hub.Stats) {
 	e.emit(streamsTailed, float64(ts.Tailed))
 	e.emit(streamLength, float64(ts.Length), "sum")
 	e.emit(streamLength, float64(ts.MaxLength), "max")
+	e.emit(streamLen, float64(ts.Length), "sum")
+	e.emit(streamLen, float64(ts.MaxLength), "max")
+	e.emit(applyErrors, float64(ts.ApplyErrors))
 	e.emit(streamEntries, float64(ts.Entries))
 	e.emit(streamReads, float64(ts.Reads), "ok")
 	e.emit(streamReads, float64(ts.ReadErrors), "error")
@@ -308,6 +366,12 @@ func (e emitter) admission(as admission.Stats) {
 	e.emit(reconciles, float64(as.Reconciles))
 	e.emit(reconcileDiff, float64(as.ReconcileDiff))
 	e.emit(sessionsClosed, float64(as.SessionsClosed))
+	for _, r := range as.Rules {
+		e.emit(rlAllowed, float64(r.Allowed), r.Endpoint, r.Rule)
+		e.emit(rlRejected, float64(r.Rejected), r.Endpoint, r.Rule)
+		e.histogramMS(rlRetryAfter, r.RetryAfter, r.Endpoint, r.Rule)
+		e.histogramMS(rlLatency, r.LuaLatency, r.Endpoint, r.Rule)
+	}
 }
 
 func boolf(b bool) float64 {

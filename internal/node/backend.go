@@ -32,6 +32,7 @@ import (
 type backend struct {
 	source    snapshot.Source
 	publisher fanout.Publisher
+	published *countingPublisher // publisher, counted for pubsub_publish_total
 	bus       fanout.Bus
 	hubBus    hub.Bus    // bus, or the tailer's view of it with streams
 	hubStream hub.Stream // a nil interface without streams
@@ -73,14 +74,22 @@ func (b *backend) start(h *hub.Hub) {
 
 // newBackend builds cfg's mode. On an error, what was made is released.
 func newBackend(ctx context.Context, cfg Config, t tuning) (*backend, error) {
+	var b *backend
+	var err error
 	switch {
 	case cfg.Embedded():
-		return newEmbedded(), nil
+		b = newEmbedded()
 	case cfg.RedisCluster:
-		return newCluster(ctx, cfg, t)
+		b, err = newCluster(ctx, cfg, t)
 	default:
-		return newStandalone(ctx, cfg, t)
+		b, err = newStandalone(ctx, cfg, t)
 	}
+	if err != nil {
+		return nil, err
+	}
+	b.published = &countingPublisher{Publisher: b.publisher}
+	b.publisher = b.published
+	return b, nil
 }
 
 // newEmbedded is one node in memory: the publisher writes the store and

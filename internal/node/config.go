@@ -85,6 +85,10 @@ type Config struct {
 	// what the kernel holds for a client that stopped reading; zero leaves
 	// the kernel's autotuning (up to 4 MB a socket on Linux).
 	SendBuffer int
+	// HotTaskWatchers is the number of connections on this node watching
+	// one task by id that makes it hot (hot_key_detected_total); zero: the
+	// hub's default (1000).
+	HotTaskWatchers int
 
 	SSERetry time.Duration // zero: the SSE default
 	// ReconnectAfter bounds the random delay draining clients wait before

@@ -94,6 +94,33 @@ var sessionSeries = []string{
 	`pushd_connections_open{plan="none",transport="websocket"}`,
 	`pushd_notification_to_write_seconds_count`,
 	`pushd_snapshot_staleness_seconds_count`,
+	// The platform's names.
+	`rate_limit_allowed_total{endpoint="connect",rule_name="connect_user"}`,
+	`rate_limit_rejected_total{endpoint="connect",rule_name="connect_user"}`,
+	`rate_limit_retry_after_ms_count{endpoint="connect",rule_name="connect_user"}`,
+	`rate_limit_lua_latency_ms_count{endpoint="connect",rule_name="connect_user"}`,
+	`cache_hit_total{cache="local"}`,
+	`cache_miss_total{cache="local"}`,
+	`cache_set_total{cache="local"}`,
+	`cache_hit_total{cache="redis"}`,
+	`cache_miss_total{cache="redis"}`,
+	`cache_set_total{cache="redis"}`,
+	`hot_key_detected_total`,
+	`pushd_hot_tasks`,
+	`pubsub_publish_total`,
+	`pushd_notifications_unwatched_total`,
+}
+
+// The in-process cache's series: whether a read finds what another read of
+// the same task cached a moment before depends on how long that took.
+var localCacheSeries = []string{
+	`task_snapshot_refetch_total{outcome="miss",source="local_cache"}`,
+	`task_snapshot_refetch_total{outcome="hit",source="redis"}`,
+	`task_snapshot_refetch_total{outcome="hit",source="local_cache"}`,
+	`cache_hit_total{cache="local"}`,
+	`cache_miss_total{cache="local"}`,
+	`cache_set_total{cache="local"}`,
+	`cache_hit_total{cache="redis"}`,
 }
 
 // session scrapes a node between the steps of a scripted session.
@@ -138,14 +165,18 @@ func (s *session) step(name string, want map[string]float64, gate []string, vary
 
 // TestMetricsCountAScriptedSession is the test of record of the node's
 // metrics: connects over both transports, a reconnect with a cursor on
-// each, a publish, a cache miss answered by PostgreSQL, a malformed
-// notification, a rate-limited connect and a slow client, each followed
-// by a scrape that checks every counter moved by exactly its amount.
+// each, a publish through the node, a cache miss answered by PostgreSQL, a
+// malformed notification, a task that turns hot, cools and turns hot
+// again, a rate-limited connect and a slow client, each followed by a
+// scrape that checks every counter moved by exactly its amount.
 func TestMetricsCountAScriptedSession(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	// Two connects per user, and no refill within the test.
+	// Two connects per user, and no refill within the test. The user
+	// bucket is the only admission rule on: one Lua round trip per connect.
 	cfg.Admission = admission.Config{ConnectUserBurst: 2, ConnectUserRate: 0.001, Timeout: 2 * time.Second}
+	// Three connections watching a task by id make it hot.
+	cfg.HotTaskWatchers = 3
 	// A client that reads nothing is cut after this; the others read
 	// everything they are sent.
 	cfg.WriteTimeout = time.Second
@@ -175,17 +206,18 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	ws1.nextOf(t, "ack")
 	s.step("connect", map[string]float64{
 		`sse_push_total`: 1,
-		`client_reconnect_total{transport="websocket"}`:             1,
-		`pushd_admission_allowed_total{rule="connect_user"}`:        2,
-		`pushd_connections_open{plan="none",transport="sse"}`:       1,
-		`pushd_connections_open{plan="none",transport="websocket"}`: 1,
-	}, []string{`sse_push_total`}, `task_snapshot_refetch_total{outcome="miss",source="local_cache"}`,
-		`task_snapshot_refetch_total{outcome="hit",source="redis"}`,
-		`task_snapshot_refetch_total{outcome="hit",source="local_cache"}`)
+		`client_reconnect_total{transport="websocket"}`:                                1,
+		`pushd_admission_allowed_total{rule="connect_user"}`:                           2,
+		`rate_limit_allowed_total{endpoint="connect",rule_name="connect_user"}`:        2,
+		`rate_limit_lua_latency_ms_count{endpoint="connect",rule_name="connect_user"}`: 2,
+		`pushd_connections_open{plan="none",transport="sse"}`:                          1,
+		`pushd_connections_open{plan="none",transport="websocket"}`:                    1,
+	}, []string{`sse_push_total`}, localCacheSeries...)
 
 	// 2. Reconnect over SSE: u2 comes back with Last-Event-ID A=1 and
 	// also watches D, which it has not seen: only D is pushed, and D's
-	// arrival says the initial reads are over.
+	// arrival says the initial reads are over. A has its third watcher
+	// by id: it is hot.
 	u2 := token(t, "t1", testenv.UniqueID("user"))
 	sse2 := openSSE(t, srv.URL, u2, "task="+taskA+"&task="+taskD, "Last-Event-ID", taskA+"=1")
 	if got := sse2.nextTask(t); got.TaskID != taskD {
@@ -193,17 +225,21 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	}
 	s.step("reconnect", map[string]float64{
 		`sse_push_total`: 1,
-		`client_reconnect_total{transport="sse"}`:             1,
-		`pushd_admission_allowed_total{rule="connect_user"}`:  1,
-		`pushd_connections_open{plan="none",transport="sse"}`: 1,
-	}, []string{`sse_push_total`}, `task_snapshot_refetch_total{outcome="miss",source="local_cache"}`,
-		`task_snapshot_refetch_total{outcome="hit",source="redis"}`,
-		`task_snapshot_refetch_total{outcome="hit",source="local_cache"}`)
+		`client_reconnect_total{transport="sse"}`:                                      1,
+		`pushd_admission_allowed_total{rule="connect_user"}`:                           1,
+		`rate_limit_allowed_total{endpoint="connect",rule_name="connect_user"}`:        1,
+		`rate_limit_lua_latency_ms_count{endpoint="connect",rule_name="connect_user"}`: 1,
+		`pushd_connections_open{plan="none",transport="sse"}`:                          1,
+		`hot_key_detected_total`:                                                       1,
+		`pushd_hot_tasks`:                                                              1,
+	}, []string{`sse_push_total`}, localCacheSeries...)
 
-	// 3. Publish A v2: one notification, one read (the node's cached v1 is
-	// dropped by the notification, so Redis answers), three writes, each
+	// 3. Publish A v2 through the node (POST /v1/publish): the node stores
+	// and announces it, then hears it back: one notification, one read (the
+	// node's cached v1 is dropped by the notification, so the local cache
+	// misses, Redis answers and the snapshot is cached), three writes, each
 	// measured by both histograms.
-	c.goPublish(t, doc(taskA, "t1", 2, "RUNNING"))
+	httpPublish(t, srv.URL, doc(taskA, "t1", 2, "RUNNING"))
 	for _, got := range []int64{sse1.nextTask(t).Version, ws1.nextTask(t).Version, sse2.nextTask(t).Version} {
 		if got != 2 {
 			t.Fatalf("got v%d, want v2", got)
@@ -212,17 +248,22 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	s.step("publish", map[string]float64{
 		`sse_push_total`:              2,
 		`websocket_push_total`:        1,
+		`pubsub_publish_total`:        1,
 		`pushd_pubsub_received_total`: 1,
 		`pushd_notifications_total`:   1,
 		`task_snapshot_refetch_total{outcome="miss",source="local_cache"}`: 1,
 		`task_snapshot_refetch_total{outcome="hit",source="redis"}`:        1,
+		`cache_miss_total{cache="local"}`:                                  1,
+		`cache_hit_total{cache="redis"}`:                                   1,
+		`cache_set_total{cache="local"}`:                                   1,
 		`pushd_notification_to_write_seconds_count`:                        3,
 		`pushd_snapshot_staleness_seconds_count`:                           3,
 	}, []string{`sse_push_total`, `websocket_push_total`, `pushd_notification_to_write_seconds_count`})
 
 	// 4. A cache miss: B is in PostgreSQL only. The WebSocket subscribes to
 	// it; the local cache and Redis miss, PostgreSQL answers, the snapshot
-	// is written back. An initial state: neither histogram moves.
+	// is cached and written back. An initial state: neither histogram
+	// moves.
 	taskB := testenv.UniqueID("task")
 	c.pg.InsertTask(t, testenv.Task{ID: taskB, TenantID: "t1", ProjectID: "p1", UserID: "u1", Status: "RUNNING", Progress: 10, Version: 5})
 	c.redis.Client.Del(t.Context(), c.redis.Names.Snapshot(taskB))
@@ -236,7 +277,11 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 		`task_snapshot_refetch_total{outcome="miss",source="local_cache"}`: 1,
 		`task_snapshot_refetch_total{outcome="miss",source="redis"}`:       1,
 		`task_snapshot_refetch_total{outcome="hit",source="postgres"}`:     1,
-		`pushd_writebacks_total`: 1,
+		`cache_miss_total{cache="local"}`:                                  1,
+		`cache_miss_total{cache="redis"}`:                                  1,
+		`cache_set_total{cache="local"}`:                                   1,
+		`cache_set_total{cache="redis"}`:                                   1,
+		`pushd_writebacks_total`:                                           1,
 	}, []string{`websocket_push_total`})
 	if n, err := c.redis.Client.Exists(t.Context(), c.redis.Names.Snapshot(taskB)).Result(); err != nil || n != 1 {
 		t.Fatalf("B not written back to Redis: %d %v", n, err)
@@ -249,14 +294,36 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 		`pushd_pubsub_malformed_total{reason="json"}`: 1,
 	}, []string{`pushd_pubsub_malformed_total{reason="json"}`})
 
-	// 6. A rate-limited connect: u1's third within the bucket.
+	// 6. A hot task cools: the WebSocket stops watching A, which two
+	// connections watch now. Unsubscribing is acked once it is done.
+	ws1.send(t, map[string]any{"op": "unsubscribe", "id": 3, "tasks": []string{taskA}})
+	ws1.nextOf(t, "ack")
+	s.step("hot task cools", map[string]float64{
+		`pushd_hot_tasks`: -1,
+	}, nil)
+
+	// 7. And turns hot again when the WebSocket watches it once more, from
+	// the version it has: counted a second time, nothing pushed. The read
+	// that checks A's version is the local cache's or Redis's.
+	ws1.send(t, map[string]any{"op": "subscribe", "id": 4, "tasks": []string{taskA}, "since": map[string]int64{taskA: 2}})
+	ws1.nextOf(t, "ack")
+	s.step("hot task again", map[string]float64{
+		`hot_key_detected_total`: 1,
+		`pushd_hot_tasks`:        1,
+	}, nil, localCacheSeries...)
+
+	// 8. A rate-limited connect: u1's third within the bucket. Refused by
+	// the user's bucket after one round trip, with the wait it asks for.
 	st, h, body, _ := sseStatus(t, srv.URL, u1)
 	want429(t, st, h, body, "rate_limit_exceeded", time.Hour)
 	s.step("rate-limited connect", map[string]float64{
-		`pushd_admission_rejected_total{rule="connect_user"}`: 1,
+		`pushd_admission_rejected_total{rule="connect_user"}`:                          1,
+		`rate_limit_rejected_total{endpoint="connect",rule_name="connect_user"}`:       1,
+		`rate_limit_retry_after_ms_count{endpoint="connect",rule_name="connect_user"}`: 1,
+		`rate_limit_lua_latency_ms_count{endpoint="connect",rule_name="connect_user"}`: 1,
 	}, nil)
 
-	// 7. A slow client: u3 watches 40 tasks over a socket it never reads,
+	// 9. A slow client: u3 watches 40 tasks over a socket it never reads,
 	// with a small receive buffer, while far more than socket buffers
 	// hold is published to them. Its write times out and it is cut. How
 	// many of its writes went through first is the kernel's business, so
@@ -276,17 +343,23 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 			c.goPublish(t, strings.Replace(doc(id, "t1", v, "RUNNING"), `"x_custom"`, `"pad":"`+pad+`","x_custom"`, 1))
 		}
 	}
+	beforeSlow := s.last
 	s.step("slow client", map[string]float64{
-		`pushd_disconnects_total{reason="slow_client"}`:      1,
-		`pushd_admission_allowed_total{rule="connect_user"}`: 1,
-		`pushd_pubsub_received_total`:                        tasks * (rounds + 1), // v1 of each, heard while nobody watches them yet, then the rounds
-		`pushd_notifications_total`:                          tasks * (rounds + 1),
+		`pushd_disconnects_total{reason="slow_client"}`:                                1,
+		`pushd_admission_allowed_total{rule="connect_user"}`:                           1,
+		`rate_limit_allowed_total{endpoint="connect",rule_name="connect_user"}`:        1,
+		`rate_limit_lua_latency_ms_count{endpoint="connect",rule_name="connect_user"}`: 1,
+		`pushd_pubsub_received_total`:                                                  tasks * (rounds + 1), // v1 of each, heard while nobody watches them yet, then the rounds
+		`pushd_notifications_total`:                                                    tasks * (rounds + 1),
 	}, []string{`pushd_disconnects_total{reason="slow_client"}`, `pushd_pubsub_received_total`},
-		`sse_push_total`, `pushd_notification_to_write_seconds_count`, `pushd_snapshot_staleness_seconds_count`,
-		`pushd_singleflight_shared_total`,
-		`task_snapshot_refetch_total{outcome="hit",source="local_cache"}`,
-		`task_snapshot_refetch_total{outcome="miss",source="local_cache"}`,
-		`task_snapshot_refetch_total{outcome="hit",source="redis"}`)
+		append([]string{`sse_push_total`, `pushd_notification_to_write_seconds_count`, `pushd_snapshot_staleness_seconds_count`,
+			`pushd_singleflight_shared_total`,
+			// The v1 of each is heard before the client watches them, and
+			// the rounds after it was cut are watched by nobody.
+			`pushd_notifications_unwatched_total`}, localCacheSeries...)...)
+	if got := s.last[`pushd_notifications_unwatched_total`] - beforeSlow[`pushd_notifications_unwatched_total`]; got < tasks {
+		t.Errorf("slow client: pushd_notifications_unwatched_total moved by %g, want at least the %d heard before anyone watched", got, tasks)
+	}
 
 	// The three well-behaved connections are still counted, and the node
 	// stayed in push mode throughout.
@@ -294,9 +367,67 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 		`pushd_connections_open{plan="none",transport="sse"}`:       2,
 		`pushd_connections_open{plan="none",transport="websocket"}`: 1,
 		`pushd_mode{mode="push"}`:                                   1,
+		`pushd_hot_tasks`:                                           1,
 	} {
 		if got := s.last[k]; got != want {
 			t.Errorf("%s = %g, want %g", k, got, want)
+		}
+	}
+}
+
+// With streams, stream_length (and pushd_stream_length_entries) is the
+// length of the tailed streams as their tail found it: five entries of a
+// tenant nobody watched yet, read when a client watches one of its tasks.
+// An entry appended after that is read, delivered and measured once.
+func TestMetricsStreamLength(t *testing.T) {
+	c := newCluster(t)
+	srv := startNode(t, c.streamConfig())
+	tenant, task := testenv.UniqueID("tenant"), testenv.UniqueID("task")
+	const entries = 5
+	for v := int64(1); v <= entries; v++ {
+		streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(task, tenant, v))
+	}
+	before := scrape(t, srv.URL)
+	for _, k := range []string{`stream_length{stat="sum"}`, `stream_length{stat="max"}`, `pushd_streams_tailed`} {
+		if v := before[k]; v != 0 {
+			t.Fatalf("%s = %g before anyone watches, want 0", k, v)
+		}
+	}
+	sse := openSSE(t, srv.URL, token(t, tenant, testenv.UniqueID("user")), "task="+task)
+	if v := sse.nextTask(t).Version; v != entries {
+		t.Fatalf("got v%d, want v%d", v, entries)
+	}
+	var now map[string]float64
+	eventually(t, "the tenant's stream tailed", func() bool {
+		now = scrape(t, srv.URL)
+		return now[`pushd_streams_tailed`] == 1 && now[`stream_length{stat="sum"}`] > 0
+	})
+	for k, want := range map[string]float64{
+		`stream_length{stat="sum"}`:               entries,
+		`stream_length{stat="max"}`:               entries,
+		`pushd_stream_length_entries{stat="sum"}`: entries,
+		`pushd_stream_length_entries{stat="max"}`: entries,
+	} {
+		if got := now[k]; got != want {
+			t.Errorf("%s = %g, want %g", k, got, want)
+		}
+	}
+
+	streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(task, tenant, entries+1))
+	if v := sse.nextTask(t).Version; v != entries+1 {
+		t.Fatalf("got v%d, want v%d", v, entries+1)
+	}
+	eventually(t, "the new entry read from the stream", func() bool {
+		now = scrape(t, srv.URL)
+		return now[`pushd_stream_entries_total`]-before[`pushd_stream_entries_total`] >= 1
+	})
+	for k, want := range map[string]float64{
+		`pushd_stream_entries_total`:      1,
+		`pushd_stream_lag_seconds_count`:  1,
+		`pushd_stream_apply_errors_total`: 0,
+	} {
+		if got := now[k] - before[k]; got != want {
+			t.Errorf("%s moved by %g, want %g", k, got, want)
 		}
 	}
 }

@@ -91,6 +91,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		Source: n.be.source, Bus: n.be.hubBus, Stream: n.be.hubStream, HeartbeatInterval: cfg.Heartbeat, PollInterval: cfg.PollInterval,
 		NodeName: cfg.NodeName, Logger: cfg.Logger, Writers: cfg.Writers,
 		MaxSubscriptions: cfg.MaxSubscriptions, SubscribeReads: cfg.SubscribeReads, SubscribeReadBurst: cfg.SubscribeReadBurst,
+		HotTaskWatchers: cfg.HotTaskWatchers,
 	})
 	n.be.start(n.hub)
 	n.ws = ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout,
@@ -158,7 +159,7 @@ func (n *Node) demo(verifier *auth.Verifier) http.Handler {
 
 func (n *Node) apiConfig(verifier *auth.Verifier, demo http.Handler) api.Config {
 	c := n.cfg
-	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm})
+	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm, Publisher: n.be.published})
 	return api.Config{
 		Hub: n.hub, Source: n.be.source, Publisher: n.be.publisher, Auth: verifier,
 		SSE: n.sse, WS: n.ws, Admission: n.adm, Ready: n.be.ready,

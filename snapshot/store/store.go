@@ -113,6 +113,11 @@ type Stats struct {
 	RedisSkipped  uint64 // reads that skipped Redis for a second after it failed
 	DBHits        uint64 // snapshots PostgreSQL returned
 	SharedCalls   uint64 // reads that joined a fetch already in flight for the same task or list (singleflight)
+	// CacheSets are the entries stored in the in-process caches: each
+	// snapshot read from Redis or PostgreSQL (a listing's rows included) or
+	// written by SetIfNewer, unless the cache held a newer version, and each
+	// listing. Expired entries refreshed count again; "not found" does not.
+	CacheSets uint64
 
 	TenantMismatches uint64 // writes (SetIfNewer, write-backs) refused: Redis holds the task as another tenant's
 	UnreadableStored uint64 // writes refused: the stored document's version or tenant could not be read
@@ -124,7 +129,7 @@ type counters struct {
 	dbQueries, dbMisses, dbErrors, dbRejected       atomic.Uint64
 	negativeHits, cacheHits, writeBacks             atomic.Uint64
 	cacheMisses, redisNegative, redisSkipped        atomic.Uint64
-	dbHits, sharedCalls                             atomic.Uint64
+	dbHits, sharedCalls, cacheSets                  atomic.Uint64
 	tenantMismatches, unreadableStored              atomic.Uint64
 }
 
@@ -251,6 +256,7 @@ func (s *Store) Stats() Stats {
 		RedisSkipped:  c.redisSkipped.Load(),
 		DBHits:        c.dbHits.Load(),
 		SharedCalls:   c.sharedCalls.Load(),
+		CacheSets:     c.cacheSets.Load(),
 
 		TenantMismatches: c.tenantMismatches.Load(),
 		UnreadableStored: c.unreadableStored.Load(),

@@ -215,6 +215,9 @@ func (s *Store) rememberFor(snap *snapshot.Snapshot, ttl time.Duration) *snapsho
 		}
 		return snap
 	})
+	if newest == snap && s.tasks.ttl > 0 {
+		s.stats.cacheSets.Add(1)
+	}
 	// After the update, so a concurrent markMissing either sees the task or
 	// has its entry deleted here: tasks are never deleted, so existence wins.
 	s.missing.delete(snap.TaskID)

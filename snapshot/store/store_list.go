@@ -70,6 +70,9 @@ func (s *Store) list(ctx context.Context, key, sql string, args ...any) ([]*snap
 				s.remember(row)
 			}
 			s.lists.put(key, rows)
+			if s.lists.ttl > 0 {
+				s.stats.cacheSets.Add(1)
+			}
 			return rows, nil
 		})
 		if err != nil {

@@ -76,7 +76,7 @@ func delta(a, b store.Stats) store.Stats {
 		DBQueries: b.DBQueries - a.DBQueries, DBMisses: b.DBMisses - a.DBMisses,
 		DBErrors: b.DBErrors - a.DBErrors, DBRejected: b.DBRejected - a.DBRejected,
 		NegativeHits: b.NegativeHits - a.NegativeHits, CacheHits: b.CacheHits - a.CacheHits,
-		WriteBacks: b.WriteBacks - a.WriteBacks,
+		WriteBacks: b.WriteBacks - a.WriteBacks, CacheSets: b.CacheSets - a.CacheSets,
 	}
 }
 
@@ -103,12 +103,12 @@ func TestStoreGetFromRedis(t *testing.T) {
 		t.Fatalf("version %d, want 4", got.Version)
 	}
 	d := delta(before, e.store.Stats())
-	if d.RedisReads != 1 || d.RedisHits != 1 || d.DBQueries != 0 {
-		t.Errorf("stats delta %+v, want one Redis read and hit, no query", d)
+	if d.RedisReads != 1 || d.RedisHits != 1 || d.DBQueries != 0 || d.CacheSets != 1 {
+		t.Errorf("stats delta %+v, want one Redis read and hit, no query, the snapshot cached", d)
 	}
-	// Now from the in-process cache.
+	// Now from the in-process cache, which stores nothing more.
 	mustGet(t, e.store, id, 4)
-	if d := delta(before, e.store.Stats()); d.RedisReads != 1 || d.CacheHits != 1 {
+	if d := delta(before, e.store.Stats()); d.RedisReads != 1 || d.CacheHits != 1 || d.CacheSets != 1 {
 		t.Errorf("stats delta %+v, want the second Get from the cache", d)
 	}
 }
@@ -122,8 +122,8 @@ func TestStoreFallsBackToPostgres(t *testing.T) {
 	before := e.store.Stats()
 	got := mustGet(t, e.store, id, 0)
 	d := delta(before, e.store.Stats())
-	if d.RedisMisses != 1 || d.DBQueries != 1 || d.WriteBacks != 1 {
-		t.Errorf("stats delta %+v, want a Redis miss, a query and a write-back", d)
+	if d.RedisMisses != 1 || d.DBQueries != 1 || d.WriteBacks != 1 || d.CacheSets != 1 {
+		t.Errorf("stats delta %+v, want a Redis miss, a query, a write-back and the snapshot cached", d)
 	}
 
 	// The document has every field of the snapshot JSON of docs/DESIGN.md,
@@ -540,8 +540,9 @@ func TestStoreLists(t *testing.T) {
 	if l, err := e.store.ListUser(ctx, tenant, "nobody"); err != nil || len(l) != 0 {
 		t.Fatalf("ListUser of nobody = %s, %v", names(l), err)
 	}
-	if d := delta(before, e.store.Stats()); d.DBQueries != 3 {
-		t.Errorf("stats delta %+v, want three queries", d)
+	// Cached: each listing, and each row (2 + 2 + 0).
+	if d := delta(before, e.store.Stats()); d.DBQueries != 3 || d.CacheSets != 3+4 {
+		t.Errorf("stats delta %+v, want three queries and seven entries cached", d)
 	}
 
 	// A newer version this node learned of is folded into the cached list.
@@ -551,11 +552,14 @@ func TestStoreLists(t *testing.T) {
 		t.Fatalf("SetIfNewer = %v, %v", ok, err)
 	}
 	mid := e.store.Stats()
+	if d := delta(before, mid); d.CacheSets != 3+4+1 {
+		t.Errorf("stats delta %+v, want SetIfNewer's snapshot cached", d)
+	}
 	l, err = e.store.ListProject(ctx, tenant, "p1")
 	if err != nil || names(l) != "b@1,a@2" {
 		t.Fatalf("ListProject after SetIfNewer = %s, %v; want b@1,a@2", names(l), err)
 	}
-	if d := delta(mid, e.store.Stats()); d.DBQueries != 0 || d.CacheHits != 1 {
+	if d := delta(mid, e.store.Stats()); d.DBQueries != 0 || d.CacheHits != 1 || d.CacheSets != 0 {
 		t.Errorf("stats delta %+v, want the list from the cache", d)
 	}
 	// The listed tasks are cached for Get too.
