@@ -30,7 +30,7 @@ func TestNodeLimitsCountedWithTheRateLimits(t *testing.T) {
 	const addr = "203.0.113.9:4000"
 	wantError(t, "invalid token", serveFrom(n.h, addr, req{method: "GET", path: "/v1/tasks/task_x", header: bearer("bad.to.ken")}), 401, "unauthorized")
 	refusedAuth := serveFrom(n.h, addr, req{method: "GET", path: "/v1/tasks/task_x", header: bearer("bad.to.ken")})
-	wantError(t, "past the burst", refusedAuth, 429, "rate_limited")
+	wantError(t, "past the burst", refusedAuth, 429, "rate_limit_exceeded")
 
 	// From loopback: one stream open, the next refused by the cap.
 	ctx, cancel := context.WithCancel(context.Background())
