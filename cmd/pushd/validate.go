@@ -67,6 +67,25 @@ func (c config) validate(from origins) error {
 	if c.NodeName == "" {
 		bad("node-name", "the host name is unknown: set one")
 	}
+	c.validateRanges(bad)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		bad("log-level", "%q: want debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log-format", "%q: want text or json", c.LogFormat)
+	}
+	c.Admission.validate(bad)
+	// Which settings go together is the node's to say, for every front end.
+	for _, p := range c.nodeConfig("", nil).Problems() {
+		bad(p.Setting, "%s", p.Problem)
+	}
+	return errors.Join(errs...)
+}
+
+// validateRanges checks the numeric settings: the durations, sizes, counts
+// and rates the node would read a zero or a negative of as a default.
+func (c config) validateRanges(bad func(name, format string, args ...any)) {
 	for name, d := range map[string]time.Duration{
 		"heartbeat": c.Heartbeat, "poll-interval": c.PollInterval, "write-timeout": c.WriteTimeout,
 		"sse-retry": c.Retry, "drain-timeout": c.DrainTimeout, "reconnect-after": c.ReconnectAfter,
@@ -112,19 +131,6 @@ func (c config) validate(from origins) error {
 			bad(name, "%d: must be at least 1", n)
 		}
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		bad("log-level", "%q: want debug, info, warn or error", c.LogLevel)
-	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		bad("log-format", "%q: want text or json", c.LogFormat)
-	}
-	c.Admission.validate(bad)
-	// Which settings go together is the node's to say, for every front end.
-	for _, p := range c.nodeConfig("", nil).Problems() {
-		bad(p.Setting, "%s", p.Problem)
-	}
-	return errors.Join(errs...)
 }
 
 func (a admissionFlags) validate(bad func(name, format string, args ...any)) {
