@@ -12,10 +12,12 @@ import (
 // those tasks that needs PostgreSQL while it is registered: a Get's flight
 // and a GetMany batch alike, whichever sent it.
 type dbRead struct {
-	start int64         // monotime it was registered
-	done  chan struct{} // closed once rows and err are set
-	rows  map[string]*snapshot.Snapshot
-	err   error
+	// sent is the monotime its query took a PostgreSQL slot, after which
+	// it is sent; 0 while it waits for one. Guarded by Store.dbMu.
+	sent int64
+	done chan struct{} // closed once rows and err are set
+	rows map[string]*snapshot.Snapshot
+	err  error
 }
 
 // dbResult is what readDB read.
@@ -53,8 +55,9 @@ func (r *dbResult) release() {
 // for a PostgreSQL slot. With cached set and atLeast <= 0 any registered
 // read is shared, as singleflight shares a flight, and an id the cache
 // holds meanwhile is answered from it; otherwise (Reload, or a version
-// announced) only reads registered from now on are, as they cannot miss
-// a change made before this call. The caller must call release once it
+// announced) only reads not sent before this call are: one still waiting
+// for a slot, or sent since, cannot miss a change made before it. The
+// caller must call release once it
 // has cached what it read, even when err is set; err reports a failed
 // query, this call's or a shared one, and the rows read before it are in
 // the result still.
@@ -67,7 +70,7 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 	joined := make(map[string]*dbRead)
 	s.dbMu.Lock()
 	for _, id := range ids {
-		if r := s.dbReads[id]; r != nil && r.start >= notBefore {
+		if r := s.dbReads[id]; r != nil && (r.sent == 0 || r.sent >= notBefore) {
 			joined[id] = r
 			continue
 		}
@@ -85,7 +88,7 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 			}
 		}
 		if res.mine == nil {
-			res.mine = &dbRead{start: monotime(), done: make(chan struct{})}
+			res.mine = &dbRead{done: make(chan struct{})}
 			if s.dbReads == nil {
 				s.dbReads = make(map[string]*dbRead)
 			}
@@ -94,6 +97,9 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 		res.ids = append(res.ids, id)
 	}
 	s.dbMu.Unlock()
+	if s.registered != nil {
+		s.registered()
+	}
 
 	var errs error
 	if r := res.mine; r != nil {
@@ -105,7 +111,12 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 		// Others may be waiting on this query: a caller that leaves (a
 		// batch read whose client hung up) must not fail their reads.
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FetchTimeout)
-		r.err = s.query(qctx, sql, args, func(row *snapshot.Snapshot) {
+		sending := func() {
+			s.dbMu.Lock()
+			r.sent = monotime()
+			s.dbMu.Unlock()
+		}
+		r.err = s.query(qctx, sql, args, sending, func(row *snapshot.Snapshot) {
 			r.rows[row.TaskID] = row
 			res.rows = append(res.rows, row)
 		})

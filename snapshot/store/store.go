@@ -167,6 +167,9 @@ type Store struct {
 	// share them, so a task is not queried twice at once.
 	dbMu    sync.Mutex
 	dbReads map[string]*dbRead // guarded by dbMu
+	// registered, when a test sets it, is called by readDB once it has
+	// joined or registered the reads of its ids.
+	registered func()
 
 	// redisRetryAt is the monotime before which reads skip Redis.
 	redisRetryAt atomic.Int64

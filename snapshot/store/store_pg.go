@@ -26,8 +26,9 @@ var (
 // query runs one statement of the queries above and calls each for every
 // row, holding one of MaxDBQueries slots. A slot is waited for at most
 // DBQueueWait (and while ctx lasts); then the query is rejected with
-// ErrUnavailable, so a storm queues briefly instead of piling up.
-func (s *Store) query(ctx context.Context, sql string, args []any, each func(*snapshot.Snapshot)) error {
+// ErrUnavailable, so a storm queues briefly instead of piling up. sending,
+// if set, is called once the slot is taken, before anything is sent.
+func (s *Store) query(ctx context.Context, sql string, args []any, sending func(), each func(*snapshot.Snapshot)) error {
 	select {
 	case s.sem <- struct{}{}:
 	default:
@@ -45,6 +46,9 @@ func (s *Store) query(ctx context.Context, sql string, args []any, each func(*sn
 		}
 	}
 	defer func() { <-s.sem }()
+	if sending != nil {
+		sending()
+	}
 	s.stats.dbQueries.Add(1)
 	if err := s.queryTx(ctx, sql, args, each); err != nil {
 		s.stats.dbErrors.Add(1)

@@ -188,6 +188,56 @@ func TestStoreGetAndGetManyShareAQuery(t *testing.T) {
 	}
 }
 
+// A Reload shares a read registered before it whose query still waits for
+// a PostgreSQL slot: sent later, it cannot miss a change made before the
+// Reload. In a storm (the initial Gets queued for the 8 slots) the re-read
+// of a tenant after its bus subscription came back read those tasks twice.
+func TestStoreReloadSharesAQueryNotYetSent(t *testing.T) {
+	e := newEnv(t, store.Config{MaxDBQueries: 1, StatementTimeout: time.Minute, FetchTimeout: time.Minute, DBQueueWait: time.Minute, CacheTTL: time.Hour})
+	a, other := testenv.UniqueID("task"), testenv.UniqueID("task")
+	e.insert(t, a, "RUNNING", 1)
+	e.insert(t, other, "RUNNING", 1)
+	registered := make(chan struct{}, 3)
+	store.OnDBReadRegistered(e.store, func() { registered <- struct{}{} })
+	unlock := lockTasks(t, e.pg)
+
+	type result struct {
+		snap *snapshot.Snapshot
+		err  error
+	}
+	results := make(chan result, 3)
+	get := func(id string) {
+		snap, err := e.store.Get(context.Background(), id, 0)
+		results <- result{snap, err}
+	}
+	// The only slot: a query blocked on the lock.
+	go get(other)
+	<-registered
+	waitFor(t, "the first query", func() bool { return e.store.Stats().DBQueries == 1 })
+	// a's read is registered and waits for the slot.
+	go get(a)
+	<-registered
+	go func() {
+		got, err := e.store.Reload(context.Background(), []string{a})
+		results <- result{got[a], err}
+	}()
+	<-registered // joined a's read, or registered one of its own
+
+	unlock()
+	for range 3 {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.snap == nil || r.snap.Version != 1 {
+			t.Fatalf("read %v, want version 1", r.snap)
+		}
+	}
+	if st := e.store.Stats(); st.DBQueries != 2 || st.DBHits != 2 {
+		t.Errorf("stats %+v, want 2 queries returning 2 rows: a read once, shared by the Get and the Reload", st)
+	}
+}
+
 // A batch read whose caller leaves (a client that hung up) still finishes
 // the PostgreSQL query others wait on: their reads neither fail nor query
 // again.

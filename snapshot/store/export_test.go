@@ -1,0 +1,6 @@
+package store
+
+// OnDBReadRegistered has f called each time a PostgreSQL read has joined the
+// reads running of its ids and registered its own query for the rest, before
+// it waits for either. Set it before the Store's first read.
+func OnDBReadRegistered(s *Store, f func()) { s.registered = f }
