@@ -379,7 +379,8 @@ func closeForReason(r hub.CloseReason) (websocket.StatusCode, string) {
 // at a time.
 type sink struct {
 	wc      *websocket.Conn
-	bw      *backlog.Writer // under wc's buffered writer: every frame goes through it
+	out     batcher         // under wc's buffered writer, over bw
+	bw      *backlog.Writer // every frame goes through it
 	hc      *hub.Conn       // set by Bind, before any write
 	timeout time.Duration
 	// sendBuffer is the socket send buffer Hijack sets; 0 leaves it.
@@ -396,8 +397,26 @@ func (s *sink) Bind(c *hub.Conn) { s.hc = c }
 
 // Write hands each frame to coder/websocket with no deadline and no
 // context timer: the backlog writer under it never waits for the peer,
-// and bounds what it keeps with the write timeout instead.
+// and bounds what it keeps with the write timeout instead. Several frames
+// go to the socket in one write.
 func (s *sink) Write(events []hub.Event) (bool, error) {
+	batched := len(events) > 1
+	if batched {
+		s.out.open()
+	}
+	err := s.writeFrames(events)
+	if batched {
+		if cerr := s.out.close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return false, err
+	}
+	return s.bw.NotifyWhenDrained(), nil
+}
+
+func (s *sink) writeFrames(events []hub.Event) error {
 	ctx := context.Background()
 	for i := range events {
 		if events[i].Kind == hub.KindHeartbeat {
@@ -409,10 +428,10 @@ func (s *sink) Write(events []hub.Event) (bool, error) {
 			continue
 		}
 		if err := s.wc.Write(ctx, websocket.MessageText, b); err != nil {
-			return false, err
+			return err
 		}
 	}
-	return s.bw.NotifyWhenDrained(), nil
+	return nil
 }
 
 // drained runs on the backlog's goroutine once a queued write is done, or
