@@ -2,7 +2,10 @@ package ws
 
 import (
 	"bufio"
+	"encoding/binary"
+	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -46,58 +49,68 @@ func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, bufio.NewReadWriter(r, bufio.NewWriterSize(&s.sink.out, writeBufferSize)), nil
 }
 
-// batcher sits between coder/websocket's buffered writer and the backlog
-// writer. coder/websocket flushes after every frame, so a Write of several
-// events would cost a write(2) each; while a batch is open the flushes are
-// collected and go out in one write when it closes. Frames the library
-// writes meanwhile from other goroutines (pongs, pings, a close) join the
-// batch in the order they were flushed: each flush is whole frames, as
-// the library serializes its frame writes.
-type batcher struct {
-	mu    sync.Mutex
-	w     io.Writer // the backlog writer
-	batch *[]byte   // non-nil while a batch is open
+// frameWriter is the one way frames reach the backlog writer, under
+// coder/websocket's buffered writer. The library writes its control frames
+// (pongs, pings, a close) through it: it flushes after every frame, and
+// those frames are far smaller than its buffer, so each of its writes here
+// is whole frames. The sink writes its data frames here itself, all the
+// frames of one Write in one write: the library would take two locks and
+// a write(2) per frame. A close frame seen going out ends the data frames,
+// as the library's own writer would.
+type frameWriter struct {
+	mu        sync.Mutex
+	w         io.Writer // the backlog writer
+	closeSent bool
 }
 
-// batchBuffers hold the frames of open batches: an idle connection keeps
-// none.
-var batchBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+// errCloseSent is a data write after the close frame.
+var errCloseSent = fmt.Errorf("websocket close frame sent: %w", net.ErrClosed)
 
-// maxPooledBatch is the largest batch buffer kept for reuse; a larger one
-// (a subscription's initial state) is left to the collector.
-const maxPooledBatch = 256 << 10
+// opClose is the close frame's opcode (RFC 6455 5.5.1).
+const opClose = 0x8
 
-func (b *batcher) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.batch != nil {
-		*b.batch = append(*b.batch, p...)
-		return len(p), nil
+// Write takes one flush of the library's buffered writer.
+func (f *frameWriter) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(p) > 0 && p[0]&0x0f == opClose {
+		f.closeSent = true
 	}
-	return b.w.Write(p)
+	return f.w.Write(p)
 }
 
-// open starts collecting flushes.
-func (b *batcher) open() {
-	buf := batchBuffers.Get().(*[]byte)
-	b.mu.Lock()
-	b.batch = buf
-	b.mu.Unlock()
-}
-
-// close writes what the open batch collected, in one write, and ends it.
-func (b *batcher) close() error {
-	b.mu.Lock()
-	buf := b.batch
-	b.batch = nil
-	var err error
-	if len(*buf) > 0 {
-		_, err = b.w.Write(*buf) // the backlog writer copies what it keeps
+// writeData writes data frames, unless the close frame went out first.
+func (f *frameWriter) writeData(frames []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closeSent {
+		return errCloseSent
 	}
-	b.mu.Unlock()
-	if cap(*buf) <= maxPooledBatch {
-		*buf = (*buf)[:0]
-		batchBuffers.Put(buf)
-	}
+	_, err := f.w.Write(frames) // the backlog writer copies what it keeps
 	return err
 }
+
+// appendTextFrame appends p as one unmasked, uncompressed text frame: what
+// a server sends when no extension was negotiated (pushd accepts none).
+func appendTextFrame(b, p []byte) []byte {
+	const finText = 0x80 | 0x1
+	b = append(b, finText)
+	switch n := len(p); {
+	case n <= 125:
+		b = append(b, byte(n))
+	case n <= math.MaxUint16:
+		b = append(b, 126)
+		b = binary.BigEndian.AppendUint16(b, uint16(n))
+	default:
+		b = append(b, 127)
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+	}
+	return append(b, p...)
+}
+
+// frameBuffers hold the frames of one Write: an idle connection keeps none.
+var frameBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// maxPooledFrames is the largest frame buffer kept for reuse; a larger one
+// (a subscription's initial state) is left to the collector.
+const maxPooledFrames = 256 << 10
