@@ -15,17 +15,28 @@ import (
 
 // Buffer sizes of a WebSocket connection. net/http hands a hijacked
 // connection a 4 KiB reader and a 4 KiB writer, which coder/websocket keeps
-// for the connection's life; pushd's messages are a few hundred bytes (a
-// client's requests smaller still), and larger ones pass through in pieces.
+// for the connection's life. A client's requests are a few hundred bytes,
+// and larger ones pass through in pieces. The writer carries only the
+// library's control frames (the sink writes its messages below it), and
+// must hold the largest of them whole: see frameWriter.
 const (
 	readBufferSize  = 512
-	writeBufferSize = 1024
+	writeBufferSize = 256
 )
 
+// maxControlFrame is a control frame's largest size from a server: a
+// 2-byte header and at most 125 bytes of payload (RFC 6455 5.5).
+const maxControlFrame = 2 + 125
+
+// A writer smaller than a control frame would flush it in two pieces.
+const _ = uint(writeBufferSize - maxControlFrame)
+
 // smallBuffers gives coder/websocket smaller buffers when it hijacks the
-// connection, and puts the sink's backlog writer under its writer, so no
-// frame write ever waits for the peer. If the client already sent bytes
-// past the handshake, the original reader holding them is kept.
+// connection, and puts the sink's frameWriter, over its backlog writer,
+// under the library's writer, so no frame write ever waits for the peer.
+// The handshake's response is written before Hijack returns, so that
+// writer sees frames only. If the client already sent bytes past the
+// handshake, the original reader holding them is kept.
 type smallBuffers struct {
 	http.ResponseWriter
 	sink *sink // its backlog writer is set by Hijack
@@ -52,8 +63,8 @@ func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // frameWriter is the one way frames reach the backlog writer, under
 // coder/websocket's buffered writer. The library writes its control frames
 // (pongs, pings, a close) through it: it flushes after every frame, and
-// those frames are far smaller than its buffer, so each of its writes here
-// is whole frames. The sink writes its data frames here itself, all the
+// those frames fit its buffer (maxControlFrame), so each of its writes
+// here is one whole frame. The sink writes its data frames here itself, all the
 // frames of one Write in one write: the library would take two locks and
 // a write(2) per frame. A close frame seen going out ends the data frames,
 // as the library's own writer would.

@@ -132,12 +132,14 @@ func TestDataFramesAndTheLibrarysFramesStayWhole(t *testing.T) {
 
 // TestNoDataFrameAfterTheCloseFrame: once coder/websocket sent the close
 // frame, a Write fails instead of sending a data frame after it, and the
-// client reads the close as the next frame.
+// client reads the close as the next frame. Its reason is the longest a
+// close frame holds, so the frame is the largest control frame there is.
 func TestNoDataFrameAfterTheCloseFrame(t *testing.T) {
 	p := newPair(t, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	go p.sink.wc.Close(websocket.StatusGoingAway, "bye") // waits for the client's close
+	reason := strings.Repeat("r", maxControlFrame-2-2) // less the header and the status code
+	go p.sink.wc.Close(websocket.StatusGoingAway, reason) // waits for the client's close
 	for !closeSent(p) {
 		if ctx.Err() != nil {
 			t.Fatal("the close frame never went out")
@@ -148,8 +150,9 @@ func TestNoDataFrameAfterTheCloseFrame(t *testing.T) {
 		t.Fatalf("Write after the close frame: %v; want net.ErrClosed", err)
 	}
 	_, data, err := p.client.Read(ctx)
-	if websocket.CloseStatus(err) != websocket.StatusGoingAway {
-		t.Fatalf("client read %q, %v; want the close frame (1001)", data, err)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusGoingAway || ce.Reason != reason {
+		t.Fatalf("client read %q, %v; want the close frame (1001, a %d-byte reason)", data, err, len(reason))
 	}
 }
 
