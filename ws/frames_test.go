@@ -138,7 +138,7 @@ func TestNoDataFrameAfterTheCloseFrame(t *testing.T) {
 	p := newPair(t, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	reason := strings.Repeat("r", maxControlFrame-2-2) // less the header and the status code
+	reason := strings.Repeat("r", maxControlFrame-2-2)    // less the header and the status code
 	go p.sink.wc.Close(websocket.StatusGoingAway, reason) // waits for the client's close
 	for !closeSent(p) {
 		if ctx.Err() != nil {
