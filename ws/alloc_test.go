@@ -38,3 +38,30 @@ func TestSteadyStateWriteDoesNotAllocate(t *testing.T) {
 		t.Fatalf("writing a task frame allocated %.2f times per write; want 0", allocs)
 	}
 }
+
+// TestBatchWriteDoesNotAllocate: several frames in one Write, collected in
+// a pooled buffer and written at once, allocate nothing either.
+func TestBatchWriteDoesNotAllocate(t *testing.T) {
+	p := newPair(t, 10*time.Second)
+	done := p.drain()
+	events := make([]hub.Event, 8)
+	for i := range events {
+		events[i] = taskEvent(t, int64(i+1))
+		events[i].Snapshot.Encoded(snapshot.EncodingWebSocket, taskFrame)
+	}
+	for range 100 {
+		if _, err := p.sink.Write(events); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allocs := testing.AllocsPerRun(500, func() {
+		if _, err := p.sink.Write(events); err != nil {
+			t.Fatal(err)
+		}
+	})
+	p.client.CloseNow()
+	<-done
+	if allocs > 0 {
+		t.Fatalf("writing %d task frames allocated %.2f times per write; want 0", len(events), allocs)
+	}
+}

@@ -2,25 +2,41 @@ package ws
 
 import (
 	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
 	"net"
 	"net/http"
+	"sync"
 
 	"github.com/pushd/pushd/internal/backlog"
 )
 
 // Buffer sizes of a WebSocket connection. net/http hands a hijacked
 // connection a 4 KiB reader and a 4 KiB writer, which coder/websocket keeps
-// for the connection's life; pushd's messages are a few hundred bytes (a
-// client's requests smaller still), and larger ones pass through in pieces.
+// for the connection's life. A client's requests are a few hundred bytes,
+// and larger ones pass through in pieces. The writer carries only the
+// library's control frames (the sink writes its messages below it), and
+// must hold the largest of them whole: see frameWriter.
 const (
 	readBufferSize  = 512
-	writeBufferSize = 1024
+	writeBufferSize = 256
 )
 
+// maxControlFrame is a control frame's largest size from a server: a
+// 2-byte header and at most 125 bytes of payload (RFC 6455 5.5).
+const maxControlFrame = 2 + 125
+
+// A writer smaller than a control frame would flush it in two pieces.
+const _ = uint(writeBufferSize - maxControlFrame)
+
 // smallBuffers gives coder/websocket smaller buffers when it hijacks the
-// connection, and puts the sink's backlog writer under its writer, so no
-// frame write ever waits for the peer. If the client already sent bytes
-// past the handshake, the original reader holding them is kept.
+// connection, and puts the sink's frameWriter, over its backlog writer,
+// under the library's writer, so no frame write ever waits for the peer.
+// The handshake's response is written before Hijack returns, so that
+// writer sees frames only. If the client already sent bytes past the
+// handshake, the original reader holding them is kept.
 type smallBuffers struct {
 	http.ResponseWriter
 	sink *sink // its backlog writer is set by Hijack
@@ -36,9 +52,76 @@ func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	backlog.SetSendBuffer(conn, s.sink.sendBuffer)
 	s.sink.bw = backlog.New(conn, s.sink.timeout, s.sink.drained)
+	s.sink.out.w = s.sink.bw
 	r := brw.Reader
 	if r.Buffered() == 0 {
 		r = bufio.NewReaderSize(conn, readBufferSize)
 	}
-	return conn, bufio.NewReadWriter(r, bufio.NewWriterSize(s.sink.bw, writeBufferSize)), nil
+	return conn, bufio.NewReadWriter(r, bufio.NewWriterSize(&s.sink.out, writeBufferSize)), nil
 }
+
+// frameWriter is the one way frames reach the backlog writer, under
+// coder/websocket's buffered writer. The library writes its control frames
+// (pongs, pings, a close) through it: it flushes after every frame, and
+// those frames fit its buffer (maxControlFrame), so each of its writes
+// here is one whole frame. The sink writes its data frames here itself, all the
+// frames of one Write in one write: the library would take two locks and
+// a write(2) per frame. A close frame seen going out ends the data frames,
+// as the library's own writer would.
+type frameWriter struct {
+	mu        sync.Mutex
+	w         io.Writer // the backlog writer
+	closeSent bool
+}
+
+// errCloseSent is a data write after the close frame.
+var errCloseSent = fmt.Errorf("websocket close frame sent: %w", net.ErrClosed)
+
+// opClose is the close frame's opcode (RFC 6455 5.5.1).
+const opClose = 0x8
+
+// Write takes one flush of the library's buffered writer.
+func (f *frameWriter) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(p) > 0 && p[0]&0x0f == opClose {
+		f.closeSent = true
+	}
+	return f.w.Write(p)
+}
+
+// writeData writes data frames, unless the close frame went out first.
+func (f *frameWriter) writeData(frames []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closeSent {
+		return errCloseSent
+	}
+	_, err := f.w.Write(frames) // the backlog writer copies what it keeps
+	return err
+}
+
+// appendTextFrame appends p as one unmasked, uncompressed text frame: what
+// a server sends when no extension was negotiated (pushd accepts none).
+func appendTextFrame(b, p []byte) []byte {
+	const finText = 0x80 | 0x1
+	b = append(b, finText)
+	switch n := len(p); {
+	case n <= 125:
+		b = append(b, byte(n))
+	case n <= math.MaxUint16:
+		b = append(b, 126)
+		b = binary.BigEndian.AppendUint16(b, uint16(n))
+	default:
+		b = append(b, 127)
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+	}
+	return append(b, p...)
+}
+
+// frameBuffers hold the frames of one Write: an idle connection keeps none.
+var frameBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// maxPooledFrames is the largest frame buffer kept for reuse; a larger one
+// (a subscription's initial state) is left to the collector.
+const maxPooledFrames = 256 << 10

@@ -182,3 +182,25 @@ func BenchmarkSinkWrite(b *testing.B) {
 	p.client.CloseNow()
 	<-done
 }
+
+// BenchmarkSinkWriteBatch is eight task frames written to one WebSocket
+// client in one Write, as a connection watching several tasks gets them
+// after a busy spell: what one turn of a hub writer costs the transport.
+func BenchmarkSinkWriteBatch(b *testing.B) {
+	p := newPair(b, 10*time.Second)
+	done := p.drain()
+	events := make([]hub.Event, 8)
+	for i := range events {
+		events[i] = taskEvent(b, int64(i+1))
+		events[i].Snapshot.Encoded(snapshot.EncodingWebSocket, taskFrame)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.sink.Write(events); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	p.client.CloseNow()
+	<-done
+}

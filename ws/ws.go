@@ -133,6 +133,8 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 	wc, err := websocket.Accept(smallBuffers{w, s}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{Subprotocol},
 		OriginPatterns: h.cfg.OriginPatterns,
+		// The sink writes its frames itself, uncompressed (appendTextFrame).
+		CompressionMode: websocket.CompressionDisabled,
 	})
 	if err != nil {
 		return // Accept answered the client: 400 for a bad handshake (the API refused foreign origins before)
@@ -383,7 +385,8 @@ func closeForReason(r hub.CloseReason) (websocket.StatusCode, string) {
 // at a time.
 type sink struct {
 	wc      *websocket.Conn
-	bw      *backlog.Writer // under wc's buffered writer: every frame goes through it
+	out     frameWriter     // under wc's buffered writer, over bw
+	bw      *backlog.Writer // every frame goes through it
 	hc      *hub.Conn       // set by Bind, before any write
 	timeout time.Duration
 	// sendBuffer is the socket send buffer Hijack sets; 0 leaves it.
@@ -398,23 +401,31 @@ type sink struct {
 
 func (s *sink) Bind(c *hub.Conn) { s.hc = c }
 
-// Write hands each frame to coder/websocket with no deadline and no
-// context timer: the backlog writer under it never waits for the peer,
-// and bounds what it keeps with the write timeout instead.
+// Write writes the events' frames to the socket in one write, with no
+// deadline and no context timer: the backlog writer under it never waits
+// for the peer, and bounds what it keeps with the write timeout instead.
 func (s *sink) Write(events []hub.Event) (bool, error) {
-	ctx := context.Background()
+	buf := frameBuffers.Get().(*[]byte)
+	frames := (*buf)[:0]
 	for i := range events {
 		if events[i].Kind == hub.KindHeartbeat {
 			s.ping()
 			continue
 		}
-		b, ok := render(&events[i])
-		if !ok {
-			continue
+		if b, ok := render(&events[i]); ok {
+			frames = appendTextFrame(frames, b)
 		}
-		if err := s.wc.Write(ctx, websocket.MessageText, b); err != nil {
-			return false, err
-		}
+	}
+	var err error
+	if len(frames) > 0 {
+		err = s.out.writeData(frames)
+	}
+	if cap(frames) <= maxPooledFrames {
+		*buf = frames[:0]
+		frameBuffers.Put(buf)
+	}
+	if err != nil {
+		return false, err
 	}
 	return s.bw.NotifyWhenDrained(), nil
 }
