@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
@@ -37,8 +38,8 @@ type ClusterConfig struct {
 	// dead one drops its connections). Zero means 5s.
 	CheckInterval time.Duration
 	// LivenessInterval is how often the bus SPUBLISHes, straight to each
-	// shard's master, on a channel of that shard's own (in a slot the master
-	// serves) and expects to hear it back: proof that the subscription
+	// shard's master, on that shard's liveness channel (in the master's first
+	// slot) and expects to hear its message back: proof that the subscription
 	// delivers, where a ping proves only that the connection answers. Zero
 	// means 1s; negative disables the check.
 	LivenessInterval time.Duration
@@ -108,9 +109,14 @@ const movedGrace = 2 * time.Second
 //     channel it is about;
 //   - the placer's periodic check finds their slot owned by another master.
 //
-// Each shard also subscribes a liveness channel of its own, in a slot its
-// master serves, on which the bus SPUBLISHes every LivenessInterval; a
-// shard that stops hearing it is replaced as if its connection had failed.
+// Each shard also subscribes a liveness channel, named after the first slot
+// of its master's first range (keys.Names.ShardLiveness), the same on every
+// node, on which the bus SPUBLISHes its own id and a sequence number every
+// LivenessInterval; a shard that stops hearing its own messages is replaced
+// as if its connection had failed. A migration or failover that moves that
+// slot makes the master drop the channel (sunsubscribe) or refuse the
+// SPUBLISH (MOVED): the shard is replaced, and its successor names the
+// channel after the master's new first slot.
 //
 // A connection failure of a shard holding confirmed tenants reports Lost
 // (once per outage); Restored follows when every such tenant is subscribed
@@ -127,6 +133,7 @@ type ClusterBus struct {
 	hmu    sync.Mutex // serializes Handler calls
 	stats  redisCounters
 	epoch  time.Time // origin of since()
+	id     string    // random per bus; begins its liveness messages, to tell them from other nodes' on the same channels
 
 	// dialShard, when set by a test before Start, dials the shard
 	// connections instead of the master client's dialer.
@@ -156,8 +163,10 @@ type shard struct {
 	// node is the cluster client's client of this master: liveness
 	// SPUBLISHes go to it directly, so a liveness slot that migrated answers
 	// MOVED instead of being followed to another master. live is the
-	// shard's liveness channel, "" when none was found in the master's
-	// slots. heardAt is since() when the reader last heard it (0: never).
+	// shard's liveness channel, set once by the reader under the bus's
+	// mutex; "" until then, and for good when the check is off or the
+	// master named no slot. heardAt is since() when the reader last heard
+	// the bus's own message on it (0: never).
 	node    *redis.Client
 	live    string
 	heardAt atomic.Int64
@@ -181,6 +190,7 @@ func NewClusterBus(cfg ClusterConfig) *ClusterBus {
 		cancel:   cancel,
 		kick:     make(chan struct{}, 1),
 		epoch:    time.Now(),
+		id:       fmt.Sprintf("%016x", rand.Uint64()),
 		subTable: subTable{subs: make(map[string]*tenantSub), linger: cfg.Linger},
 		shards:   make(map[string]*shard),
 	}

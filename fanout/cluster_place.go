@@ -157,9 +157,6 @@ func (b *ClusterBus) shardFor(addr string, node *redis.Client) *shard {
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	client := redis.NewClient(&o)
 	sh := &shard{addr: addr, client: client, ps: client.SSubscribe(b.ctx), node: node}
-	if b.cfg.LivenessInterval > 0 {
-		sh.live = b.livenessChannel(addr)
-	}
 	b.shards[addr] = sh
 	b.wg.Add(1)
 	go b.read(sh)
