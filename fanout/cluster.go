@@ -14,64 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/internal/episode"
-	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
-
-// ClusterConfig configures a ClusterBus. Only Client is required.
-type ClusterConfig struct {
-	// Client is the node's cluster client: the bus asks it which master
-	// owns a channel's slot, and reloads its slot map when it moved.
-	Client *redis.ClusterClient
-	// Names spells the tenant channels. The zero value uses the names of
-	// docs/DESIGN.md, "Key names".
-	Names keys.Names
-	// Linger is how long an unreferenced tenant stays subscribed. Zero means 2s.
-	Linger time.Duration
-	// PingInterval is how long a shard connection may stay silent before
-	// the bus pings it; a ping unanswered one interval later condemns the
-	// connection. Zero means 5s.
-	PingInterval time.Duration
-	// CheckInterval is how often the bus reloads the slot map and moves a
-	// tenant whose slot changed master without the bus being told (a
-	// master that lost its slots usually says so with sunsubscribe, and a
-	// dead one drops its connections). Zero means 5s.
-	CheckInterval time.Duration
-	// LivenessInterval is how often the bus SPUBLISHes, straight to each
-	// shard's master, on that shard's liveness channel (in the master's first
-	// slot) and expects to hear its message back: proof that the subscription
-	// delivers, where a ping proves only that the connection answers. Zero
-	// means 1s; negative disables the check.
-	LivenessInterval time.Duration
-	// LivenessTimeout is how long a shard may go without hearing a liveness
-	// message its master acknowledged before the bus replaces it and reports
-	// Lost. Zero means 3 × LivenessInterval.
-	LivenessTimeout time.Duration
-	// Logger receives the bus's logs. Nil means slog.Default().
-	Logger *slog.Logger
-}
-
-func (c ClusterConfig) withDefaults() ClusterConfig {
-	if c.Linger <= 0 {
-		c.Linger = 2 * time.Second
-	}
-	if c.PingInterval <= 0 {
-		c.PingInterval = 5 * time.Second
-	}
-	if c.CheckInterval <= 0 {
-		c.CheckInterval = 5 * time.Second
-	}
-	if c.LivenessInterval == 0 {
-		c.LivenessInterval = time.Second
-	}
-	if c.LivenessInterval > 0 && c.LivenessTimeout <= 0 {
-		c.LivenessTimeout = 3 * c.LivenessInterval
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c
-}
 
 // maxPlaceBackoff bounds the placer's retries while channels are unplaced:
 // a failover takes a cluster a second or two, and every retry costs only a
@@ -123,7 +67,8 @@ const movedGrace = 2 * time.Second
 // again, and each one's Resync when its confirmation arrives. Handler calls
 // are made one at a time.
 type ClusterBus struct {
-	cfg    ClusterConfig // defaults applied
+	cfg    BusConfig            // defaults applied
+	client *redis.ClusterClient // cfg.Client
 	log    *slog.Logger
 	lost   *episode.Logger // the outages: from Lost to Restored
 	ctx    context.Context // done at Close
@@ -174,16 +119,19 @@ type shard struct {
 
 var _ Bus = (*ClusterBus)(nil)
 
-// NewClusterBus returns a bus on cfg.Client. It does no I/O.
-func NewClusterBus(cfg ClusterConfig) *ClusterBus {
-	if cfg.Client == nil {
-		panic("fanout: ClusterConfig.Client is required")
+// NewClusterBus returns a bus on cfg.Client, which must be a
+// *redis.ClusterClient: it panics otherwise. It does no I/O.
+func NewClusterBus(cfg BusConfig) *ClusterBus {
+	client, ok := cfg.Client.(*redis.ClusterClient)
+	if !ok || client == nil {
+		panic(fmt.Sprintf("fanout: NewClusterBus needs a *redis.ClusterClient as BusConfig.Client, not %T", cfg.Client))
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := cfg.Logger.With("component", "fanout")
 	b := &ClusterBus{
 		cfg:      cfg,
+		client:   client,
 		log:      log,
 		lost:     episode.New(log, "sharded pubsub still down"),
 		ctx:      ctx,

@@ -109,7 +109,7 @@ func firstSlots(t *testing.T, f *clusterFixture) map[string]int {
 // and the tag of every slot hashes to it by Redis's own reckoning.
 func TestClusterBusLivenessChannelIsTheMastersFirstSlot(t *testing.T) {
 	// A long timeout: the test is about names, not a slow machine's silences.
-	cfg := ClusterConfig{LivenessInterval: 100 * time.Millisecond, LivenessTimeout: 10 * time.Second}
+	cfg := BusConfig{LivenessInterval: 100 * time.Millisecond, LivenessTimeout: 10 * time.Second}
 	f := newClusterFixtureWith(t, 1, cfg, nil)
 	cfg.Client, cfg.Names = f.c.Client(), clusterNames
 	other := NewClusterBus(cfg)
@@ -182,7 +182,7 @@ func TestClusterBusLivenessChannelIsTheMastersFirstSlot(t *testing.T) {
 // channel is named after the master's new first slot, while the other
 // masters' channels stay as they were.
 func TestClusterBusLivenessChannelFollowsAMigration(t *testing.T) {
-	f := newClusterFixtureWith(t, 1, ClusterConfig{LivenessInterval: 100 * time.Millisecond, LivenessTimeout: 10 * time.Second}, nil)
+	f := newClusterFixtureWith(t, 1, BusConfig{LivenessInterval: 100 * time.Millisecond, LivenessTimeout: 10 * time.Second}, nil)
 	for _, tenant := range f.tenants {
 		mustSubscribe(t, f.bus, tenant)
 	}

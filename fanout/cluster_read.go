@@ -146,7 +146,7 @@ func (b *ClusterBus) dropped(sh *shard, channel string) {
 	e.movedFrom, e.movedAt = sh.addr, time.Now()
 	b.mu.Unlock()
 	b.log.Info("tenant's slot left its master; resubscribing", "tenant", tenant, "master", sh.addr)
-	b.cfg.Client.ReloadState(b.ctx)
+	b.client.ReloadState(b.ctx)
 	b.wake()
 }
 
