@@ -64,8 +64,9 @@ func (b *ClusterBus) read(sh *shard) {
 }
 
 // subscribeLiveness names the shard's liveness channel and subscribes it,
-// first, so the shard is checked from its first channel on. It reports
-// false when the shard failed (or the bus closed): the reader returns.
+// before the reader's loop, which tells the channel's messages by its name.
+// It reports false when the shard failed (or the
+// bus closed): the reader returns.
 // A master that serves no slot, or refuses to say which, leaves the shard
 // without the check, to its pings: the shard holds no channel for long, or
 // the liveness check cannot work there (an ACL refusing CLUSTER NODES).
