@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
@@ -13,64 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/internal/episode"
-	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
-
-// ClusterConfig configures a ClusterBus. Only Client is required.
-type ClusterConfig struct {
-	// Client is the node's cluster client: the bus asks it which master
-	// owns a channel's slot, and reloads its slot map when it moved.
-	Client *redis.ClusterClient
-	// Names spells the tenant channels. The zero value uses the names of
-	// docs/DESIGN.md, "Key names".
-	Names keys.Names
-	// Linger is how long an unreferenced tenant stays subscribed. Zero means 2s.
-	Linger time.Duration
-	// PingInterval is how long a shard connection may stay silent before
-	// the bus pings it; a ping unanswered one interval later condemns the
-	// connection. Zero means 5s.
-	PingInterval time.Duration
-	// CheckInterval is how often the bus reloads the slot map and moves a
-	// tenant whose slot changed master without the bus being told (a
-	// master that lost its slots usually says so with sunsubscribe, and a
-	// dead one drops its connections). Zero means 5s.
-	CheckInterval time.Duration
-	// LivenessInterval is how often the bus SPUBLISHes, straight to each
-	// shard's master, on a channel of that shard's own (in a slot the master
-	// serves) and expects to hear it back: proof that the subscription
-	// delivers, where a ping proves only that the connection answers. Zero
-	// means 1s; negative disables the check.
-	LivenessInterval time.Duration
-	// LivenessTimeout is how long a shard may go without hearing a liveness
-	// message its master acknowledged before the bus replaces it and reports
-	// Lost. Zero means 3 × LivenessInterval.
-	LivenessTimeout time.Duration
-	// Logger receives the bus's logs. Nil means slog.Default().
-	Logger *slog.Logger
-}
-
-func (c ClusterConfig) withDefaults() ClusterConfig {
-	if c.Linger <= 0 {
-		c.Linger = 2 * time.Second
-	}
-	if c.PingInterval <= 0 {
-		c.PingInterval = 5 * time.Second
-	}
-	if c.CheckInterval <= 0 {
-		c.CheckInterval = 5 * time.Second
-	}
-	if c.LivenessInterval == 0 {
-		c.LivenessInterval = time.Second
-	}
-	if c.LivenessInterval > 0 && c.LivenessTimeout <= 0 {
-		c.LivenessTimeout = 3 * c.LivenessInterval
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c
-}
 
 // maxPlaceBackoff bounds the placer's retries while channels are unplaced:
 // a failover takes a cluster a second or two, and every retry costs only a
@@ -108,16 +53,22 @@ const movedGrace = 2 * time.Second
 //     channel it is about;
 //   - the placer's periodic check finds their slot owned by another master.
 //
-// Each shard also subscribes a liveness channel of its own, in a slot its
-// master serves, on which the bus SPUBLISHes every LivenessInterval; a
-// shard that stops hearing it is replaced as if its connection had failed.
+// Each shard also subscribes a liveness channel, named after the first slot
+// of its master's first range (keys.Names.ShardLiveness), the same on every
+// node, on which the bus SPUBLISHes its own id and a sequence number every
+// LivenessInterval; a shard that stops hearing its own messages is replaced
+// as if its connection had failed. A migration or failover that moves that
+// slot makes the master drop the channel (sunsubscribe) or refuse the
+// SPUBLISH (MOVED): the shard is replaced, and its successor names the
+// channel after the master's new first slot.
 //
 // A connection failure of a shard holding confirmed tenants reports Lost
 // (once per outage); Restored follows when every such tenant is subscribed
 // again, and each one's Resync when its confirmation arrives. Handler calls
 // are made one at a time.
 type ClusterBus struct {
-	cfg    ClusterConfig // defaults applied
+	cfg    BusConfig            // defaults applied
+	client *redis.ClusterClient // cfg.Client
 	log    *slog.Logger
 	lost   *episode.Logger // the outages: from Lost to Restored
 	ctx    context.Context // done at Close
@@ -127,6 +78,7 @@ type ClusterBus struct {
 	hmu    sync.Mutex // serializes Handler calls
 	stats  redisCounters
 	epoch  time.Time // origin of since()
+	id     string    // random per bus; begins its liveness messages, to tell them from other nodes' on the same channels
 
 	// dialShard, when set by a test before Start, dials the shard
 	// connections instead of the master client's dialer.
@@ -156,8 +108,10 @@ type shard struct {
 	// node is the cluster client's client of this master: liveness
 	// SPUBLISHes go to it directly, so a liveness slot that migrated answers
 	// MOVED instead of being followed to another master. live is the
-	// shard's liveness channel, "" when none was found in the master's
-	// slots. heardAt is since() when the reader last heard it (0: never).
+	// shard's liveness channel, set once by the reader under the bus's
+	// mutex; "" until then, and for good when the check is off or the
+	// master named no slot. heardAt is since() when the reader last heard
+	// the bus's own message on it (0: never).
 	node    *redis.Client
 	live    string
 	heardAt atomic.Int64
@@ -165,22 +119,26 @@ type shard struct {
 
 var _ Bus = (*ClusterBus)(nil)
 
-// NewClusterBus returns a bus on cfg.Client. It does no I/O.
-func NewClusterBus(cfg ClusterConfig) *ClusterBus {
-	if cfg.Client == nil {
-		panic("fanout: ClusterConfig.Client is required")
+// NewClusterBus returns a bus on cfg.Client, which must be a
+// *redis.ClusterClient: it panics otherwise. It does no I/O.
+func NewClusterBus(cfg BusConfig) *ClusterBus {
+	client, ok := cfg.Client.(*redis.ClusterClient)
+	if !ok || client == nil {
+		panic(fmt.Sprintf("fanout: NewClusterBus needs a *redis.ClusterClient as BusConfig.Client, not %T", cfg.Client))
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := cfg.Logger.With("component", "fanout")
 	b := &ClusterBus{
 		cfg:      cfg,
+		client:   client,
 		log:      log,
 		lost:     episode.New(log, "sharded pubsub still down"),
 		ctx:      ctx,
 		cancel:   cancel,
 		kick:     make(chan struct{}, 1),
 		epoch:    time.Now(),
+		id:       fmt.Sprintf("%016x", rand.Uint64()),
 		subTable: subTable{subs: make(map[string]*tenantSub), linger: cfg.Linger},
 		shards:   make(map[string]*shard),
 	}

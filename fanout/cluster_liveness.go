@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pushd/pushd/internal/redisx"
@@ -19,18 +20,49 @@ var errLivenessMoved = errors.New("fanout: the shard's liveness slot moved")
 // never 0.
 func (b *ClusterBus) since() int64 { return max(int64(time.Since(b.epoch)), 1) }
 
-// livenessChannel returns a liveness channel in a slot the master at addr
-// serves by the slot map, or "" if none turned up (the map is changing; the
-// shard then has its pings until it is replaced). b.mu is held; the lookups
-// are in memory.
-func (b *ClusterBus) livenessChannel(addr string) string {
-	for range 256 {
-		ch := b.cfg.Names.Liveness(fmt.Sprintf("%016x", rand.Uint64()))
-		if m, err := b.cfg.Client.MasterForKey(b.ctx, ch); err == nil && m.Options().Addr == addr {
-			return ch
-		}
+// livenessChannel returns the liveness channel of the master of sh: the
+// shard channel of the first slot of its first range, as the master itself
+// reports its slots (CLUSTER NODES, its "myself" line), so every node names
+// a shard's channel alike and the master serves it. ok is false when the
+// master serves no slot.
+func (b *ClusterBus) livenessChannel(ctx context.Context, sh *shard) (ch string, ok bool, err error) {
+	nodes, err := sh.node.ClusterNodes(ctx).Result()
+	if err != nil {
+		return "", false, err
 	}
-	return ""
+	slot, ok := firstSlot(nodes)
+	if !ok {
+		return "", false, nil
+	}
+	return b.cfg.Names.ShardLiveness(slot), true, nil
+}
+
+// firstSlot returns the lowest slot (the first of its first range) that the
+// node answering CLUSTER NODES serves, by its own line. Slots it is
+// importing or migrating ("[slot-<-id]", "[slot->-id]") are not served.
+func firstSlot(clusterNodes string) (int, bool) {
+	for line := range strings.Lines(clusterNodes) {
+		f := strings.Fields(line)
+		if len(f) < 8 || !slices.Contains(strings.Split(f[2], ","), "myself") {
+			continue
+		}
+		first := -1
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") {
+				continue
+			}
+			start, _, _ := strings.Cut(r, "-")
+			n, err := strconv.Atoi(start)
+			if err == nil && n >= 0 && n < 16384 && (first < 0 || n < first) {
+				first = n
+			}
+		}
+		if first < 0 {
+			return 0, false
+		}
+		return first, true
+	}
+	return 0, false
 }
 
 // liveness SPUBLISHes on every shard's liveness channel each
@@ -74,7 +106,7 @@ func (b *ClusterBus) liveness() {
 			}
 			start := b.since()
 			ctx, cancel := context.WithTimeout(b.ctx, b.cfg.LivenessTimeout)
-			err := sh.node.SPublish(ctx, sh.live, strconv.FormatUint(seq, 10)).Err()
+			err := sh.node.SPublish(ctx, sh.live, b.id+" "+strconv.FormatUint(seq, 10)).Err()
 			cancel()
 			switch {
 			case b.ctx.Err() != nil:

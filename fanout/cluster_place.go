@@ -33,7 +33,7 @@ func (b *ClusterBus) placer() {
 		case <-timer.C:
 			checkAll = backoff == 0
 			if checkAll {
-				b.cfg.Client.ReloadState(b.ctx) // for the next check: the reload is asynchronous
+				b.client.ReloadState(b.ctx) // for the next check: the reload is asynchronous
 			}
 		}
 		if b.place(checkAll) {
@@ -43,7 +43,7 @@ func (b *ClusterBus) placer() {
 		}
 		// Something is unplaced: the slot map may be stale (a failover or a
 		// migration in progress). Reload it and try again soon.
-		b.cfg.Client.ReloadState(b.ctx)
+		b.client.ReloadState(b.ctx)
 		backoff = min(max(2*backoff, minBackoff), maxPlaceBackoff)
 		timer.Reset(backoff/2 + rand.N(backoff/2))
 	}
@@ -74,7 +74,7 @@ func (b *ClusterBus) place(checkAll bool) (settled bool) {
 		if b.ctx.Err() != nil {
 			return true
 		}
-		master, err := b.cfg.Client.MasterForKey(b.ctx, e.channel)
+		master, err := b.client.MasterForKey(b.ctx, e.channel)
 		if err != nil {
 			settled = false
 			b.unplaceable(e, err)
@@ -157,9 +157,6 @@ func (b *ClusterBus) shardFor(addr string, node *redis.Client) *shard {
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	client := redis.NewClient(&o)
 	sh := &shard{addr: addr, client: client, ps: client.SSubscribe(b.ctx), node: node}
-	if b.cfg.LivenessInterval > 0 {
-		sh.live = b.livenessChannel(addr)
-	}
 	b.shards[addr] = sh
 	b.wg.Add(1)
 	go b.read(sh)
@@ -222,7 +219,7 @@ func (b *ClusterBus) checkRestored() {
 // shard that held confirmed tenants reports Lost.
 func (b *ClusterBus) shardFailed(sh *shard, err error, reply bool) {
 	b.retire(sh, err, reply)
-	b.cfg.Client.ReloadState(b.ctx)
+	b.client.ReloadState(b.ctx)
 	b.wake()
 }
 

@@ -1,6 +1,9 @@
 package fanout
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,14 +14,8 @@ import (
 // read is a shard's reader: the only reader of its connection.
 func (b *ClusterBus) read(sh *shard) {
 	defer b.wg.Done()
-	if sh.live != "" {
-		// First, so the shard is checked from its first channel on.
-		if err := sh.ps.SSubscribe(b.ctx, sh.live); err != nil {
-			if !sh.retired.Load() && b.ctx.Err() == nil {
-				b.shardFailed(sh, err, false)
-			}
-			return
-		}
+	if b.cfg.LivenessInterval > 0 && !b.subscribeLiveness(sh) {
+		return
 	}
 	pinged := false
 	for {
@@ -40,8 +37,12 @@ func (b *ClusterBus) read(sh *shard) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			if m.Channel == sh.live {
-				b.stats.livenessHeard.Add(1)
-				sh.heardAt.Store(b.since())
+				// Every node publishes on the shard's channel: only this
+				// bus's own messages are heard back.
+				if strings.HasPrefix(m.Payload, b.id+" ") {
+					b.stats.livenessHeard.Add(1)
+					sh.heardAt.Store(b.since())
+				}
 				continue
 			}
 			b.deliver(m)
@@ -60,6 +61,42 @@ func (b *ClusterBus) read(sh *shard) {
 			}
 		}
 	}
+}
+
+// subscribeLiveness names the shard's liveness channel and subscribes it,
+// before the reader's loop, which tells the channel's messages by its name.
+// It reports false when the shard failed (or the
+// bus closed): the reader returns.
+// A master that serves no slot, or refuses to say which, leaves the shard
+// without the check, to its pings: the shard holds no channel for long, or
+// the liveness check cannot work there (an ACL refusing CLUSTER NODES).
+func (b *ClusterBus) subscribeLiveness(sh *shard) bool {
+	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.LivenessTimeout)
+	live, ok, err := b.livenessChannel(ctx, sh)
+	cancel()
+	switch {
+	case sh.retired.Load() || b.ctx.Err() != nil:
+		return false
+	case err != nil && !redisx.IsReply(err):
+		b.shardFailed(sh, fmt.Errorf("slots of the shard's master: %w", err), false)
+		return false
+	case err != nil:
+		b.log.Warn("shard without a liveness check: its master did not list its slots", "master", sh.addr, "err", err)
+		return true
+	case !ok:
+		b.log.Debug("shard without a liveness check: its master serves no slot", "master", sh.addr)
+		return true
+	}
+	b.mu.Lock()
+	sh.live = live // the liveness goroutine reads it under b.mu
+	b.mu.Unlock()
+	if err := sh.ps.SSubscribe(b.ctx, live); err != nil {
+		if !sh.retired.Load() && b.ctx.Err() == nil {
+			b.shardFailed(sh, err, false)
+		}
+		return false
+	}
+	return true
 }
 
 // confirm handles an ssubscribe confirmation.
@@ -110,7 +147,7 @@ func (b *ClusterBus) dropped(sh *shard, channel string) {
 	e.movedFrom, e.movedAt = sh.addr, time.Now()
 	b.mu.Unlock()
 	b.log.Info("tenant's slot left its master; resubscribing", "tenant", tenant, "master", sh.addr)
-	b.cfg.Client.ReloadState(b.ctx)
+	b.client.ReloadState(b.ctx)
 	b.wake()
 }
 

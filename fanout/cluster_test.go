@@ -33,13 +33,13 @@ type clusterFixture struct {
 
 func newClusterFixture(t *testing.T, perMaster int) *clusterFixture {
 	t.Helper()
-	return newClusterFixtureWith(t, perMaster, ClusterConfig{}, nil)
+	return newClusterFixtureWith(t, perMaster, BusConfig{}, nil)
 }
 
 // newClusterFixtureWith is newClusterFixture with the bus configured by cfg
 // (Client, Names, Linger and Logger are the fixture's) and, when before is
 // set, prepared by it before Start.
-func newClusterFixtureWith(t *testing.T, perMaster int, cfg ClusterConfig, before func(*clusterFixture, *ClusterBus)) *clusterFixture {
+func newClusterFixtureWith(t *testing.T, perMaster int, cfg BusConfig, before func(*clusterFixture, *ClusterBus)) *clusterFixture {
 	t.Helper()
 	c := testenv.StartRedisCluster(t, 3)
 	cl := c.Client()
@@ -247,7 +247,7 @@ func TestClusterBusSubscribeErrors(t *testing.T) {
 func TestClusterBusLivenessReplacesASilentShard(t *testing.T) {
 	var proxy *testenv.Proxy
 	var victim string
-	f := newClusterFixtureWith(t, 2, ClusterConfig{LivenessInterval: 100 * time.Millisecond, PingInterval: time.Minute},
+	f := newClusterFixtureWith(t, 2, BusConfig{LivenessInterval: 100 * time.Millisecond, PingInterval: time.Minute},
 		func(f *clusterFixture, b *ClusterBus) {
 			victim = f.c.Masters()[0].Addr
 			proxy = testenv.StartProxy(t, victim)

@@ -83,3 +83,29 @@ func ExampleRedisPublisher_cluster() {
 		log.Printf("publish %s (attempt %d): %v", s.TaskID, attempt+1, err)
 	}
 }
+
+// printer is a Handler that prints what a bus hears.
+type printer struct{}
+
+func (printer) Notify(n snapshot.Notification) {
+	fmt.Println("changed:", n.TenantID, n.TaskID, n.Version)
+}
+func (printer) Resync(tenantID string) { fmt.Println("re-read the tasks of", tenantID) }
+
+// A node on Redis Cluster hears its tenants' notifications through a
+// ClusterBus, which takes the cluster client; on standalone Redis,
+// NewRedisBus takes the same BusConfig with a *redis.Client. (No Output
+// line: it needs a cluster.)
+func ExampleNewClusterBus() {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"}})
+	defer cc.Close()
+	bus := fanout.NewClusterBus(fanout.BusConfig{Client: cc, Names: keys.Names{Cluster: true}})
+	bus.Start(printer{})
+	defer bus.Close()
+
+	release, err := bus.Subscribe(context.Background(), "t1")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer release() // the tenant stays subscribed for the Linger after the last release
+}

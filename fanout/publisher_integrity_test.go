@@ -18,7 +18,7 @@ import (
 // of Redis never gets v3.
 func TestRedisPublisherRefusesRollbackOverDeepDocument(t *testing.T) {
 	rd := testenv.SharedRedis(t)
-	b, r := newBus(t, rd.Client, rd.Names, RedisConfig{})
+	b, r := newBus(t, rd.Client, rd.Names, BusConfig{})
 	tenant := testenv.UniqueID("tenant")
 	task := testenv.UniqueID("task")
 	mustSubscribe(t, b, tenant)
@@ -64,7 +64,7 @@ func TestRedisPublisherRefusesRollbackOverDeepDocument(t *testing.T) {
 // announced, so the task stays A's; A's next version is still published.
 func TestRedisPublisherRefusesAnotherTenant(t *testing.T) {
 	rd := testenv.SharedRedis(t)
-	b, r := newBus(t, rd.Client, rd.Names, RedisConfig{})
+	b, r := newBus(t, rd.Client, rd.Names, BusConfig{})
 	owner, other := testenv.UniqueID("tenant"), testenv.UniqueID("tenant")
 	task := testenv.UniqueID("task")
 	mustSubscribe(t, b, owner)

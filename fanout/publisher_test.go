@@ -13,7 +13,7 @@ import (
 // neither stored nor announced.
 func TestRedisPublisher(t *testing.T) {
 	rd := testenv.SharedRedis(t)
-	b, r := newBus(t, rd.Client, rd.Names, RedisConfig{})
+	b, r := newBus(t, rd.Client, rd.Names, BusConfig{})
 	tenant := testenv.UniqueID("tenant")
 	task := testenv.UniqueID("task")
 	mustSubscribe(t, b, tenant)

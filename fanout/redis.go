@@ -29,60 +29,6 @@ var (
 	errNoLiveness = errors.New("fanout: pubsub subscription silent: liveness message not heard back")
 )
 
-// RedisConfig configures a RedisBus. Only Client is required.
-type RedisConfig struct {
-	// Client opens the bus's one Pub/Sub connection. Required. A
-	// *redis.Client or *redis.ClusterClient (classic Pub/Sub, which a cluster
-	// broadcasts to every node); a *redis.Ring cannot open a Pub/Sub
-	// connection without a channel and is refused.
-	Client redis.UniversalClient
-	// Names spells the tenant channels. The zero value uses the names of
-	// docs/DESIGN.md, "Key names".
-	Names keys.Names
-	// Linger is how long an unreferenced tenant stays subscribed, so a
-	// browser that reconnects costs no UNSUBSCRIBE and SUBSCRIBE. Zero means 2s.
-	Linger time.Duration
-	// PingInterval is how long the connection may stay silent before the
-	// reading loop pings Redis. A ping still unanswered one interval later
-	// means the connection is dead: it is replaced. That needs the client's
-	// write deadlines (any WriteTimeout but -2). Zero means 5s.
-	PingInterval time.Duration
-	// LivenessInterval is how often the bus PUBLISHes on a channel of its
-	// own (keys.Names.Liveness, via Client, the normal command path) and
-	// expects to hear it back on its Pub/Sub connection: that proves the
-	// subscription delivers, where a ping only proves the connection
-	// answers. Zero means 1s; negative disables the liveness check.
-	LivenessInterval time.Duration
-	// LivenessTimeout is how long the bus may go without hearing its own
-	// liveness message before it declares the subscription dead, drops the
-	// connection and reports Lost; the redial resubscribes everything. The
-	// clock starts when Redis acknowledges a liveness PUBLISH, so failing
-	// PUBLISHes (the command path down or saturated) never condemn a
-	// subscription that may be fine. Zero means 3 × LivenessInterval.
-	LivenessTimeout time.Duration
-	// Logger receives the bus's logs. Nil means slog.Default().
-	Logger *slog.Logger
-}
-
-func (c RedisConfig) withDefaults() RedisConfig {
-	if c.Linger <= 0 {
-		c.Linger = 2 * time.Second
-	}
-	if c.PingInterval <= 0 {
-		c.PingInterval = 5 * time.Second
-	}
-	if c.LivenessInterval == 0 {
-		c.LivenessInterval = time.Second
-	}
-	if c.LivenessInterval > 0 && c.LivenessTimeout <= 0 {
-		c.LivenessTimeout = 3 * c.LivenessInterval
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c
-}
-
 // Backoff after a failed receive, so a node does not spin while Redis is down
 // and nodes do not redial in step after a restart.
 const (
@@ -117,7 +63,7 @@ const malformedLogEvery = 10 * time.Second
 // healthy, the liveness goroutine drops the connection; the reading loop then
 // sees its receive fail, reports Lost, and go-redis redials.
 type RedisBus struct {
-	cfg    RedisConfig // defaults applied
+	cfg    BusConfig // defaults applied
 	log    *slog.Logger
 	lost   *episode.Logger // the outages of the Pub/Sub connection
 	ps     *redis.PubSub
@@ -192,13 +138,13 @@ var _ Bus = (*RedisBus)(nil)
 
 // NewRedisBus returns a bus on cfg.Client, with a random liveness channel of
 // its own. It does no I/O: the Pub/Sub connection is dialled by the reading
-// loop that Start begins.
-func NewRedisBus(cfg RedisConfig) *RedisBus {
+// loop that Start begins. It panics without a Client, or with a *redis.Ring.
+func NewRedisBus(cfg BusConfig) *RedisBus {
 	if cfg.Client == nil {
-		panic("fanout: RedisConfig.Client is required")
+		panic("fanout: NewRedisBus: BusConfig.Client is required")
 	}
 	if _, ok := cfg.Client.(*redis.Ring); ok {
-		panic("fanout: RedisBus cannot use a *redis.Ring")
+		panic("fanout: NewRedisBus cannot use a *redis.Ring as BusConfig.Client")
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())

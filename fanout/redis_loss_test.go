@@ -16,7 +16,7 @@ import (
 // newLiveBus is newBus with the liveness hooks set before Start: heard gets a
 // value per liveness message the loop heard, pubErrs one per liveness
 // PUBLISH that failed.
-func newLiveBus(t *testing.T, client redis.UniversalClient, names keys.Names, cfg RedisConfig) (b *RedisBus, r *recorder, heard <-chan struct{}, pubErrs <-chan error) {
+func newLiveBus(t *testing.T, client redis.UniversalClient, names keys.Names, cfg BusConfig) (b *RedisBus, r *recorder, heard <-chan struct{}, pubErrs <-chan error) {
 	t.Helper()
 	cfg.Client, cfg.Names = client, names
 	b = NewRedisBus(cfg)
@@ -74,7 +74,7 @@ func TestRedisBusLostAtStart(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	client := srv.Client()
 	srv.Stop()
-	b, r, _, pubErrs := newLiveBus(t, client, keys.Names{}, RedisConfig{
+	b, r, _, pubErrs := newLiveBus(t, client, keys.Names{}, BusConfig{
 		PingInterval:     200 * time.Millisecond,
 		LivenessInterval: 50 * time.Millisecond,
 		LivenessTimeout:  waitFor, // only the outage is under test
@@ -110,7 +110,7 @@ func TestRedisBusLostAtStart(t *testing.T) {
 // they are neither notifications nor tenants.
 func TestRedisBusLivenessHeard(t *testing.T) {
 	rd := testenv.SharedRedis(t)
-	b, r, heard, _ := newLiveBus(t, rd.Client, rd.Names, RedisConfig{
+	b, r, heard, _ := newLiveBus(t, rd.Client, rd.Names, BusConfig{
 		LivenessInterval: 20 * time.Millisecond,
 		LivenessTimeout:  waitFor, // a slow test machine must not drop the connection
 	})
@@ -148,7 +148,7 @@ func TestRedisBusLivenessHeard(t *testing.T) {
 
 func TestRedisBusLivenessDisabled(t *testing.T) {
 	rd := testenv.SharedRedis(t)
-	b, r := newBus(t, rd.Client, rd.Names, RedisConfig{LivenessInterval: -1})
+	b, r := newBus(t, rd.Client, rd.Names, BusConfig{LivenessInterval: -1})
 	if b.liveChannel != "" {
 		t.Fatalf("liveness channel %q with the check disabled", b.liveChannel)
 	}
@@ -175,7 +175,7 @@ func TestRedisBusLivenessHalfOpen(t *testing.T) {
 	// connection gives up soon and the next one dials afresh.
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ReadTimeout: 500 * time.Millisecond})
 	t.Cleanup(func() { client.Close() })
-	b, r, heard, _ := newLiveBus(t, client, keys.Names{}, RedisConfig{
+	b, r, heard, _ := newLiveBus(t, client, keys.Names{}, BusConfig{
 		PingInterval:     time.Minute,
 		LivenessInterval: 100 * time.Millisecond,
 		LivenessTimeout:  time.Second,

@@ -18,7 +18,7 @@ import (
 )
 
 // newBus starts a RedisBus on client, closed when the test ends.
-func newBus(t *testing.T, client redis.UniversalClient, names keys.Names, cfg RedisConfig) (*RedisBus, *recorder) {
+func newBus(t *testing.T, client redis.UniversalClient, names keys.Names, cfg BusConfig) (*RedisBus, *recorder) {
 	t.Helper()
 	cfg.Client, cfg.Names = client, names
 	b := NewRedisBus(cfg)
@@ -60,7 +60,7 @@ func note(task string, version int64) string {
 
 func TestRedisBusDeliversPlainPublish(t *testing.T) {
 	rd := testenv.SharedRedis(t)
-	b, r := newBus(t, rd.Client, rd.Names, RedisConfig{})
+	b, r := newBus(t, rd.Client, rd.Names, BusConfig{})
 	tenant := testenv.UniqueID("tenant")
 	mustSubscribe(t, b, tenant)
 
@@ -92,7 +92,7 @@ func TestRedisBusSubscribeWaitsForConfirmation(t *testing.T) {
 	opt.Addr = proxy.Addr
 	slow := redis.NewClient(&opt)
 	t.Cleanup(func() { slow.Close() })
-	b, r := newBus(t, slow, rd.Names, RedisConfig{})
+	b, r := newBus(t, slow, rd.Names, BusConfig{})
 	for i := range 50 {
 		tenant := testenv.UniqueID(fmt.Sprintf("t%d", i))
 		release := mustSubscribe(t, b, tenant)
@@ -109,7 +109,7 @@ func TestRedisBusSubscribeWaitsForConfirmation(t *testing.T) {
 
 func TestRedisBusRefcountAndLinger(t *testing.T) {
 	rd := testenv.SharedRedis(t)
-	b := NewRedisBus(RedisConfig{Client: rd.Client, Names: rd.Names, Linger: 20 * time.Millisecond})
+	b := NewRedisBus(BusConfig{Client: rd.Client, Names: rd.Names, Linger: 20 * time.Millisecond})
 	gone := unsubscribed(b)
 	r := newRecorder(t)
 	b.Start(r)
@@ -162,7 +162,7 @@ func TestRedisBusRefcountAndLinger(t *testing.T) {
 // A Subscribe while the tenant lingers revives it: no new SUBSCRIBE.
 func TestRedisBusReviveDuringLinger(t *testing.T) {
 	rd := testenv.SharedRedis(t)
-	b, r := newBus(t, rd.Client, rd.Names, RedisConfig{Linger: time.Hour})
+	b, r := newBus(t, rd.Client, rd.Names, BusConfig{Linger: time.Hour})
 	tenant := testenv.UniqueID("tenant")
 	release := mustSubscribe(t, b, tenant)
 	release()
@@ -188,7 +188,7 @@ func TestRedisBusReviveDuringLinger(t *testing.T) {
 
 func TestRedisBusMalformed(t *testing.T) {
 	rd := testenv.SharedRedis(t)
-	b, r := newBus(t, rd.Client, rd.Names, RedisConfig{})
+	b, r := newBus(t, rd.Client, rd.Names, BusConfig{})
 	ctx := testContext(t)
 
 	// Channels no tenant subscription can produce, subscribed behind the
@@ -242,7 +242,7 @@ func TestRedisBusMalformed(t *testing.T) {
 
 func TestRedisBusSubscribeErrors(t *testing.T) {
 	rd := testenv.SharedRedis(t)
-	b := NewRedisBus(RedisConfig{Client: rd.Client, Names: rd.Names})
+	b := NewRedisBus(BusConfig{Client: rd.Client, Names: rd.Names})
 	if _, err := b.Subscribe(testContext(t), "t1"); err == nil {
 		t.Fatal("Subscribe before Start succeeded")
 	}
@@ -268,7 +268,7 @@ func TestRedisBusSubscribeErrors(t *testing.T) {
 func TestRedisBusOneConnection(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	client := srv.Client()
-	b, r := newBus(t, client, keys.Names{}, RedisConfig{})
+	b, r := newBus(t, client, keys.Names{}, BusConfig{})
 
 	const tenants = 200
 	var wg sync.WaitGroup
@@ -321,7 +321,7 @@ func TestRedisBusOneConnection(t *testing.T) {
 func TestRedisBusResyncAfterRestart(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	client := srv.Client()
-	b, r := newBus(t, client, keys.Names{}, RedisConfig{PingInterval: 200 * time.Millisecond})
+	b, r := newBus(t, client, keys.Names{}, BusConfig{PingInterval: 200 * time.Millisecond})
 	tenants := []string{"t1", "t2", "t3"}
 	for _, tenant := range tenants {
 		mustSubscribe(t, b, tenant)
@@ -372,7 +372,7 @@ func TestRedisBusResyncAfterRestart(t *testing.T) {
 func TestRedisBusSilentConnection(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	client := srv.Client()
-	b := NewRedisBus(RedisConfig{Client: client, PingInterval: 100 * time.Millisecond, Linger: 10 * time.Millisecond})
+	b := NewRedisBus(BusConfig{Client: client, PingInterval: 100 * time.Millisecond, Linger: 10 * time.Millisecond})
 	gone := unsubscribed(b)
 	r := newRecorder(t)
 	b.Start(r)
@@ -407,7 +407,7 @@ func TestRedisBusSilentConnection(t *testing.T) {
 
 func TestRedisBusClose(t *testing.T) {
 	rd := testenv.SharedRedis(t)
-	b := NewRedisBus(RedisConfig{Client: rd.Client, Names: rd.Names})
+	b := NewRedisBus(BusConfig{Client: rd.Client, Names: rd.Names})
 	b.Start(newRecorder(t))
 	mustSubscribe(t, b, testenv.UniqueID("tenant"))
 	for range 2 {
@@ -420,7 +420,7 @@ func TestRedisBusClose(t *testing.T) {
 	}
 
 	// Closed before Start, and started after Close: no goroutine either way.
-	b = NewRedisBus(RedisConfig{Client: rd.Client, Names: rd.Names})
+	b = NewRedisBus(BusConfig{Client: rd.Client, Names: rd.Names})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -67,10 +67,19 @@ func (n Names) StreamEpoch(tenantID string) string {
 	return n.Prefix + "stream:task-epoch:{" + tenantID + "}"
 }
 
-// Liveness is the Pub/Sub channel on which one bus publishes to itself, to
-// check that its subscription still delivers. id is the bus's own, random
-// per bus; the braces are a Redis Cluster hash tag.
+// Liveness is the Pub/Sub channel on which a bus on standalone Redis
+// publishes to itself, to check that its subscription still delivers. id is
+// the bus's own, random per bus.
 func (n Names) Liveness(id string) string { return n.Prefix + "pushd.liveness.{" + id + "}" }
+
+// ShardLiveness is the shard channel of the liveness check of a Redis
+// Cluster shard whose first slot (the first of its first range) is slot: its
+// hash tag is the shortest of letters and digits in that slot, so the
+// channel lives on the shard, and every node names the same shard's channel
+// alike. slot is in [0, 16384).
+func (n Names) ShardLiveness(slot int) string {
+	return n.Prefix + "pushd.liveness.{" + slotTag(slot) + "}"
+}
 
 // TenantFromChannel returns the tenant a channel name belongs to, and false
 // when the name is not a change channel of this prefix.

@@ -28,7 +28,7 @@ func newCluster(ctx context.Context, cfg Config, t tuning) (*backend, error) {
 	b := &backend{attrs: []any{"redis_cluster", true}}
 	b.onClose(func() { cluster.Close() })
 	names := keys.Names{Prefix: cfg.KeyPrefix, Cluster: true}
-	bus := fanout.NewClusterBus(fanout.ClusterConfig{Client: cluster, Names: names, LivenessInterval: t.livenessInterval, Logger: cfg.Logger})
+	bus := fanout.NewClusterBus(fanout.BusConfig{Client: cluster, Names: names, LivenessInterval: t.livenessInterval, Logger: cfg.Logger})
 	r := redisRoles{cache: cluster, control: cluster, realtime: cluster}
 	if err := b.finishRedis(ctx, cfg, t, r, names, bus, bus, fanout.NewRedisPublisher(cluster, names)); err != nil {
 		b.close()

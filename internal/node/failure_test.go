@@ -640,7 +640,7 @@ func TestBothSourcesDownClientsKeepStateAndAreTold(t *testing.T) {
 }
 
 // livenessWindow is how long a stalled subscription can go unnoticed with
-// the bus's LivenessInterval (fanout.RedisConfig): the first PUBLISH after
+// the bus's LivenessInterval (fanout.BusConfig): the first PUBLISH after
 // the stall goes out within an interval (+10 % jitter); the bus declares the
 // link dead once that acknowledged message stays unheard for its
 // LivenessTimeout (3 intervals), which it checks at each tick, one more

@@ -54,7 +54,7 @@ func newStandalone(ctx context.Context, cfg Config, t tuning) (*backend, error) 
 		return nil, err
 	}
 	names := keys.Names{Prefix: cfg.KeyPrefix}
-	bus := fanout.NewRedisBus(fanout.RedisConfig{Client: realtime, Names: names, LivenessInterval: t.livenessInterval, Logger: cfg.Logger})
+	bus := fanout.NewRedisBus(fanout.BusConfig{Client: realtime, Names: names, LivenessInterval: t.livenessInterval, Logger: cfg.Logger})
 	if err := b.finishRedis(ctx, cfg, t, r, names, bus, bus, standalonePublisher(r, names)); err != nil {
 		b.close()
 		return nil, err
