@@ -475,8 +475,20 @@ func secretData(t *testing.T, m *manifests, key string) string {
 
 func TestChartDefaultsStandalone(t *testing.T) {
 	vals := minimalValues()
-	vals["config"] = map[string]any{"heartbeat": "20s", "log-level": "debug", "max-conns-per-ip": 0}
-	vals["extraArgs"] = []any{"--write-timeout=5s"}
+	// As helm install -f reads a values file: its numbers are float64.
+	extra, err := chartutil.ReadValues([]byte(`
+config:
+  heartbeat: 20s
+  log-level: debug
+  max-conns-per-ip: 0
+  session-negative-entries: 1000000
+  auth-failure-rate: 0.5
+extraArgs: ["--write-timeout=5s"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(vals, extra)
 	m := render(t, vals)
 	e := env(container(m))
 
@@ -497,7 +509,8 @@ func TestChartDefaultsStandalone(t *testing.T) {
 	want := map[string]string{
 		"PUSHD_DRAIN_TIMEOUT": "20s", "PUSHD_RECONNECT_AFTER": "5s", "PUSHD_MAX_CONNS": "15000",
 		"PUSHD_EXPECTED_NODES": "3", "PUSHD_HEARTBEAT": "20s", "PUSHD_LOG_LEVEL": "debug",
-		"PUSHD_MAX_CONNS_PER_IP": "0", "GOMEMLIMIT": "691MiB",
+		"PUSHD_MAX_CONNS_PER_IP": "0", "PUSHD_SESSION_NEGATIVE_ENTRIES": "1000000",
+		"PUSHD_AUTH_FAILURE_RATE": "0.5", "GOMEMLIMIT": "691MiB",
 	}
 	for name, v := range want {
 		if e[name].Value != v {
@@ -578,9 +591,17 @@ func TestChartExistingSecret(t *testing.T) {
 			"existingSecret": "pushd-prod",
 			"keys":           map[string]any{"databaseUrl": "pg-url", "jwtPublicKey": "tokens.pem"},
 		},
-		"auth": map[string]any{"jwt": "publicKey"},
+		"auth":  map[string]any{"jwt": "publicKey"},
+		"drain": map[string]any{"preStopSleepSeconds": 5, "timeoutSeconds": 45},
 	}
 	m := render(t, vals)
+	// The grace period and the rollout's pace follow the drain.
+	if g := *m.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; g != 5+45+10 {
+		t.Errorf("grace %ds, want preStop 5 + drain 45 + margin 10", g)
+	}
+	if r := m.deployment.Spec.MinReadySeconds; r != 5+22 {
+		t.Errorf("minReadySeconds %d, want reconnect-after 5 + half of drain 45", r)
+	}
 	if len(m.secrets) != 0 {
 		t.Errorf("%d Secrets rendered beside the existing one", len(m.secrets))
 	}
@@ -637,12 +658,17 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"role URL without its role", func(v map[string]any) {
 			v["secrets"].(map[string]any)["redisCacheUrl"] = "redis://cache:6379/0"
 		}, "secrets.redisCacheUrl"},
-		{"unknown role", func(v map[string]any) { v["redis"] = map[string]any{"separateRoles": []any{"pubsub"}} }, `"pubsub" is not a role`},
-		{"redis mode typo", func(v map[string]any) { v["redis"] = map[string]any{"mode": "clustered"} }, "redis.mode"},
+		// values.schema.json: a misspelt or mistyped value fails before any
+		// template runs, instead of being silently ignored.
+		{"unknown role", func(v map[string]any) { v["redis"] = map[string]any{"separateRoles": []any{"pubsub"}} }, "/redis/separateRoles/0"},
+		{"redis mode typo", func(v map[string]any) { v["redis"] = map[string]any{"mode": "clustered"} }, "/redis/mode"},
+		{"misspelt value", func(v map[string]any) { v["drain"] = map[string]any{"timeoutSecond": 60} }, "'timeoutSecond'"},
+		{"misspelt top-level value", func(v map[string]any) { v["replicas"] = 5 }, "'replicas'"},
+		{"drain timeout with a unit", func(v map[string]any) { v["drain"] = map[string]any{"timeoutSeconds": "30s"} }, "/drain/timeoutSeconds"},
 		{"config sets a managed setting", func(v map[string]any) {
 			v["config"] = map[string]any{"drain-timeout": "5s"}
 		}, "config.drain-timeout"},
-		{"config with a flag's dashes", func(v map[string]any) { v["config"] = map[string]any{"--heartbeat": "5s"} }, "config.--heartbeat"},
+		{"config with a flag's dashes", func(v map[string]any) { v["config"] = map[string]any{"--heartbeat": "5s"} }, "'--heartbeat'"},
 		{"existing Secret and values", func(v map[string]any) { v["secrets"].(map[string]any)["existingSecret"] = "mine" }, "existingSecret"},
 		{"memory limit GOMEMLIMIT cannot follow", func(v map[string]any) {
 			v["resources"] = map[string]any{"limits": map[string]any{"memory": "800M"}}
