@@ -238,19 +238,25 @@ func env(c corev1.Container) map[string]corev1.EnvVar {
 var secretEnv = []string{"PUSHD_REDIS_URL", "PUSHD_REDIS_CACHE_URL", "PUSHD_REDIS_CONTROL_URL",
 	"PUSHD_REDIS_REALTIME_URL", "PUSHD_DATABASE_URL"}
 
-// imageUser is the numeric USER of the Dockerfile's final stage.
-func imageUser(t *testing.T) int64 {
+// imageUser is the numeric user and group of the Dockerfile's final
+// USER (the group is the user's when not given).
+func imageUser(t *testing.T) (uid, gid int64) {
 	t.Helper()
 	b, err := os.ReadFile("../Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := regexp.MustCompile(`(?m)^USER (\d+)`).FindAllStringSubmatch(string(b), -1)
+	ms := regexp.MustCompile(`(?m)^USER (\d+)(?::(\d+))?\s*$`).FindAllStringSubmatch(string(b), -1)
 	if len(ms) == 0 {
 		t.Fatal("Dockerfile: no numeric USER")
 	}
-	u, _ := strconv.ParseInt(ms[len(ms)-1][1], 10, 64)
-	return u
+	m := ms[len(ms)-1]
+	uid, _ = strconv.ParseInt(m[1], 10, 64)
+	gid = uid
+	if m[2] != "" {
+		gid, _ = strconv.ParseInt(m[2], 10, 64)
+	}
+	return uid, gid
 }
 
 // checkManifests asserts what every render must hold.
@@ -363,8 +369,10 @@ func checkManifests(t *testing.T, m *manifests) {
 	if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
 		t.Errorf("container security context %+v, want a read-only root", c.SecurityContext)
 	}
-	if sc := pod.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != imageUser(t) || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
-		t.Errorf("pod security context %+v, want non-root as the image's user %d", sc, imageUser(t))
+	uid, gid := imageUser(t)
+	if sc := pod.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != uid ||
+		sc.RunAsGroup == nil || *sc.RunAsGroup != gid || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Errorf("pod security context %+v, want non-root as the image's user %d:%d", sc, uid, gid)
 	}
 
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
@@ -386,7 +394,7 @@ func checkManifests(t *testing.T, m *manifests) {
 
 	// The Service and the budget select the pods; the Service targets the port.
 	podLabels := labels.Set(d.Spec.Template.Labels)
-	sel, err := metav1LabelSelector(d.Spec.Selector.MatchLabels)
+	sel, err := selectorOf(d.Spec.Selector.MatchLabels)
 	if err != nil || !sel.Matches(podLabels) {
 		t.Errorf("Deployment selector %v does not match its pods %v", d.Spec.Selector, podLabels)
 	}
@@ -396,11 +404,11 @@ func checkManifests(t *testing.T, m *manifests) {
 	if ps := m.service.Spec.Ports; len(ps) != 1 || ps[0].TargetPort.String() != port.Name || ps[0].Name != "http" {
 		t.Errorf("Service ports %+v, want one named http targeting %s", ps, port.Name)
 	}
-	if pdbSel, err := metav1LabelSelector(m.pdb.Spec.Selector.MatchLabels); err != nil || !pdbSel.Matches(podLabels) {
+	if pdbSel, err := selectorOf(m.pdb.Spec.Selector.MatchLabels); err != nil || !pdbSel.Matches(podLabels) {
 		t.Errorf("PodDisruptionBudget selector %v does not match the pods", m.pdb.Spec.Selector)
 	}
 	for _, sm := range m.monitors {
-		smSel, err := metav1LabelSelector(sm.Spec.Selector.MatchLabels)
+		smSel, err := selectorOf(sm.Spec.Selector.MatchLabels)
 		if err != nil || !smSel.Matches(labels.Set(m.service.Labels)) {
 			t.Errorf("ServiceMonitor selector %v does not match the Service's labels %v", sm.Spec.Selector, m.service.Labels)
 		}
@@ -413,7 +421,7 @@ func checkManifests(t *testing.T, m *manifests) {
 	}
 }
 
-func metav1LabelSelector(ml map[string]string) (labels.Selector, error) {
+func selectorOf(ml map[string]string) (labels.Selector, error) {
 	if len(ml) == 0 {
 		return nil, errors.New("empty selector")
 	}
@@ -517,10 +525,17 @@ extraArgs: ["--write-timeout=5s"]
 			t.Errorf("%s %q, want %q", name, e[name].Value, v)
 		}
 	}
+	// The secret files are readable by the image's group (fsGroup), never
+	// by others.
+	_, gid := imageUser(t)
+	pod := m.deployment.Spec.Template.Spec
+	if v := pod.Volumes[0]; v.Secret == nil || v.Secret.DefaultMode == nil || *v.Secret.DefaultMode != 0o440 ||
+		pod.SecurityContext.FSGroup == nil || *pod.SecurityContext.FSGroup != gid {
+		t.Errorf("secret volume %+v with fsGroup %v: want mode 0440 and the image's group", v.VolumeSource.Secret, pod.SecurityContext.FSGroup)
+	}
 	if f := e["PUSHD_NODE_NAME"].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "metadata.name" {
 		t.Errorf("PUSHD_NODE_NAME %+v, want the pod's name", e["PUSHD_NODE_NAME"])
 	}
-	pod := m.deployment.Spec.Template.Spec
 	if g := *pod.TerminationGracePeriodSeconds; g != 10+20+10 {
 		t.Errorf("grace %ds, want preStop 10 + drain 20 + margin 10", g)
 	}
@@ -629,7 +644,11 @@ func TestChartExistingSecret(t *testing.T) {
 func TestChartServiceMonitor(t *testing.T) {
 	vals := minimalValues()
 	vals["serviceMonitor"] = map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}}
+	vals["port"], vals["service"] = 9000, map[string]any{"port": 80}
 	m := render(t, vals)
+	if p := m.service.Spec.Ports[0]; p.Port != 80 || container(m).Ports[0].ContainerPort != 9000 {
+		t.Errorf("Service port %d to container port %d, want 80 to 9000", p.Port, container(m).Ports[0].ContainerPort)
+	}
 	if len(m.monitors) != 1 {
 		t.Fatalf("%d ServiceMonitors, want 1", len(m.monitors))
 	}
