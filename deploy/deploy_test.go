@@ -1,8 +1,9 @@
-// Package deploy_test checks the Dockerfile, the Compose file and the load
-// balancer's configuration. No Docker engine is reachable where pushd is
-// developed or tested, so they are parsed here (with the parsers docker
-// build and docker compose use) instead of built, and the settings the
-// operations docs promise are asserted.
+// Package deploy_test checks the Dockerfile, the Compose file, the load
+// balancer's configuration and the Helm chart. No Docker engine or cluster
+// is reachable where pushd is developed or tested, so they are parsed here
+// (with the parsers docker build, docker compose and helm use) instead of
+// built or installed, and the settings the operations docs promise are
+// asserted.
 package deploy_test
 
 import (
