@@ -102,42 +102,8 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 	}
 
 	var errs error
-	if r := res.mine; r != nil {
-		sql, args := sqlTaskByID, []any{res.ids[0]}
-		if len(res.ids) > 1 {
-			sql, args = sqlTasksByIDs, []any{res.ids}
-		}
-		r.rows = make(map[string]*snapshot.Snapshot, len(res.ids))
-		// Others may be waiting on this query: a caller that leaves (a
-		// batch read whose client hung up) must not fail their reads.
-		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FetchTimeout)
-		sending := func() {
-			s.dbMu.Lock()
-			r.sent = monotime()
-			s.dbMu.Unlock()
-		}
-		r.err = s.query(qctx, sql, args, sending, func(row *snapshot.Snapshot) {
-			r.rows[row.TaskID] = row
-			res.rows = append(res.rows, row)
-		})
-		cancel()
-		close(r.done)
-		if r.err != nil {
-			// Nothing to cache: the next reader queries again.
-			res.release()
-			res.rows = nil
-			errs = r.err
-		} else {
-			for _, id := range res.ids {
-				if row := r.rows[id]; row != nil {
-					res.found[id] = row
-				} else {
-					res.absent = append(res.absent, id)
-				}
-			}
-			s.stats.dbHits.Add(uint64(len(res.rows)))
-			s.stats.dbMisses.Add(uint64(len(res.absent)))
-		}
+	if res.mine != nil {
+		errs = s.runDBRead(ctx, res)
 	}
 	failed := make(map[*dbRead]bool)
 	for id, r := range joined {
@@ -158,4 +124,45 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 		}
 	}
 	return res, errs
+}
+
+// runDBRead sends the query res registered for its own ids, caches nothing
+// on failure, and sorts what it found from what PostgreSQL does not hold.
+func (s *Store) runDBRead(ctx context.Context, res *dbResult) error {
+	r := res.mine
+	sql, args := sqlTaskByID, []any{res.ids[0]}
+	if len(res.ids) > 1 {
+		sql, args = sqlTasksByIDs, []any{res.ids}
+	}
+	r.rows = make(map[string]*snapshot.Snapshot, len(res.ids))
+	// Others may be waiting on this query: a caller that leaves (a
+	// batch read whose client hung up) must not fail their reads.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FetchTimeout)
+	sending := func() {
+		s.dbMu.Lock()
+		r.sent = monotime()
+		s.dbMu.Unlock()
+	}
+	r.err = s.query(qctx, sql, args, sending, func(row *snapshot.Snapshot) {
+		r.rows[row.TaskID] = row
+		res.rows = append(res.rows, row)
+	})
+	cancel()
+	close(r.done)
+	if r.err != nil {
+		// Nothing to cache: the next reader queries again.
+		res.release()
+		res.rows = nil
+		return r.err
+	}
+	for _, id := range res.ids {
+		if row := r.rows[id]; row != nil {
+			res.found[id] = row
+		} else {
+			res.absent = append(res.absent, id)
+		}
+	}
+	s.stats.dbHits.Add(uint64(len(res.rows)))
+	s.stats.dbMisses.Add(uint64(len(res.absent)))
+	return nil
 }
