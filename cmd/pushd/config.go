@@ -146,7 +146,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.Listen, "listen", ":8080", "address to serve")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:port/db); empty with no database URL runs the embedded mode")
 	fs.BoolVar(&c.RedisCluster, "redis-cluster", false, "--redis-url lists seed nodes of a Redis Cluster, comma-separated; notifications travel on sharded Pub/Sub")
-	fs.StringVar(&c.KeyPrefix, "key-prefix", "", "prefix of every Redis key and channel, for sharing one Redis between environments")
+	fs.StringVar(&c.KeyPrefix, "key-prefix", "", "prefix of every Redis key and channel, for sharing one Redis between environments; with --redis-cluster it must hold no { or }")
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (pgx), the fallback and fact source behind Redis")
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for client tokens; at least 32 random bytes (a shorter one is warned of)")
 	fs.StringVar(&c.JWTSecretFile, "jwt-secret-file", "", "file holding --jwt-secret, one trailing newline trimmed (for secrets mounted as files); set one of the two")

@@ -3,6 +3,7 @@ package node
 import (
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/pushd/pushd/admission"
@@ -193,6 +194,11 @@ func (c Config) Problems() []*SettingError {
 				bad(r.setting, "needs --redis-url")
 			}
 		}
+	}
+	if c.RedisCluster && strings.ContainsAny(c.KeyPrefix, "{}") {
+		// Redis Cluster hashes the first {...} of a key: a braced prefix
+		// would put every key and channel of the fleet in one slot.
+		bad("key-prefix", "must not contain { or } with --redis-cluster: every key would hash to the prefix's one slot")
 	}
 	if c.RedisCluster {
 		for _, r := range roles {

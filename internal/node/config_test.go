@@ -23,6 +23,7 @@ func TestNewRefusesWhatNoModeRuns(t *testing.T) {
 		{"role URL on a cluster", node.Config{RedisURL: "a:1", RedisCluster: true, RedisControlURL: "redis://c:6379/0", JWTSecret: testSecret}, []string{"redis-control-url"}},
 		{"streams across two Redis", node.Config{RedisURL: "redis://a:6379/0", RedisRealtimeURL: "redis://b:6379/0", Streams: true, JWTSecret: testSecret}, []string{"streams"}},
 		{"Redis without a key", node.Config{RedisURL: "redis://a:6379/0"}, []string{"jwt-secret"}},
+		{"braced prefix on a cluster", node.Config{RedisURL: "a:1", RedisCluster: true, KeyPrefix: "{env}:", JWTSecret: testSecret}, []string{"key-prefix"}},
 		{"audience without a key", node.Config{JWTAudience: []string{"pushd"}, JWTIssuer: "https://login.example"}, []string{"jwt-audience", "jwt-issuer"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,6 +50,7 @@ func TestNewRefusesWhatNoModeRuns(t *testing.T) {
 		{RedisURL: "redis://a:6379/0", DatabaseURL: "postgres://h/db", Streams: true, JWTSecret: testSecret},
 		{RedisURL: "a:1,b:2", RedisCluster: true, Streams: true, JWTPublicKeyPEM: []byte("pem")},
 		{RedisURL: "redis://a:6379/0", RedisControlURL: "redis://b:6379/0", Streams: true, JWTSecret: testSecret},
+		{RedisURL: "redis://a:6379/0", KeyPrefix: "{env}:", JWTSecret: testSecret}, // standalone Redis has no slots
 	} {
 		if p := good.Problems(); len(p) > 0 {
 			t.Errorf("%+v: %v, want none", good, p)
