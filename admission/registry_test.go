@@ -280,3 +280,40 @@ func TestReconcileWalkCoversEveryBucket(t *testing.T) {
 		t.Fatalf("repaired %d, want 16", got)
 	}
 }
+
+// A bucket's step that fails keeps the users seen in its tenants for the
+// next one: a count of a user left without a lease, which no registry or
+// lease names, is still repaired after Redis comes back.
+func TestFailedStepKeepsUsersSeen(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: 1})
+	t.Cleanup(func() { rdb.Close() })
+	c := newController(t, Config{Redis: rdb, MaxConnsPerUser: 4, Timeout: 2 * time.Second,
+		RenewInterval: time.Hour, ReconcileInterval: time.Hour})
+	ctx := context.Background()
+	h, d := c.Connect(ctx, "t1", "u1", "", "")
+	if !d.Allowed || d.Local {
+		t.Fatalf("connect: %+v", d)
+	}
+	h.Release()
+	eventually(t, "released in Redis", func() bool { return c.Stats().LeasesReleased == 1 })
+
+	rs.Stop()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err := c.reconcileStep(sctx, tenantBucket("t1"))
+	cancel()
+	if err == nil {
+		t.Fatal("step succeeded with Redis stopped")
+	}
+	rs.Start() // empty: it keeps nothing on disk
+	if err := rdb.Set(ctx, c.names.capUser("t1", "u1"), 3, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	diff, err := c.reconcileStep(ctx, tenantBucket("t1"))
+	if err != nil || diff != 3 {
+		t.Fatalf("step after Redis came back: repaired %d, %v; want 3 (u1's count)", diff, err)
+	}
+	if got := count(t, rdb, c.names.capUser("t1", "u1")); got != 0 {
+		t.Fatalf("u1's count %d, want 0", got)
+	}
+}
