@@ -20,7 +20,9 @@ import (
 // on a Redis Cluster of three masters, with tenants, users, client IPs and
 // sessions whose keys land on every master, the paths a node takes (connect
 // buckets, plan windows, fleet caps with their leases acquired, renewed,
-// released, purged and reconciled, session re-validation) decide as they do
+// released, purged and reconciled, the registry of tenants spread over
+// buckets on every master and the legacy set drained, session
+// re-validation) decide as they do
 // on one Redis, and no command or script of theirs ever spans two slots:
 // no node counts a CROSSSLOT error, no call failed, and every script touched
 // only keys it was given in KEYS.
@@ -32,6 +34,7 @@ func TestAdmissionOnRedisCluster(t *testing.T) {
 	t.Run("plan windows", e.planWindows)
 	t.Run("fleet caps", e.fleetCaps)
 	t.Run("leases of a stopped node", e.stoppedNode)
+	t.Run("registry buckets", e.registryBuckets)
 	t.Run("script cache lost on one master", e.scriptCacheLost)
 	t.Run("sessions", e.sessions)
 
@@ -240,9 +243,8 @@ func (e *clusterEnv) fleetCaps(t *testing.T) {
 	// leases and counts of tenants whose master lost them.
 	a.renew()
 	b.renew()
-	reg, err := e.cl.SMembers(ctx, n.tenants()).Result()
-	if err != nil || len(reg) != len(e.tenants) {
-		t.Fatalf("registered tenants %v, %v; want %v", reg, err, e.tenants)
+	if reg := registered(t, e.cl, n); len(reg) != len(e.tenants) {
+		t.Fatalf("registered tenants %v, want %v", reg, e.tenants)
 	}
 	for _, tenant := range e.tenants {
 		for _, k := range []string{n.leases(tenant), n.capTenant(tenant), n.capUser(tenant, "u1"), n.capUser(tenant, "u2")} {
@@ -359,6 +361,95 @@ func (e *clusterEnv) stoppedNode(t *testing.T) {
 	}
 	for _, tenant := range e.tenants {
 		e.wantCounts(t, n, tenant, map[string]int64{"ux": 1, "uy": 0, "uz": 1}, 2)
+	}
+}
+
+// registryBuckets: the tenants a renewal registers go to their buckets,
+// here one on each master, one SADD per bucket; the reconcile rebuilds
+// their counts and those of the legacy set, which it drains, and drops the
+// tenants whose leases all expired.
+func (e *clusterEnv) registryBuckets(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{MaxConnsPerUser: 5, LeaseTTL: time.Minute}
+	dead, old := e.node(t, "r:", cfg), e.node(t, "r:", cfg)
+	n := dead.names
+	tenants := e.perMaster(t, func(i int) string { return "rt" + strconv.Itoa(i) },
+		func(tenant string) string { return n.tenants(tenantBucket(tenant)) })
+	for _, tenant := range tenants {
+		_, d := dead.Connect(ctx, tenant, "u1", "", "")
+		mustDecide(t, tenant+" u1", d, true, "")
+	}
+	before := make(map[string]int)
+	for _, m := range e.masters {
+		before[m] = e.commandStats(t, m)["sadd"].calls
+	}
+	dead.renew()
+	for _, m := range e.masters {
+		if got := e.commandStats(t, m)["sadd"].calls - before[m]; got != 1 {
+			t.Fatalf("%s: %d SADDs from one renewal, want 1 (one bucket per master)", m, got)
+		}
+	}
+	dead.Close() // its leases stay in Redis
+	// A node of the release before registered its tenant in the legacy
+	// set, with a tenant whose leases are gone and whose count is stale.
+	oldTenant, emptyTenant := "rold", "rempty"
+	_, d := old.Connect(ctx, oldTenant, "u1", "", "")
+	mustDecide(t, "the old node's tenant", d, true, "")
+	old.Close()
+	if err := e.cl.SAdd(ctx, n.legacyTenants(), oldTenant, emptyTenant).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stale := map[string]int{n.capTenant(emptyTenant): 3, n.capTenant(oldTenant): 4}
+	for _, tenant := range tenants {
+		stale[n.capTenant(tenant)] = 6
+	}
+	for k, v := range stale {
+		if err := e.cl.Set(ctx, k, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := e.node(t, "r:", cfg)
+	diff, err := r.Reconcile(ctx)
+	// |3-0| + |4-1|, and |6-1| per tenant
+	if want := int64(3 + 3 + 5*len(tenants)); err != nil || diff != want {
+		t.Fatalf("reconcile repaired %d, %v; want %d", diff, err, want)
+	}
+	for _, tenant := range append([]string{oldTenant, emptyTenant}, tenants...) {
+		want := int64(1)
+		if tenant == emptyTenant {
+			want = 0
+		}
+		e.wantCounts(t, n, tenant, map[string]int64{"u1": want}, want)
+	}
+	if ex := e.cl.Exists(ctx, n.legacyTenants()).Val(); ex != 0 {
+		t.Fatalf("legacy set not drained: %v", e.cl.SMembers(ctx, n.legacyTenants()).Val())
+	}
+	reg := registered(t, e.cl, n)
+	if _, ok := reg[oldTenant]; !ok || len(reg) != len(tenants)+1 {
+		t.Fatalf("registered %v, want %v and %s", reg, tenants, oldTenant)
+	}
+
+	// Every lease expires: the reconcile purges them and empties the
+	// registry.
+	for tenant := range reg {
+		for _, m := range e.cl.ZRange(ctx, n.leases(tenant), 0, -1).Val() {
+			if err := e.cl.ZAddXX(ctx, n.leases(tenant), redis.Z{Score: 1, Member: m}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := r.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.Stats().LeasesExpired, int64(len(reg)); got != want {
+		t.Fatalf("purged %d expired leases, want %d", got, want)
+	}
+	for tenant := range reg {
+		e.wantCounts(t, n, tenant, map[string]int64{"u1": 0}, 0)
+	}
+	if reg := registered(t, e.cl, n); len(reg) != 0 {
+		t.Fatalf("tenants without leases still registered: %v", reg)
 	}
 }
 
@@ -502,10 +593,10 @@ func (e *clusterEnv) checkNoErrors(t *testing.T) {
 	}
 }
 
-type commandStat struct{ rejected, failed int }
+type commandStat struct{ calls, rejected, failed int }
 
-// commandStats reads INFO commandstats of one node: command -> its calls
-// refused (before running) and failed (while running).
+// commandStats reads INFO commandstats of one node: command -> its calls,
+// and those refused (before running) and failed (while running).
 func (e *clusterEnv) commandStats(t *testing.T, addr string) map[string]commandStat {
 	t.Helper()
 	info, err := e.direct[addr].Info(context.Background(), "commandstats").Result()
@@ -523,6 +614,8 @@ func (e *clusterEnv) commandStats(t *testing.T, addr string) map[string]commandS
 		for _, f := range strings.Split(fields, ",") {
 			k, v, _ := strings.Cut(f, "=")
 			switch k {
+			case "calls":
+				st.calls, err = strconv.Atoi(v)
 			case "rejected_calls":
 				st.rejected, err = strconv.Atoi(v)
 			case "failed_calls":

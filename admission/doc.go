@@ -12,6 +12,17 @@
 // (a lease's user count key too); the other keys are only ever used alone,
 // and pipelines are never transactions.
 //
+// Each node registers the tenants it holds leases of on every renewal, and
+// every node rebuilds the registered tenants' counts from their live leases
+// (the reconcile). The registry is spread over 64 sets (tenantBuckets), a
+// tenant's picked by FNV-1a of its id, so no one key takes every node's
+// registrations and on a cluster the sets land on several shards. The
+// reconcile walks them one at a time, spread over ReconcileInterval, from
+// a random one. For one release it also reads the single set of the
+// release before, which nodes not upgraded yet still write: it reconciles
+// those tenants, moves the ones with live leases to their sets and removes
+// them all from it.
+//
 // When Redis does not answer within Config.Timeout, the node decides on
 // local limits instead (golang.org/x/time/rate buckets, and caps of the
 // fleet's caps divided by Config.ExpectedNodes), counts it, and tries Redis
@@ -29,5 +40,6 @@
 //	conn:{<tenant>}:user:<user>         open connections of a user
 //	conn:{<tenant>}:tenant              open connections of a tenant
 //	conn:{<tenant>}:leases              leases (sorted set, member <id>:<user>, score expiry ms)
-//	conn:tenants                        tenants with leases, for the reconcile
+//	conn:tenants:{<0-63>}               tenants with leases, for the reconcile (set; FNV-1a of the id mod 64)
+//	conn:tenants                        the same, of the release before: read and drained, never written
 package admission

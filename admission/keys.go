@@ -1,6 +1,11 @@
 package admission
 
-import "github.com/pushd/pushd/keys"
+import (
+	"hash/fnv"
+	"strconv"
+
+	"github.com/pushd/pushd/keys"
+)
 
 // names builds the package's Redis keys behind a prefix. A key that names
 // two ids, or an id in a hash tag, spells them with keys.Join, so no two
@@ -27,8 +32,32 @@ func (n names) capUser(tenant, user string) string {
 }
 func (n names) capTenant(tenant string) string { return n.conn(tenant) + ":tenant" }
 func (n names) leases(tenant string) string    { return n.conn(tenant) + ":leases" }
-func (n names) tenants() string                { return n.prefix + "conn:tenants" }
 func (n names) conn(tenant string) string      { return n.prefix + "conn:{" + keys.Join(tenant) + "}" }
+
+// tenantBuckets is how many sets the registry of tenants with leases is
+// spread over, so no one key takes every node's registrations, and on a
+// Redis Cluster the sets land on several shards. Every node must name a
+// tenant's set alike, so it is a constant, not a setting.
+const tenantBuckets = 64
+
+// tenantBucket is the registry set of a tenant: FNV-1a (32 bits) of its
+// id, modulo tenantBuckets.
+func tenantBucket(tenant string) int {
+	h := fnv.New32a()
+	h.Write([]byte(tenant))
+	return int(h.Sum32() % tenantBuckets)
+}
+
+// tenants is registry set b. The braces are a hash tag: each set is a slot
+// of its own, used alone.
+func (n names) tenants(b int) string {
+	return n.prefix + "conn:tenants:{" + strconv.Itoa(b) + "}"
+}
+
+// legacyTenants is the one registry set of the release before the
+// buckets, which nodes of that release still write while a fleet upgrades:
+// the reconcile reads it and moves its tenants to their buckets.
+func (n names) legacyTenants() string { return n.prefix + "conn:tenants" }
 
 // leaseMember is the member of a lease in its tenant's sorted set:
 // <16 hex>:<user>, the user spelled as in its count key.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	mathrand "math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -79,15 +80,45 @@ type leaseSet struct {
 	// expired are other nodes' leases an acquire found expired, by member,
 	// to purge in Redis (an acquire purges only its own user's).
 	expired map[string]deadLease
-	// seen are the users per tenant that held a lease here since the last
-	// reconcile: their counts are checked even when no lease is left.
-	seen map[string]map[string]struct{}
+	// seen are the users per tenant, by the tenant's registry bucket, that
+	// held a lease here since the reconcile of that bucket: their counts are
+	// checked even when no lease is left.
+	seen [tenantBuckets]map[string]map[string]struct{}
 }
 
 func (s *leaseSet) init() {
 	s.byTenant = make(map[string]map[*Hold]struct{})
-	s.seen = make(map[string]map[string]struct{})
 	s.expired = make(map[string]deadLease)
+}
+
+// takeSeen returns the users seen in bucket b's tenants, and forgets them.
+func (s *leaseSet) takeSeen(b int) map[string]map[string]struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := s.seen[b]
+	s.seen[b] = nil
+	return seen
+}
+
+// putSeen gives back what takeSeen returned, for a reconcile that failed.
+func (s *leaseSet) putSeen(b int, seen map[string]map[string]struct{}) {
+	if len(seen) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen[b] == nil {
+		s.seen[b] = seen
+		return
+	}
+	for t, users := range seen {
+		u := s.seen[b][t]
+		if u == nil {
+			s.seen[b][t] = users
+			continue
+		}
+		maps.Copy(u, users)
+	}
 }
 
 // deadLease is an expired lease of another user that an acquire left in
@@ -103,10 +134,14 @@ func (s *leaseSet) add(h *Hold) {
 		s.byTenant[h.tenant] = m
 	}
 	m[h] = struct{}{}
-	u := s.seen[h.tenant]
+	b := tenantBucket(h.tenant)
+	if s.seen[b] == nil {
+		s.seen[b] = make(map[string]map[string]struct{})
+	}
+	u := s.seen[b][h.tenant]
 	if u == nil {
 		u = make(map[string]struct{})
-		s.seen[h.tenant] = u
+		s.seen[b][h.tenant] = u
 	}
 	u[h.user] = struct{}{}
 }
@@ -325,9 +360,10 @@ func (c *Controller) renew() {
 		return
 	}
 	var calls []*scriptCall
-	reg := make([]any, 0, len(tenants))
+	reg := make(map[int][]any) // tenants by registry bucket
 	for t, holds := range tenants {
-		reg = append(reg, t)
+		b := tenantBucket(t)
+		reg[b] = append(reg[b], t)
 		for len(holds) > 0 {
 			n := min(len(holds), batchSize)
 			keys := make([]string, 0, 2+n)
@@ -346,7 +382,7 @@ func (c *Controller) renew() {
 	defer cancel()
 	err := runPipelined(ctx, c.rdb, calls)
 	if err == nil {
-		err = c.rdb.SAdd(ctx, c.names.tenants(), reg...).Err()
+		err = c.register(ctx, reg)
 	}
 	if err != nil {
 		c.failed("renew leases", err)
@@ -370,22 +406,71 @@ func (c *Controller) recovered() {
 	c.lost.OK("admission store answers again; using Redis limits")
 }
 
+// register adds tenants to their registry sets, by bucket: one SADD per
+// bucket, in one pipeline.
+func (c *Controller) register(ctx context.Context, byBucket map[int][]any) error {
+	if len(byBucket) == 0 {
+		return nil
+	}
+	pipe := c.rdb.Pipeline()
+	for b, tenants := range byBucket {
+		pipe.SAdd(ctx, c.names.tenants(b), tenants...)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// reconcileSteps are the stops of the reconcile's walk: each registry
+// bucket, then the legacy set.
+const reconcileSteps = tenantBuckets + 1
+
 // Reconcile rebuilds the open-connection counts of every registered tenant
 // from its live leases and returns the total difference it repaired. The
-// Controller's goroutine runs it every ReconcileInterval; it is exported
+// Controller's goroutine does the same one registry bucket at a time,
+// spread over each ReconcileInterval; Reconcile, all at once, is exported
 // for operators' tools and tests.
 func (c *Controller) Reconcile(ctx context.Context) (int64, error) {
+	var total int64
+	for step := range reconcileSteps {
+		diff, err := c.reconcileStep(ctx, step)
+		total += diff
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// reconcileStep reconciles the tenants of one stop of the walk: registry
+// bucket step, with the tenants seen here since its last reconcile, or the
+// legacy set, whose tenants it moves to their buckets (those with live
+// leases) and removes.
+func (c *Controller) reconcileStep(ctx context.Context, step int) (int64, error) {
 	if c.rdb == nil {
 		return 0, nil
 	}
-	c.leases.mu.Lock()
-	seen := c.leases.seen
-	c.leases.seen = make(map[string]map[string]struct{})
-	c.leases.mu.Unlock()
-
-	tenants, err := c.rdb.SMembers(ctx, c.names.tenants()).Result()
+	legacy := step == tenantBuckets
+	key := c.names.legacyTenants()
+	var seen map[string]map[string]struct{}
+	if !legacy {
+		key = c.names.tenants(step)
+		seen = c.leases.takeSeen(step)
+	}
+	total, err := c.reconcileSet(ctx, key, seen, legacy)
 	if err != nil {
+		c.leases.putSeen(step, seen)
 		c.failed("reconcile", err)
+	}
+	return total, err
+}
+
+// reconcileSet reconciles the tenants of registry set key and those of
+// seen, and removes from the set the tenants left without a lease (every
+// tenant, for the legacy set, after registering those with leases in their
+// buckets).
+func (c *Controller) reconcileSet(ctx context.Context, key string, seen map[string]map[string]struct{}, legacy bool) (int64, error) {
+	tenants, err := c.rdb.SMembers(ctx, key).Result()
+	if err != nil {
 		return 0, err
 	}
 	for t := range seen {
@@ -398,60 +483,93 @@ func (c *Controller) Reconcile(ctx context.Context) (int64, error) {
 		n := min(len(tenants), 100)
 		batch := tenants[:n]
 		tenants = tenants[n:]
-		// The script may touch only keys it is given: the count keys of the
-		// users of every lease, read first, and of the users seen here.
-		pipe := c.rdb.Pipeline()
-		read := make([]*redis.StringSliceCmd, n)
-		for i, t := range batch {
-			read[i] = pipe.ZRange(ctx, c.names.leases(t), 0, -1)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			c.failed("reconcile", err)
+		diff, live, err := c.reconcileTenants(ctx, batch, seen)
+		total += diff
+		if err != nil {
 			return total, err
 		}
-		calls := make([]*scriptCall, n)
+		var gone []any
+		moved, nMoved := make(map[int][]any), 0
 		for i, t := range batch {
-			users := make(map[string]struct{}, len(seen[t]))
-			maps.Copy(users, seen[t])
-			for _, m := range read[i].Val() {
-				users[leaseUser(m)] = struct{}{}
+			if legacy && live[i] {
+				moved[tenantBucket(t)] = append(moved[tenantBucket(t)], t)
+				nMoved++
 			}
-			keys := make([]string, 0, 2+len(users))
-			keys = append(keys, c.names.leases(t), c.names.capTenant(t))
-			for u := range users {
-				keys = append(keys, c.names.capUser(t, u))
+			if legacy || !live[i] {
+				gone = append(gone, t)
 			}
-			calls[i] = &scriptCall{script: reconcileScript, keys: keys, args: []any{c.names.capUserPrefix(t), c.keyTTL()}}
 		}
-		if err := runPipelined(ctx, c.rdb, calls); err != nil {
-			c.failed("reconcile", err)
+		// A tenant moves to its bucket before it leaves the legacy set, so
+		// a failure between leaves it in both rather than in neither.
+		if err := c.register(ctx, moved); err != nil {
 			return total, err
-		}
-		var empty []any
-		for i, call := range calls {
-			v, err := ints(call.cmd, 3)
-			if err != nil {
-				c.failed("reconcile", err)
-				return total, err
-			}
-			c.stats.reconciles.Add(1)
-			c.stats.leasesExpired.Add(v[0])
-			if v[1] != 0 {
-				c.stats.reconcileDiff.Add(v[1])
-				total += v[1]
-				c.log.Warn("connection counts repaired from live leases", "tenant", batch[i], "difference", v[1], "live", v[2])
-			}
-			if v[2] == 0 {
-				empty = append(empty, batch[i])
-			}
 		}
 		// A tenant with no lease leaves the registry; a node that takes one
 		// later registers it again on its next renewal.
-		if len(empty) > 0 {
-			c.rdb.SRem(ctx, c.names.tenants(), empty...)
+		if len(gone) > 0 {
+			c.rdb.SRem(ctx, key, gone...)
+		}
+		if legacy && len(gone) > 0 {
+			c.log.Info("legacy tenant registry drained", "key", key, "tenants", len(gone), "moved to buckets", nMoved)
 		}
 	}
 	return total, nil
+}
+
+// reconcileTenants runs the reconcile script for each tenant of batch and
+// reports the difference repaired and which tenants have live leases.
+func (c *Controller) reconcileTenants(ctx context.Context, batch []string, seen map[string]map[string]struct{}) (int64, []bool, error) {
+	// The script may touch only keys it is given: the count keys of the
+	// users of every lease, read first, and of the users seen here.
+	pipe := c.rdb.Pipeline()
+	read := make([]*redis.StringSliceCmd, len(batch))
+	for i, t := range batch {
+		read[i] = pipe.ZRange(ctx, c.names.leases(t), 0, -1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, nil, err
+	}
+	calls := make([]*scriptCall, len(batch))
+	for i, t := range batch {
+		users := make(map[string]struct{}, len(seen[t]))
+		maps.Copy(users, seen[t])
+		for _, m := range read[i].Val() {
+			users[leaseUser(m)] = struct{}{}
+		}
+		keys := make([]string, 0, 2+len(users))
+		keys = append(keys, c.names.leases(t), c.names.capTenant(t))
+		for u := range users {
+			keys = append(keys, c.names.capUser(t, u))
+		}
+		calls[i] = &scriptCall{script: reconcileScript, keys: keys, args: []any{c.names.capUserPrefix(t), c.keyTTL()}}
+	}
+	if err := runPipelined(ctx, c.rdb, calls); err != nil {
+		return 0, nil, err
+	}
+	var total int64
+	live := make([]bool, len(batch))
+	for i, call := range calls {
+		v, err := ints(call.cmd, 3)
+		if err != nil {
+			return total, live, err
+		}
+		c.stats.reconciles.Add(1)
+		c.stats.leasesExpired.Add(v[0])
+		if v[1] != 0 {
+			c.stats.reconcileDiff.Add(v[1])
+			total += v[1]
+			c.log.Warn("connection counts repaired from live leases", "tenant", batch[i], "difference", v[1], "live", v[2])
+		}
+		live[i] = v[2] != 0
+	}
+	return total, live, nil
+}
+
+// reconcileEvery is the period of the reconcile's steps: the walk over
+// every bucket takes one ReconcileInterval, in steps small enough not to
+// load Redis all at once.
+func (c *Controller) reconcileEvery() time.Duration {
+	return max(c.cfg.ReconcileInterval/reconcileSteps, time.Millisecond)
 }
 
 // loop is the Controller's one goroutine.
@@ -459,8 +577,10 @@ func (c *Controller) loop() {
 	defer c.wg.Done()
 	renew := time.NewTicker(c.cfg.RenewInterval)
 	defer renew.Stop()
-	reconcile := time.NewTicker(c.cfg.ReconcileInterval)
+	reconcile := time.NewTicker(c.reconcileEvery())
 	defer reconcile.Stop()
+	// Nodes started together start their walks apart.
+	step := mathrand.IntN(reconcileSteps)
 	sessions := time.NewTicker(c.cfg.SessionCheckInterval)
 	defer sessions.Stop()
 	sweep := time.NewTicker(time.Minute)
@@ -477,8 +597,9 @@ func (c *Controller) loop() {
 			c.renew()
 		case <-reconcile.C:
 			ctx, cancel := context.WithTimeout(context.Background(), c.bgTimeout())
-			c.Reconcile(ctx)
+			c.reconcileStep(ctx, step)
 			cancel()
+			step = (step + 1) % reconcileSteps
 		case <-sessions.C:
 			c.checkSessions()
 		case now := <-sweep.C:
