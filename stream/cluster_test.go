@@ -34,6 +34,13 @@ type clusterFixture struct {
 
 func newClusterFixture(t *testing.T, perMaster int) *clusterFixture {
 	t.Helper()
+	return newClusterFixtureWith(t, perMaster, func(*stream.Config) {})
+}
+
+// newClusterFixtureWith is newClusterFixture with the Tailer's settings
+// changed by set.
+func newClusterFixtureWith(t *testing.T, perMaster int, set func(*stream.Config)) *clusterFixture {
+	t.Helper()
 	c := testenv.StartRedisCluster(t, 3)
 	cl := c.Client()
 	f := &clusterFixture{c: c, cl: cl, pub: fanout.NewRedisPublisher(cl, clusterNames, fanout.WithStream(1000)),
@@ -47,7 +54,9 @@ func newClusterFixture(t *testing.T, perMaster int) *clusterFixture {
 			t.Fatal(err)
 		}
 	}
-	f.tl = stream.NewTailer(stream.Config{Client: cl, Names: clusterNames, Readers: 2, Block: 100 * time.Millisecond, CheckInterval: 500 * time.Millisecond})
+	cfg := stream.Config{Client: cl, Names: clusterNames, Readers: 2, Block: 100 * time.Millisecond, CheckInterval: 500 * time.Millisecond}
+	set(&cfg)
+	f.tl = stream.NewTailer(cfg)
 	f.tl.Start(f.g)
 	t.Cleanup(func() { f.tl.Close() })
 	for _, tenant := range f.tenants {
@@ -273,4 +282,53 @@ func TestClusterTailFollowsSlotMigration(t *testing.T) {
 		t.Fatalf("%s's stream on %s after the migration, want %s", moved, owner, to)
 	}
 	f.noCrossSlot(t)
+}
+
+// An operator moves a shard with CLUSTER FAILOVER TAKEOVER: the readers'
+// next read on the old master is answered MOVED (or fails), and they read
+// the shard's streams from the promoted replica at once, not at their next
+// periodic check (a minute away here, past the test's deadline). A takeover
+// loses nothing: every change arrives once and in order, with no re-read.
+func TestClusterTailFollowsTakeoverAtOnce(t *testing.T) {
+	f := newClusterFixtureWith(t, 2, func(c *stream.Config) { c.CheckInterval = time.Minute })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f.publish(t, ctx, 1)
+	f.g.waitUntil(t, "v1 of every tenant", func() bool {
+		for _, tenant := range f.tenants {
+			if len(f.versions(tenant)) < 1 {
+				return false
+			}
+		}
+		return true
+	})
+	f.c.WaitReplicated()
+	victim := f.c.MasterOf(clusterNames.Stream(f.tenants[0]))
+	promoted := f.c.Takeover(victim)
+	t.Logf("%s took over from %s, master of %v", promoted, victim, f.byOwner[victim])
+	f.publish(t, ctx, 2)
+	published := time.Now()
+	f.g.waitUntil(t, "v2 of every tenant", func() bool {
+		for _, tenant := range f.tenants {
+			if vs := f.versions(tenant); vs[len(vs)-1] != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("v2 of every tenant delivered %v after it was published; stats %+v", time.Since(published), f.tl.Stats())
+	f.g.waitUntil(t, "every tail covers", f.tl.CoversAll)
+	f.g.mu.Lock()
+	defer f.g.mu.Unlock()
+	for _, tenant := range f.tenants {
+		if got := fmt.Sprint(f.versions(tenant)); got != "[1 2]" {
+			t.Errorf("%s: delivered %s, want 1 2 once each, in order", tenant, got)
+		}
+	}
+	if len(f.g.resyncs) != 0 {
+		t.Errorf("re-read %v after a takeover that lost nothing", f.g.resyncs)
+	}
+	if owner := f.c.MasterOf(clusterNames.Stream(f.tenants[0])); owner != promoted {
+		t.Fatalf("%s's stream on %s after the takeover, want %s", f.tenants[0], owner, promoted)
+	}
 }
