@@ -160,47 +160,86 @@ func (r *reader) runSharded() {
 		}
 		wait := time.Until(r.nextCheck)
 		if !ok {
-			wait = min(wait, maxBackoff)
+			wait = maxBackoff // retry what failed
 		}
 		if len(polled) > 0 {
 			wait = min(wait, time.Until(nextPoll))
 		}
-		timer := time.NewTimer(max(wait, 0))
+		if !r.await(max(wait, 0), tails, inflight, results, failed, &backoff) {
+			return
+		}
+	}
+}
+
+// await handles the blocking reads' results until the loop has more to do
+// than start the next read of the tail that answered: wait passed (a check
+// or a poll is due, or a retry), a tail was added, a read failed or ran on
+// a new connection, or a read cannot be started. The loop's scan of every
+// tail thus runs about once per wait, not once per read. It reports false
+// when the tailer closed.
+func (r *reader) await(wait time.Duration, tails []*tail, inflight map[*tail]bool, results chan blockRead,
+	failed func([]*tail, error) bool, backoff *time.Duration) bool {
+	t := r.t
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
 		select {
 		case b := <-results:
-			timer.Stop()
 			delete(inflight, b.tl)
 			t.unadmit(b.addr)
 			if t.ctx.Err() != nil {
-				return
+				return false
 			}
 			if b.err != nil && !errors.Is(b.err, redis.Nil) {
-				if !failed(tails, b.err) {
-					return
-				}
-				continue
+				return failed(tails, b.err)
 			}
-			backoff = 0
+			*backoff = 0
 			t.stats.reads.Add(1)
 			if t.dials.Load() != r.dials {
 				// The read may have run on a new connection, to a Redis
 				// that restarted empty or a promoted replica: check first;
 				// the entries are read again.
 				r.distrust(tails)
-				continue
+				return true
 			}
 			r.lastOK.Store(time.Now().UnixNano())
-			if len(b.msgs) > 0 && !r.deliverRead(b.tl, b.gen, b.msgs) && !r.sleep(minBackoff) {
-				return // the batch is read again: give the sources a moment
+			if len(b.msgs) > 0 && !r.deliverRead(b.tl, b.gen, b.msgs) {
+				return r.sleep(minBackoff) // the batch is read again: give the sources a moment
+			}
+			if !r.restart(b.tl, inflight, results) {
+				return true
 			}
 		case <-r.wake:
-			timer.Stop()
+			return true
 		case <-timer.C:
+			return true
 		case <-t.ctx.Done():
-			timer.Stop()
-			return
+			return false
 		}
 	}
+}
+
+// restart starts tl's next blocking read, after what was just delivered.
+// A tail released meanwhile needs none. It reports false when the read
+// could not be started (its master is at ClusterReads): the loop's scan
+// then polls it.
+func (r *reader) restart(tl *tail, inflight map[*tail]bool, results chan blockRead) bool {
+	t := r.t
+	t.mu.RLock()
+	s := readStart{tl, tl.gen, tl.last}
+	live := tl.verified && t.tenants[tl.tenant] == tl
+	t.mu.RUnlock()
+	if !live {
+		return true
+	}
+	addr, ok := t.admit(tl.key)
+	if !ok {
+		return false
+	}
+	inflight[tl] = true
+	t.wg.Add(1)
+	go r.block(s.tl, s.gen, s.last, addr, results)
+	return true
 }
 
 // deliverRead delivers what a read of tl's placement gen brought, unless
