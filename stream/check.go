@@ -87,6 +87,7 @@ func readState(ep *redis.StringCmd, info *redis.XInfoStreamCmd) (state, error) {
 // placeLocked starts tl after what st saw. t.mu is held.
 func (t *Tailer) placeLocked(tl *tail, st state) {
 	tl.placed, tl.verified, tl.resync = true, true, ""
+	tl.gen++
 	tl.last, tl.length = st.last, st.length
 	tl.epoch, tl.known = st.epoch, st.known
 	// A stream with no epoch yet (none, or made by a writer that keeps
@@ -175,6 +176,7 @@ func (r *reader) prepare(tails []*tail) bool {
 		// Whatever this tail promised no longer holds: no Position until
 		// the tenant was re-read.
 		tl.placed, tl.verified, tl.pos, tl.resync = false, false, "", reason
+		tl.gen++
 		t.mu.Unlock()
 		t.stats.resync(reason)
 		t.log.Info("stream cannot continue; re-reading the tenant", "tenant", tl.tenant, "reason", reason)

@@ -27,8 +27,9 @@ func (t *Tailer) readerOptions(client *redis.Client) *redis.Options {
 }
 
 // clusterReaderOptions are readerOptions for a cluster: Client's seeds,
-// topology source and credentials, a pool of one connection per reader per
-// master, and every new connection counted. A connection to a master the
+// topology source and credentials, a pool per master of one connection per
+// blocking read (ClusterReads) and one per reader for its polls, and every
+// new connection counted. A connection to a master the
 // readers did not use before (a promoted replica after a failover, a
 // restarted master) is a dial, so the readers check their tails before
 // trusting what it says. A slot migrated between masters moves the stream
@@ -42,7 +43,7 @@ func (t *Tailer) clusterReaderOptions(client *redis.ClusterClient) *redis.Cluste
 		Protocol: c.Protocol, ClientName: c.ClientName,
 		DialTimeout: c.DialTimeout, WriteTimeout: c.WriteTimeout, DialerRetries: c.DialerRetries,
 		MaxRedirects: c.MaxRedirects,
-		PoolSize:     t.cfg.Readers, MaxIdleConns: t.cfg.Readers,
+		PoolSize:     t.cfg.ClusterReads + t.cfg.Readers, MaxIdleConns: t.cfg.ClusterReads + t.cfg.Readers,
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,
 		OnConnect:             t.countDial,

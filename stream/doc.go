@@ -7,10 +7,11 @@
 //     tenants the node has watchers for, from the last id it applied (never
 //     from "$" after the first look), and hands each batch to the hub
 //     (hub.Hub.Apply) before it moves on. On Redis Cluster, where one XREAD
-//     cannot span slots, each reader sends a pipeline of single-key
-//     non-blocking XREADs (split per master by the cluster client) and waits
-//     between rounds that found nothing. While it does so for a tenant, a
-//     gap in the tenant's Pub/Sub subscription needs no re-read.
+//     cannot span slots and each tenant's stream has a slot of its own, each
+//     stream has a single-key XREAD BLOCK in flight on its master, up to
+//     Config.ClusterReads per master (the rest are polled). While it does so
+//     for a tenant, a gap in the tenant's Pub/Sub subscription needs no
+//     re-read.
 //   - a stream trimmed past that id, or one Redis lost (its epoch changed,
 //     it went missing or backwards), is not a gap the stream can close:
 //     the tenant is re-read once (hub.Hub.ResyncNow) and tailed afresh.

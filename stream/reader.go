@@ -63,6 +63,10 @@ func (r *reader) mine() []*tail {
 func (r *reader) run() {
 	t := r.t
 	defer t.wg.Done()
+	if t.sharded {
+		r.runSharded()
+		return
+	}
 	var backoff time.Duration
 	r.nextCheck = time.Now().Add(t.cfg.CheckInterval)
 	for t.ctx.Err() == nil {
@@ -111,13 +115,6 @@ func (r *reader) run() {
 			continue
 		}
 		r.lastOK.Store(time.Now().UnixNano())
-		if len(res) == 0 && t.sharded {
-			// The round did not block in Redis: wait here.
-			if !r.pause() {
-				return
-			}
-			continue
-		}
 		failed := false
 		for _, s := range res {
 			if tl := byKey[s.Stream]; tl != nil && !r.deliver(tl, s.Messages) {
@@ -131,43 +128,13 @@ func (r *reader) run() {
 }
 
 // read returns the entries after ids of streams (redis.Nil for none): one
-// XREAD BLOCK on a standalone Redis; on a cluster, a pipeline of single-key
-// non-blocking XREADs, which the cluster client sends to each master in one
-// round trip. There any command's failure fails the read, as a failed XREAD
-// does, and every tail of the reader is checked again.
+// XREAD BLOCK on a standalone Redis.
 func (r *reader) read(streams, ids []string) ([]redis.XStream, error) {
 	t := r.t
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.Block+time.Second)
 	defer cancel()
-	if !t.sharded {
-		return t.xrd.XRead(ctx, &redis.XReadArgs{Streams: append(streams, ids...), Count: t.cfg.Count, Block: t.cfg.Block}).Result()
-	}
-	pipe := t.xrd.Pipeline()
-	cmds := make([]*redis.XStreamSliceCmd, len(streams))
-	for i := range streams {
-		cmds[i] = pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{streams[i], ids[i]}, Count: t.cfg.Count, Block: -1})
-	}
-	pipe.Exec(ctx) // each command's error is checked below
-	var res []redis.XStream
-	for _, c := range cmds {
-		s, err := c.Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
-			return nil, err
-		default:
-			res = append(res, s...)
-		}
-	}
-	if len(res) == 0 {
-		return nil, redis.Nil
-	}
-	return res, nil
+	return t.xrd.XRead(ctx, &redis.XReadArgs{Streams: append(streams, ids...), Count: t.cfg.Count, Block: t.cfg.Block}).Result()
 }
-
-// pause waits Block after a cluster round that found nothing, or less when
-// a tail was added.
-func (r *reader) pause() bool { return r.wait(r.t.cfg.Block) }
 
 // idle waits for a tail to be added, or for a retry of what failed.
 func (r *reader) idle(ok bool) bool {

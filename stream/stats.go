@@ -59,7 +59,7 @@ type Stats struct {
 	Tailed      int   // streams tailed now
 	Length      int64 // sum of their lengths (XLEN), as of the last check
 	MaxLength   int64 // the longest of them, as of the last check
-	Reads       int64 // XREAD calls (on a cluster, pipelined rounds) that answered
+	Reads       int64 // XREAD calls (on a cluster, blocking reads and polls) that answered
 	ReadErrors  int64 // XREAD calls (on a cluster, rounds) that failed
 	Rechecks    int64 // times a reader checked its tails again before reading on: a read failed, or ran on a connection new since the last check
 	Entries     int64 // entries read and delivered to the hub

@@ -44,21 +44,26 @@ type Config struct {
 	// options, so they never hold the client's pool. Required.
 	//
 	// On a standalone Redis each reader issues one XREAD BLOCK over all its
-	// streams. On a cluster one XREAD cannot span slots, and a blocking one
-	// per slot would hold a connection per slot: there each reader reads
-	// its streams with a pipeline of single-key non-blocking XREADs, which
-	// the cluster client splits per master, and when nothing came waits up
-	// to Block (less when a tenant is added) before the next round.
+	// streams. On a cluster one XREAD cannot span slots, and each tenant's
+	// stream has its own: there each stream has an XREAD BLOCK of its own
+	// in flight, on a connection of its own to its master, up to
+	// ClusterReads per master (see sharded.go).
 	Client redis.UniversalClient
 	// Names spells the streams. The zero value uses the names of
 	// docs/DESIGN.md, "Key names".
 	Names keys.Names
-	// Readers bounds the connections that XREAD (per master on a cluster);
+	// Readers bounds the connections that XREAD on a standalone Redis;
 	// each XREAD round covers every stream of the tenants hashed to its
-	// reader. Zero means 4.
+	// reader. On a cluster it is the number of reader loops, each with up
+	// to one polling connection per master. Zero means 4.
 	Readers int
-	// Block is how long one XREAD waits for entries (on a cluster, how long
-	// a reader waits after a round that found none). A reader that has not
+	// ClusterReads bounds, on a cluster, the blocking XREADs (one per
+	// tenant stream, each on a connection of its own) the readers keep in
+	// flight on one master; the streams past it are polled every Block.
+	// Zero means 128.
+	ClusterReads int
+	// Block is how long one XREAD waits for entries (on a cluster, also
+	// how often the streams past ClusterReads are polled). A reader that has not
 	// heard from Redis for 2 × Block + 1s no longer covers its tenants.
 	// Zero means 1s.
 	Block time.Duration
@@ -78,6 +83,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Readers <= 0 {
 		c.Readers = 4
+	}
+	if c.ClusterReads <= 0 {
+		c.ClusterReads = 128
 	}
 	if c.Block <= 0 {
 		c.Block = time.Second
@@ -121,12 +129,14 @@ type Tailer struct {
 	cfg Config
 	log *slog.Logger
 	xrd redis.UniversalClient // the readers' own connections
-	// sharded: xrd is a *redis.ClusterClient; readers poll a pipeline of
-	// single-key XREADs instead of one XREAD BLOCK.
-	sharded bool
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the readers
+	// sharded: xrd is a *redis.ClusterClient; readers keep a single-key
+	// XREAD BLOCK in flight per stream instead of one over all (sharded.go).
+	sharded  bool
+	blockMu  sync.Mutex
+	blocking map[string]int // master address → blocking reads in flight on it
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // the readers
 
 	readers []*reader
 	dials   atomic.Uint64 // connections the readers' client opened
@@ -158,6 +168,7 @@ type tail struct {
 	last     cursor.ID
 	pos      string // the encoded Position, "" while none
 	length   int64
+	gen      uint64 // bumped whenever the tail is placed or unplaced: reads begun before are of another placement
 }
 
 // NewTailer returns a Tailer; it does no I/O. Start begins the readers.
@@ -167,7 +178,7 @@ func NewTailer(cfg Config) *Tailer {
 	t := &Tailer{
 		cfg: cfg, log: cfg.Logger.With("component", "stream"),
 		ctx: ctx, cancel: cancel,
-		seed: maphash.MakeSeed(), tenants: make(map[string]*tail),
+		seed: maphash.MakeSeed(), tenants: make(map[string]*tail), blocking: make(map[string]int),
 		stats: newCounters(),
 	}
 	switch c := cfg.Client.(type) {

@@ -32,6 +32,7 @@ const waitFor = 10 * time.Second
 type target struct {
 	mu      sync.Mutex
 	changes []snapshot.Notification
+	arrived []time.Time // when each of changes was applied
 	resyncs []string
 	events  []snapshot.Notification // changes and re-reads in order; a re-read has version 0
 	changed chan struct{}           // cap 1
@@ -42,6 +43,10 @@ func newTarget() *target { return &target{changed: make(chan struct{}, 1)} }
 func (g *target) Apply(_ context.Context, _ string, changes []snapshot.Notification) error {
 	g.mu.Lock()
 	g.changes = append(g.changes, changes...)
+	now := time.Now()
+	for range changes {
+		g.arrived = append(g.arrived, now)
+	}
 	g.events = append(g.events, changes...)
 	g.mu.Unlock()
 	g.signal()

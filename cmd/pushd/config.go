@@ -46,6 +46,7 @@ type config struct {
 	DebugListen    string
 	Streams        bool
 	StreamMaxLen   int64
+	StreamReads    int
 	RedisCluster   bool
 	Demo           bool
 	LogLevel       string
@@ -168,6 +169,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	durationVar(fs, &c.ReconnectAfter, "reconnect-after", 5*time.Second, "clients of a draining node reconnect after a random delay up to this")
 	fs.BoolVar(&c.Streams, "streams", false, "also append every change to the tenant's Redis Stream, tail the streams to close Pub/Sub gaps, and resume SSE clients from stream cursors")
 	fs.Int64Var(&c.StreamMaxLen, "stream-maxlen", 10000, "with --streams, trim each tenant's stream to about this many entries (XADD MAXLEN ~)")
+	fs.IntVar(&c.StreamReads, "stream-cluster-reads", 128, "with --streams on Redis Cluster, blocking stream reads (one per watched tenant, each on a connection of its own) this node keeps open on each master; the tenants past it are polled every second")
 	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private")
 	fs.BoolVar(&c.Demo, "demo", false, "serve the demo page and its task simulator at /demo/ (the embedded mode always does); with a configured secret or key the page asks for a token; with a database the simulator writes generation_tasks rows, as a Task State Service would")
 	fs.StringVar(&c.RedisCacheURL, "redis-cache-url", "", "Redis for task snapshots; empty means --redis-url")
@@ -433,7 +435,7 @@ func (c config) nodeConfig(version string, log *slog.Logger) node.Config {
 		APIKey: c.APIKey, NodeName: c.NodeName, Version: version, OriginPatterns: c.originPatterns(), TrustedProxies: proxies,
 		Heartbeat: c.Heartbeat, PollInterval: c.PollInterval, WriteTimeout: c.WriteTimeout, SSERetry: c.Retry,
 		ReconnectAfter: c.ReconnectAfter, Demo: c.Demo, Logger: log,
-		Streams: c.Streams, StreamMaxLen: c.StreamMaxLen,
+		Streams: c.Streams, StreamMaxLen: c.StreamMaxLen, StreamClusterReads: c.StreamReads,
 		Admission: c.Admission.config(), Sessions: c.Sessions.config(),
 		MaxConns: maxConns(c.MaxConns), MaxConnsPerIP: c.MaxConnsPerIP,
 		RequestTimeout: c.RequestTimeout, MaxHeaderBytes: c.MaxHeaderBytes, MaxURLBytes: c.MaxURLBytes,

@@ -100,6 +100,9 @@ func (c config) validateRanges(bad func(name, format string, args ...any)) {
 	if c.StreamMaxLen <= 0 {
 		bad("stream-maxlen", "%d: must be positive", c.StreamMaxLen)
 	}
+	if c.StreamReads <= 0 {
+		bad("stream-cluster-reads", "%d: must be positive", c.StreamReads)
+	}
 	for name, n := range map[string]int{"max-conns": c.MaxConns, "max-conns-per-ip": c.MaxConnsPerIP, "auth-failure-burst": c.AuthFailureBurst,
 		"socket-send-buffer": c.Conn.SendBuffer} {
 		if n < 0 {

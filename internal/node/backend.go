@@ -129,9 +129,9 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redis
 	if cfg.Streams {
 		// The realtime role is the standalone Redis or the cluster; on a
 		// cluster the publisher appends in the tenant's slot after the
-		// snapshot write (rediswrite.Announce), and the tailer reads each
-		// master's streams in pipelined rounds.
-		b.tailer = stream.NewTailer(stream.Config{Client: r.realtime, Names: names, Logger: cfg.Logger})
+		// snapshot write (rediswrite.Announce), and the tailer keeps a
+		// blocking read per stream on its master.
+		b.tailer = stream.NewTailer(stream.Config{Client: r.realtime, Names: names, ClusterReads: cfg.StreamClusterReads, Logger: cfg.Logger})
 		b.onClose(func() { b.tailer.Close() })
 		b.hubBus, b.hubStream = b.tailer.Subscriber(bus), b.tailer
 		b.publisher = fanout.NewRedisPublisher(r.realtime, names, fanout.WithStream(cfg.StreamMaxLen))

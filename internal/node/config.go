@@ -116,6 +116,9 @@ type Config struct {
 	Streams bool
 	// StreamMaxLen trims each stream with MAXLEN ~; zero means 10000.
 	StreamMaxLen int64
+	// StreamClusterReads bounds, on Redis Cluster, the tailer's blocking
+	// reads per master (stream.Config.ClusterReads); zero means 128.
+	StreamClusterReads int
 
 	// Sessions configures the lookups of opaque session tokens (negative
 	// cache, PostgreSQL bound); the node sets its Redis (the control role),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -325,4 +326,49 @@ func (c *RedisCluster) OtherMaster(addr string) string {
 	}
 	c.t.Fatalf("testenv: no master besides %s", addr)
 	return ""
+}
+
+// Takeover promotes the replica of the master at addr with CLUSTER
+// FAILOVER TAKEOVER, as an operator does to move a shard at once without
+// the master's agreement, and waits until the cluster is ok with the
+// replica as master and the old master as its replica. It returns the
+// promoted replica's address.
+func (c *RedisCluster) Takeover(addr string) (promoted string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	host, port, _ := net.SplitHostPort(addr)
+	for _, s := range c.Nodes {
+		if !s.Running() || s.Addr == addr {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+		role, err := cl.Do(ctx, "ROLE").Slice()
+		if err == nil && len(role) >= 3 && role[0] == "slave" && fmt.Sprint(role[1]) == host && fmt.Sprint(role[2]) == port {
+			err = cl.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err()
+			cl.Close()
+			if err != nil {
+				c.t.Fatalf("testenv: CLUSTER FAILOVER TAKEOVER on %s: %v", s.Addr, err)
+			}
+			promoted = s.Addr
+			break
+		}
+		cl.Close()
+	}
+	if promoted == "" {
+		c.t.Fatalf("testenv: no running replica of %s", addr)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c.WaitOK()
+		ms := c.Masters()
+		if slices.ContainsFunc(ms, func(m *RedisServer) bool { return m.Addr == promoted }) &&
+			!slices.ContainsFunc(ms, func(m *RedisServer) bool { return m.Addr == addr }) {
+			return promoted
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("testenv: %s not master in place of %s within 30s", promoted, addr)
+		}
+		time.Sleep(50 * time.Millisecond) // the nodes converge on their own; nothing to wait on
+	}
 }
