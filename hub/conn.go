@@ -88,29 +88,38 @@ func (c *Conn) watchesLocked(s *snapshot.Snapshot) bool {
 // version or a newer one. It never blocks: a pending older snapshot of the
 // task is replaced, so a slow client holds at most one per task.
 func (c *Conn) offer(s *snapshot.Snapshot, n news) {
+	if c.offerDeferred(s, n) {
+		c.hub.runq.push(c)
+	}
+}
+
+// offerDeferred is offer for a caller that queues connections for the
+// writers itself: it reports whether the offer scheduled c, which the
+// caller must then push to the run queue.
+func (c *Conn) offerDeferred(s *snapshot.Snapshot, n news) (push bool) {
 	h := c.hub
 	c.mu.Lock()
 	switch {
 	case c.closed || c.ending:
 		c.mu.Unlock()
-		return
+		return false
 	case s.TenantID != c.TenantID: // checked on every delivery, not only at subscribe
 		c.mu.Unlock()
 		h.stats.droppedTenant.Add(1)
-		return
+		return false
 	case !c.watchesLocked(s):
 		c.mu.Unlock()
-		return
+		return false
 	case !s.NewerThan(c.delivered[s.TaskID]):
 		c.mu.Unlock()
 		h.stats.droppedStale.Add(1)
-		return
+		return false
 	}
 	if p, ok := c.pending[s.TaskID]; ok {
 		if !s.NewerThan(p.snap.Version) {
 			c.mu.Unlock()
 			h.stats.droppedStale.Add(1)
-			return
+			return false
 		}
 		h.stats.conflated.Add(1)
 	} else {
@@ -121,7 +130,7 @@ func (c *Conn) offer(s *snapshot.Snapshot, n news) {
 			h.stats.slowClosed.Add(1)
 			c.endLocked(CloseWriteFailed)
 			c.mu.Unlock()
-			return
+			return false
 		}
 		if c.pending == nil {
 			c.pending = make(map[string]pendingTask)
@@ -129,8 +138,9 @@ func (c *Conn) offer(s *snapshot.Snapshot, n news) {
 		c.order = append(c.order, s.TaskID)
 	}
 	c.pending[s.TaskID] = pendingTask{s, n}
-	c.scheduleLocked()
+	push = c.markScheduledLocked()
 	c.mu.Unlock()
+	return push
 }
 
 // Send queues a non-task event (an error for a refused subscription, say).
@@ -167,11 +177,19 @@ func (c *Conn) sendControl(ev Event) {
 // scheduleLocked queues the connection for a writer unless it is queued
 // already. The queue push never blocks.
 func (c *Conn) scheduleLocked() {
+	if c.markScheduledLocked() {
+		c.hub.runq.push(c)
+	}
+}
+
+// markScheduledLocked marks c scheduled and reports whether it was not
+// already, in which case the caller must push it to the run queue.
+func (c *Conn) markScheduledLocked() bool {
 	if c.scheduled {
-		return
+		return false
 	}
 	c.scheduled = true
-	c.hub.runq.push(c)
+	return true
 }
 
 // takeLocked moves what is pending into buf for one write, marking each task
