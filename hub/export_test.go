@@ -22,3 +22,14 @@ func Remembered(c *Conn) int {
 	}
 	return n
 }
+
+// DeliveredVersion is the version of task c remembers as delivered, 0 if
+// none.
+func DeliveredVersion(c *Conn, task string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t := c.track[task]; t != nil {
+		return t.delivered
+	}
+	return 0
+}
