@@ -8,6 +8,7 @@ package hub_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pushd/pushd/fanout"
@@ -56,5 +57,54 @@ func TestSteadyStateDeliveryDoesNotAllocate(t *testing.T) {
 	}
 	if allocs := testing.AllocsPerRun(runs, deliver); allocs > 0 {
 		t.Fatalf("%.1f allocations per delivery in the steady state, want 0", allocs)
+	}
+}
+
+// TestSteadyStateFanoutDoesNotAllocate guards the fan-out of one
+// notification to many connections: the index walk, the offers, the run
+// queue hand-off (pushAll) and each connection's entry for the task, which
+// outlives a write so the next version reuses it.
+func TestSteadyStateFanoutDoesNotAllocate(t *testing.T) {
+	const conns = 50
+	store := &seqSource{MemoryStore: snapshot.NewMemoryStore()}
+	bus := fanout.NewMemoryBus()
+	h := hub.New(hub.Config{Source: store, Bus: bus, Writers: 4, Dispatchers: 1})
+	bus.Start(h)
+	defer bus.Close()
+	defer h.Close()
+	var count, target atomic.Int64
+	sink := countSink{n: &count, target: &target, done: make(chan struct{}, 1)}
+	const runs = 100
+	snaps := make([]*snapshot.Snapshot, runs+20)
+	for i := range snaps {
+		snaps[i] = snap(t, "t1", "task_a", int64(i+1))
+	}
+	store.cur.Store(snaps[0])
+	target.Store(conns)
+	for range conns {
+		c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Subscribe(context.Background(), hub.Subscription{Tasks: []string{"task_a"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-sink.done // every connection has its initial state
+	next := 1
+	deliver := func() {
+		s := snaps[next]
+		next++
+		count.Store(0)
+		store.cur.Store(s)
+		h.Notify(snapshot.Notification{TenantID: "t1", TaskID: "task_a", Version: s.Version})
+		<-sink.done
+	}
+	for range 10 { // warm up: maps, slices and the run queue reach their steady size
+		deliver()
+	}
+	if allocs := testing.AllocsPerRun(runs, deliver); allocs > 0 {
+		t.Fatalf("%.1f allocations per notification to %d connections in the steady state, want 0", allocs, conns)
 	}
 }

@@ -39,3 +39,25 @@ func TestConnectionStateIsBounded(t *testing.T) {
 		t.Fatalf("the connection remembers %d task versions after %d tasks, want at most %d", n, tasks, bound)
 	}
 }
+
+// TestTasksWatchedByIDAreNeverForgotten: making room for the versions of
+// other tasks forgets none of a task the connection watches by id, so a
+// resend of what the client holds stays dropped however many tasks passed.
+func TestTasksWatchedByIDAreNeverForgotten(t *testing.T) {
+	const maxSubs, tasks = 10, 1000
+	e := newEnv(t, hub.Config{MaxSubscriptions: maxSubs})
+	e.publish(t, snap(t, "t1", "task_watched", 7))
+	c, r, _ := e.open(t, "t1", "u1", hub.Subscription{User: true, Tasks: []string{"task_watched"}})
+	if v := r.nextTask(t).Version; v != 7 {
+		t.Fatalf("watched task: version %d, want 7", v)
+	}
+	for i := range tasks {
+		e.publish(t, snap(t, "t1", fmt.Sprintf("task_%04d", i), 1))
+		if got := r.nextTask(t); got.Version != 1 {
+			t.Fatalf("task %d: version %d", i, got.Version)
+		}
+	}
+	if v := hub.DeliveredVersion(c, "task_watched"); v != 7 {
+		t.Fatalf("after %d other tasks, the watched task is remembered at version %d, want 7", tasks, v)
+	}
+}

@@ -36,16 +36,15 @@ type Conn struct {
 	tasks      map[string]struct{}
 	projects   map[string]struct{}
 	userScope  bool
-	delivered  map[string]int64       // per task, the last version taken for writing; at most maxTracked
-	pending    map[string]pendingTask // conflating outbox: one snapshot per task, at most maxTracked
-	order      []string               // tasks in pending, oldest first
-	control    []Event                // hello, errors and mode changes, in order, before tasks
-	trailer    []Event                // acks, after the tasks queued before them
-	heartbeat  bool                   // write a heartbeat if nothing else is pending
-	scheduled  bool                   // queued for, or held by, a writer or a sink's queued write
-	parked     parking                // a write in flight, and what to do once a queued one drains
-	endAfter   bool                   // end the connection once what is pending is written
-	resumed    bool                   // counted in Stats.Reconnects
+	track      map[string]*tracked // per task: the version last taken for writing, the outbox's one snapshot
+	order      []*tracked          // entries with a snapshot pending, oldest first, at most maxTracked: a take needs no lookup
+	control    []Event             // hello, errors and mode changes, in order, before tasks
+	trailer    []Event             // acks, after the tasks queued before them
+	heartbeat  bool                // write a heartbeat if nothing else is pending
+	scheduled  bool                // queued for, or held by, a writer or a sink's queued write
+	parked     parking             // a write in flight, and what to do once a queued one drains
+	endAfter   bool                // end the connection once what is pending is written
+	resumed    bool                // counted in Stats.Reconnects
 	endReason  CloseReason
 	reconnect  int // > 0: tell the client to reconnect after this many ms, then end
 	ending     bool
@@ -70,11 +69,14 @@ type parking struct {
 	reason CloseReason
 }
 
-// pendingTask is a snapshot in the outbox and how it came, for the
-// delivery histograms.
-type pendingTask struct {
-	snap *snapshot.Snapshot
-	news news
+// tracked is what a connection keeps of one task. An entry has a
+// delivered version, a pending snapshot or both; it is in Conn.order
+// exactly when snap is not nil.
+type tracked struct {
+	id        string
+	delivered int64              // the last version taken for writing, 0 if none or forgotten
+	snap      *snapshot.Snapshot // pending in the outbox, nil if none
+	news      news               // how snap came, for the delivery histograms
 }
 
 // watchesLocked reports whether the connection still wants s.
@@ -88,32 +90,47 @@ func (c *Conn) watchesLocked(s *snapshot.Snapshot) bool {
 // version or a newer one. It never blocks: a pending older snapshot of the
 // task is replaced, so a slow client holds at most one per task.
 func (c *Conn) offer(s *snapshot.Snapshot, n news) {
+	if c.offerDeferred(s, n) {
+		c.hub.runq.push(c)
+	}
+}
+
+// offerDeferred is offer for a caller that queues connections for the
+// writers itself: it reports whether the offer scheduled c, which the
+// caller must then push to the run queue.
+func (c *Conn) offerDeferred(s *snapshot.Snapshot, n news) (push bool) {
 	h := c.hub
 	c.mu.Lock()
 	switch {
 	case c.closed || c.ending:
 		c.mu.Unlock()
-		return
+		return false
 	case s.TenantID != c.TenantID: // checked on every delivery, not only at subscribe
 		c.mu.Unlock()
 		h.stats.droppedTenant.Add(1)
-		return
+		return false
 	case !c.watchesLocked(s):
 		c.mu.Unlock()
-		return
-	case !s.NewerThan(c.delivered[s.TaskID]):
+		return false
+	}
+	t := c.track[s.TaskID]
+	var have int64
+	if t != nil {
+		have = t.delivered
+	}
+	switch {
+	case !s.NewerThan(have):
 		c.mu.Unlock()
 		h.stats.droppedStale.Add(1)
-		return
-	}
-	if p, ok := c.pending[s.TaskID]; ok {
-		if !s.NewerThan(p.snap.Version) {
+		return false
+	case t != nil && t.snap != nil:
+		if !s.NewerThan(t.snap.Version) {
 			c.mu.Unlock()
 			h.stats.droppedStale.Add(1)
-			return
+			return false
 		}
 		h.stats.conflated.Add(1)
-	} else {
+	default:
 		if len(c.order) >= h.maxTracked() {
 			// More distinct tasks waiting than the connection can watch at
 			// once (a scope whose tasks come and go faster than the client
@@ -121,16 +138,17 @@ func (c *Conn) offer(s *snapshot.Snapshot, n news) {
 			h.stats.slowClosed.Add(1)
 			c.endLocked(CloseWriteFailed)
 			c.mu.Unlock()
-			return
+			return false
 		}
-		if c.pending == nil {
-			c.pending = make(map[string]pendingTask)
+		if t == nil {
+			t = c.trackLocked(s.TaskID)
 		}
-		c.order = append(c.order, s.TaskID)
+		c.order = append(c.order, t)
 	}
-	c.pending[s.TaskID] = pendingTask{s, n}
-	c.scheduleLocked()
+	t.snap, t.news = s, n
+	push = c.markScheduledLocked()
 	c.mu.Unlock()
+	return push
 }
 
 // Send queues a non-task event (an error for a refused subscription, say).
@@ -167,11 +185,19 @@ func (c *Conn) sendControl(ev Event) {
 // scheduleLocked queues the connection for a writer unless it is queued
 // already. The queue push never blocks.
 func (c *Conn) scheduleLocked() {
+	if c.markScheduledLocked() {
+		c.hub.runq.push(c)
+	}
+}
+
+// markScheduledLocked marks c scheduled and reports whether it was not
+// already, in which case the caller must push it to the run queue.
+func (c *Conn) markScheduledLocked() bool {
 	if c.scheduled {
-		return
+		return false
 	}
 	c.scheduled = true
-	c.hub.runq.push(c)
+	return true
 }
 
 // takeLocked moves what is pending into buf for one write, marking each task
@@ -191,21 +217,23 @@ func (c *Conn) takeLocked(buf []Event) (_ []Event, complete bool) {
 	c.control = nil // rare (hello, errors, modes): an idle connection keeps no slice
 	lastTask := -1
 	taken, size := 0, 0
-	for _, id := range c.order {
+	for _, t := range c.order {
 		if size >= maxBatchBytes {
 			break // the rest waits for the next turn: see maxBatchBytes
 		}
 		taken++
-		p := c.pending[id]
-		s := p.snap
-		delete(c.pending, id)
-		if s.TenantID != c.TenantID || !s.NewerThan(c.delivered[id]) {
+		s, n := t.snap, t.news
+		t.snap, t.news = nil, news{}
+		if s.TenantID != c.TenantID || !s.NewerThan(t.delivered) {
+			if t.delivered == 0 {
+				delete(c.track, t.id)
+			}
 			continue
 		}
-		c.rememberLocked(id, s.Version)
+		t.delivered = s.Version
 		lastTask = len(buf)
 		size += len(s.JSON())
-		buf = append(buf, Event{Kind: KindTask, Snapshot: s, news: p.news})
+		buf = append(buf, Event{Kind: KindTask, Snapshot: s, news: n})
 	}
 	rest := copy(c.order, c.order[taken:])
 	clear(c.order[rest:])
@@ -252,24 +280,48 @@ const maxBatchBytes = 128 << 10
 func (h *Hub) maxTracked() int { return h.cfg.MaxSubscriptions + snapshot.MaxList }
 
 // rememberLocked records v as the version of task id taken for writing.
-// Past maxTracked, the version of another task is forgotten to make room:
-// one the connection does not watch by id, picked by the map's random
-// iteration start. A forgotten task's next change is newer than what was
-// sent, so it is delivered as it should be; only a resend of the version
-// sent could follow, and the store never hands out an older one.
 func (c *Conn) rememberLocked(id string, v int64) {
-	if c.delivered == nil {
-		c.delivered = make(map[string]int64)
+	t := c.track[id]
+	if t == nil {
+		t = c.trackLocked(id)
 	}
-	if _, ok := c.delivered[id]; !ok && len(c.delivered) >= c.hub.maxTracked() {
-		for old := range c.delivered {
-			if !has(c.tasks, old) {
-				delete(c.delivered, old)
+	t.delivered = v
+}
+
+// trackLocked adds an entry for task id, which has none. Past maxTracked,
+// the entry of another task is forgotten to make room: one with nothing
+// pending that the connection does not watch by id, picked by the map's
+// random iteration start. A forgotten task's next change is newer than
+// what was sent, so it is delivered as it should be; only a resend of the
+// version sent could follow, and the store never hands out an older one.
+// (Pending entries are at most maxTracked and never forgotten, nor are the
+// tasks watched by id: with both, the map holds at most twice maxTracked.)
+func (c *Conn) trackLocked(id string) *tracked {
+	if c.track == nil {
+		c.track = make(map[string]*tracked)
+	}
+	if len(c.track) >= c.hub.maxTracked() {
+		for old, t := range c.track {
+			if t.snap == nil && !has(c.tasks, old) {
+				delete(c.track, old)
 				break
 			}
 		}
 	}
-	c.delivered[id] = v
+	t := &tracked{id: id}
+	c.track[id] = t
+	return t
+}
+
+// dropPendingLocked empties the outbox of tasks.
+func (c *Conn) dropPendingLocked() {
+	for _, t := range c.order {
+		t.snap, t.news = nil, news{}
+		if t.delivered == 0 {
+			delete(c.track, t.id)
+		}
+	}
+	c.order = nil
 }
 
 // hasWorkLocked reports whether a take would find something to write. A
@@ -317,7 +369,8 @@ func (c *Conn) endLocked(reason CloseReason) {
 		return
 	}
 	c.ending = true
-	c.pending, c.order, c.control, c.trailer = nil, nil, nil, nil
+	c.dropPendingLocked()
+	c.control, c.trailer = nil, nil
 	// Closed only signals the transport; calling it under c.mu is safe
 	// because it must not block or call back into the hub.
 	c.sink.Closed(reason)
@@ -344,7 +397,8 @@ func (c *Conn) Close() {
 		if len(c.projects) > 0 || c.userScope {
 			h.idx.addScoped(c.TenantID, -1)
 		}
-		c.pending, c.order, c.control, c.trailer = nil, nil, nil, nil
+		c.dropPendingLocked()
+		c.control, c.trailer = nil, nil
 		release := c.busRelease
 		c.busRelease = nil
 		c.mu.Unlock()

@@ -72,18 +72,24 @@ func (h *Hub) flush(c *Conn, buf []Event) []Event {
 		h.stats.backlogged.Add(1)
 		return buf
 	}
+	// One lock round trip unparks the connection and, on the common path,
+	// decides whether it goes back to the writers.
 	c.mu.Lock()
 	c.parked = parking{}
-	c.mu.Unlock()
-	switch {
-	case err != nil:
-		h.writeFailed(c, err)
-		return buf
-	case endAfter:
-		h.endAfterWrite(c, reason)
+	if err != nil || endAfter {
+		c.mu.Unlock()
+		if err != nil {
+			h.writeFailed(c, err)
+		} else {
+			h.endAfterWrite(c, reason)
+		}
 		return buf
 	}
-	c.resume()
+	again := c.resumeLocked()
+	c.mu.Unlock()
+	if again {
+		h.runq.push(c)
+	}
 	return buf
 }
 
@@ -115,14 +121,21 @@ func (c *Conn) Drained(err error) {
 // and otherwise marks it unscheduled.
 func (c *Conn) resume() {
 	c.mu.Lock()
-	again := !c.closed && !c.ending && c.hasWorkLocked()
-	if !again {
-		c.scheduled = false
-	}
+	again := c.resumeLocked()
 	c.mu.Unlock()
 	if again {
 		c.hub.runq.push(c)
 	}
+}
+
+// resumeLocked marks c unscheduled unless it has more to write, and reports
+// whether the caller must give it back to the writers.
+func (c *Conn) resumeLocked() bool {
+	again := !c.closed && !c.ending && c.hasWorkLocked()
+	if !again {
+		c.scheduled = false
+	}
+	return again
 }
 
 func (h *Hub) writeFailed(c *Conn, err error) {
@@ -192,9 +205,17 @@ func (h *Hub) offerToWatchers(s *snapshot.Snapshot, n news, targets []*Conn) []*
 	if s.UserID != "" {
 		targets = h.idx.collect(byUser, key{s.TenantID, s.UserID}, targets)
 	}
+	// The connections the offers scheduled go to the writers together: one
+	// run queue lock per notification instead of one per connection.
+	ready := 0
 	for _, c := range targets {
-		c.offer(s, n) // a connection listed twice gets it once: offer drops equal versions
+		// A connection listed twice gets it once: offer drops equal versions.
+		if c.offerDeferred(s, n) {
+			targets[ready] = c
+			ready++
+		}
 	}
+	h.runq.pushAll(targets[:ready])
 	clear(targets)
 	return targets
 }

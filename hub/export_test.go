@@ -4,8 +4,8 @@ package hub
 func PendingVersion(c *Conn, task string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s, ok := c.pending[task]; ok {
-		return s.snap.Version
+	if t := c.track[task]; t != nil && t.snap != nil {
+		return t.snap.Version
 	}
 	return 0
 }
@@ -14,5 +14,22 @@ func PendingVersion(c *Conn, task string) int64 {
 func Remembered(c *Conn) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.delivered)
+	n := 0
+	for _, t := range c.track {
+		if t.delivered > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// DeliveredVersion is the version of task c remembers as delivered, 0 if
+// none.
+func DeliveredVersion(c *Conn, task string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t := c.track[task]; t != nil {
+		return t.delivered
+	}
+	return 0
 }

@@ -21,6 +21,19 @@ func (q *workQueue[T]) push(v T) {
 	q.cond.Signal()
 }
 
+// pushAll queues vs in order with one lock, and wakes as many waiters.
+func (q *workQueue[T]) pushAll(vs []T) {
+	if len(vs) == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.items = append(q.items, vs...)
+	q.mu.Unlock()
+	for range vs {
+		q.cond.Signal() // cheap once no waiter is left
+	}
+}
+
 // pop blocks until an item is queued or the queue is closed.
 func (q *workQueue[T]) pop() (T, bool) {
 	q.mu.Lock()

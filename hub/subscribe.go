@@ -208,10 +208,15 @@ func (c *Conn) acceptSinceLocked(since map[string]int64) {
 	// of its projects and user) would only grow this map, request after
 	// request, so they are ignored.
 	for id, v := range since {
-		if len(c.delivered) >= c.hub.maxTracked() && !has(c.tasks, id) {
+		t := c.track[id]
+		if t == nil && len(c.track) >= c.hub.maxTracked() && !has(c.tasks, id) {
 			continue
 		}
-		if snapshot.ValidID(id) && v > c.delivered[id] {
+		var have int64
+		if t != nil {
+			have = t.delivered
+		}
+		if snapshot.ValidID(id) && v > have {
 			c.rememberLocked(id, v)
 		}
 	}
@@ -467,11 +472,14 @@ func (c *Conn) Unsubscribe(tasks, projects []string) {
 		h.idx.addScoped(c.TenantID, -1)
 	}
 	kept := c.order[:0]
-	for _, id := range c.order {
-		if c.watchesLocked(c.pending[id].snap) {
-			kept = append(kept, id)
-		} else {
-			delete(c.pending, id)
+	for _, t := range c.order {
+		if c.watchesLocked(t.snap) {
+			kept = append(kept, t)
+			continue
+		}
+		t.snap, t.news = nil, news{}
+		if t.delivered == 0 {
+			delete(c.track, t.id)
 		}
 	}
 	clear(c.order[len(kept):])
