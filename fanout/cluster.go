@@ -62,10 +62,13 @@ const movedGrace = 2 * time.Second
 // SPUBLISH (MOVED): the shard is replaced, and its successor names the
 // channel after the master's new first slot.
 //
-// A connection failure of a shard holding confirmed tenants reports Lost
-// (once per outage); Restored follows when every such tenant is subscribed
-// again, and each one's Resync when its confirmation arrives. Handler calls
-// are made one at a time.
+// A connection failure of a shard holding confirmed tenants is reported
+// per tenant to a TenantLossHandler: TenantsLost names that shard's
+// tenants, and each one's TenantsRestored and Resync follow its
+// confirmation on the master that owns its slot now. To another handler it
+// is reported for the whole bus: Lost (once per outage); Restored follows
+// when every such tenant is subscribed again, and each one's Resync when
+// its confirmation arrives. Handler calls are made one at a time.
 type ClusterBus struct {
 	cfg    BusConfig            // defaults applied
 	client *redis.ClusterClient // cfg.Client
@@ -88,8 +91,10 @@ type ClusterBus struct {
 
 	subTable                   // its mutex guards the fields below and the subscriptions' placement
 	h        Handler           // set by Start, before the goroutines that call it
+	tl       TenantLossHandler // h, if it hears losses per tenant; set with h
 	shards   map[string]*shard // the live shard of each master address
-	outage   bool              // Lost was reported, Restored not yet
+	outage   bool              // Lost was reported, Restored not yet; with tl, some tenant is lost
+	lostN    int               // with tl, the tenants lost
 	// heldResyncs are the tenants confirmed again during an outage, held
 	// once each however often their shard flaps, so their Resyncs follow
 	// Restored as LossHandler orders them.
@@ -161,6 +166,7 @@ func (b *ClusterBus) Start(h Handler) {
 		return
 	}
 	b.started, b.h = true, h
+	b.tl, _ = h.(TenantLossHandler)
 	b.wg.Add(1)
 	go b.placer()
 	if b.cfg.LivenessInterval > 0 {
@@ -192,7 +198,17 @@ func (b *ClusterBus) expire(e *tenantSub, gen uint64) {
 	b.mu.Lock()
 	sh := e.shard
 	e.shard, e.placed = nil, false
+	wasLost := e.lost
+	ended := wasLost && b.unlostLocked(e)
 	b.mu.Unlock()
+	if wasLost {
+		// Unreferenced and unplaced: nothing of it is subscribed, so
+		// nothing of it is lost; a new Subscribe starts afresh.
+		if ended {
+			b.lost.OK("sharded pubsub restored")
+		}
+		b.syncLoss([]*tenantSub{e}, false)
+	}
 	// A failed write leaves nothing subscribed: the shard's connection is
 	// gone, and it is never redialed.
 	if sh != nil && !sh.retired.Load() {

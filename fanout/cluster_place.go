@@ -186,10 +186,11 @@ func (b *ClusterBus) retireIdle() {
 }
 
 // checkRestored ends an outage once every confirmed subscription is
-// placed again.
+// placed again. With a TenantLossHandler each tenant's loss ends at its
+// confirmation instead (confirm).
 func (b *ClusterBus) checkRestored() {
 	b.mu.Lock()
-	if !b.outage || b.closed {
+	if !b.outage || b.closed || b.tl != nil {
 		b.mu.Unlock()
 		return
 	}
@@ -235,16 +236,25 @@ func (b *ClusterBus) retire(sh *shard, err error, reply bool) {
 		delete(b.shards, sh.addr)
 	}
 	held := 0
+	var tenants []*tenantSub // with tl: the tenants lost now
 	for _, e := range b.subs {
 		if e.shard == sh {
 			e.shard, e.placed = nil, false
 			if e.confirmed {
 				held++
 			}
+			if b.tl != nil && e.confirmed && !e.lost && !reply && !b.closed {
+				e.lost, e.lostErr = true, err
+				b.lostN++
+				tenants = append(tenants, e)
+			}
 		}
 	}
 	lost := !reply && held > 0 && !b.outage && !b.closed
 	during := b.outage
+	if b.tl != nil {
+		lost = len(tenants) > 0
+	}
 	if lost {
 		b.outage = true
 	}
@@ -253,7 +263,11 @@ func (b *ClusterBus) retire(sh *shard, err error, reply bool) {
 	if b.ctx.Err() != nil {
 		return
 	}
-	if lost {
+	if lost && b.tl != nil {
+		b.stats.losses.Add(1)
+		b.lost.Fail("sharded pubsub connection lost; resubscribing", err, "master", sh.addr, "tenants", held)
+		b.syncLoss(tenants, false)
+	} else if lost {
 		b.stats.losses.Add(1)
 		b.lost.Fail("sharded pubsub connection lost; resubscribing", err, "master", sh.addr, "tenants", held)
 		b.call(func(h Handler) {
@@ -273,4 +287,59 @@ func (sh *shard) close() {
 	sh.retired.Store(true)
 	_ = sh.ps.Close()
 	_ = sh.client.Close()
+}
+
+// unlostLocked ends e's loss and reports whether that ended the last one.
+// b.mu is held and e.lost is set.
+func (b *ClusterBus) unlostLocked(e *tenantSub) (last bool) {
+	e.lost = false
+	b.lostN--
+	if b.lostN > 0 || !b.outage {
+		return false
+	}
+	b.outage = false
+	return true
+}
+
+// syncLoss tells the TenantLossHandler the loss of each of es as it stands
+// when the handler call runs, not as it stood when scheduled: a shard's
+// failure (on the liveness goroutine or the placer) and a confirmation on
+// its successor (on the successor's reader) may reach the handler in the
+// other order than they changed the state, and the later call must leave
+// the handler with the bus's state. With resync, each of es not lost (any
+// more) is resynced in the same call, after its TenantsRestored if it had
+// one, so no other call comes between; one lost again is resynced at its
+// next confirmation.
+func (b *ClusterBus) syncLoss(es []*tenantSub, resync bool) {
+	b.call(func(h Handler) {
+		var lost, back, resynced []string
+		var err error
+		b.mu.Lock()
+		for _, e := range es {
+			if resync && !e.lost {
+				resynced = append(resynced, e.tenant)
+			}
+			switch {
+			case e.lost && !e.toldLost:
+				e.toldLost = true
+				lost = append(lost, e.tenant)
+				if err == nil {
+					err = e.lostErr // the same for every tenant of one shard
+				}
+			case !e.lost && e.toldLost:
+				e.toldLost = false
+				back = append(back, e.tenant)
+			}
+		}
+		b.mu.Unlock()
+		if len(lost) > 0 {
+			b.tl.TenantsLost(lost, err)
+		}
+		if len(back) > 0 {
+			b.tl.TenantsRestored(back)
+		}
+		for _, tenant := range resynced {
+			h.Resync(tenant)
+		}
+	})
 }

@@ -113,7 +113,9 @@ func (b *ClusterBus) confirm(sh *shard, channel string) {
 	}
 	e.placed = true
 	resync := b.confirmedNow(e)
-	hold := resync && b.outage
+	restored := e.lost
+	last := restored && b.unlostLocked(e)
+	hold := resync && b.outage && b.tl == nil
 	if hold {
 		if b.heldResyncs == nil {
 			b.heldResyncs = make(map[string]struct{})
@@ -125,7 +127,12 @@ func (b *ClusterBus) confirm(sh *shard, channel string) {
 		b.stats.resyncs.Add(1)
 		b.log.Debug("resubscribed", "tenant", tenant, "master", sh.addr)
 	}
-	if resync && !hold {
+	if last {
+		b.lost.OK("sharded pubsub restored")
+	}
+	if restored {
+		b.syncLoss([]*tenantSub{e}, resync)
+	} else if resync && !hold {
 		b.call(func(h Handler) { h.Resync(tenant) })
 	}
 }

@@ -29,6 +29,7 @@ type clusterFixture struct {
 	pub     *RedisPublisher
 	byOwner map[string][]string // master address → tenants whose slot it serves
 	tenants []string
+	handler Handler // what the bus delivers to, when set before Start: else r
 }
 
 func newClusterFixture(t *testing.T, perMaster int) *clusterFixture {
@@ -51,7 +52,11 @@ func newClusterFixtureWith(t *testing.T, perMaster int, cfg BusConfig, before fu
 	if before != nil {
 		before(f, f.bus)
 	}
-	f.bus.Start(f.r)
+	var h Handler = f.r
+	if f.handler != nil {
+		h = f.handler
+	}
+	f.bus.Start(h)
 	t.Cleanup(func() { closeBus(t, f.bus) })
 	return f
 }

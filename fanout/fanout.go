@@ -123,6 +123,44 @@ type LossHandler interface {
 	Restored()
 }
 
+// TenantLossHandler may also be implemented by a LossHandler that wants to
+// hear a bus's losses per tenant: on Redis Cluster one shard's connection
+// fails while the others work, and only the tenants placed on it may miss
+// notifications. The ClusterBus then calls these instead of Lost and
+// Restored; a bus with one connection (RedisBus) always calls Lost and
+// Restored, since its loss is every tenant's. The methods are called as
+// LossHandler's are: from the bus's goroutines, one call at a time (Handler
+// calls included), and must not block.
+//
+// For one shard's outage the calls come in this order:
+//
+//  1. TenantsLost(tenants, err), once, with the tenants confirmed on the
+//     shard whose connection failed (connection, ping or liveness: as for
+//     Lost), those of them already lost left out. From then on their
+//     notifications may be missed: poll what they watch. The other
+//     tenants' notifications keep coming. A failure of every master comes
+//     as one TenantsLost per shard.
+//  2. TenantsRestored([]string{tenant}) then Resync(tenant), one after the
+//     other, as each lost tenant's resubscription is confirmed on the
+//     master that owns its slot now; changes published after that reach
+//     Notify. TenantsRestored also ends, without a Resync, the loss of a
+//     tenant whose last reference was released and whose linger ran out
+//     during the outage: nothing of it stays subscribed.
+//
+// TenantsRestored never names a tenant without a TenantsLost naming it
+// before, and every tenant TenantsLost names is named by a TenantsRestored
+// later, unless the bus is closed first.
+type TenantLossHandler interface {
+	LossHandler
+	// TenantsLost says the subscriptions of these tenants cannot be trusted
+	// any more. The slice is the handler's to keep.
+	TenantsLost(tenants []string, err error)
+	// TenantsRestored says these tenants' subscriptions work again; a
+	// Resync of each follows (see above). The slice is the handler's to
+	// keep.
+	TenantsRestored(tenants []string)
+}
+
 // Bus is a node's subscription to the notifications of the tenants its
 // connections watch.
 type Bus interface {

@@ -46,11 +46,17 @@ type tenantSub struct {
 
 	// ClusterBus only: where its SSUBSCRIBE was written (nil while
 	// unplaced), whether that shard confirmed it, and the master that
-	// dropped it with sunsubscribe, and when.
+	// dropped it with sunsubscribe, and when. With a TenantLossHandler:
+	// whether its loss is open (lost, and the shard failure's error), and
+	// whether the handler was told so (toldLost; changed only in a handler
+	// call, see syncLoss).
 	shard     *shard
 	placed    bool
 	movedFrom string
 	movedAt   time.Time
+	lost      bool
+	lostErr   error
+	toldLost  bool
 }
 
 // fail ends a subscription that was never confirmed, waking its waiters.

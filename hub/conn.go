@@ -50,6 +50,9 @@ type Conn struct {
 	ending     bool
 	closed     bool
 	busRelease func()
+	// The mode and reason the client was told last (hello or mode event);
+	// "" until the hello is queued.
+	toldMode, toldReason string
 	// Resume cursors (Subscription.Cursors, with a Stream). cursors: the
 	// transport writes them. settled: no Subscribe is reading its initial
 	// state, so the tenant's stream position holds for everything the
@@ -157,6 +160,31 @@ func (c *Conn) Send(ev Event) { c.sendControl(ev) }
 func (c *Conn) sendControl(ev Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sendControlLocked(ev)
+}
+
+// syncMode tells the client its mode (Hub.modeOf its tenant) if that is
+// not what it was told last. The mode is read under c.mu, so of two
+// concurrent calls the later one's reading is the one told last; a
+// connection whose hello is not queued yet is told by its hello.
+func (c *Conn) syncMode() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.toldMode == "" {
+		return
+	}
+	mode, reason := c.hub.modeOf(c.TenantID)
+	if mode == c.toldMode && (mode == ModePush || reason == c.toldReason) {
+		return
+	}
+	if mode == ModePush {
+		reason = ReasonRestored // push has a reason only as a switch back
+	}
+	c.toldMode, c.toldReason = mode, reason
+	c.sendControlLocked(Event{Kind: KindMode, Mode: mode, Reason: reason})
+}
+
+func (c *Conn) sendControlLocked(ev Event) {
 	if c.closed || c.ending {
 		return
 	}

@@ -41,8 +41,8 @@ type Source interface {
 
 // Bus is the subscription side of a notification bus (fanout.RedisBus,
 // fanout.MemoryBus, fanout.ClusterBus). Hub implements the handler a bus
-// delivers to (fanout.Handler, fanout.LossHandler) without naming it, so
-// the hub depends on no bus driver.
+// delivers to (fanout.Handler, fanout.LossHandler, fanout.TenantLossHandler)
+// without naming it, so the hub depends on no bus driver.
 type Bus interface {
 	Subscribe(ctx context.Context, tenantID string) (release func(), err error)
 }
@@ -173,9 +173,12 @@ type Hub struct {
 	closing bool
 	empty   chan struct{} // closed when closing and the last connection leaves
 
-	modeMu     sync.Mutex // guards mode and modeReason
+	modeMu     sync.Mutex // guards mode, modeReason and tenantPolling; taken under a Conn's mu, never the reverse
 	mode       string
 	modeReason string
+	// tenantPolling holds the tenants polled because their shard of the
+	// bus is lost, with the reason their connections are told.
+	tenantPolling map[string]string
 
 	poll    poller
 	budgets readBudgets
@@ -199,6 +202,7 @@ func New(cfg Config) *Hub {
 	h.stats.staleness = histogram.New(stalenessBounds[:]...)
 	h.idx.init(cfg.HotTaskWatchers)
 	h.mode = ModePush
+	h.tenantPolling = make(map[string]string)
 	h.poll.init()
 	h.budgets.init(cfg.SubscribeReads, cfg.SubscribeReadBurst)
 	h.runq.init()
@@ -219,27 +223,38 @@ func New(cfg Config) *Hub {
 }
 
 // Mode is the node's current delivery mode, ModePush or ModePolling, and
-// why.
+// why: polling while the whole bus is lost. On Redis Cluster a lost shard
+// makes only its tenants poll (PollingTenants), the node's mode stays push.
 func (h *Hub) Mode() (mode, reason string) {
 	h.modeMu.Lock()
 	defer h.modeMu.Unlock()
 	return h.mode, h.modeReason
 }
 
-// helloMode is the mode a new connection's hello states, with the reason
-// only while it describes the mode (why the node polls). A reason of push
-// (restored) tells the connections open at the switch what happened; a
-// connection opened after it has nothing to be told.
-func (h *Hub) helloMode() (mode, reason string) {
-	mode, reason = h.Mode()
-	if mode == ModePush {
-		reason = ""
-	}
-	return mode, reason
+// PollingTenants is the number of tenants polled because their shard of the
+// bus is lost (TenantsLost), whatever the node's mode.
+func (h *Hub) PollingTenants() int {
+	h.modeMu.Lock()
+	defer h.modeMu.Unlock()
+	return len(h.tenantPolling)
 }
 
-// setMode records the node's mode and tells every connection when it or
-// its reason changes.
+// modeOf is the mode of a connection of tenant: the node's while it polls
+// every tenant, else the tenant's own.
+func (h *Hub) modeOf(tenant string) (mode, reason string) {
+	h.modeMu.Lock()
+	defer h.modeMu.Unlock()
+	if h.mode == ModePolling {
+		return h.mode, h.modeReason
+	}
+	if reason, ok := h.tenantPolling[tenant]; ok {
+		return ModePolling, reason
+	}
+	return ModePush, h.modeReason
+}
+
+// setMode records the node's mode and tells every connection whose mode
+// that changes.
 func (h *Hub) setMode(mode, reason string) {
 	h.modeMu.Lock()
 	if h.mode == mode && h.modeReason == reason {
@@ -252,9 +267,38 @@ func (h *Hub) setMode(mode, reason string) {
 	}
 	h.mode, h.modeReason = mode, reason
 	h.modeMu.Unlock()
-	ev := Event{Kind: KindMode, Mode: mode, Reason: reason}
 	for _, c := range h.allConns() {
-		c.sendControl(ev)
+		c.syncMode()
+	}
+}
+
+// setTenantsMode records the mode of tenants whose shard of the bus is lost
+// or back, and tells their connections whose mode that changes. With
+// keep, a tenant polling already keeps its reason.
+func (h *Hub) setTenantsMode(tenants map[string]struct{}, mode, reason string, keep bool) {
+	changed := make(map[string]struct{})
+	h.modeMu.Lock()
+	for t := range tenants {
+		old, polling := h.tenantPolling[t]
+		switch {
+		case mode == ModePush && polling:
+			delete(h.tenantPolling, t)
+		case mode == ModePolling && (!polling || (old != reason && !keep)):
+			h.tenantPolling[t] = reason
+		default:
+			continue
+		}
+		changed[t] = struct{}{}
+	}
+	h.modeMu.Unlock()
+	if len(changed) == 0 {
+		return
+	}
+	h.log.Info("tenants' mode changed", "mode", mode, "reason", reason, "tenants", len(changed))
+	for _, c := range h.allConns() {
+		if _, ok := changed[c.TenantID]; ok {
+			c.syncMode()
+		}
 	}
 }
 
@@ -320,9 +364,19 @@ func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
 	}
 	h.stats.opened.Add(1)
 	h.log.Debug("connection opened", "conn", c.ID, "tenant", p.TenantID, "user", p.UserID)
-	mode, reason := h.helloMode()
-	c.sendControl(Event{Kind: KindHello, ConnID: c.ID, Node: h.cfg.NodeName, Mode: mode, Reason: reason,
+	// The hello states the mode read under c.mu, as syncMode does, with
+	// the reason only while it describes the mode (why the connection
+	// polls): a reason of push (restored) tells the connections open at
+	// the switch what happened; one opened after it has nothing to be told.
+	c.mu.Lock()
+	mode, reason := h.modeOf(p.TenantID)
+	if mode == ModePush {
+		reason = ""
+	}
+	c.toldMode, c.toldReason = mode, reason
+	c.sendControlLocked(Event{Kind: KindHello, ConnID: c.ID, Node: h.cfg.NodeName, Mode: mode, Reason: reason,
 		HeartbeatMS: h.cfg.HeartbeatInterval.Milliseconds()})
+	c.mu.Unlock()
 	return c, nil
 }
 
@@ -481,6 +535,9 @@ type Stats struct {
 	Conns      int         // open connections (Len)
 	ConnCounts []ConnCount // the same by transport and plan
 	Mode       string      // ModePush or ModePolling
+	// PollingTenants are the tenants polled because their shard of the
+	// bus is lost (Redis Cluster), now.
+	PollingTenants int
 
 	Opened          int64
 	Closed          int64
@@ -499,7 +556,7 @@ type Stats struct {
 	Heartbeats      int64
 	DispatchNoWatch int64 // notifications no local connection watches
 	ModeSwitches    int64 // push ↔ polling
-	Polls           int64 // rounds of re-reading every watched task
+	Polls           int64 // rounds of re-reading every watched task, or those of the tenants of lost shards
 	PollErrors      int64 // rounds in which no source answered for some tasks
 	BusRetries      int64 // bus subscriptions retried after failing
 	ReadRetries     int64 // rounds re-reading, in batches, the tenants of connections whose initial read failed
@@ -555,6 +612,7 @@ func (h *Hub) Stats() Stats {
 		Staleness:     c.staleness.Snapshot(),
 	}
 	s.Mode, _ = h.Mode()
+	s.PollingTenants = h.PollingTenants()
 	for t := range NumTransports {
 		s.Pushed[t] = c.pushed[t].Load()
 		s.Reconnects[t] = c.reconnects[t].Load()

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -31,6 +32,11 @@ type poller struct {
 	restored bool       // the bus came back: re-read everything once, then push
 	tenants  map[string]struct{}
 	needBus  map[*Conn]struct{} // connections whose bus subscription failed
+	// lost holds the tenants whose shard of the bus is lost (TenantsLost),
+	// polled until it is back; back those whose shard came back
+	// (TenantsRestored), re-read once, then told push.
+	lost map[string]struct{}
+	back map[string]struct{}
 	// unread holds tenants with a connection whose initial read failed,
 	// re-read with backoff, from the caches, until a round succeeds; not
 	// before unreadAt, so a storm that overloaded the sources is not
@@ -44,6 +50,8 @@ func (p *poller) init() {
 	p.tenants = make(map[string]struct{})
 	p.needBus = make(map[*Conn]struct{})
 	p.unread = make(map[string]struct{})
+	p.lost = make(map[string]struct{})
+	p.back = make(map[string]struct{})
 }
 
 func (p *poller) signal() {
@@ -90,6 +98,36 @@ func (h *Hub) Restored() {
 	h.poll.signal()
 }
 
+// TenantsLost switches these tenants to polling: their shard of the bus
+// cannot be trusted, so the tasks their connections watch are re-read on a
+// timer, and those connections are told polling, until TenantsRestored.
+// The other tenants stay in push mode.
+func (h *Hub) TenantsLost(tenants []string, err error) {
+	h.log.Warn("bus lost for some tenants; polling them", "tenants", len(tenants), "err", err)
+	h.poll.mu.Lock()
+	for _, t := range tenants {
+		h.poll.lost[t] = struct{}{}
+		delete(h.poll.back, t)
+	}
+	h.poll.mu.Unlock()
+	h.poll.signal()
+}
+
+// TenantsRestored switches these tenants back to push once what they watch
+// was re-read; the bus's Resync of each covers what changed since.
+func (h *Hub) TenantsRestored(tenants []string) {
+	h.log.Debug("bus restored for some tenants", "tenants", len(tenants))
+	h.poll.mu.Lock()
+	for _, t := range tenants {
+		if _, ok := h.poll.lost[t]; ok {
+			delete(h.poll.lost, t)
+			h.poll.back[t] = struct{}{}
+		}
+	}
+	h.poll.mu.Unlock()
+	h.poll.signal()
+}
+
 // needBus records a connection whose bus subscription failed; the poll loop
 // retries it, and polls its tasks meanwhile.
 func (h *Hub) needBus(c *Conn) {
@@ -106,7 +144,9 @@ func (h *Hub) forgetConn(c *Conn) {
 }
 
 // pollLoop re-reads watched tasks: all of them on every tick while polling,
-// everything once after the bus is restored, a tenant's after its Resync.
+// everything once after the bus is restored, a tenant's after its Resync;
+// those of the tenants whose shard is lost on every tick, and once when it
+// is back.
 func (h *Hub) pollLoop() {
 	defer h.wg.Done()
 	timer := time.NewTimer(time.Hour)
@@ -132,7 +172,20 @@ func (h *Hub) pollLoop() {
 			p.unread, p.unreadAt = make(map[string]struct{}), time.Time{}
 		}
 		waiting := len(p.needBus) > 0
+		var lost map[string]struct{}
+		if len(p.lost) > 0 {
+			lost = maps.Clone(p.lost)
+		}
+		back := p.back
+		p.back = make(map[string]struct{})
 		p.mu.Unlock()
+		// A tenant back from a lost shard is re-read once (below, with the
+		// resyncs), unless the stream carried what the shard dropped.
+		for t := range back {
+			if !h.streamCovers(t) {
+				tenants[t] = struct{}{}
+			}
+		}
 		for t := range tenants {
 			delete(unread, t) // re-read below anyway
 		}
@@ -178,10 +231,14 @@ func (h *Hub) pollLoop() {
 		case len(tenants) > 0:
 			h.refresh(tenants, false)
 		}
+		h.setTenantsMode(back, ModePush, ReasonRestored, false)
+		if len(lost) > 0 {
+			failures = h.pollLost(lost, polling || restored, failures)
+		}
 		readFailures = h.retryUnread(unread, readFailures)
 
 		p.mu.Lock()
-		again := p.polling || len(p.needBus) > 0
+		again := p.polling || len(p.needBus) > 0 || len(p.lost) > 0
 		retryAt := p.unreadAt
 		p.mu.Unlock()
 		switch {
@@ -191,6 +248,45 @@ func (h *Hub) pollLoop() {
 			timer.Reset(time.Until(retryAt))
 		}
 	}
+}
+
+// pollLost re-reads what the tenants whose shard is lost watch, except
+// those the stream covers, and tells their connections polling with why
+// (before the round, which may be slow, and after it, when no source
+// answered). read says this round re-read everything already. It returns
+// the failure count the backoff doubles by.
+func (h *Hub) pollLost(lost map[string]struct{}, read bool, failures int) int {
+	covered := make(map[string]struct{})
+	for t := range lost {
+		if h.streamCovers(t) {
+			covered[t] = struct{}{}
+			delete(lost, t)
+		}
+	}
+	if len(covered) > 0 {
+		h.stats.catchUps.Add(1)
+		h.setTenantsMode(covered, ModePush, ReasonRestored, false)
+	}
+	if len(lost) == 0 {
+		return failures
+	}
+	h.setTenantsMode(lost, ModePolling, ReasonPubSubDown, true)
+	if read {
+		return failures
+	}
+	h.stats.polls.Add(1)
+	if h.refresh(lost, false) {
+		h.setTenantsMode(lost, ModePolling, ReasonPubSubDown, false)
+		return 0
+	}
+	h.stats.pollErrors.Add(1)
+	h.setTenantsMode(lost, ModePolling, ReasonUnavailable, false)
+	return failures + 1
+}
+
+// streamCovers reports whether the Stream brings every change of tenant.
+func (h *Hub) streamCovers(tenant string) bool {
+	return h.cfg.Stream != nil && h.cfg.Stream.Covers(tenant)
 }
 
 // retryUnread re-reads the tenants whose initial reads failed, from the

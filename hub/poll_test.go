@@ -265,3 +265,142 @@ func TestInitialReadCutShortIsRetried(t *testing.T) {
 		t.Fatalf("got %s v%d", s.TaskID, s.Version)
 	}
 }
+
+// nextTaskNoMode returns the next event, failing unless it is a task: the caller
+// expects the connection's mode to stay as it is.
+func (r *recorder) nextTaskNoMode(t *testing.T, what string) *snapshot.Snapshot {
+	t.Helper()
+	ev := r.next(t)
+	if ev.Kind != hub.KindTask {
+		t.Fatalf("%s: got %+v, want a task and no mode event", what, ev)
+	}
+	return ev.Snapshot
+}
+
+// A shard of the bus lost for one tenant (TenantsLost): only that tenant's
+// connections are told polling and polled, the other tenant's stay in push
+// and hear nothing of it; a new connection's hello says its tenant's mode;
+// TenantsRestored re-reads the tenant once and tells its connections push.
+func TestTenantsLostPollOnlyThoseTenants(t *testing.T) {
+	e := newEnv(t, hub.Config{PollInterval: 20 * time.Millisecond})
+	ctx := context.Background()
+	e.publish(t, snap(t, "t1", "task_a", 1))
+	e.publish(t, snap(t, "t2", "task_b", 1))
+	_, r1, _ := e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"task_a"}})
+	_, r2, _ := e.open(t, "t2", "u1", hub.Subscription{Tasks: []string{"task_b"}})
+	r1.nextTask(t)
+	r2.nextTask(t)
+
+	e.hub.TenantsLost([]string{"t1"}, errors.New("shard connection reset"))
+	if ev := r1.nextMode(t); ev.Mode != hub.ModePolling || ev.Reason != hub.ReasonPubSubDown {
+		t.Fatalf("t1 got mode %q (%s), want polling (pubsub_down)", ev.Mode, ev.Reason)
+	}
+	// t1's changes that no notification announces arrive by polling.
+	for v := int64(2); v <= 3; v++ {
+		if _, err := e.store.SetIfNewer(ctx, snap(t, "t1", "task_a", v)); err != nil {
+			t.Fatal(err)
+		}
+		if got := r1.nextTaskNoMode(t, "t1 polling"); got.Version != v {
+			t.Fatalf("t1 polled version %d, want %d", got.Version, v)
+		}
+	}
+	// t2 is still pushed, and was told nothing: a mode event queued for it
+	// would be written before this task.
+	e.publish(t, snap(t, "t2", "task_b", 2))
+	if got := r2.nextTaskNoMode(t, "t2 during t1's loss"); got.Version != 2 {
+		t.Fatalf("t2 version %d, want 2", got.Version)
+	}
+	if st := e.hub.Stats(); st.Mode != hub.ModePush || st.PollingTenants != 1 {
+		t.Fatalf("stats mode %s, polling tenants %d; want push and 1", st.Mode, st.PollingTenants)
+	}
+	// New connections are told their own tenant's mode.
+	for _, c := range []struct{ tenant, mode, reason string }{
+		{"t1", hub.ModePolling, hub.ReasonPubSubDown}, {"t2", hub.ModePush, ""},
+	} {
+		r := newRecorder()
+		conn, err := e.hub.Open(hub.Principal{TenantID: c.tenant, UserID: "u9"}, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev := <-r.events; ev.Kind != hub.KindHello || ev.Mode != c.mode || ev.Reason != c.reason {
+			t.Fatalf("hello of %s: %+v, want mode %s (%q)", c.tenant, ev, c.mode, c.reason)
+		}
+		conn.Close()
+	}
+
+	// A change no notification announces, then the shard is back: the
+	// restore re-reads it, and t1 is told push.
+	if _, err := e.store.SetIfNewer(ctx, snap(t, "t1", "task_a", 4)); err != nil {
+		t.Fatal(err)
+	}
+	e.hub.TenantsRestored([]string{"t1"})
+	var last int64 = 3
+	for sawPush := false; !sawPush || last < 4; {
+		ev := r1.next(t)
+		switch {
+		case ev.Kind == hub.KindTask && ev.Snapshot.Version > last:
+			last = ev.Snapshot.Version
+		case ev.Kind == hub.KindMode && ev.Mode == hub.ModePush && ev.Reason == hub.ReasonRestored && !sawPush:
+			sawPush = true
+		default:
+			t.Fatalf("t1 after the restore: got %+v, want v4 and one mode push (restored)", ev)
+		}
+	}
+	if n := e.hub.PollingTenants(); n != 0 {
+		t.Fatalf("%d tenants polling after the restore, want 0", n)
+	}
+	// Back in push mode, notifications drive t1's delivery again.
+	e.publish(t, snap(t, "t1", "task_a", 5))
+	if got := r1.nextTaskNoMode(t, "t1 after the restore"); got.Version != 5 {
+		t.Fatalf("t1 version %d, want 5", got.Version)
+	}
+	e.publish(t, snap(t, "t2", "task_b", 3))
+	if got := r2.nextTaskNoMode(t, "t2 after t1's restore"); got.Version != 3 {
+		t.Fatalf("t2 version %d, want 3", got.Version)
+	}
+}
+
+// A whole-bus loss on top of one tenant's: every connection polls; when the
+// bus is restored the other tenant is told push, and the tenant whose shard
+// is still lost keeps polling without being told push in between.
+func TestTenantLostOutlastsWholeBusLoss(t *testing.T) {
+	e := newEnv(t, hub.Config{PollInterval: 20 * time.Millisecond})
+	ctx := context.Background()
+	e.publish(t, snap(t, "t1", "task_a", 1))
+	e.publish(t, snap(t, "t2", "task_b", 1))
+	_, r1, _ := e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"task_a"}})
+	_, r2, _ := e.open(t, "t2", "u1", hub.Subscription{Tasks: []string{"task_b"}})
+	r1.nextTask(t)
+	r2.nextTask(t)
+
+	e.hub.TenantsLost([]string{"t1"}, errors.New("shard connection reset"))
+	if ev := r1.nextMode(t); ev.Mode != hub.ModePolling {
+		t.Fatalf("t1 got mode %q, want polling", ev.Mode)
+	}
+	e.hub.Lost(errors.New("connection reset"))
+	if ev := r2.nextMode(t); ev.Mode != hub.ModePolling || ev.Reason != hub.ReasonPubSubDown {
+		t.Fatalf("t2 got mode %q (%s), want polling", ev.Mode, ev.Reason)
+	}
+	e.hub.Restored()
+	if ev := r2.nextMode(t); ev.Mode != hub.ModePush || ev.Reason != hub.ReasonRestored {
+		t.Fatalf("t2 got mode %q (%s), want push (restored)", ev.Mode, ev.Reason)
+	}
+	if mode, _ := e.hub.Mode(); mode != hub.ModePush {
+		t.Fatalf("node mode %s after Restored, want push", mode)
+	}
+	// t1 is still polled, and heard no mode since its polling: the node's
+	// loss and restore did not change what it had to be told.
+	if _, err := e.store.SetIfNewer(ctx, snap(t, "t1", "task_a", 2)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		got := r1.nextTaskNoMode(t, "t1 across the node's loss")
+		if got.Version == 2 {
+			break
+		}
+	}
+	e.hub.TenantsRestored([]string{"t1"})
+	if ev := r1.nextMode(t); ev.Mode != hub.ModePush || ev.Reason != hub.ReasonRestored {
+		t.Fatalf("t1 got mode %q (%s), want push (restored)", ev.Mode, ev.Reason)
+	}
+}

@@ -82,7 +82,8 @@ func platformGauge(name, help string, labels ...string) metric {
 
 var (
 	connections   = gauge("connections", "Open client connections (SSE and WebSocket).")
-	mode          = gauge("mode", "1 for the node's current delivery mode: push (notifications over Pub/Sub) or polling (Pub/Sub down).", "mode")
+	mode          = gauge("mode", "1 for the node's current delivery mode: push (notifications over Pub/Sub) or polling (Pub/Sub down for every tenant). A lost Redis Cluster shard makes only its tenants poll: pushd_polling_tenants.", "mode")
+	pollTenants   = gauge("polling_tenants", "Tenants polled because their Redis Cluster shard of the Pub/Sub bus is lost; their connections are told polling, the others' push.")
 	modeSwitches  = counter("mode_switches_total", "Switches between push and polling.")
 	opened        = counter("connections_opened_total", "Connections opened.")
 	notifications = counter("notifications_total", "Change notifications heard.")
@@ -145,7 +146,7 @@ var (
 	reconnects   = platformCounter("client_reconnect_total", "Connections that came back with a resume position: SSE with a Last-Event-ID (header or last_event_id) that parses as a cursor, WebSocket with a non-empty since on a subscribe. Once per connection.", "transport")
 	refetch      = platformCounter("task_snapshot_refetch_total", "Task snapshot lookups by source (local_cache, redis, postgres) and outcome (hit, miss, not_found, error, skipped, rejected); see docs/METRICS.md.", "source", "outcome")
 	sfShared     = counter("singleflight_shared_total", "Snapshot reads that joined a fetch already in flight for the same task or list instead of starting one.")
-	pubsubLosses = counter("pubsub_subscription_losses_total", "Times the Pub/Sub subscription was lost (each outage once); the node polls until it is back.")
+	pubsubLosses = counter("pubsub_subscription_losses_total", "Times the Pub/Sub subscription was lost (each outage once; on Redis Cluster each lost shard once); the node polls its tenants until it is back.")
 	notifyWrite  = prometheus.NewDesc("pushd_notification_to_write_seconds", "Time from the node hearing a change notification to the write of the snapshot it announced, per task event written.", nil, nil)
 	staleness    = prometheus.NewDesc("pushd_snapshot_staleness_seconds", "Time from a snapshot's updated_at to its write to a client, per task event of a change (notification, poll, stream), not of a subscription's initial state. Includes clock skew with the Task State Service.", nil, nil)
 
@@ -163,7 +164,7 @@ var (
 	streamLen    = platformGauge("stream_length", "Entries in the streams the node tails, as of their last check: the sum, and the longest (the same as pushd_stream_length_entries).", "stat")
 	applyErrors  = counter("stream_apply_errors_total", "Batches of stream entries the hub could not deliver (a snapshot read failed); the batch is read again.")
 
-	all = []metric{connections, mode, modeSwitches, opened, notifications, fetches, fetchErrors, delivered, conflated,
+	all = []metric{connections, mode, pollTenants, modeSwitches, opened, notifications, fetches, fetchErrors, delivered, conflated,
 		dropped, disconnects, heartbeats, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
 		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard,
@@ -242,6 +243,7 @@ func (e emitter) hub(st hub.Stats) {
 	for _, m := range []string{hub.ModePush, hub.ModePolling} {
 		e.emit(mode, boolf(m == st.Mode), m)
 	}
+	e.emit(pollTenants, float64(st.PollingTenants))
 	e.emit(modeSwitches, float64(st.ModeSwitches))
 	e.emit(opened, float64(st.Opened))
 	e.emit(notifications, float64(st.Notifications))

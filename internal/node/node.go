@@ -47,11 +47,12 @@ type Node struct {
 	demoSigner *auth.Signer
 }
 
-// The hub is the handler of every bus; it implements both interfaces without
-// naming them, so the assertion lives here, where the two meet.
+// The hub is the handler of every bus; it implements their interfaces
+// without naming them, so the assertion lives here, where the two meet.
 var (
-	_ fanout.Handler     = (*hub.Hub)(nil)
-	_ fanout.LossHandler = (*hub.Hub)(nil)
+	_ fanout.Handler           = (*hub.Hub)(nil)
+	_ fanout.LossHandler       = (*hub.Hub)(nil)
+	_ fanout.TenantLossHandler = (*hub.Hub)(nil)
 )
 
 // New builds a node and connects it to its servers. It does not listen yet.

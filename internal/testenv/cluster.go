@@ -372,3 +372,51 @@ func (c *RedisCluster) Takeover(addr string) (promoted string) {
 		time.Sleep(50 * time.Millisecond) // the nodes converge on their own; nothing to wait on
 	}
 }
+
+// ReplicaOf returns the running replica of the master at addr.
+func (c *RedisCluster) ReplicaOf(addr string) *RedisServer {
+	c.t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	for _, s := range c.Nodes {
+		if !s.Running() || s.Addr == addr {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		role, err := cl.Do(ctx, "ROLE").Slice()
+		cancel()
+		cl.Close()
+		if err == nil && len(role) >= 3 && role[0] == "slave" && fmt.Sprint(role[1]) == host && fmt.Sprint(role[2]) == port {
+			return s
+		}
+	}
+	c.t.Fatalf("testenv: no running replica of %s", addr)
+	return nil
+}
+
+// ConfigSet sets a parameter on every running node (CONFIG SET).
+func (c *RedisCluster) ConfigSet(param, value string) {
+	c.t.Helper()
+	for _, s := range c.Nodes {
+		if s.Running() {
+			configSet(c.t, s.Addr, param, value)
+		}
+	}
+}
+
+// ConfigSet sets a parameter on the server (CONFIG SET).
+func (s *RedisServer) ConfigSet(param, value string) {
+	s.t.Helper()
+	configSet(s.t, s.Addr, param, value)
+}
+
+func configSet(t testing.TB, addr, param, value string) {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := cl.ConfigSet(ctx, param, value).Err(); err != nil {
+		t.Fatalf("testenv: CONFIG SET %s %s on %s: %v", param, value, addr, err)
+	}
+}
