@@ -160,83 +160,31 @@ func (h *Hub) pollLoop() {
 		case <-h.poll.wake:
 		case <-timer.C:
 		}
-		p := &h.poll
-		p.mu.Lock()
-		polling, restored := p.polling, p.restored
-		p.restored = false
-		tenants := p.tenants
-		p.tenants = make(map[string]struct{})
-		var unread map[string]struct{}
-		if len(p.unread) > 0 && !time.Now().Before(p.unreadAt) {
-			unread = p.unread
-			p.unread, p.unreadAt = make(map[string]struct{}), time.Time{}
-		}
-		waiting := len(p.needBus) > 0
-		var lost map[string]struct{}
-		if len(p.lost) > 0 {
-			lost = maps.Clone(p.lost)
-		}
-		back := p.back
-		p.back = make(map[string]struct{})
-		p.mu.Unlock()
+		r := h.poll.take()
 		// A tenant back from a lost shard is re-read once (below, with the
 		// resyncs), unless the stream carried what the shard dropped.
-		for t := range back {
+		for t := range r.back {
 			if !h.streamCovers(t) {
-				tenants[t] = struct{}{}
+				r.tenants[t] = struct{}{}
 			}
 		}
-		for t := range tenants {
-			delete(unread, t) // re-read below anyway
+		for t := range r.tenants {
+			delete(r.unread, t) // re-read below anyway
 		}
-
-		if waiting {
+		if r.waiting {
 			// Connections the bus still refuses are polled meanwhile.
 			for _, t := range h.retryBus() {
-				tenants[t] = struct{}{}
+				r.tenants[t] = struct{}{}
 			}
 		}
-		// With a stream that delivers every change of every watched tenant,
-		// a lost or restored bus costs no re-read: the stream carries what
-		// the bus drops. Checked on every round, so polling starts once the
-		// stream fails too.
-		covered := h.cfg.Stream != nil && (polling || restored) && h.cfg.Stream.CoversAll()
-		switch {
-		case covered:
-			h.stats.catchUps.Add(1)
-			if !h.isPush() {
-				h.setMode(ModePush, ReasonRestored)
-			}
-			failures = 0
-			if len(tenants) > 0 {
-				h.refresh(tenants, false) // connections the bus still refuses
-			}
-		case polling:
-			if h.isPush() { // tell clients before a round that may be slow
-				h.setMode(ModePolling, ReasonPubSubDown)
-			}
-			h.stats.polls.Add(1)
-			if h.refresh(nil, false) {
-				failures = 0
-				h.setMode(ModePolling, ReasonPubSubDown)
-			} else {
-				failures++
-				h.stats.pollErrors.Add(1)
-				h.setMode(ModePolling, ReasonUnavailable)
-			}
-		case restored:
-			h.refresh(nil, false)
-			failures = 0
-			h.setMode(ModePush, ReasonRestored)
-		case len(tenants) > 0:
-			h.refresh(tenants, false)
+		failures = h.pollRound(r, failures)
+		h.setTenantsMode(r.back, ModePush, ReasonRestored, false)
+		if len(r.lost) > 0 {
+			failures = h.pollLost(r.lost, r.polling || r.restored, failures)
 		}
-		h.setTenantsMode(back, ModePush, ReasonRestored, false)
-		if len(lost) > 0 {
-			failures = h.pollLost(lost, polling || restored, failures)
-		}
-		readFailures = h.retryUnread(unread, readFailures)
+		readFailures = h.retryUnread(r.unread, readFailures)
 
+		p := &h.poll
 		p.mu.Lock()
 		again := p.polling || len(p.needBus) > 0 || len(p.lost) > 0
 		retryAt := p.unreadAt
@@ -248,6 +196,73 @@ func (h *Hub) pollLoop() {
 			timer.Reset(time.Until(retryAt))
 		}
 	}
+}
+
+// pollWork is what one round of the poll loop does, taken from the poller
+// at once, under its lock.
+type pollWork struct {
+	polling, restored bool                // the whole bus is lost, or came back
+	waiting           bool                // connections whose bus subscription failed
+	tenants           map[string]struct{} // resynced tenants, re-read once
+	unread            map[string]struct{} // tenants whose initial read failed, due now
+	lost, back        map[string]struct{} // tenants whose shard is lost, or came back
+}
+
+func (p *poller) take() pollWork {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := pollWork{polling: p.polling, restored: p.restored, waiting: len(p.needBus) > 0, tenants: p.tenants, back: p.back}
+	p.restored = false
+	p.tenants, p.back = make(map[string]struct{}), make(map[string]struct{})
+	if len(p.unread) > 0 && !time.Now().Before(p.unreadAt) {
+		w.unread = p.unread
+		p.unread, p.unreadAt = make(map[string]struct{}), time.Time{}
+	}
+	if len(p.lost) > 0 {
+		w.lost = maps.Clone(p.lost)
+	}
+	return w
+}
+
+// pollRound does the node-wide part of a round: every watched task while
+// the whole bus is lost, everything once when it came back, the resynced
+// tenants otherwise. It returns the failure count the backoff doubles by.
+func (h *Hub) pollRound(r pollWork, failures int) int {
+	// With a stream that delivers every change of every watched tenant,
+	// a lost or restored bus costs no re-read: the stream carries what
+	// the bus drops. Checked on every round, so polling starts once the
+	// stream fails too.
+	covered := h.cfg.Stream != nil && (r.polling || r.restored) && h.cfg.Stream.CoversAll()
+	switch {
+	case covered:
+		h.stats.catchUps.Add(1)
+		if !h.isPush() {
+			h.setMode(ModePush, ReasonRestored)
+		}
+		if len(r.tenants) > 0 {
+			h.refresh(r.tenants, false) // connections the bus still refuses
+		}
+		return 0
+	case r.polling:
+		if h.isPush() { // tell clients before a round that may be slow
+			h.setMode(ModePolling, ReasonPubSubDown)
+		}
+		h.stats.polls.Add(1)
+		if h.refresh(nil, false) {
+			h.setMode(ModePolling, ReasonPubSubDown)
+			return 0
+		}
+		h.stats.pollErrors.Add(1)
+		h.setMode(ModePolling, ReasonUnavailable)
+		return failures + 1
+	case r.restored:
+		h.refresh(nil, false)
+		h.setMode(ModePush, ReasonRestored)
+		return 0
+	case len(r.tenants) > 0:
+		h.refresh(r.tenants, false)
+	}
+	return failures
 }
 
 // pollLost re-reads what the tenants whose shard is lost watch, except
