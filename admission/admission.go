@@ -400,13 +400,22 @@ func (c *Controller) connectBuckets(ctx context.Context, tenant, user, ip string
 	return d
 }
 
+// ruleCall is a bucket's script call with the rule it checks.
+type ruleCall struct {
+	c    *scriptCall
+	rule string
+}
+
+// bucketCalls are the IP and user bucket calls of one connect, in the
+// order a refusal is reported.
+func bucketCalls(ipCall, userCall *scriptCall) []ruleCall {
+	return []ruleCall{{ipCall, RuleConnectIP}, {userCall, RuleConnectUser}}
+}
+
 // bucketPasses names the buckets of a decided round trip that gave a token.
 func bucketPasses(ipCall, userCall *scriptCall) []string {
 	var out []string
-	for _, call := range []struct {
-		c    *scriptCall
-		rule string
-	}{{ipCall, RuleConnectIP}, {userCall, RuleConnectUser}} {
+	for _, call := range bucketCalls(ipCall, userCall) {
 		if call.c == nil {
 			continue
 		}
@@ -421,10 +430,7 @@ func bucketDecision(err error, ipCall, userCall *scriptCall) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	for _, call := range []struct {
-		c    *scriptCall
-		rule string
-	}{{ipCall, RuleConnectIP}, {userCall, RuleConnectUser}} {
+	for _, call := range bucketCalls(ipCall, userCall) {
 		if call.c == nil {
 			continue
 		}

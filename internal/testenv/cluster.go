@@ -140,12 +140,7 @@ func (c *RedisCluster) Masters() []*RedisServer {
 		if !s.Running() {
 			continue
 		}
-		cl := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		role, err := cl.Do(ctx, "ROLE").Slice()
-		cancel()
-		cl.Close()
-		if err == nil && len(role) > 0 && role[0] == "master" {
+		if role, err := roleOf(s.Addr); err == nil && len(role) > 0 && role[0] == "master" {
 			out = append(out, s)
 		}
 	}
@@ -335,29 +330,16 @@ func (c *RedisCluster) OtherMaster(addr string) string {
 // promoted replica's address.
 func (c *RedisCluster) Takeover(addr string) (promoted string) {
 	c.t.Helper()
+	replica := c.ReplicaOf(addr)
+	cl := redis.NewClient(&redis.Options{Addr: replica.Addr, MaxRetries: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	host, port, _ := net.SplitHostPort(addr)
-	for _, s := range c.Nodes {
-		if !s.Running() || s.Addr == addr {
-			continue
-		}
-		cl := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-		role, err := cl.Do(ctx, "ROLE").Slice()
-		if err == nil && len(role) >= 3 && role[0] == "slave" && fmt.Sprint(role[1]) == host && fmt.Sprint(role[2]) == port {
-			err = cl.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err()
-			cl.Close()
-			if err != nil {
-				c.t.Fatalf("testenv: CLUSTER FAILOVER TAKEOVER on %s: %v", s.Addr, err)
-			}
-			promoted = s.Addr
-			break
-		}
-		cl.Close()
+	err := cl.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err()
+	cancel()
+	cl.Close()
+	if err != nil {
+		c.t.Fatalf("testenv: CLUSTER FAILOVER TAKEOVER on %s: %v", replica.Addr, err)
 	}
-	if promoted == "" {
-		c.t.Fatalf("testenv: no running replica of %s", addr)
-	}
+	promoted = replica.Addr
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c.WaitOK()
@@ -381,12 +363,7 @@ func (c *RedisCluster) ReplicaOf(addr string) *RedisServer {
 		if !s.Running() || s.Addr == addr {
 			continue
 		}
-		cl := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		role, err := cl.Do(ctx, "ROLE").Slice()
-		cancel()
-		cl.Close()
-		if err == nil && len(role) >= 3 && role[0] == "slave" && fmt.Sprint(role[1]) == host && fmt.Sprint(role[2]) == port {
+		if role, err := roleOf(s.Addr); err == nil && len(role) >= 3 && role[0] == "slave" && fmt.Sprint(role[1]) == host && fmt.Sprint(role[2]) == port {
 			return s
 		}
 	}
@@ -419,4 +396,13 @@ func configSet(t testing.TB, addr, param, value string) {
 	if err := cl.ConfigSet(ctx, param, value).Err(); err != nil {
 		t.Fatalf("testenv: CONFIG SET %s %s on %s: %v", param, value, addr, err)
 	}
+}
+
+// roleOf is the ROLE reply of the node at addr.
+func roleOf(addr string) ([]any, error) {
+	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return cl.Do(ctx, "ROLE").Slice()
 }
