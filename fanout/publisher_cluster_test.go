@@ -115,7 +115,9 @@ func TestClusterPublisherWithStream(t *testing.T) {
 
 // Announce never announces a stale version.
 func TestAnnounceRefusesStale(t *testing.T) {
-	if _, err := rediswrite.Announce(testContext(t), nil, clusterNames, testSnapshot(t, "t1", "task", 1), rediswrite.Stale, "c", nil, 10); err == nil {
+	if _, err := rediswrite.Announce(testContext(t), nil, clusterNames, rediswrite.Announcement{
+		Snapshot: testSnapshot(t, "t1", "task", 1), Outcome: rediswrite.Stale, Channel: "c", StreamMaxLen: 10,
+	}); err == nil {
 		t.Fatal("Announce of a stale version succeeded")
 	}
 }

@@ -67,6 +67,16 @@ func (n Names) StreamEpoch(tenantID string) string {
 	return n.Prefix + "stream:task-epoch:{" + tenantID + "}"
 }
 
+// Unannounced is a tenant's unannounced journal: a sorted set of the
+// publishes on Redis Cluster (or with the cache and realtime roles on two
+// Redis servers) that may have stored their snapshot and not announced it
+// yet, which nodes reconcile (fanout/rediswrite, Journal). It shares the
+// tenant's channel's hash tag, so the announcement removes the entry in the
+// same script.
+func (n Names) Unannounced(tenantID string) string {
+	return n.Prefix + "task.unannounced.{" + tenantID + "}"
+}
+
 // Liveness is the Pub/Sub channel on which a bus on standalone Redis
 // publishes to itself, to check that its subscription still delivers. id is
 // the bus's own, random per bus.

@@ -368,7 +368,9 @@ func TestClusterTailFillsAGapWithin100ms(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := rediswrite.Announce(ctx, f.cl, clusterNames, s, out, "lost.{"+tenant+"}", []byte("lost"), 1000); err != nil {
+		if _, err := rediswrite.Announce(ctx, f.cl, clusterNames, rediswrite.Announcement{
+			Snapshot: s, Outcome: out, Channel: "lost.{" + tenant + "}", Message: []byte("lost"), StreamMaxLen: 1000,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}

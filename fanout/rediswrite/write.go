@@ -16,7 +16,8 @@ import (
 
 // The two write scripts append to a stream the same way: each is
 // streamappend.lua's append function followed by its own body, so the
-// entry's fields and the epoch rule have one source.
+// entry's fields and the epoch rule have one source. Likewise announce.lua
+// and forgetentry.lua remove a journal entry with forget.lua's one rule.
 var (
 	//go:embed streamappend.lua
 	streamAppendLua string
@@ -24,9 +25,17 @@ var (
 	setIfNewerLua string
 	//go:embed announce.lua
 	announceLua string
+	//go:embed forget.lua
+	forgetLua string
+	//go:embed forgetentry.lua
+	forgetEntryLua string
+	//go:embed journal.lua
+	journalLua string
 
 	setIfNewerScript = redis.NewScript(streamAppendLua + setIfNewerLua)
-	announceScript   = redis.NewScript(streamAppendLua + announceLua)
+	announceScript   = redis.NewScript(streamAppendLua + forgetLua + announceLua)
+	forgetScript     = redis.NewScript(forgetLua + forgetEntryLua)
+	journalScript    = redis.NewScript(journalLua)
 )
 
 // EventChanged is the event_type of the stream entries Write appends. A
@@ -116,10 +125,13 @@ func (o Outcome) Err(taskID string) error {
 
 // WriteIfNewer is Write without an announcement, telling a stale version
 // from one stored already. On Redis Cluster the snapshot lives in the task's
-// slot and the tenant's channel in another, so a publisher announces in a
-// second call; when that call fails, the caller's retry finds its version
-// Current and announces again, so watchers never miss a stored change. A
-// refused write returns TenantMismatch or Unreadable with its error.
+// slot and the tenant's channel in another (on split Redis, on another
+// server), so a publisher journals the publish first (Journal), then writes,
+// then announces in a third call (Announce); when that call fails, the
+// caller's retry finds its version Current and announces again, and when
+// the caller never retries (it crashed) the nodes' reconcile finds the
+// journal entry and announces the stored version. A refused write returns
+// TenantMismatch or Unreadable with its error.
 func WriteIfNewer(ctx context.Context, rdb redis.Scripter, names keys.Names, s *snapshot.Snapshot, ttl time.Duration) (Outcome, error) {
 	if s == nil || len(s.JSON()) == 0 {
 		return Stale, errors.New("snapshot write: empty snapshot")
@@ -133,51 +145,6 @@ func WriteIfNewer(ctx context.Context, rdb redis.Scripter, names keys.Names, s *
 	}
 	out := Outcome(n)
 	return out, out.Err(s.TaskID)
-}
-
-// announceWindow is how many of a stream's newest entries Announce searches
-// for an earlier call's entry of the same version before it appends a
-// version found Current.
-const announceWindow = 100
-
-var errAnnounceStale = errors.New("snapshot announce: a stale version is never announced")
-
-// Announce is the second step of a write on Redis Cluster with a stream,
-// after WriteIfNewer reported out (Written or Current, never Stale): one
-// script in the tenant's slot appends the change to the tenant's stream
-// (keys.Names.Stream, MAXLEN ~ streamMaxLen, the fields and epoch rule of
-// WriteStream) and SPUBLISHes message on channel, the tenant's shard
-// channel, which shares the stream's hash tag.
-//
-// A Written version always appends. A Current one is a retry after a
-// failed announcement (or a second publisher of the same version): it
-// appends only when none of the stream's newest announceWindow entries is of
-// this task at this version or newer, so a retry whose first announcement
-// did reach Redis (its reply was lost) adds no duplicate, and one that did
-// not still leaves the entry resume cursors need. Past the window a
-// duplicate may be appended: entries are hints keyed by task and version,
-// and a reader drops a version it delivered already. It reports whether it
-// appended.
-func Announce(ctx context.Context, rdb redis.Scripter, names keys.Names, s *snapshot.Snapshot, out Outcome, channel string, message []byte, streamMaxLen int64) (appended bool, err error) {
-	switch {
-	case s == nil || len(s.JSON()) == 0:
-		return false, errors.New("snapshot announce: empty snapshot")
-	case out != Written && out != Current:
-		return false, errAnnounceStale
-	case streamMaxLen <= 0:
-		return false, errors.New("snapshot announce: no stream length")
-	}
-	window := 0
-	if out == Current {
-		window = announceWindow
-	}
-	ks := []string{names.Stream(s.TenantID), names.StreamEpoch(s.TenantID)}
-	n, err := announceScript.Run(ctx, rdb, ks, channel, message, streamMaxLen,
-		s.TaskID, strconv.FormatInt(s.Version, 10), EventChanged, s.ProjectID, s.UserID, s.UpdatedAt, window).Int64()
-	if err != nil {
-		return false, fmt.Errorf("snapshot announce %s: %w", s.TaskID, err)
-	}
-	return n == 1, nil
 }
 
 // SetIfNewer is the conditional write Write runs without an announcement,

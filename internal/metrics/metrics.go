@@ -42,7 +42,12 @@ type Sources struct {
 	Stream    *stream.Tailer
 	Admission *admission.Controller // nil: no admission metrics
 	Publisher PublishStats          // read only with Bus: nil, or the embedded mode, has no Pub/Sub
+	Reconcile ReconcileStats        // nil but on Redis Cluster and split Redis
 }
+
+// ReconcileStats is the node's reconcile of the unannounced journal
+// (fanout.Reconciler).
+type ReconcileStats interface{ Stats() fanout.ReconcileStats }
 
 // NewRegistry returns a registry with the Go runtime and process
 // collectors and the node's own metrics.
@@ -164,6 +169,11 @@ var (
 	streamLen    = platformGauge("stream_length", "Entries in the streams the node tails, as of their last check: the sum, and the longest (the same as pushd_stream_length_entries).", "stat")
 	applyErrors  = counter("stream_apply_errors_total", "Batches of stream entries the hub could not deliver (a snapshot read failed); the batch is read again.")
 
+	reconcileRounds    = counter("announce_reconcile_rounds_total", "Rounds of the reconcile of the unannounced journal of the tenants watched here (Redis Cluster and split Redis only).")
+	reconcileRepairs   = counter("announce_repairs_total", "Announcements the reconcile made of a stored snapshot whose publisher never announced it (died or failed between the write and the announcement).")
+	reconcileAbandoned = counter("announce_abandoned_total", "Unannounced journal entries the reconcile removed because their version was never stored (the publisher died before the write).")
+	reconcileErrors    = counter("announce_reconcile_errors_total", "Reconcile rounds in which a Redis read or a repair failed; the entries stay for the next round.")
+
 	all = []metric{connections, mode, pollTenants, modeSwitches, opened, notifications, fetches, fetchErrors, delivered, conflated,
 		dropped, disconnects, heartbeats, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
@@ -172,7 +182,8 @@ var (
 		resumes, replayed, resumeTasks, resumeFallbacks,
 		admAllowed, admRejected, admFallbacks, admStoreErrors, admStoreUp, leases, leaseEvents, reconciles, reconcileDiff, sessionsClosed,
 		connsOpen, ssePush, wsPush, reconnects, refetch, sfShared, pubsubLosses,
-		rlAllowed, rlRejected, cacheHit, cacheMiss, cacheSet, hotDetected, hotTasks, unwatched, published, streamLen, applyErrors}
+		rlAllowed, rlRejected, cacheHit, cacheMiss, cacheSet, hotDetected, hotTasks, unwatched, published, streamLen, applyErrors,
+		reconcileRounds, reconcileRepairs, reconcileAbandoned, reconcileErrors}
 )
 
 type collector struct{ s Sources }
@@ -208,6 +219,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if a := c.s.Admission; a != nil {
 		e.admission(a.Stats())
+	}
+	if r := c.s.Reconcile; r != nil {
+		rs := r.Stats()
+		e.emit(reconcileRounds, float64(rs.Rounds))
+		e.emit(reconcileRepairs, float64(rs.Repairs))
+		e.emit(reconcileAbandoned, float64(rs.Abandoned))
+		e.emit(reconcileErrors, float64(rs.Errors))
 	}
 }
 

@@ -46,6 +46,10 @@ type backend struct {
 
 	pool   *pgxpool.Pool  // nil without PostgreSQL
 	tailer *stream.Tailer // nil without streams
+	// reconciler announces what died between its write and its
+	// announcement: only on Redis Cluster and split Redis, where those are
+	// two steps (nil elsewhere).
+	reconciler *fanout.Reconciler
 
 	closers []func() // in the order they were made; close runs them backwards
 	attrs   []any    // how the mode runs, for the start-up log line
@@ -69,6 +73,9 @@ func (b *backend) start(h *hub.Hub) {
 	b.bus.Start(h)
 	if b.tailer != nil {
 		b.tailer.Start(h)
+	}
+	if b.reconciler != nil {
+		b.reconciler.Start()
 	}
 }
 
@@ -136,8 +143,44 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redis
 		b.hubBus, b.hubStream = b.tailer.Subscriber(bus), b.tailer
 		b.publisher = fanout.NewRedisPublisher(r.realtime, names, fanout.WithStream(cfg.StreamMaxLen))
 	}
+	if names.Cluster || r.cache != r.realtime {
+		b.addReconciler(cfg, t, r, names, bus)
+	}
 	b.attrs = append(b.attrs, "postgres", b.pool != nil, "streams", cfg.Streams)
 	return nil
+}
+
+// addReconciler makes the reconcile of the unannounced journal of the
+// tenants bus watches, for modes whose publish writes and announces in two
+// steps. It runs once the backend starts.
+func (b *backend) addReconciler(cfg Config, t tuning, r redisRoles, names keys.Names, bus fanout.Bus) {
+	rc := fanout.ReconcileConfig{
+		Snapshots: r.cache, Realtime: r.realtime, Names: names, Tenants: subscribedOf(bus),
+		Interval: cfg.AnnounceReconcileInterval, Grace: t.announceGrace, Logger: cfg.Logger,
+	}
+	if cfg.Streams {
+		rc.StreamMaxLen = cfg.StreamMaxLen
+	}
+	b.reconciler = fanout.NewReconciler(rc)
+	b.onClose(b.reconciler.Close) // before the clients it reads
+}
+
+// reconcileStats is the reconciler for the metrics: a nil interface
+// without one.
+func (b *backend) reconcileStats() metrics.ReconcileStats {
+	if b.reconciler == nil {
+		return nil
+	}
+	return b.reconciler
+}
+
+// subscribedOf is the tenants a Redis bus holds a subscription for.
+func subscribedOf(bus fanout.Bus) func() []string {
+	s, ok := bus.(interface{ Subscribed() []string })
+	if !ok {
+		return func() []string { return nil }
+	}
+	return s.Subscribed
 }
 
 // openDatabase makes the PostgreSQL pool. Connections are made lazily: a

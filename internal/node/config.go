@@ -119,6 +119,11 @@ type Config struct {
 	// StreamClusterReads bounds, on Redis Cluster, the tailer's blocking
 	// reads per master (stream.Config.ClusterReads); zero means 128.
 	StreamClusterReads int
+	// AnnounceReconcileInterval is, on Redis Cluster or with the cache and
+	// realtime roles on two Redis servers, how often the node announces
+	// the snapshots of publishes that died between their write and their
+	// announcement (fanout.Reconciler), jittered; zero means 5s.
+	AnnounceReconcileInterval time.Duration
 
 	// Sessions configures the lookups of opaque session tokens (negative
 	// cache, PostgreSQL bound); the node sets its Redis (the control role),

@@ -160,7 +160,7 @@ func (n *Node) demo(verifier *auth.Verifier) http.Handler {
 
 func (n *Node) apiConfig(verifier *auth.Verifier, demo http.Handler) api.Config {
 	c := n.cfg
-	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm, Publisher: n.be.published})
+	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm, Publisher: n.be.published, Reconcile: n.be.reconcileStats()})
 	return api.Config{
 		Hub: n.hub, Source: n.be.source, Publisher: n.be.publisher, Auth: verifier,
 		SSE: n.sse, WS: n.ws, Admission: n.adm, Ready: n.be.ready,

@@ -12,6 +12,7 @@ type tuning struct {
 	disconnectCheck      time.Duration
 	snapshotFetchTimeout time.Duration
 	demoStep             time.Duration
+	announceGrace        time.Duration
 }
 
 // WithLivenessInterval is how often the bus checks its subscription by
@@ -35,4 +36,10 @@ func WithSnapshotFetchTimeout(d time.Duration) Option {
 // WithDemoStep is the demo simulator's time between two states of a task.
 func WithDemoStep(d time.Duration) Option {
 	return func(t *tuning) { t.demoStep = d }
+}
+
+// WithAnnounceGrace is how old an entry of the unannounced journal must be
+// before the node's reconcile looks at it (the reconciler's default: 2s).
+func WithAnnounceGrace(d time.Duration) Option {
+	return func(t *tuning) { t.announceGrace = d }
 }

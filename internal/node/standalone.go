@@ -2,16 +2,12 @@ package node
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/fanout"
-	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/keys"
-	"github.com/pushd/pushd/snapshot"
 )
 
 // newStandalone is standalone Redis, with PostgreSQL behind it when
@@ -63,37 +59,13 @@ func newStandalone(ctx context.Context, cfg Config, t tuning) (*backend, error) 
 }
 
 // standalonePublisher is POST /v1/publish's: one script on one Redis when
-// the cache and realtime roles share it, else the snapshot written to the
-// cache and, when it was newer, its notification published on the
-// realtime Redis.
+// the cache and realtime roles share it, else the three steps of a
+// fanout.NewSplitRedisPublisher: journal on the realtime Redis, snapshot on
+// the cache Redis, then the announcement on the realtime one, which the
+// node's reconcile repeats for a publish that died before it.
 func standalonePublisher(r redisRoles, names keys.Names) fanout.Publisher {
 	if r.cache == r.realtime {
 		return fanout.NewRedisPublisher(r.realtime, names)
 	}
-	return &splitPublisher{cache: r.cache, realtime: r.realtime, names: names}
-}
-
-type splitPublisher struct {
-	cache, realtime redis.UniversalClient
-	names           keys.Names
-}
-
-func (p *splitPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (bool, error) {
-	if s == nil {
-		return false, errors.New("publish: nil snapshot")
-	}
-	written, err := rediswrite.Write(ctx, p.cache, p.names, s, 0, "", nil)
-	if err != nil || !written {
-		return false, err
-	}
-	msg, err := json.Marshal(snapshot.NotificationFor(s))
-	if err != nil {
-		return true, fmt.Errorf("publish %s: %w", s.TaskID, err)
-	}
-	// The snapshot is stored; a lost notification is a gap the liveness
-	// check and polling close, as for any Pub/Sub loss.
-	if err := p.realtime.Publish(ctx, p.names.Channel(s.TenantID), msg).Err(); err != nil {
-		return true, fmt.Errorf("publish %s: %w", s.TaskID, err)
-	}
-	return true, nil
+	return fanout.NewSplitRedisPublisher(r.cache, r.realtime, names)
 }

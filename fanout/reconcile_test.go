@@ -1,0 +1,328 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/fanout/rediswrite"
+	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// threeStepFixture is a mode whose publish takes three steps, with a bus
+// subscribed to its tenants: Redis Cluster (tenants on every master), or
+// split standalone Redis (snapshots on the shared Redis, the journal and
+// Pub/Sub on a private one).
+type threeStepFixture struct {
+	snapshots, realtime redis.UniversalClient
+	names               keys.Names
+	pub                 *RedisPublisher
+	bus                 interface{ Subscribed() []string }
+	notes               <-chan snapshot.Notification
+	tenants             []string
+}
+
+// threeStepModes runs test on Redis Cluster and on split Redis.
+func threeStepModes(t *testing.T, test func(t *testing.T, f *threeStepFixture)) {
+	t.Run("cluster", func(t *testing.T) {
+		c := newClusterFixture(t, 1)
+		for _, tenant := range c.tenants {
+			mustSubscribe(t, c.bus, tenant)
+		}
+		test(t, &threeStepFixture{snapshots: c.cl, realtime: c.cl, names: clusterNames,
+			pub: NewRedisPublisher(c.cl, clusterNames), bus: c.bus, notes: c.r.notes, tenants: c.tenants})
+		c.noCrossSlot(t)
+	})
+	t.Run("split", func(t *testing.T) {
+		cache := testenv.SharedRedis(t)
+		realtime := testenv.StartRedis(t).Client()
+		b, r := newBus(t, realtime, cache.Names, BusConfig{})
+		tenants := []string{testenv.UniqueID("tenant"), testenv.UniqueID("tenant")}
+		for _, tenant := range tenants {
+			mustSubscribe(t, b, tenant)
+		}
+		test(t, &threeStepFixture{snapshots: cache.Client, realtime: realtime, names: cache.Names,
+			pub: NewSplitRedisPublisher(cache.Client, realtime, cache.Names), bus: b, notes: r.notes, tenants: tenants})
+	})
+}
+
+// reconciler is a Reconciler of f's tenants with a short grace. It is not
+// started: tests run its rounds.
+func (f *threeStepFixture) reconciler(grace time.Duration) *Reconciler {
+	return NewReconciler(ReconcileConfig{Snapshots: f.snapshots, Realtime: f.realtime, Names: f.names,
+		Tenants: f.bus.Subscribed, Interval: 20 * time.Millisecond, Grace: grace})
+}
+
+// journal returns the entries of tenant's journal.
+func (f *threeStepFixture) journal(t *testing.T, tenant string) []redis.Z {
+	t.Helper()
+	zs, err := f.realtime.ZRangeWithScores(testContext(t), f.names.Unannounced(tenant), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return zs
+}
+
+// heard waits for the next notification and fails unless it is v of
+// tenant's task: notifications of one client, sent one after the other,
+// arrive in order, so any other announcement made in between would come
+// first.
+func (f *threeStepFixture) heard(t *testing.T, tenant string, v int64) {
+	t.Helper()
+	n := next(t, f.notes, fmt.Sprintf("v%d of %s", v, tenant))
+	if n.TenantID != tenant || n.TaskID != "task-"+tenant || n.Version != v {
+		t.Fatalf("heard %+v, want v%d of %s", n, v, tenant)
+	}
+}
+
+// A publisher that dies between the snapshot write and its announcement
+// leaves its journal entry; a node's reconcile, started after, announces
+// the stored version and removes the entry. The fanout-level stand-in for
+// a watching node is the bus subscribed to the tenant.
+func TestReconcileAnnouncesAWriteNeverAnnounced(t *testing.T) {
+	threeStepModes(t, func(t *testing.T, f *threeStepFixture) {
+		ctx := testContext(t)
+		for _, tenant := range f.tenants {
+			s := testSnapshot(t, tenant, "task-"+tenant, 3)
+			pending, err := f.pub.journal(ctx, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := f.pub.write(ctx, s, pending); err != nil || out != rediswrite.Written {
+				t.Fatalf("%s: write = %v, %v", tenant, out, err)
+			}
+			// The publisher dies here.
+			if zs := f.journal(t, tenant); len(zs) != 1 || zs[0].Member != "task-"+tenant+" 3" {
+				t.Fatalf("%s: journal %v, want the pending v3", tenant, zs)
+			}
+			if ttl := f.realtime.PTTL(ctx, f.names.Unannounced(tenant)).Val(); ttl <= 0 || ttl > rediswrite.JournalTTL {
+				t.Fatalf("%s: journal PTTL %v, want at most %v", tenant, ttl, rediswrite.JournalTTL)
+			}
+		}
+		none(t, f.notes, "notification before the reconcile")
+
+		rc := f.reconciler(50 * time.Millisecond)
+		rc.Start()
+		t.Cleanup(rc.Close)
+		announced := map[string]bool{}
+		for range f.tenants {
+			n := next(t, f.notes, "a repaired announcement")
+			if n.TaskID != "task-"+n.TenantID || n.Version != 3 || n.Status != "RUNNING" {
+				t.Fatalf("heard %+v, want v3 of a tenant's task", n)
+			}
+			announced[n.TenantID] = true
+		}
+		for _, tenant := range f.tenants {
+			if !announced[tenant] {
+				t.Fatalf("%s was not announced (heard %v)", tenant, announced)
+			}
+			waitUntil(t, tenant+"'s journal empty", func() bool { return len(f.journal(t, tenant)) == 0 })
+		}
+		rc.Close()
+		if st := rc.Stats(); st.Repairs != uint64(len(f.tenants)) || st.Rounds == 0 {
+			t.Fatalf("stats %+v, want a repair per tenant", st)
+		}
+	})
+}
+
+// A publisher that dies between the journal and the write leaves an entry
+// whose version is not stored: the reconcile announces nothing, keeps the
+// entry while it is younger than the abandon age (its write may still be
+// coming), then removes it. Entries are aged by rewriting their score.
+func TestReconcileForgetsAPublishNeverWritten(t *testing.T) {
+	threeStepModes(t, func(t *testing.T, f *threeStepFixture) {
+		ctx := testContext(t)
+		tenant := f.tenants[0]
+		task := "task-" + tenant
+		if _, err := f.pub.Publish(ctx, testSnapshot(t, tenant, task, 1)); err != nil {
+			t.Fatal(err)
+		}
+		f.heard(t, tenant, 1)
+		if _, err := f.pub.journal(ctx, testSnapshot(t, tenant, task, 2)); err != nil {
+			t.Fatal(err)
+		}
+		// The publisher dies here.
+		age := func(d time.Duration) {
+			t.Helper()
+			z := redis.Z{Score: float64(time.Now().Add(-d).UnixMilli()), Member: task + " 2"}
+			if err := f.realtime.ZAddXX(ctx, f.names.Unannounced(tenant), z).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rc := f.reconciler(time.Second)
+		age(2 * time.Second)
+		if err := rc.round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if zs := f.journal(t, tenant); len(zs) != 1 {
+			t.Fatalf("journal %v after a round, want the young entry kept", zs)
+		}
+		age(abandonAge + time.Second)
+		if err := rc.round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if zs := f.journal(t, tenant); len(zs) != 0 {
+			t.Fatalf("journal %v, want the abandoned entry removed", zs)
+		}
+		if st := rc.Stats(); st.Repairs != 0 || st.Abandoned != 1 || st.Errors != 0 {
+			t.Fatalf("stats %+v, want one abandoned entry and no repair", st)
+		}
+		// Nothing was announced: the next notification is v3's.
+		if _, err := f.pub.Publish(ctx, testSnapshot(t, tenant, task, 3)); err != nil {
+			t.Fatal(err)
+		}
+		f.heard(t, tenant, 3)
+	})
+}
+
+// A publish, written or stale, leaves no journal entry, and costs one round
+// trip more than before the journal: journal, write, announce (a stale one:
+// journal, write, forget).
+func TestThreeStepPublishLeavesNoJournal(t *testing.T) {
+	threeStepModes(t, func(t *testing.T, f *threeStepFixture) {
+		ctx := testContext(t)
+		var calls atomic.Int64
+		count := countingHook{&calls}
+		var pub *RedisPublisher
+		if cl, ok := f.realtime.(*redis.ClusterClient); ok {
+			counted := redis.NewClusterClient(cl.Options())
+			t.Cleanup(func() { counted.Close() })
+			counted.AddHook(count)
+			pub = NewRedisPublisher(counted, f.names)
+		} else {
+			counted := []*redis.Client{
+				redis.NewClient(f.snapshots.(*redis.Client).Options()),
+				redis.NewClient(f.realtime.(*redis.Client).Options()),
+			}
+			for _, c := range counted {
+				t.Cleanup(func() { c.Close() })
+				c.AddHook(count)
+			}
+			pub = NewSplitRedisPublisher(counted[0], counted[1], f.names)
+		}
+		for _, tenant := range f.tenants {
+			task := "task-" + tenant
+			// The first written and the first stale publish load the
+			// scripts where they are missing; the last two are counted.
+			for i, step := range []struct {
+				version int64
+				written bool
+			}{{2, true}, {1, false}, {3, true}, {1, false}} {
+				calls.Store(0)
+				written, err := pub.Publish(ctx, testSnapshot(t, tenant, task, step.version))
+				if err != nil || written != step.written {
+					t.Fatalf("%s: publish v%d = %v, %v; want %v", tenant, step.version, written, err, step.written)
+				}
+				if step.written {
+					f.heard(t, tenant, step.version)
+				}
+				if n := calls.Load(); i >= 2 && n != 3 {
+					t.Fatalf("%s: publish v%d took %d round trips, want 3", tenant, step.version, n)
+				}
+				if zs := f.journal(t, tenant); len(zs) != 0 {
+					t.Fatalf("%s: journal %v after publish v%d, want it empty", tenant, zs, step.version)
+				}
+			}
+		}
+	})
+}
+
+// countingHook counts the commands and pipelines a client sends, each one
+// round trip.
+type countingHook struct{ n *atomic.Int64 }
+
+func (h countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// An earlier publish's announcement never removes the entry of a later
+// publish still in flight, whether of a newer version (another member) or
+// a retry of the same one (a higher score): the later publisher dies after
+// its write, and the reconcile still announces it.
+func TestAnnounceKeepsALaterPublishInFlight(t *testing.T) {
+	threeStepModes(t, func(t *testing.T, f *threeStepFixture) {
+		ctx := testContext(t)
+		tenant := f.tenants[0]
+		task := "task-" + tenant
+		s1, s2 := testSnapshot(t, tenant, task, 1), testSnapshot(t, tenant, task, 2)
+		p1, err := f.pub.journal(ctx, s1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p2, err := f.pub.journal(ctx, s2) // a later publish of v2 begins
+		if err != nil {
+			t.Fatal(err)
+		}
+		retry, err := f.pub.journal(ctx, s1) // and a retry of v1
+		if err != nil || retry.Since <= p1.Since {
+			t.Fatalf("retry's journal = %+v, %v; want a score above %d", retry, err, p1.Since)
+		}
+		out, err := f.pub.write(ctx, s1, p1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.pub.announce(ctx, s1, out, p1, mustNotification(t, s1)); err != nil {
+			t.Fatal(err)
+		}
+		f.heard(t, tenant, 1)
+		want := map[string]float64{task + " 1": float64(retry.Since), task + " 2": float64(p2.Since)}
+		if zs := f.journal(t, tenant); len(zs) != 2 || want[zs[0].Member.(string)] != zs[0].Score || want[zs[1].Member.(string)] != zs[1].Score {
+			t.Fatalf("journal %v after v1's announcement, want the retry's and v2's entries %v", zs, want)
+		}
+		if _, err := f.pub.write(ctx, s2, p2); err != nil {
+			t.Fatal(err)
+		}
+		// v2's publisher dies here; the retry of v1 finds v2 stored.
+		if out, err := f.pub.write(ctx, s1, retry); err != nil || out != rediswrite.Stale {
+			t.Fatalf("retry of v1 = %v, %v; want stale", out, err)
+		}
+		rc := f.reconciler(time.Millisecond)
+		waitUntil(t, "v2's entry older than the grace", func() bool { return time.Now().UnixMilli() > p2.Since+1 })
+		if err := rc.round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.heard(t, tenant, 2)
+		if zs := f.journal(t, tenant); len(zs) != 0 {
+			t.Fatalf("journal %v after the reconcile, want it empty", zs)
+		}
+	})
+}
+
+func mustNotification(t *testing.T, s *snapshot.Snapshot) []byte {
+	t.Helper()
+	msg, err := notificationMessage(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+// waitUntil polls cond until it holds, failing the test at waitFor.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, waitFor)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
+	}
+}
