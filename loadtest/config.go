@@ -38,10 +38,11 @@ type config struct {
 
 	Workers     int
 	PerWorker   int
-	Ramp        float64 // new connections per second, over all workers
-	Sources     int     // loopback source addresses 127.0.0.2 and up
-	Publishers  int     // publisher goroutines, each owning a share of the tasks
-	PGWrites    string  // auto, always, fallback, off
+	Ramp        float64       // new connections per second, over all workers
+	Sources     int           // loopback source addresses 127.0.0.2 and up
+	Publishers  int           // publisher goroutines, each owning a share of the tasks
+	PubEvery    time.Duration // the publisher's schedule tick: updates due are sent together
+	PGWrites    string        // auto, always, fallback, off
 	StormJitter time.Duration
 
 	DatabaseURL string
@@ -83,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.Ramp, "ramp", 2000, "connections opened per second, over all workers")
 	fs.IntVar(&c.Sources, "sources", 16, "loopback source addresses to dial from (127.0.0.2 and up)")
 	fs.IntVar(&c.Publishers, "publishers", 16, "publisher goroutines (publishes in flight)")
+	fs.DurationVar(&c.PubEvery, "publish-every", time.Millisecond, "the publisher sends the updates due every this often, together: 1ms spreads them evenly, 100ms sends bursts of a tenth of a second's updates")
 	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always (the row first, then Redis, as the Task State Service does), fallback (only when Redis fails), off; auto is off for idle, always otherwise")
 	fs.DurationVar(&c.StormJitter, "storm-jitter", 0, "storm: each client waits a random delay up to this before reconnecting (0: all at once)")
 	fs.StringVar(&c.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server on which a database of the run's own is created and dropped")
@@ -156,7 +158,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.ServerSrc == "" {
 		return c, fmt.Errorf("-server-src: want head, worktree or a git revision")
 	}
-	if c.PerWorker <= 0 || c.Ramp <= 0 || c.Sources <= 0 || c.Sources > 250 || c.Publishers <= 0 || (set["tenants"] && c.Tenants <= 0) {
+	if c.PerWorker <= 0 || c.Ramp <= 0 || c.Sources <= 0 || c.Sources > 250 || c.Publishers <= 0 || c.PubEvery <= 0 || (set["tenants"] && c.Tenants <= 0) {
 		return c, fmt.Errorf("-per-worker, -ramp, -publishers and -tenants must be positive, -sources 1 to 250")
 	}
 	if set["snapshot-bytes"] && (c.SnapshotBytes < 0 || c.SnapshotBytes > snapshot.MaxSize) {
@@ -245,6 +247,9 @@ func (c config) withDefaults() config {
 	}
 	if c.Quick && c.Outage == 5*time.Second {
 		c.Outage = 2 * time.Second
+	}
+	if c.PubEvery <= 0 {
+		c.PubEvery = time.Millisecond
 	}
 	if c.Workers <= 0 {
 		c.Workers = (c.Conns + c.PerWorker - 1) / c.PerWorker

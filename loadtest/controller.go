@@ -486,6 +486,7 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 	defer r.rdb.Close()
 	r.pub = newPublisher(r.rdb, r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
+	r.pub.every = cfg.PubEvery
 
 	sctx, stopSampler := context.WithCancel(ctx)
 	r.samp = &sampler{server: r.server, start: r.start}

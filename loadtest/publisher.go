@@ -31,6 +31,7 @@ type publisher struct {
 	tenants int
 	shards  int
 	size    int // pad each snapshot to about this many bytes; 0: no padding
+	every   time.Duration // run's schedule tick
 
 	lastStored atomic.Int64 // Unix ns when the latest publish was stored
 
@@ -239,8 +240,8 @@ type pubRun struct {
 }
 
 // run publishes rate updates per second for d, round-robin over the tasks
-// (update k goes to task k mod tasks at start + k/rate), until d passes or
-// ctx ends.
+// (update k goes to task k mod tasks at start + k/rate, sent at the first
+// tick of p.every at or after that), until d passes or ctx ends.
 func (p *publisher) run(ctx context.Context, rate float64, d time.Duration) pubRun {
 	chans := make([]chan int, p.shards)
 	var wg sync.WaitGroup
@@ -258,7 +259,7 @@ func (p *publisher) run(ctx context.Context, rate float64, d time.Duration) pubR
 	}
 	start := time.Now()
 	total := int64(rate * d.Seconds())
-	tick := time.NewTicker(time.Millisecond)
+	tick := time.NewTicker(p.every)
 	var k int64
 	var maxLag time.Duration
 loop:
