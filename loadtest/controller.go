@@ -540,6 +540,12 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		}
 		return res, err
 	}
+	if api, ok := r.pub.dst.(*centrifugoAPI); ok {
+		// The publisher's keep-alive connections to the HTTP API hold a
+		// goroutine each in Centrifugo, which the disconnect check would
+		// count against it: they were not there at the baseline.
+		api.client.CloseIdleConnections()
+	}
 	return res, r.disconnectAll(ctx, baseline)
 }
 
