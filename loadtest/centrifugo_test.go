@@ -268,6 +268,23 @@ centrifugo_transport_messages_sent_size{channel_namespace="",frame_type="push_pu
 	}
 }
 
+// TestOwnSeries keeps what the JSON result can hold: a summary quantile
+// with no observations is NaN in Centrifugo's /metrics.
+func TestOwnSeries(t *testing.T) {
+	m := parseMetrics(strings.NewReader(`centrifugo_node_num_clients 2
+centrifugo_client_command_duration_seconds{channel_namespace="",method="connect",quantile="0.5"} NaN
+centrifugo_node_broadcast_duration_seconds_bucket{channel_namespace="",type="publication",le="+Inf"} 1
+go_goroutines 99
+`))
+	own := ownSeries(m, "centrifugo_")
+	if len(own) != 1 || own["centrifugo_node_num_clients"] != 2 {
+		t.Errorf("own series %v", own)
+	}
+	if _, err := json.Marshal(own); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestTargetFlags: -target centrifugo runs only fanout and idle, needs a
 // binary, and -target both runs pushd, then Centrifugo without PostgreSQL.
 func TestTargetFlags(t *testing.T) {

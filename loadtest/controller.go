@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -327,17 +328,29 @@ func (r *run) final(ctx context.Context) (*merged, error) {
 	if r.res.ServerMetrics == nil {
 		r.res.ServerMetrics = map[string]float64{}
 	}
-	for k, v := range final {
-		if strings.HasPrefix(k, r.kind.prefix) && !strings.Contains(k, "_bucket{") {
-			if _, ok := r.res.ServerMetrics[k]; !ok {
-				r.res.ServerMetrics[k] = v
-			}
+	for k, v := range ownSeries(final, r.kind.prefix) {
+		if _, ok := r.res.ServerMetrics[k]; !ok {
+			r.res.ServerMetrics[k] = v
 		}
 	}
 	if m.Converged < m.Live && r.kind.name == "pushd" {
 		r.diagnose(ctx, m.StuckTasks)
 	}
 	return m, nil
+}
+
+// ownSeries is the server's own series of a scrape (names starting with
+// prefix), for the result: histogram buckets are many and say little
+// there, and a summary's quantile with no observations is NaN, which JSON
+// cannot hold.
+func ownSeries(m metrics, prefix string) metrics {
+	out := metrics{}
+	for k, v := range m {
+		if strings.HasPrefix(k, prefix) && !strings.Contains(k, "_bucket{") && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func (r *run) mark() cpuMark {
@@ -405,7 +418,10 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 		if len(runs) > 1 {
 			v = results
 		}
-		b, _ := json.MarshalIndent(v, "", "  ")
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return false, fmt.Errorf("-out: %w", err)
+		}
 		if err := os.WriteFile(cfg.Out, append(b, '\n'), 0o644); err != nil {
 			return false, err
 		}
