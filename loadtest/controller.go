@@ -502,7 +502,7 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		return res, err
 	}
 	defer func() { r.redis.proc.kill() }()
-	defer r.db.drop() // the database, if the target has one
+	defer func() { r.db.drop() }() // the database startPushd creates; nil for Centrifugo
 	defer func() {
 		if r.rdb != nil {
 			r.rdb.Close()
