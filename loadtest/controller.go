@@ -415,7 +415,7 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 	}
 	if cfg.Out != "" {
 		var v any = results[0]
-		if len(runs) > 1 {
+		if cfg.Quick || len(runs) > 1 {
 			v = results
 		}
 		b, err := json.MarshalIndent(v, "", "  ")
