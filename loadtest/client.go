@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -28,18 +29,7 @@ func (c *conn) sessionSSE(first *func(error)) (established bool, err error) {
 	}
 	defer nc.Close()
 
-	req := make([]byte, 0, 512)
-	req = append(req, "GET /v1/events?task="...)
-	req = append(req, taskID(int(c.task))...)
-	req = append(req, " HTTP/1.1\r\nHost: "...)
-	req = append(req, addr...)
-	req = append(req, "\r\nAccept: text/event-stream\r\nAuthorization: Bearer "...)
-	req = append(req, c.token...)
-	if len(c.cursor) > 0 {
-		req = append(req, "\r\nLast-Event-ID: "...)
-		req = append(req, c.cursor...)
-	}
-	req = append(req, "\r\n\r\n"...)
+	req := c.sseRequest(make([]byte, 0, 512), addr)
 	nc.SetDeadline(time.Now().Add(15 * time.Second))
 	if _, err := nc.Write(req); err != nil {
 		return false, err
@@ -62,10 +52,37 @@ func (c *conn) sessionSSE(first *func(error)) (established bool, err error) {
 	return true, c.readSSE(lr)
 }
 
+// sseRequest appends the GET that opens the stream: pushd's /v1/events
+// with the token in Authorization and Last-Event-ID after a reconnect, or
+// Centrifugo's uni_sse with the connect request, its token, in cf_connect
+// (a uni_sse client resumes nothing: without history there is nothing to
+// resume from).
+func (c *conn) sseRequest(req []byte, addr string) []byte {
+	if c.w.centrifugo {
+		req = append(req, "GET /connection/uni_sse?cf_connect="...)
+		req = append(req, url.QueryEscape(`{"token":"`+c.token+`"}`)...)
+		req = append(req, " HTTP/1.1\r\nHost: "...)
+		req = append(req, addr...)
+		return append(req, "\r\nAccept: text/event-stream\r\n\r\n"...)
+	}
+	req = append(req, "GET /v1/events?task="...)
+	req = append(req, taskID(int(c.task))...)
+	req = append(req, " HTTP/1.1\r\nHost: "...)
+	req = append(req, addr...)
+	req = append(req, "\r\nAccept: text/event-stream\r\nAuthorization: Bearer "...)
+	req = append(req, c.token...)
+	if len(c.cursor) > 0 {
+		req = append(req, "\r\nLast-Event-ID: "...)
+		req = append(req, c.cursor...)
+	}
+	return append(req, "\r\n\r\n"...)
+}
+
 type sseKind int
 
 const (
-	sseOther sseKind = iota
+	sseMessage sseKind = iota // no event field: what Centrifugo sends
+	sseOther
 	sseTask
 	sseMode
 	sseError
@@ -76,7 +93,7 @@ const (
 // needs is parsed: event, id, data, comments.
 func (c *conn) readSSE(r *bufio.Reader) error {
 	var data, scratch []byte
-	kind, hasData := sseOther, false
+	kind, hasData := sseMessage, false
 	for {
 		line, err := readLine(r, &scratch)
 		if err != nil {
@@ -94,9 +111,14 @@ func (c *conn) readSSE(r *bufio.Reader) error {
 					c.onError(data)
 				case sseReconnect:
 					c.w.countErr("reconnect_event")
+				case sseMessage:
+					// pushd names every event it sends.
+					if c.w.centrifugo {
+						c.onCentrifugo(data, now)
+					}
 				}
 			}
-			data, kind, hasData = data[:0], sseOther, false
+			data, kind, hasData = data[:0], sseMessage, false
 			continue
 		}
 		if line[0] == ':' { // comment: heartbeat
@@ -164,14 +186,21 @@ func (f closerFunc) Close() error { return f() }
 // sessionWS runs one physical WebSocket connection: handshake with
 // subprotocol pushd.v1, subscribe (with "since" after a reconnect), then
 // read frames on this goroutine; coder/websocket answers pings while it
-// reads and needs no goroutine of its own.
+// reads and needs no goroutine of its own. Against Centrifugo it speaks
+// Centrifugo's protocol instead (centrifugoWS).
 func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	path, protocols := "/v1/ws", []string{"pushd.v1"}
 	hdr := http.Header{"Authorization": {"Bearer " + c.token}}
-	wc, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.w.url, "http")+"/v1/ws", &websocket.DialOptions{
+	if c.w.centrifugo {
+		// JSON is Centrifugo's default protocol, asked for by no
+		// subprotocol; the token goes in the connect command.
+		path, protocols, hdr = "/connection/websocket", nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	wc, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.w.url, "http")+path, &websocket.DialOptions{
 		HTTPClient:      c.w.clients[c.id%len(c.w.clients)],
 		HTTPHeader:      hdr,
-		Subprotocols:    []string{"pushd.v1"},
+		Subprotocols:    protocols,
 		CompressionMode: websocket.CompressionDisabled,
 	})
 	cancel()
@@ -186,6 +215,9 @@ func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
 	}
 	defer wc.CloseNow()
 	wc.SetReadLimit(1 << 20)
+	if c.w.centrifugo {
+		return c.centrifugoWS(wc, first)
+	}
 
 	id := taskID(int(c.task))
 	msg := make([]byte, 0, 128)
@@ -200,21 +232,14 @@ func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
 		msg = append(msg, '}')
 	}
 	msg = append(msg, '}')
-	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	err = wc.Write(wctx, websocket.MessageText, msg)
-	cancel()
-	if err != nil {
+	if err := writeWS(wc, msg); err != nil {
 		return false, err
 	}
 	c.opened(first)
 
 	buf := make([]byte, 0, 1024)
 	for {
-		_, r, err := wc.Reader(context.Background())
-		if err != nil {
-			return true, err
-		}
-		if buf, err = readAll(r, buf[:0]); err != nil {
+		if buf, err = readWS(wc, buf); err != nil {
 			return true, err
 		}
 		now := time.Now().UnixNano()
@@ -234,6 +259,61 @@ func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
 			}
 		}
 	}
+}
+
+// centrifugoWS speaks Centrifugo's bidirectional JSON protocol as
+// centrifuge-js does: the connect command with the token (whose channels
+// claim subscribes the connection), its reply, then pushes until the
+// connection ends. One frame may carry several messages, a line each; the
+// server's ping is an empty message, {}, which the client answers with one.
+func (c *conn) centrifugoWS(wc *websocket.Conn, first *func(error)) (established bool, err error) {
+	if err := writeWS(wc, centrifugoConnect(c.token)); err != nil {
+		return false, err
+	}
+	buf := make([]byte, 0, 1024)
+	for {
+		if buf, err = readWS(wc, buf); err != nil {
+			if code := websocket.CloseStatus(err); !established && code != -1 {
+				return false, centrifugoError{int64(code)} // a refused connect: 3500 invalid token, ...
+			}
+			return established, err
+		}
+		now := time.Now().UnixNano()
+		for msg := range bytes.SplitSeq(buf, []byte("\n")) {
+			switch {
+			case len(msg) == 0:
+			case string(msg) == "{}":
+				if err := writeWS(wc, []byte("{}")); err != nil {
+					return established, err
+				}
+			case !established:
+				if !bytes.HasPrefix(msg, []byte(`{"id":1,"connect":`)) {
+					code, _ := jsonInt(msg, `"code":`)
+					return false, centrifugoError{code}
+				}
+				established = true
+				c.opened(first)
+			default:
+				c.onCentrifugo(msg, now)
+			}
+		}
+	}
+}
+
+// writeWS writes one text message, within 10 s.
+func writeWS(wc *websocket.Conn, msg []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return wc.Write(ctx, websocket.MessageText, msg)
+}
+
+// readWS reads the next message into buf, reused.
+func readWS(wc *websocket.Conn, buf []byte) ([]byte, error) {
+	_, r, err := wc.Reader(context.Background())
+	if err != nil {
+		return buf, err
+	}
+	return readAll(r, buf[:0])
 }
 
 // readAll appends r to buf, growing it as needed.

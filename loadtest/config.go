@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,9 @@ type config struct {
 	Scenario  string
 	Transport string
 	Quick     bool
+	// Target is the server under test: pushd or centrifugo; runAll
+	// expands both into one run of each, pushd first.
+	Target string
 
 	Conns     int
 	Tasks     int
@@ -52,6 +56,9 @@ type config struct {
 	Repo        string
 	ServerArgs  []string
 	ServerEnv   []string
+	// CentrifugoBin is a Centrifugo binary, built by whoever runs the
+	// comparison: the loadtest never builds or downloads it.
+	CentrifugoBin string
 
 	Out            string
 	Verbose        bool
@@ -68,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Scenario, "scenario", "", "idle, fanout, churn, storm, outage or stall (with -quick: empty runs every one)")
 	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws (with -quick and no -transport: both); stall always runs both")
 	fs.BoolVar(&c.Quick, "quick", false, "a smoke run of every scenario at small scale (200 connections, 5 s)")
+	fs.StringVar(&c.Target, "target", "pushd", "the server under test: pushd, centrifugo, or both (pushd, then Centrifugo, same settings); centrifugo runs fanout and idle only and needs -centrifugo-bin")
 	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000, stall 1000 healthy ones, half SSE and half WebSocket)")
 	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500, stall 100)")
 	fs.IntVar(&c.Tenants, "tenants", 10, "tenants the tasks are spread over (stall: default 1, so every stalled client watches every task)")
@@ -93,8 +101,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.ServerSrc, "server-src", "head", "what to build pushd from: head (the committed tree, via git archive), a git revision, or worktree (the working tree, with whatever is uncommitted)")
 	fs.StringVar(&c.Repo, "repo", "", "the pushd repository (default: the module root of the current directory)")
 	serverArgs := fs.String("server-args", "", "extra pushd flags, space-separated (they win over the loadtest's own)")
-	serverEnv := fs.String("server-env", "", "extra pushd environment, KEY=VAL,KEY=VAL (GOMAXPROCS, GOGC, GOMEMLIMIT, ...)")
-	fs.StringVar(&c.Out, "out", "", "write the JSON result here (with -quick: a JSON array of every run)")
+	serverEnv := fs.String("server-env", "", "extra environment of the server under test (pushd or Centrifugo), KEY=VAL,KEY=VAL (GOMAXPROCS, GOGC, GOMEMLIMIT, ...)")
+	fs.StringVar(&c.CentrifugoBin, "centrifugo-bin", "", "a Centrifugo 6.9.1 binary for -target centrifugo or both: build Centrifugo 6.9.1 yourself and pass its path")
+	fs.StringVar(&c.Out, "out", "", "write the JSON result here (with -quick or -target both: a JSON array of every run)")
 	fs.BoolVar(&c.Verbose, "v", false, "log progress to stderr")
 	fs.StringVar(&c.ProfileWorkers, "profile-workers", "", "write each worker's CPU profile to this directory")
 	fs.Bool("worker", false, "run as a worker (internal)")
@@ -150,6 +159,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.Transport != "" && c.Transport != "sse" && c.Transport != "ws" {
 		return c, fmt.Errorf("-transport %q: want sse or ws", c.Transport)
 	}
+	if err := c.checkTarget(); err != nil {
+		return c, err
+	}
 	switch c.PGWrites {
 	case "auto", "always", "fallback", "off":
 	default:
@@ -166,6 +178,28 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c.Command = commandLine(args)
 	return c, nil
+}
+
+// centrifugoScenarios are the scenarios that can run against Centrifugo:
+// the others restart the node, kill Redis or read PostgreSQL, which are
+// pushd's promises, not Centrifugo's.
+var centrifugoScenarios = []string{"idle", "fanout"}
+
+func (c config) checkTarget() error {
+	switch c.Target {
+	case "pushd":
+		return nil
+	case "centrifugo", "both":
+	default:
+		return fmt.Errorf("-target %q: want pushd, centrifugo or both", c.Target)
+	}
+	if c.Quick || !slices.Contains(centrifugoScenarios, c.Scenario) {
+		return fmt.Errorf("-target %s: only -scenario fanout and idle run against Centrifugo", c.Target)
+	}
+	if c.CentrifugoBin == "" {
+		return fmt.Errorf("-target %s needs -centrifugo-bin (build Centrifugo 6.9.1 yourself and pass its path)", c.Target)
+	}
+	return nil
 }
 
 func validScenario(s string) bool {
@@ -256,6 +290,13 @@ func (c config) withDefaults() config {
 	}
 	if c.Workers < 1 {
 		c.Workers = 1
+	}
+	if c.Target == "" {
+		c.Target = "pushd"
+	}
+	if c.Target == "centrifugo" {
+		// Centrifugo reads no PostgreSQL: its publisher writes only to it.
+		c.PGWrites = "off"
 	}
 	if c.PGWrites == "auto" {
 		// pushd reads PostgreSQL, the fact source, whenever Redis answers

@@ -164,6 +164,7 @@ func (c *conn) backoff(attempt int) bool {
 
 func errKind(err error, established bool) string {
 	var se statusError
+	var ce centrifugoError
 	switch {
 	case err == nil || errors.Is(err, io.EOF):
 		if established {
@@ -172,6 +173,8 @@ func errKind(err error, established bool) string {
 		return "eof_before_stream"
 	case errors.As(err, &se):
 		return "status_" + strconv.Itoa(se.code)
+	case errors.As(err, &ce):
+		return "centrifugo_error_" + strconv.FormatInt(ce.code, 10)
 	case established:
 		if code := websocket.CloseStatus(err); code != -1 {
 			return "ws_close_" + strconv.Itoa(int(code))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -139,8 +140,9 @@ type run struct {
 	tmp     string
 	redis   *redisServer
 	db      *database
-	server  *pushdServer
-	rdb     *redis.Client
+	server  *serverProc
+	kind    serverKind
+	rdb     *redis.Client // pushd's Redis, for the publisher and diagnose; nil for Centrifugo
 	pub     *publisher
 	samp    *sampler
 	workers []*workerProc
@@ -231,6 +233,13 @@ func (r *run) connectAll(ctx context.Context) error {
 	if failed > 0 {
 		r.res.warn("%d of %d connections failed their first attempt (they retried)", failed, r.cfg.Conns)
 	}
+	if !r.kind.snapshotOnSubscribe {
+		// Every client is subscribed: each task's first snapshot reaches
+		// all its watchers now.
+		if err := r.publishEach(ctx); err != nil {
+			return err
+		}
+	}
 	conv, live, _, err := r.converge(ctx, r.pub.lastVersions(), r.cfg.Settle+time.Duration(r.cfg.Conns/1000)*time.Second)
 	if err != nil {
 		return err
@@ -319,17 +328,29 @@ func (r *run) final(ctx context.Context) (*merged, error) {
 	if r.res.ServerMetrics == nil {
 		r.res.ServerMetrics = map[string]float64{}
 	}
-	for k, v := range final {
-		if strings.HasPrefix(k, "pushd_") {
-			if _, ok := r.res.ServerMetrics[k]; !ok {
-				r.res.ServerMetrics[k] = v
-			}
+	for k, v := range ownSeries(final, r.kind.prefix) {
+		if _, ok := r.res.ServerMetrics[k]; !ok {
+			r.res.ServerMetrics[k] = v
 		}
 	}
-	if m.Converged < m.Live {
+	if m.Converged < m.Live && r.kind.name == "pushd" {
 		r.diagnose(ctx, m.StuckTasks)
 	}
 	return m, nil
+}
+
+// ownSeries is the server's own series of a scrape (names starting with
+// prefix), for the result: histogram buckets are many and say little
+// there, and a summary's quantile with no observations is NaN, which JSON
+// cannot hold.
+func ownSeries(m metrics, prefix string) metrics {
+	out := metrics{}
+	for k, v := range m {
+		if strings.HasPrefix(k, prefix) && !strings.Contains(k, "_bucket{") && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func (r *run) mark() cpuMark {
@@ -356,9 +377,10 @@ func (r *run) scrape(ctx context.Context) metrics {
 	return m
 }
 
-// runAll builds the server once and runs what cfg asks: one scenario, or
-// with -quick every scenario for each transport. ok is false when a run
-// did not converge or saw a regression.
+// runAll builds pushd once and runs what cfg asks: one scenario, or with
+// -quick every scenario for each transport, against each server -target
+// names (pushd first). ok is false when a run did not converge or saw a
+// regression.
 func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool, err error) {
 	redis.SetLogger(quietRedis{})
 	if soft, hard, err := raiseNoFile(); err != nil {
@@ -371,10 +393,68 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 		return false, err
 	}
 	defer os.RemoveAll(tmp)
-	bin, commit, err := buildServer(ctx, cfg, tmp)
+	bins, commits, err := serverBins(ctx, cfg, tmp)
 	if err != nil {
 		return false, err
 	}
+	runs := expandRuns(cfg)
+	fmt.Fprintln(stdout, tableHeader)
+	ok = true
+	var results []*result
+	for i, c := range runs {
+		dir := filepath.Join(tmp, fmt.Sprintf("run%d", i))
+		os.MkdirAll(dir, 0o755)
+		res, _ := runOne(ctx, c, bins[c.Target], commits[c.Target], dir, stderr) // an error is in res.Problems
+		res.report(stderr)
+		fmt.Fprintln(stdout, res.row())
+		results = append(results, res)
+		ok = ok && res.OK
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if cfg.Out != "" {
+		var v any = results[0]
+		if cfg.Quick || len(runs) > 1 {
+			v = results
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return false, fmt.Errorf("-out: %w", err)
+		}
+		if err := os.WriteFile(cfg.Out, append(b, '\n'), 0o644); err != nil {
+			return false, err
+		}
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	return ok, nil
+}
+
+// serverBins is the binary of each server cfg measures and what the
+// result calls it: pushd built once for the whole invocation (a commit),
+// Centrifugo as -centrifugo-bin names it (its version).
+func serverBins(ctx context.Context, cfg config, tmp string) (bins, commits map[string]string, err error) {
+	bins, commits = map[string]string{}, map[string]string{}
+	for _, t := range runTargets(cfg.Target) {
+		if t == "centrifugo" {
+			commits[t], err = centrifugoVersion(ctx, cfg.CentrifugoBin)
+			bins[t] = cfg.CentrifugoBin
+		} else {
+			bins[t], commits[t], err = buildServer(ctx, cfg, tmp)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return bins, commits, nil
+}
+
+// expandRuns is every run cfg asks for, with its scenario's defaults: each
+// scenario, each transport, each target, in that nesting, so the runs of
+// one setting against each server follow each other.
+func expandRuns(cfg config) []config {
 	var runs []config
 	scen := scenarios
 	if cfg.Scenario != "" {
@@ -389,47 +469,23 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 			if s == "stall" && t != transports[0] {
 				continue // one run has both transports
 			}
-			c := cfg
-			c.Scenario, c.Transport = s, t
-			runs = append(runs, c.withDefaults())
+			for _, target := range runTargets(cfg.Target) {
+				c := cfg
+				c.Scenario, c.Transport, c.Target = s, t, target
+				runs = append(runs, c.withDefaults())
+			}
 		}
 	}
-	fmt.Fprintln(stdout, tableHeader)
-	ok = true
-	var results []*result
-	for i, c := range runs {
-		dir := filepath.Join(tmp, fmt.Sprintf("run%d", i))
-		os.MkdirAll(dir, 0o755)
-		res, _ := runOne(ctx, c, bin, commit, dir, stderr) // an error is in res.Problems
-		res.report(stderr)
-		fmt.Fprintln(stdout, res.row())
-		results = append(results, res)
-		ok = ok && res.OK
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	if cfg.Out != "" {
-		var v any = results[0]
-		if cfg.Quick {
-			v = results
-		}
-		b, _ := json.MarshalIndent(v, "", "  ")
-		if err := os.WriteFile(cfg.Out, append(b, '\n'), 0o644); err != nil {
-			return false, err
-		}
-	}
-	if ctx.Err() != nil {
-		return false, ctx.Err()
-	}
-	return ok, nil
+	return runs
 }
 
 // runOne sets up the servers and workers of one run, runs its scenario and
-// tears everything down, whatever happened.
+// tears everything down, whatever happened. bin is the server under test
+// (cfg.Target's).
 func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.Writer) (res *result, err error) {
 	res = newResult(cfg, commit)
-	r := &run{cfg: cfg, res: res, stderr: stderr, start: time.Now(), tmp: dir, secret: []byte(randomHex(32))}
+	r := &run{cfg: cfg, res: res, stderr: stderr, start: time.Now(), tmp: dir, secret: []byte(randomHex(32)),
+		kind: serverKinds[cfg.Target]}
 	defer func() {
 		if err != nil {
 			res.fail("%v", err)
@@ -446,18 +502,84 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		return res, err
 	}
 	defer func() { r.redis.proc.kill() }()
-
-	if r.db, err = createDatabase(ctx, cfg.DatabaseURL); err != nil {
-		return res, err
+	defer func() { r.db.drop() }() // the database startPushd creates; nil for Centrifugo
+	defer func() {
+		if r.rdb != nil {
+			r.rdb.Close()
+		}
+		if r.server != nil {
+			r.server.kill()
+		}
+	}()
+	if cfg.Target == "centrifugo" {
+		err = r.startCentrifugo(ctx, bin)
+	} else {
+		err = r.startPushd(ctx, bin)
 	}
-	defer r.db.drop()
-	if err := r.db.insertTasks(ctx, cfg.Tasks, cfg.Tenants, time.Now()); err != nil {
-		return res, err
-	}
-
-	sport, err := freePort()
 	if err != nil {
 		return res, err
+	}
+
+	sctx, stopSampler := context.WithCancel(ctx)
+	r.samp = &sampler{server: r.server, connections: r.kind.connections, deliveries: r.kind.deliveries, start: r.start}
+	var sampling sync.WaitGroup
+	sampling.Go(func() { r.samp.run(sctx) })
+	defer func() { stopSampler(); sampling.Wait() }()
+
+	defer func() {
+		for _, w := range r.workers {
+			w.quit()
+		}
+	}()
+	if err := r.startWorkers(ctx); err != nil {
+		return res, err
+	}
+	if r.kind.snapshotOnSubscribe {
+		// Every task starts with one snapshot, published before anyone
+		// connects.
+		if err := r.publishEach(ctx); err != nil {
+			return res, err
+		}
+	}
+	r.logf("started: redis :%d, %s :%d, %d workers", rport, r.kind.name, r.server.port, cfg.Workers)
+
+	// The server at rest before anyone connects: what it must come back to
+	// once every client is gone.
+	_, baseline := r.samp.settled(ctx, 2)
+
+	scenario := map[string]func(context.Context, *run) error{
+		"idle": runIdle, "fanout": runFanout, "churn": runChurn, "storm": runStorm, "outage": runOutage, "stall": runStall,
+	}[cfg.Scenario]
+	if err := scenario(ctx, r); err != nil {
+		if tail := r.server.logTail(); tail != "" {
+			err = fmt.Errorf("%w\n%s log:\n%s", err, r.kind.name, tail)
+		}
+		return res, err
+	}
+	if api, ok := r.pub.dst.(*centrifugoAPI); ok {
+		// The publisher's keep-alive connections to the HTTP API hold a
+		// goroutine each in Centrifugo, which the disconnect check would
+		// count against it: they were not there at the baseline.
+		api.client.CloseIdleConnections()
+	}
+	return res, r.disconnectAll(ctx, baseline)
+}
+
+// startPushd creates the run's database with every task's row, starts
+// pushd on a free port and the publisher that writes what the Task State
+// Service writes. The caller drops the database and kills the server.
+func (r *run) startPushd(ctx context.Context, bin string) error {
+	cfg := r.cfg
+	var err error
+	if r.db, err = createDatabase(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	if err := r.db.insertTasks(ctx, cfg.Tasks, cfg.Tenants, time.Now()); err != nil {
+		return err
+	}
+	sport, err := freePort()
+	if err != nil {
+		return err
 	}
 	args := []string{"--listen", "127.0.0.1:" + strconv.Itoa(sport), "--redis-url", r.redis.url(),
 		"--database-url", r.db.url, "--jwt-secret", string(r.secret), "--log-level", "warn", "--node-name", "loadtest"}
@@ -474,70 +596,49 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 	env := append([]string{"PUSHD_CONNECT_IP_BURST=0", "PUSHD_CONNECT_USER_BURST=0",
 		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0",
 		"PUSHD_AUTH_FAILURE_BURST=0"}, cfg.ServerEnv...)
-	r.server = &pushdServer{bin: bin, args: args, env: env, port: sport, logDir: dir}
-	res.Server.Args = args[len(args)-len(cfg.ServerArgs):]
-	res.Server.Env = cfg.ServerEnv
+	r.server = &serverProc{name: "pushd", health: "/healthz", bin: bin, args: args, env: env, port: sport, logDir: r.tmp}
+	r.res.Server.Args = args[len(args)-len(cfg.ServerArgs):]
+	r.res.Server.Env = cfg.ServerEnv
 	if _, err := r.server.start(ctx); err != nil {
-		return res, err
+		return err
 	}
-	defer r.server.kill()
-
 	r.rdb = redis.NewClient(&redis.Options{Addr: r.redis.addr(), PoolSize: cfg.Publishers + 8, MaxRetries: -1,
 		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
-	defer r.rdb.Close()
-	r.pub = newPublisher(r.rdb, r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
+	r.pub = newPublisher(newRedisStore(r.rdb), r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
 	r.pub.every = cfg.PubEvery
+	return nil
+}
 
-	sctx, stopSampler := context.WithCancel(ctx)
-	r.samp = &sampler{server: r.server, start: r.start}
-	var sampling sync.WaitGroup
-	sampling.Go(func() { r.samp.run(sctx) })
-	defer func() { stopSampler(); sampling.Wait() }()
-
+// startWorkers starts the worker processes and tells each where the server
+// is; r.workers holds every one started, for the caller to quit.
+func (r *run) startWorkers(ctx context.Context) error {
 	var sources []string
-	for i := range cfg.Sources {
+	for i := range r.cfg.Sources {
 		sources = append(sources, "127.0.0."+strconv.Itoa(2+i))
 	}
-	defer func() {
-		for _, w := range r.workers {
-			w.quit()
-		}
-	}()
-	for i := range cfg.Workers {
-		w, err := startWorker(i, cfg.ProfileWorkers, stderr)
+	for i := range r.cfg.Workers {
+		w, err := startWorker(i, r.cfg.ProfileWorkers, r.stderr)
 		if err != nil {
-			return res, err
+			return err
 		}
 		r.workers = append(r.workers, w)
 	}
-	if _, err := r.all(ctx, func(i int) command {
-		return command{Cmd: "init", URL: r.server.baseURL(), Transport: cfg.Transport, Secret: r.secret,
-			Sources: sources, Tenants: cfg.Tenants, Worker: i}
-	}, "ready", 30*time.Second); err != nil {
-		return res, err
-	}
+	_, err := r.all(ctx, func(i int) command {
+		return command{Cmd: "init", URL: r.server.baseURL(), Transport: r.cfg.Transport, Target: r.kind.name, Secret: r.secret,
+			Sources: sources, Tenants: r.cfg.Tenants, Worker: i}
+	}, "ready", 30*time.Second)
+	return err
+}
 
-	// Every task starts with one snapshot, published before anyone connects.
+// publishEach publishes every task's next version once, the snapshot every
+// client must hold before a scenario starts.
+func (r *run) publishEach(ctx context.Context) error {
+	before := r.pub.stats().Stored
 	r.pub.each(ctx)
-	if s := r.pub.stats(); s.Stored != int64(cfg.Tasks) {
-		return res, fmt.Errorf("initial publish: %s (%s)", s, s.LastError)
+	if s := r.pub.stats(); s.Stored-before != int64(r.cfg.Tasks) {
+		return fmt.Errorf("initial publish: %s (%s)", s, s.LastError)
 	}
-	r.logf("started: redis :%d, database %s, pushd :%d, %d workers", rport, r.db.name, sport, cfg.Workers)
-
-	// The server at rest before anyone connects: what it must come back to
-	// once every client is gone.
-	_, baseline := r.samp.settled(ctx, 2)
-
-	scenario := map[string]func(context.Context, *run) error{
-		"idle": runIdle, "fanout": runFanout, "churn": runChurn, "storm": runStorm, "outage": runOutage, "stall": runStall,
-	}[cfg.Scenario]
-	if err := scenario(ctx, r); err != nil {
-		if tail := r.server.logTail(); tail != "" {
-			err = fmt.Errorf("%w\npushd log:\n%s", err, tail)
-		}
-		return res, err
-	}
-	return res, r.disconnectAll(ctx, baseline)
+	return nil
 }
 
 // goroutineSlack is how many goroutines above its pre-connect baseline the
@@ -561,7 +662,7 @@ func (r *run) disconnectAll(ctx context.Context, baseline float64) error {
 	var g, conns float64
 	for {
 		m := r.scrape(ctx)
-		g, conns = m["go_goroutines"], m["pushd_connections"]
+		g, conns = m["go_goroutines"], m[r.kind.connections]
 		if g > 0 && conns == 0 && g <= baseline+goroutineSlack {
 			break
 		}

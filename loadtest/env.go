@@ -221,8 +221,11 @@ func (d *database) insertTasks(ctx context.Context, tasks, tenants int, at time.
 	return nil
 }
 
-// pushdServer is the node under test, started and restarted on one port.
-type pushdServer struct {
+// serverProc is the node under test, pushd or Centrifugo, started and
+// restarted on one port.
+type serverProc struct {
+	name   string // pushd or centrifugo: the process and its log files
+	health string // the path that answers 200 once it serves
 	bin    string
 	args   []string
 	env    []string
@@ -235,26 +238,26 @@ type pushdServer struct {
 	log  *os.File
 }
 
-func (s *pushdServer) baseURL() string { return "http://127.0.0.1:" + strconv.Itoa(s.port) }
+func (s *serverProc) baseURL() string { return "http://127.0.0.1:" + strconv.Itoa(s.port) }
 
-func (s *pushdServer) current() *proc {
+func (s *serverProc) current() *proc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.proc
 }
 
-// start runs the server and returns once it answers /healthz: the time it
-// first did.
-func (s *pushdServer) start(ctx context.Context) (time.Time, error) {
+// start runs the server and returns once it answers its health path: the
+// time it first did.
+func (s *serverProc) start(ctx context.Context) (time.Time, error) {
 	s.starts++
-	logf, err := os.Create(filepath.Join(s.logDir, fmt.Sprintf("pushd.%d.log", s.starts)))
+	logf, err := os.Create(filepath.Join(s.logDir, fmt.Sprintf("%s.%d.log", s.name, s.starts)))
 	if err != nil {
 		return time.Time{}, err
 	}
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Env = append(os.Environ(), s.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	p, err := startProc("pushd", cmd)
+	p, err := startProc(s.name, cmd)
 	if err != nil {
 		logf.Close()
 		return time.Time{}, err
@@ -265,7 +268,7 @@ func (s *pushdServer) start(ctx context.Context) (time.Time, error) {
 	client := &http.Client{Timeout: time.Second}
 	var up time.Time
 	err = waitFor(ctx, 30*time.Second, p, func() bool {
-		resp, err := client.Get(s.baseURL() + "/healthz")
+		resp, err := client.Get(s.baseURL() + s.health)
 		if err != nil {
 			return false
 		}
@@ -281,7 +284,7 @@ func (s *pushdServer) start(ctx context.Context) (time.Time, error) {
 
 // startAccepting starts the server and returns the moment its port first
 // accepted a connection, polled every 2 ms.
-func (s *pushdServer) startAccepting(ctx context.Context) (time.Time, error) {
+func (s *serverProc) startAccepting(ctx context.Context) (time.Time, error) {
 	accepted := make(chan time.Time, 1)
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -313,7 +316,7 @@ func (s *pushdServer) startAccepting(ctx context.Context) (time.Time, error) {
 	}
 }
 
-func (s *pushdServer) logTail() string {
+func (s *serverProc) logTail() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.log == nil {
@@ -327,7 +330,7 @@ func (s *pushdServer) logTail() string {
 }
 
 // stop sends SIGTERM and waits for the drain to end.
-func (s *pushdServer) stop(timeout time.Duration) {
+func (s *serverProc) stop(timeout time.Duration) {
 	p := s.current()
 	if p == nil {
 		return
@@ -340,7 +343,7 @@ func (s *pushdServer) stop(timeout time.Duration) {
 	s.mu.Unlock()
 }
 
-func (s *pushdServer) kill() {
+func (s *serverProc) kill() {
 	if p := s.current(); p != nil {
 		p.kill()
 	}

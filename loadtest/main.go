@@ -15,6 +15,11 @@
 // non-zero when a connection did not converge or saw a version go backwards,
 // or when the server kept connections or goroutines once every client left.
 //
+// -target centrifugo measures Centrifugo (a binary built by whoever runs
+// it, -centrifugo-bin) with the same clients, pacing and snapshots, and
+// -target both runs pushd, then Centrifugo, in one invocation: fanout and
+// idle only.
+//
 // The controller re-executes itself with -worker for each worker process;
 // workers read commands as JSON lines on stdin and answer on stdout.
 package main

@@ -16,6 +16,7 @@ type command struct {
 	// init
 	URL       string   `json:"url,omitempty"`
 	Transport string   `json:"transport,omitempty"`
+	Target    string   `json:"target,omitempty"` // pushd or centrifugo: how clients connect and what they read
 	Secret    []byte   `json:"secret,omitempty"`
 	Sources   []string `json:"sources,omitempty"`
 	Tenants   int      `json:"tenants,omitempty"`

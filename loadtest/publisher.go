@@ -16,43 +16,69 @@ import (
 	"github.com/pushd/pushd/snapshot"
 )
 
+// store is where the publisher sends a snapshot: pushd's Redis, or
+// Centrifugo's HTTP API. written is false when the store kept a newer
+// version and dropped this one.
+type store interface {
+	store(ctx context.Context, task int, doc []byte) (written bool, err error)
+}
+
+// redisStore writes the snapshot and announces it in one round trip, as
+// the Task State Service does for pushd (fanout.RedisPublisher).
+type redisStore struct{ pub *fanout.RedisPublisher }
+
+var _ store = redisStore{}
+
+func newRedisStore(rdb *redis.Client) redisStore {
+	return redisStore{pub: fanout.NewRedisPublisher(rdb, keys.Names{})}
+}
+
+func (s redisStore) store(ctx context.Context, _ int, doc []byte) (bool, error) {
+	snap, err := snapshot.Parse(doc)
+	if err != nil {
+		return false, fmt.Errorf("parse: %w", err)
+	}
+	return s.pub.Publish(ctx, snap)
+}
+
 // publisher does what the Task State Service does after a change: update
-// the PostgreSQL row, then write the snapshot to Redis and announce it in one
-// round trip (fanout.RedisPublisher), with several publishes in flight. Each
-// task belongs to one of its goroutines, so a task's versions are written in
-// order. pgMode says when it writes the row: always (before Redis, as the
-// service of record does), fallback (only when Redis failed, so the truth
-// survives an outage) or off (rows stay at version 1).
+// the PostgreSQL row, then hand the snapshot to the store, with several
+// publishes in flight. Each task belongs to one of its goroutines, so a
+// task's versions are stored in order, one after the other, and a server
+// that forwards them in order delivers them in order. pgMode says when it
+// writes the row: always (before the store, as the service of record
+// does), fallback (only when the store failed, so the truth survives an
+// outage) or off (rows stay at version 1).
 type publisher struct {
-	pub     *fanout.RedisPublisher
+	dst     store
 	pg      *pgxpool.Pool
 	pgMode  string
 	tasks   int
 	tenants int
 	shards  int
-	size    int // pad each snapshot to about this many bytes; 0: no padding
+	size    int           // pad each snapshot to about this many bytes; 0: no padding
 	every   time.Duration // run's schedule tick
 
 	lastStored atomic.Int64 // Unix ns when the latest publish was stored
 
 	versions  []int64        // next version to write - 1, per task; owned by the task's shard
-	published []atomic.Int64 // newest version stored (Redis, or PostgreSQL when Redis failed), per task
+	published []atomic.Int64 // newest version stored (the store, or PostgreSQL when it failed), per task
 
 	attempts  atomic.Int64
 	stored    atomic.Int64
 	stale     atomic.Int64
-	redisErrs atomic.Int64
+	redisErrs atomic.Int64 // the store's errors: Redis, or Centrifugo's API
 	pgWrites  atomic.Int64
 	pgErrs    atomic.Int64
-	lost      atomic.Int64 // changes neither Redis nor PostgreSQL took
+	lost      atomic.Int64 // changes neither the store nor PostgreSQL took
 
 	errMu   sync.Mutex
 	lastErr string
 }
 
-func newPublisher(rdb *redis.Client, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards, size int) *publisher {
+func newPublisher(dst store, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards, size int) *publisher {
 	return &publisher{
-		pub: fanout.NewRedisPublisher(rdb, keys.Names{}), pg: pg, pgMode: pgMode,
+		dst: dst, pg: pg, pgMode: pgMode,
 		tasks: tasks, tenants: tenants, shards: shards, size: size,
 		versions:  make([]int64, tasks),
 		published: make([]atomic.Int64, tasks),
@@ -149,14 +175,8 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 	}
 	// Latency counts from here: the row is written, the snapshot goes out.
 	buf = p.doc(buf[:0], i, v, changed, time.Now())
-	snap, err := snapshot.Parse(buf)
-	if err != nil {
-		p.fail("parse: " + err.Error())
-		p.lost.Add(1)
-		return buf
-	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	written, err := p.pub.Publish(pctx, snap)
+	written, err := p.dst.store(pctx, i, buf)
 	cancel()
 	switch {
 	case err != nil:

@@ -18,6 +18,7 @@ import (
 type result struct {
 	Scenario   string  `json:"scenario"`
 	Transport  string  `json:"transport"`
+	Target     string  `json:"target"` // the server under test: pushd or centrifugo
 	Conns      int     `json:"conns"`
 	Tasks      int     `json:"tasks"`
 	Tenants    int     `json:"tenants"`
@@ -101,7 +102,7 @@ type convergence struct {
 
 func newResult(cfg config, commit string) *result {
 	r := &result{
-		Scenario: cfg.Scenario, Transport: cfg.Transport, Conns: cfg.Conns, Tasks: cfg.Tasks, Tenants: cfg.Tenants,
+		Scenario: cfg.Scenario, Transport: cfg.Transport, Target: cfg.Target, Conns: cfg.Conns, Tasks: cfg.Tasks, Tenants: cfg.Tenants,
 		Workers: cfg.Workers, Quick: cfg.Quick, Commit: commit, Command: cfg.Command,
 		started: time.Now(), Latencies: map[string]*latencySummary{},
 	}
@@ -229,7 +230,7 @@ func (r *result) finish(rn *run) {
 
 // report prints the run for a person, failures loudly.
 func (r *result) report(w io.Writer) {
-	fmt.Fprintf(w, "\n== %s %s: %d conns, %d tasks (commit %s, %.0fs)\n", r.Scenario, r.Transport, r.Conns, r.Tasks, r.Commit, r.ElapsedSec)
+	fmt.Fprintf(w, "\n== %s %s %s: %d conns, %d tasks (commit %s, %.0fs)\n", r.Target, r.Scenario, r.Transport, r.Conns, r.Tasks, r.Commit, r.ElapsedSec)
 	for _, f := range r.Figures {
 		fmt.Fprintf(w, "   %-28s %s\n", f.Name, fmtValue(f.Value, f.Unit))
 	}
@@ -262,7 +263,7 @@ func (r *result) report(w io.Writer) {
 		fmt.Fprintf(w, "   warning: %s\n", s)
 	}
 	if !r.OK {
-		fmt.Fprintf(w, "\n!!!!!!!! FAIL %s %s !!!!!!!!\n", r.Scenario, r.Transport)
+		fmt.Fprintf(w, "\n!!!!!!!! FAIL %s %s %s !!!!!!!!\n", r.Target, r.Scenario, r.Transport)
 		for _, p := range r.Problems {
 			fmt.Fprintf(w, "!!! %s\n", p)
 		}

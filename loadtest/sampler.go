@@ -134,8 +134,10 @@ type sample struct {
 
 // sampler records the server every 500 ms, following it across restarts.
 type sampler struct {
-	server *pushdServer
-	start  time.Time
+	server      *serverProc
+	connections string                // the series of live connections
+	deliveries  func(metrics) float64 // the server's deliveries so far
+	start       time.Time
 
 	mu      sync.Mutex
 	samples []sample // guarded by mu
@@ -164,8 +166,8 @@ func (s *sampler) take(ctx context.Context) sample {
 	sm.CPUSeconds = float64(procCPU(p.pid())) / clockTicks
 	if m, err := scrape(ctx, s.server.baseURL()); err == nil {
 		sm.Goroutines = m["go_goroutines"]
-		sm.Connections = m["pushd_connections"]
-		sm.Deliveries = m["pushd_deliveries_total"]
+		sm.Connections = m[s.connections]
+		sm.Deliveries = s.deliveries(m)
 		sm.PGQueries = m["pushd_postgres_queries_total"]
 		sm.Polling = m[`pushd_mode{mode="polling"}`] == 1
 	}

@@ -35,7 +35,11 @@ func runIdle(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	r.res.latency("connect", m.phase("ramp").Connect, true)
+	if r.kind.snapshotOnSubscribe {
+		// Dial to first snapshot; a Centrifugo client's first one waits
+		// until every client connected.
+		r.res.latency("connect", m.phase("ramp").Connect, true)
+	}
 	return nil
 }
 
@@ -68,14 +72,16 @@ func runFanout(ctx context.Context, r *run) error {
 	watchers := float64(r.cfg.Conns) / float64(r.cfg.Tasks)
 	r.res.fig("deliveries_per_s", float64(meas.Deliveries)/cpu.Seconds, "/s", true)
 	r.res.fig("deliveries_asked_per_s", r.cfg.Rate*watchers, "/s", true)
-	r.res.fig("server_deliveries_per_s", (m1["pushd_deliveries_total"]-m0["pushd_deliveries_total"])/cpu.Seconds, "/s", false)
+	r.res.fig("server_deliveries_per_s", (r.kind.deliveries(m1)-r.kind.deliveries(m0))/cpu.Seconds, "/s", false)
 	r.res.fig("publishes_per_s", pr.PerSecond, "/s", false)
 	r.res.fig("server_cores", cpu.Server, "cores", true)
 	r.res.fig("loadgen_cores", cpu.LoadGen, "cores", false)
 	r.res.fig("redis_cores", cpu.Redis, "cores", false)
 	r.res.fig("machine_busy_pct", cpu.MachineBusy, "%", false)
 	r.res.fig("other_cores", cpu.OtherCores, "cores", false)
-	r.res.fig("conflated", m1["pushd_conflated_total"]-m0["pushd_conflated_total"], "", false)
+	if r.kind.name == "pushd" {
+		r.res.fig("conflated", m1["pushd_conflated_total"]-m0["pushd_conflated_total"], "", false)
+	}
 	if rss := lastRSS(r); rss > 0 {
 		r.res.fig("server_rss_mb", float64(rss)/1024, "MB", false)
 	}

@@ -66,17 +66,19 @@ type worker struct {
 	outMu sync.Mutex
 	out   *json.Encoder
 
-	url       string // http://host:port
-	transport string
-	tenants   int
-	signer    *auth.Signer
-	sources   []string // loopback source addresses, as init named them
-	dialers   []*net.Dialer
-	clients   []*http.Client // per source, for WebSocket handshakes
-	index     int
+	url        string // http://host:port
+	transport  string
+	centrifugo bool   // the server is Centrifugo: its endpoints, tokens and protocol
+	secret     []byte // the token secret
+	tenants    int
+	signer     *auth.Signer
+	sources    []string // loopback source addresses, as init named them
+	dialers    []*net.Dialer
+	clients    []*http.Client // per source, for WebSocket handshakes
+	index      int
 
 	tokMu  sync.Mutex
-	tokens map[int]string // by user index
+	tokens map[int]string // by user index; for Centrifugo by task, whose channel the token subscribes to
 
 	connsMu sync.Mutex
 	conns   []*conn      // live connections, in no order
@@ -168,6 +170,8 @@ func (w *worker) handle(cmd command) {
 func (w *worker) init(cmd command) {
 	w.url = cmd.URL
 	w.transport = cmd.Transport
+	w.centrifugo = cmd.Target == "centrifugo"
+	w.secret = cmd.Secret
 	w.tenants = max(cmd.Tenants, 1)
 	w.signer = auth.NewSigner(cmd.Secret)
 	w.index = cmd.Worker
@@ -197,19 +201,29 @@ func (w *worker) init(cmd command) {
 	}
 }
 
-// token returns a token of the user of task i.
+// token returns a token of the user of task i; for Centrifugo, one that
+// also subscribes the connection to the task's channel.
 func (w *worker) token(task int) string {
-	u := userIndex(task, w.tenants)
+	key := userIndex(task, w.tenants)
+	if w.centrifugo {
+		key = task
+	}
 	w.tokMu.Lock()
 	defer w.tokMu.Unlock()
-	if t, ok := w.tokens[u]; ok {
+	if t, ok := w.tokens[key]; ok {
 		return t
 	}
-	t, err := w.signer.Sign(auth.Principal{TenantID: tenantOf(task, w.tenants), UserID: userOf(task, w.tenants), ExpiresAt: time.Now().Add(12 * time.Hour)})
+	var t string
+	var err error
+	if w.centrifugo {
+		t, err = centrifugoToken(w.secret, task, w.tenants)
+	} else {
+		t, err = w.signer.Sign(auth.Principal{TenantID: tenantOf(task, w.tenants), UserID: userOf(task, w.tenants), ExpiresAt: time.Now().Add(12 * time.Hour)})
+	}
 	if err != nil {
 		w.logf("sign: %v", err)
 	}
-	w.tokens[u] = t
+	w.tokens[key] = t
 	return t
 }
 
