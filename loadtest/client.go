@@ -18,7 +18,7 @@ import (
 // a worker holding thousands cannot afford), parsing the stream by hand.
 // established reports whether the server answered 200.
 func (c *conn) sessionSSE(first *func(error)) (established bool, err error) {
-	addr := strings.TrimPrefix(c.w.url, "http://")
+	addr := strings.TrimPrefix(c.w.nodeURL(c.id), "http://")
 	nc, err := c.w.dialers[c.id%len(c.w.dialers)].Dial("tcp", addr)
 	if err != nil {
 		return false, err
@@ -168,7 +168,7 @@ func (f closerFunc) Close() error { return f() }
 func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	hdr := http.Header{"Authorization": {"Bearer " + c.token}}
-	wc, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.w.url, "http")+"/v1/ws", &websocket.DialOptions{
+	wc, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.w.nodeURL(c.id), "http")+"/v1/ws", &websocket.DialOptions{
 		HTTPClient:      c.w.clients[c.id%len(c.w.clients)],
 		HTTPHeader:      hdr,
 		Subprotocols:    []string{"pushd.v1"},

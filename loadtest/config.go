@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,12 @@ type config struct {
 	Scenario  string
 	Transport string
 	Quick     bool
+
+	// Cluster runs three pushd nodes on a private Redis Cluster of three
+	// masters with a replica each (fanout and storm only); KillMaster, with
+	// fanout, kills one master halfway through the publishing.
+	Cluster    bool
+	KillMaster bool
 
 	Conns     int
 	Tasks     int
@@ -67,6 +74,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Scenario, "scenario", "", "idle, fanout, churn, storm, outage or stall (with -quick: empty runs every one)")
 	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws (with -quick and no -transport: both); stall always runs both")
 	fs.BoolVar(&c.Quick, "quick", false, "a smoke run of every scenario at small scale (200 connections, 5 s)")
+	fs.BoolVar(&c.Cluster, "cluster", false, "three pushd nodes on a private Redis Cluster (three masters, a replica each), clients spread over them; fanout and storm only (with -quick: fanout, storm and fanout with -kill-master)")
+	fs.BoolVar(&c.KillMaster, "kill-master", false, "with -cluster -scenario fanout: SIGKILL the master serving tenant t0's channel halfway through the publishing, and measure how long its tenants' deliveries stop")
 	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000, stall 1000 healthy ones, half SSE and half WebSocket)")
 	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500, stall 100)")
 	fs.IntVar(&c.Tenants, "tenants", 10, "tenants the tasks are spread over (stall: default 1, so every stalled client watches every task)")
@@ -145,6 +154,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.Scenario != "" && !validScenario(c.Scenario) {
 		return c, fmt.Errorf("-scenario %q: want one of %s", c.Scenario, strings.Join(scenarios, ", "))
 	}
+	if err := c.checkCluster(); err != nil {
+		return c, err
+	}
 	if c.Transport != "" && c.Transport != "sse" && c.Transport != "ws" {
 		return c, fmt.Errorf("-transport %q: want sse or ws", c.Transport)
 	}
@@ -164,6 +176,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c.Command = commandLine(args)
 	return c, nil
+}
+
+// clusterScenarios are the scenarios -cluster runs, in the order -quick
+// runs them.
+var clusterScenarios = []string{"fanout", "storm"}
+
+func (c config) checkCluster() error {
+	if c.KillMaster && (!c.Cluster || (c.Scenario != "fanout" && !c.Quick)) {
+		return fmt.Errorf("-kill-master needs -cluster and -scenario fanout")
+	}
+	if c.Cluster && c.Scenario != "" && !slices.Contains(clusterScenarios, c.Scenario) {
+		return fmt.Errorf("-cluster runs %s, not %s", strings.Join(clusterScenarios, " and "), c.Scenario)
+	}
+	return nil
 }
 
 func validScenario(s string) bool {

@@ -137,10 +137,11 @@ type run struct {
 	stderr  io.Writer
 	start   time.Time
 	tmp     string
-	redis   *redisServer
+	redis   redisDeployment
 	db      *database
-	server  *pushdServer
-	rdb     *redis.Client
+	nodes   fleet
+	rdb     redis.UniversalClient
+	names   keys.Names // the task keys as pushd spells them on r.redis
 	pub     *publisher
 	samp    *sampler
 	workers []*workerProc
@@ -316,6 +317,13 @@ func (r *run) final(ctx context.Context) (*merged, error) {
 	}
 	r.res.fig("loadgen_goroutines_per_conn", float64(m.Goroutines)/float64(max(m.Live, 1)), "goroutines/conn", false)
 	final := r.scrape(ctx)
+	if len(r.nodes) > 1 {
+		if each, err := r.nodes.scrapeEach(ctx); err == nil {
+			for _, m := range each {
+				r.res.NodeConnections = append(r.res.NodeConnections, m["pushd_connections"])
+			}
+		}
+	}
 	if r.res.ServerMetrics == nil {
 		r.res.ServerMetrics = map[string]float64{}
 	}
@@ -333,22 +341,19 @@ func (r *run) final(ctx context.Context) (*merged, error) {
 }
 
 func (r *run) mark() cpuMark {
-	m := cpuMark{at: time.Now(), self: procCPU(os.Getpid())}
-	if p := r.server.current(); p != nil {
-		m.server = procCPU(p.pid())
-	}
+	m := cpuMark{at: time.Now(), self: procCPU(os.Getpid()), nodes: r.nodes.cpu()}
 	for _, w := range r.workers {
 		m.workers += procCPU(w.proc.pid())
 	}
-	if r.redis.proc != nil && !r.redis.proc.exited() {
-		m.redis = procCPU(r.redis.proc.pid())
+	for _, pid := range r.redis.pids() {
+		m.redis += procCPU(pid)
 	}
 	m.machineBusy, m.machineTotal = machineCPU()
 	return m
 }
 
 func (r *run) scrape(ctx context.Context) metrics {
-	m, err := scrape(ctx, r.server.baseURL())
+	m, err := r.nodes.scrape(ctx)
 	if err != nil {
 		r.logf("scrape: %v", err)
 		return metrics{}
@@ -375,25 +380,7 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 	if err != nil {
 		return false, err
 	}
-	var runs []config
-	scen := scenarios
-	if cfg.Scenario != "" {
-		scen = []string{cfg.Scenario}
-	}
-	transports := []string{cfg.Transport}
-	if cfg.Transport == "" {
-		transports = []string{"sse", "ws"}
-	}
-	for _, s := range scen {
-		for _, t := range transports {
-			if s == "stall" && t != transports[0] {
-				continue // one run has both transports
-			}
-			c := cfg
-			c.Scenario, c.Transport = s, t
-			runs = append(runs, c.withDefaults())
-		}
-	}
+	runs := cfg.runs()
 	fmt.Fprintln(stdout, tableHeader)
 	ok = true
 	var results []*result
@@ -425,6 +412,43 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 	return ok, nil
 }
 
+// runs are the runs cfg asks for: one scenario, or with -quick every
+// scenario for each transport (with -cluster: fanout, storm, and fanout
+// with a master killed).
+func (cfg config) runs() []config {
+	type variant struct {
+		scenario   string
+		killMaster bool
+	}
+	variants := []variant{{cfg.Scenario, cfg.KillMaster}}
+	switch {
+	case cfg.Scenario != "":
+	case cfg.Cluster:
+		variants = []variant{{"fanout", false}, {"storm", false}, {"fanout", true}}
+	default:
+		variants = variants[:0]
+		for _, s := range scenarios {
+			variants = append(variants, variant{s, false})
+		}
+	}
+	transports := []string{cfg.Transport}
+	if cfg.Transport == "" {
+		transports = []string{"sse", "ws"}
+	}
+	var runs []config
+	for _, v := range variants {
+		for _, t := range transports {
+			if v.scenario == "stall" && t != transports[0] {
+				continue // one run has both transports
+			}
+			c := cfg
+			c.Scenario, c.KillMaster, c.Transport = v.scenario, v.killMaster, t
+			runs = append(runs, c.withDefaults())
+		}
+	}
+	return runs
+}
+
 // runOne sets up the servers and workers of one run, runs its scenario and
 // tears everything down, whatever happened.
 func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.Writer) (res *result, err error) {
@@ -437,15 +461,10 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		res.finish(r)
 	}()
 
-	rport, err := freePort()
-	if err != nil {
+	if r.redis, err = startRedis(ctx, cfg, dir); err != nil {
 		return res, err
 	}
-	r.redis = &redisServer{bin: cfg.RedisServer, dir: dir, port: rport}
-	if err := r.redis.start(ctx); err != nil {
-		return res, err
-	}
-	defer func() { r.redis.proc.kill() }()
+	defer func() { r.redis.kill() }()
 
 	if r.db, err = createDatabase(ctx, cfg.DatabaseURL); err != nil {
 		return res, err
@@ -455,64 +474,33 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		return res, err
 	}
 
-	sport, err := freePort()
-	if err != nil {
+	if r.nodes, err = r.newFleet(bin, dir); err != nil {
 		return res, err
 	}
-	args := []string{"--listen", "127.0.0.1:" + strconv.Itoa(sport), "--redis-url", r.redis.url(),
-		"--database-url", r.db.url, "--jwt-secret", string(r.secret), "--log-level", "warn", "--node-name", "loadtest"}
-	if cfg.Scenario == "storm" {
-		args = append(args, "--drain-timeout", "2s")
-	}
-	args = append(args, cfg.ServerArgs...)
-	// Admission limits are for browsers, and the load generator is a few
-	// users on 16 addresses opening thousands of connections a second: off
-	// unless -server-env sets them, the failed-authentication bucket per
-	// address too (a server that counts every authentication against it
-	// would otherwise let 20 connections per address in). Environment, not flags, so servers
-	// built from commits older than the flags still start.
-	env := append([]string{"PUSHD_CONNECT_IP_BURST=0", "PUSHD_CONNECT_USER_BURST=0",
-		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0",
-		"PUSHD_AUTH_FAILURE_BURST=0"}, cfg.ServerEnv...)
-	r.server = &pushdServer{bin: bin, args: args, env: env, port: sport, logDir: dir}
-	res.Server.Args = args[len(args)-len(cfg.ServerArgs):]
+	res.Server.Args = cfg.ServerArgs
 	res.Server.Env = cfg.ServerEnv
-	if _, err := r.server.start(ctx); err != nil {
-		return res, err
+	defer r.nodes.kill()
+	if err := r.nodes.start(ctx); err != nil {
+		return res, fmt.Errorf("%w; log: %s", err, r.nodes.logTail())
 	}
-	defer r.server.kill()
 
-	r.rdb = redis.NewClient(&redis.Options{Addr: r.redis.addr(), PoolSize: cfg.Publishers + 8, MaxRetries: -1,
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	r.names = r.redis.names()
+	r.rdb = r.redis.client(cfg.Publishers)
 	defer r.rdb.Close()
-	r.pub = newPublisher(r.rdb, r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
+	r.pub = newPublisher(r.rdb, r.names, r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
 
 	sctx, stopSampler := context.WithCancel(ctx)
-	r.samp = &sampler{server: r.server, start: r.start}
+	r.samp = &sampler{nodes: r.nodes, start: r.start}
 	var sampling sync.WaitGroup
 	sampling.Go(func() { r.samp.run(sctx) })
 	defer func() { stopSampler(); sampling.Wait() }()
 
-	var sources []string
-	for i := range cfg.Sources {
-		sources = append(sources, "127.0.0."+strconv.Itoa(2+i))
-	}
 	defer func() {
 		for _, w := range r.workers {
 			w.quit()
 		}
 	}()
-	for i := range cfg.Workers {
-		w, err := startWorker(i, cfg.ProfileWorkers, stderr)
-		if err != nil {
-			return res, err
-		}
-		r.workers = append(r.workers, w)
-	}
-	if _, err := r.all(ctx, func(i int) command {
-		return command{Cmd: "init", URL: r.server.baseURL(), Transport: cfg.Transport, Secret: r.secret,
-			Sources: sources, Tenants: cfg.Tenants, Worker: i}
-	}, "ready", 30*time.Second); err != nil {
+	if err := r.startWorkers(ctx); err != nil {
 		return res, err
 	}
 
@@ -521,7 +509,7 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 	if s := r.pub.stats(); s.Stored != int64(cfg.Tasks) {
 		return res, fmt.Errorf("initial publish: %s (%s)", s, s.LastError)
 	}
-	r.logf("started: redis :%d, database %s, pushd :%d, %d workers", rport, r.db.name, sport, cfg.Workers)
+	r.logf("started: redis %s, database %s, pushd %s, %d workers", r.redis.url(), r.db.name, strings.Join(r.nodes.urls(), ","), cfg.Workers)
 
 	// The server at rest before anyone connects: what it must come back to
 	// once every client is gone.
@@ -531,12 +519,92 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		"idle": runIdle, "fanout": runFanout, "churn": runChurn, "storm": runStorm, "outage": runOutage, "stall": runStall,
 	}[cfg.Scenario]
 	if err := scenario(ctx, r); err != nil {
-		if tail := r.server.logTail(); tail != "" {
+		if tail := r.nodes.logTail(); tail != "" {
 			err = fmt.Errorf("%w\npushd log:\n%s", err, tail)
 		}
 		return res, err
 	}
 	return res, r.disconnectAll(ctx, baseline)
+}
+
+// startRedis starts the run's private Redis: a cluster with -cluster, else
+// one redis-server.
+func startRedis(ctx context.Context, cfg config, dir string) (redisDeployment, error) {
+	if cfg.Cluster {
+		return startRedisCluster(ctx, cfg.RedisServer, dir)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	rs := &redisServer{bin: cfg.RedisServer, dir: dir, port: port}
+	if err := rs.start(ctx); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// newFleet makes the run's pushd nodes, not yet started: one, or with
+// -cluster three on the cluster, each on a port of its own.
+func (r *run) newFleet(bin, dir string) (fleet, error) {
+	cfg := r.cfg
+	n := 1
+	common := []string{"--redis-url", r.redis.url(), "--database-url", r.db.url, "--jwt-secret", string(r.secret), "--log-level", "warn"}
+	if cfg.Cluster {
+		n = clusterMasters
+		common = append(common, "--redis-cluster")
+	}
+	if cfg.Scenario == "storm" {
+		common = append(common, "--drain-timeout", "2s")
+	}
+	// Admission limits are for browsers, and the load generator is a few
+	// users on 16 addresses opening thousands of connections a second: off
+	// unless -server-env sets them, the failed-authentication bucket per
+	// address too (a server that counts every authentication against it
+	// would otherwise let 20 connections per address in). Environment, not flags, so servers
+	// built from commits older than the flags still start.
+	env := append([]string{"PUSHD_CONNECT_IP_BURST=0", "PUSHD_CONNECT_USER_BURST=0",
+		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0",
+		"PUSHD_AUTH_FAILURE_BURST=0"}, cfg.ServerEnv...)
+	var f fleet
+	for i := range n {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		name, logDir := "loadtest", dir
+		if n > 1 {
+			name, logDir = "loadtest-"+strconv.Itoa(i), filepath.Join(dir, "node"+strconv.Itoa(i))
+			if err := os.MkdirAll(logDir, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		args := append([]string{"--listen", "127.0.0.1:" + strconv.Itoa(port)}, common...)
+		args = append(append(args, "--node-name", name), cfg.ServerArgs...)
+		f = append(f, &pushdServer{bin: bin, args: args, env: env, port: port, logDir: logDir})
+	}
+	return f, nil
+}
+
+// startWorkers starts the worker processes and tells each the nodes, the
+// secret and its share of the source addresses.
+func (r *run) startWorkers(ctx context.Context) error {
+	var sources []string
+	for i := range r.cfg.Sources {
+		sources = append(sources, "127.0.0."+strconv.Itoa(2+i))
+	}
+	for i := range r.cfg.Workers {
+		w, err := startWorker(i, r.cfg.ProfileWorkers, r.stderr)
+		if err != nil {
+			return err
+		}
+		r.workers = append(r.workers, w)
+	}
+	_, err := r.all(ctx, func(i int) command {
+		return command{Cmd: "init", URLs: r.nodes.urls(), Transport: r.cfg.Transport, Secret: r.secret,
+			Sources: sources, Tenants: r.cfg.Tenants, Worker: i}
+	}, "ready", 30*time.Second)
+	return err
 }
 
 // goroutineSlack is how many goroutines above its pre-connect baseline the
@@ -547,9 +615,10 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 const goroutineSlack = 5
 
 // disconnectAll closes every client and waits until the server holds no
-// connection and its goroutines are back within goroutineSlack of
-// baseline; a server that keeps them fails the run.
+// connection and its goroutines are back within goroutineSlack (per node)
+// of baseline; a server that keeps them fails the run.
 func (r *run) disconnectAll(ctx context.Context, baseline float64) error {
+	slack := goroutineSlack * len(r.nodes)
 	if _, err := r.all(ctx, func(int) command { return command{Cmd: "close"} }, "closed", 30*time.Second); err != nil {
 		return err
 	}
@@ -561,7 +630,7 @@ func (r *run) disconnectAll(ctx context.Context, baseline float64) error {
 	for {
 		m := r.scrape(ctx)
 		g, conns = m["go_goroutines"], m["pushd_connections"]
-		if g > 0 && conns == 0 && g <= baseline+goroutineSlack {
+		if g > 0 && conns == 0 && g <= baseline+float64(slack) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -569,7 +638,7 @@ func (r *run) disconnectAll(ctx context.Context, baseline float64) error {
 			r.res.fig("goroutines_after_disconnect", g, "", false)
 			r.res.fig("connections_after_disconnect", conns, "", false)
 			r.res.fail("SERVER KEPT GOROUTINES: %v goroutines and %v connections %v after every client disconnected, want at most the %v before anyone connected + %d",
-				g, conns, disconnectWait, baseline, goroutineSlack)
+				g, conns, disconnectWait, baseline, slack)
 			return nil
 		}
 		select {
@@ -608,11 +677,11 @@ func (r *run) diagnose(ctx context.Context, tasks []int) {
 		}
 		id := taskID(t)
 		var inRedis, fromAPI int64 = -1, -1
-		if b, err := r.rdb.Get(ctx, keys.Names{}.Snapshot(id)).Bytes(); err == nil {
+		if b, err := r.rdb.Get(ctx, r.names.Snapshot(id)).Bytes(); err == nil {
 			inRedis, _ = jsonInt(b, `"version":`)
 		}
 		tok, _ := auth.NewSigner(r.secret).Sign(auth.Principal{TenantID: tenantOf(t, r.cfg.Tenants), UserID: userOf(t, r.cfg.Tenants), ExpiresAt: time.Now().Add(time.Hour)})
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.server.baseURL()+"/v1/tasks/"+id, nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.nodes[t%len(r.nodes)].baseURL()+"/v1/tasks/"+id, nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		if resp, err := metricsClient.Do(req); err == nil {
 			b, _ := io.ReadAll(resp.Body)

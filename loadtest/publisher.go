@@ -25,6 +25,7 @@ import (
 // survives an outage) or off (rows stay at version 1).
 type publisher struct {
 	pub     *fanout.RedisPublisher
+	reload  func() // asks a cluster client to reload the slot map after an error; nil on standalone Redis
 	pg      *pgxpool.Pool
 	pgMode  string
 	tasks   int
@@ -36,6 +37,7 @@ type publisher struct {
 
 	versions  []int64        // next version to write - 1, per task; owned by the task's shard
 	published []atomic.Int64 // newest version stored (Redis, or PostgreSQL when Redis failed), per task
+	failed    []atomic.Bool  // per task, on a cluster: the newest version's Redis write failed; nil on standalone Redis
 
 	attempts  atomic.Int64
 	stored    atomic.Int64
@@ -44,18 +46,30 @@ type publisher struct {
 	pgWrites  atomic.Int64
 	pgErrs    atomic.Int64
 	lost      atomic.Int64 // changes neither Redis nor PostgreSQL took
+	retried   atomic.Int64 // writes retryFailed sent again
 
 	errMu   sync.Mutex
 	lastErr string
 }
 
-func newPublisher(rdb *redis.Client, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards, size int) *publisher {
-	return &publisher{
-		pub: fanout.NewRedisPublisher(rdb, keys.Names{}), pg: pg, pgMode: pgMode,
+// newPublisher publishes through rdb, a *redis.Client or, with
+// names.Cluster, a *redis.ClusterClient: on a cluster the snapshot is
+// written in the task's slot, then announced on the tenant's shard channel.
+func newPublisher(rdb redis.UniversalClient, names keys.Names, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards, size int) *publisher {
+	p := &publisher{
+		pub: fanout.NewRedisPublisher(rdb, names), pg: pg, pgMode: pgMode,
 		tasks: tasks, tenants: tenants, shards: shards, size: size,
 		versions:  make([]int64, tasks),
 		published: make([]atomic.Int64, tasks),
 	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// go-redis keeps dialing a dead master until it reloads the slot
+		// map: after a failover, as soon as a write fails. Reloads run
+		// one at a time, however many writes ask.
+		p.reload = func() { cc.ReloadState(context.Background()) }
+		p.failed = make([]atomic.Bool, tasks)
+	}
+	return p
 }
 
 // lastVersions is the newest stored version of every task.
@@ -147,20 +161,14 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 		pgDone = p.writeRow(ctx, i, v, changed)
 	}
 	// Latency counts from here: the row is written, the snapshot goes out.
-	buf = p.doc(buf[:0], i, v, changed, time.Now())
-	snap, err := snapshot.Parse(buf)
+	buf, snap, err := p.snapshotOf(buf, i, v, changed)
 	if err != nil {
-		p.fail("parse: " + err.Error())
 		p.lost.Add(1)
 		return buf
 	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	written, err := p.pub.Publish(pctx, snap)
-	cancel()
+	written, err := p.send(ctx, snap)
 	switch {
 	case err != nil:
-		p.redisErrs.Add(1)
-		p.fail(err.Error())
 		if p.pgMode == "fallback" {
 			pgDone = p.writeRow(ctx, i, v, changed)
 		}
@@ -171,6 +179,9 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 	case !written:
 		p.stale.Add(1)
 	}
+	if p.failed != nil {
+		p.failed[i].Store(err != nil) // the row has it: retryFailed sends it again
+	}
 	p.stored.Add(1)
 	p.published[i].Store(v)
 	// Publishes in flight end in any order: keep the latest.
@@ -178,6 +189,68 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 	for last := p.lastStored.Load(); now > last && !p.lastStored.CompareAndSwap(last, now); last = p.lastStored.Load() {
 	}
 	return buf
+}
+
+// snapshotOf is task i's version v, changed at changed, with sent_ns now.
+func (p *publisher) snapshotOf(buf []byte, i int, v int64, changed time.Time) ([]byte, *snapshot.Snapshot, error) {
+	buf = p.doc(buf[:0], i, v, changed, time.Now())
+	snap, err := snapshot.Parse(buf)
+	if err != nil {
+		p.fail("parse: " + err.Error())
+	}
+	return buf, snap, err
+}
+
+// send writes snap to Redis and announces it.
+func (p *publisher) send(ctx context.Context, snap *snapshot.Snapshot) (written bool, err error) {
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	written, err = p.pub.Publish(pctx, snap)
+	cancel()
+	if err != nil {
+		p.redisErrs.Add(1)
+		p.fail(err.Error())
+		if p.reload != nil {
+			p.reload()
+		}
+	}
+	return written, err
+}
+
+// retryFailed publishes again, as a Task State Service retries a write
+// Redis refused, the newest version of every task whose last write failed
+// (its PostgreSQL row has it), every 100 ms until Redis takes each or
+// timeout passes. Only on a cluster, where a master's failover refuses the
+// writes of its slots for a moment; it runs once the publishing stopped,
+// so it owns every task.
+func (p *publisher) retryFailed(ctx context.Context, timeout time.Duration) {
+	if p.failed == nil {
+		return
+	}
+	deadline := time.Now().Add(timeout)
+	buf := make([]byte, 0, 512)
+	for ctx.Err() == nil {
+		pending := 0
+		for i := range p.failed {
+			if !p.failed[i].Load() {
+				continue
+			}
+			p.retried.Add(1)
+			var snap *snapshot.Snapshot
+			var err error
+			if buf, snap, err = p.snapshotOf(buf, i, p.versions[i], time.Now()); err == nil {
+				_, err = p.send(ctx, snap)
+			}
+			if err == nil {
+				p.failed[i].Store(false)
+			} else {
+				pending++
+			}
+		}
+		if pending == 0 || time.Now().After(deadline) {
+			return
+		}
+		sleepCtx(ctx, 100*time.Millisecond) // a retry's pause, not synchronization
+	}
 }
 
 // statusOf is the status of a task at version v: queued when created, then
@@ -295,6 +368,7 @@ type pubStats struct {
 	PGWrites    int64  `json:"pg_writes"`
 	PGErrors    int64  `json:"pg_errors"`
 	Lost        int64  `json:"lost"`
+	Retried     int64  `json:"retried,omitempty"`
 	LastError   string `json:"last_error,omitempty"`
 }
 
@@ -303,7 +377,7 @@ func (p *publisher) stats() pubStats {
 	defer p.errMu.Unlock()
 	return pubStats{Attempts: p.attempts.Load(), Stored: p.stored.Load(), Stale: p.stale.Load(),
 		RedisErrors: p.redisErrs.Load(), PGWrites: p.pgWrites.Load(), PGErrors: p.pgErrs.Load(),
-		Lost: p.lost.Load(), LastError: p.lastErr}
+		Lost: p.lost.Load(), Retried: p.retried.Load(), LastError: p.lastErr}
 }
 
 func (s pubStats) String() string {
