@@ -47,6 +47,7 @@ type publisher struct {
 	pgErrs    atomic.Int64
 	lost      atomic.Int64 // changes neither Redis nor PostgreSQL took
 	retried   atomic.Int64 // writes retryFailed sent again
+	slowest   atomic.Int64 // ns, the longest Redis write (a shard's goroutine waits for it)
 
 	errMu   sync.Mutex
 	lastErr string
@@ -204,8 +205,12 @@ func (p *publisher) snapshotOf(buf []byte, i int, v int64, changed time.Time) ([
 // send writes snap to Redis and announces it.
 func (p *publisher) send(ctx context.Context, snap *snapshot.Snapshot) (written bool, err error) {
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	start := time.Now()
 	written, err = p.pub.Publish(pctx, snap)
+	took := int64(time.Since(start))
 	cancel()
+	for old := p.slowest.Load(); took > old && !p.slowest.CompareAndSwap(old, took); old = p.slowest.Load() {
+	}
 	if err != nil {
 		p.redisErrs.Add(1)
 		p.fail(err.Error())
@@ -361,15 +366,18 @@ loop:
 
 // pubStats is the publisher's whole run.
 type pubStats struct {
-	Attempts    int64  `json:"attempts"`
-	Stored      int64  `json:"stored"`
-	Stale       int64  `json:"stale"`
-	RedisErrors int64  `json:"redis_errors"`
-	PGWrites    int64  `json:"pg_writes"`
-	PGErrors    int64  `json:"pg_errors"`
-	Lost        int64  `json:"lost"`
-	Retried     int64  `json:"retried,omitempty"`
-	LastError   string `json:"last_error,omitempty"`
+	Attempts    int64 `json:"attempts"`
+	Stored      int64 `json:"stored"`
+	Stale       int64 `json:"stale"`
+	RedisErrors int64 `json:"redis_errors"`
+	PGWrites    int64 `json:"pg_writes"`
+	PGErrors    int64 `json:"pg_errors"`
+	Lost        int64 `json:"lost"`
+	Retried     int64 `json:"retried,omitempty"`
+	// SlowestMS is the longest Redis write: while it lasts, its shard's
+	// other tasks wait.
+	SlowestMS float64 `json:"slowest_write_ms"`
+	LastError string  `json:"last_error,omitempty"`
 }
 
 func (p *publisher) stats() pubStats {
@@ -377,7 +385,7 @@ func (p *publisher) stats() pubStats {
 	defer p.errMu.Unlock()
 	return pubStats{Attempts: p.attempts.Load(), Stored: p.stored.Load(), Stale: p.stale.Load(),
 		RedisErrors: p.redisErrs.Load(), PGWrites: p.pgWrites.Load(), PGErrors: p.pgErrs.Load(),
-		Lost: p.lost.Load(), Retried: p.retried.Load(), LastError: p.lastErr}
+		Lost: p.lost.Load(), Retried: p.retried.Load(), SlowestMS: float64(p.slowest.Load()) / 1e6, LastError: p.lastErr}
 }
 
 func (s pubStats) String() string {

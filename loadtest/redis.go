@@ -112,7 +112,14 @@ func (c *redisCluster) url() string { return strings.Join(c.running(), ",") }
 func (c *redisCluster) names() keys.Names { return keys.Names{Cluster: true} }
 
 func (c *redisCluster) client(publishers int) redis.UniversalClient {
+	// One dial and no pause between go-redis's attempts, as pushd's own
+	// cluster client: against a dead master go-redis would otherwise dial
+	// five times 100 ms apart and back off up to 1 s between attempts, and
+	// a publisher goroutine waiting holds up the other tasks it owns, which
+	// would then look hit by the kill. A write that fails is sent again by
+	// the publisher (retryFailed).
 	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.running(), PoolSize: publishers + 8, MaxRetries: -1,
+		DialerRetries: 1, MinRetryBackoff: -1, MaxRetryBackoff: -1,
 		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 }
 
