@@ -420,13 +420,13 @@ func (cfg config) runs() []config {
 		scenario   string
 		killMaster bool
 	}
-	variants := []variant{{cfg.Scenario, cfg.KillMaster}}
+	var variants []variant
 	switch {
 	case cfg.Scenario != "":
+		variants = []variant{{cfg.Scenario, cfg.KillMaster}}
 	case cfg.Cluster:
 		variants = []variant{{"fanout", false}, {"storm", false}, {"fanout", true}}
 	default:
-		variants = variants[:0]
 		for _, s := range scenarios {
 			variants = append(variants, variant{s, false})
 		}
@@ -481,7 +481,7 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 	res.Server.Env = cfg.ServerEnv
 	defer r.nodes.kill()
 	if err := r.nodes.start(ctx); err != nil {
-		return res, fmt.Errorf("%w; log: %s", err, r.nodes.logTail())
+		return res, err // with the node's log
 	}
 
 	r.names = r.redis.names()
