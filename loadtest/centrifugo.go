@@ -83,13 +83,13 @@ func (r *run) startCentrifugo(ctx context.Context, bin string) error {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return err
 	}
-	r.server = &serverProc{name: "centrifugo", health: "/health", bin: bin, args: []string{"--config", path},
-		env: r.cfg.ServerEnv, port: port, logDir: r.tmp}
+	r.nodes = fleet{&serverProc{name: "centrifugo", health: "/health", bin: bin, args: []string{"--config", path},
+		env: r.cfg.ServerEnv, port: port, logDir: r.tmp}}
 	r.res.Server.Env = r.cfg.ServerEnv
-	if _, err := r.server.start(ctx); err != nil {
+	if err := r.nodes.start(ctx); err != nil {
 		return err
 	}
-	r.pub = newPublisher(newCentrifugoAPI(r.server.baseURL(), apiKey, r.cfg.Publishers), nil, "off",
+	r.pub = newPublisher(newCentrifugoAPI(r.nodes[0].baseURL(), apiKey, r.cfg.Publishers), nil, "off",
 		r.cfg.Tasks, r.cfg.Tenants, r.cfg.Publishers, r.cfg.SnapshotBytes)
 	r.pub.every = r.cfg.PubEvery
 	return nil

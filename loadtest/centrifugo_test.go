@@ -193,7 +193,7 @@ func TestCentrifugoWS(t *testing.T) {
 	ponged := make(chan bool, 1)
 	srv := centrifugoWSServer(t, ponged)
 	w := testWorker(true)
-	w.url, w.clients = srv.URL, []*http.Client{srv.Client()}
+	w.urls, w.clients = []string{srv.URL}, []*http.Client{srv.Client()}
 
 	c := &conn{w: w, task: 3, token: "good"}
 	opened := 0
@@ -285,14 +285,16 @@ go_goroutines 99
 	}
 }
 
-// TestTargetFlags: -target centrifugo runs only fanout and idle, needs a
-// binary, and -target both runs pushd, then Centrifugo without PostgreSQL.
+// TestTargetFlags: -target centrifugo runs only fanout and idle, on one
+// node, needs a binary, and -target both runs pushd, then Centrifugo
+// without PostgreSQL.
 func TestTargetFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-scenario", "churn", "-target", "both", "-centrifugo-bin", "/bin/true"},
 		{"-quick", "-target", "centrifugo", "-centrifugo-bin", "/bin/true"},
 		{"-scenario", "fanout", "-target", "centrifugo"},
 		{"-scenario", "fanout", "-target", "nats"},
+		{"-cluster", "-scenario", "fanout", "-target", "both", "-centrifugo-bin", "/bin/true"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("%v: accepted", args)
@@ -302,14 +304,14 @@ func TestTargetFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := expandRuns(cfg)
+	runs := cfg.runs()
 	if len(runs) != 2 || runs[0].Target != "pushd" || runs[1].Target != "centrifugo" {
 		t.Fatalf("runs %+v", runs)
 	}
 	if runs[0].PGWrites != "always" || runs[1].PGWrites != "off" || runs[1].Transport != "ws" || runs[1].Conns != runs[0].Conns {
 		t.Errorf("pushd: pg %s; centrifugo: pg %s, transport %s, conns %d vs %d", runs[0].PGWrites, runs[1].PGWrites, runs[1].Transport, runs[1].Conns, runs[0].Conns)
 	}
-	if cfg, _ := parseFlags([]string{"-scenario", "churn"}, io.Discard); expandRuns(cfg)[0].Target != "pushd" {
+	if cfg, _ := parseFlags([]string{"-scenario", "churn"}, io.Discard); cfg.runs()[0].Target != "pushd" {
 		t.Error("the default target is not pushd")
 	}
 }

@@ -19,7 +19,7 @@ import (
 // a worker holding thousands cannot afford), parsing the stream by hand.
 // established reports whether the server answered 200.
 func (c *conn) sessionSSE(first *func(error)) (established bool, err error) {
-	addr := strings.TrimPrefix(c.w.url, "http://")
+	addr := strings.TrimPrefix(c.w.nodeURL(c.id), "http://")
 	nc, err := c.w.dialers[c.id%len(c.w.dialers)].Dial("tcp", addr)
 	if err != nil {
 		return false, err
@@ -197,7 +197,7 @@ func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
 		path, protocols, hdr = "/connection/websocket", nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	wc, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.w.url, "http")+path, &websocket.DialOptions{
+	wc, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.w.nodeURL(c.id), "http")+path, &websocket.DialOptions{
 		HTTPClient:      c.w.clients[c.id%len(c.w.clients)],
 		HTTPHeader:      hdr,
 		Subprotocols:    protocols,

@@ -25,6 +25,12 @@ type config struct {
 	// expands both into one run of each, pushd first.
 	Target string
 
+	// Cluster runs three pushd nodes on a private Redis Cluster of three
+	// masters with a replica each (fanout and storm only); KillMaster, with
+	// fanout, kills one master halfway through the publishing.
+	Cluster    bool
+	KillMaster bool
+
 	Conns     int
 	Tasks     int
 	Tenants   int
@@ -76,6 +82,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws (with -quick and no -transport: both); stall always runs both")
 	fs.BoolVar(&c.Quick, "quick", false, "a smoke run of every scenario at small scale (200 connections, 5 s)")
 	fs.StringVar(&c.Target, "target", "pushd", "the server under test: pushd, centrifugo, or both (pushd, then Centrifugo, same settings); centrifugo runs fanout and idle only and needs -centrifugo-bin")
+	fs.BoolVar(&c.Cluster, "cluster", false, "three pushd nodes on a private Redis Cluster (three masters, a replica each), clients spread over them; fanout and storm only (with -quick: fanout, storm and fanout with -kill-master)")
+	fs.BoolVar(&c.KillMaster, "kill-master", false, "with -cluster -scenario fanout: SIGKILL the master serving tenant t0's channel halfway through the publishing, and measure how long its tenants' deliveries stop")
 	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000, stall 1000 healthy ones, half SSE and half WebSocket)")
 	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500, stall 100)")
 	fs.IntVar(&c.Tenants, "tenants", 10, "tenants the tasks are spread over (stall: default 1, so every stalled client watches every task)")
@@ -156,6 +164,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.Scenario != "" && !validScenario(c.Scenario) {
 		return c, fmt.Errorf("-scenario %q: want one of %s", c.Scenario, strings.Join(scenarios, ", "))
 	}
+	if err := c.checkCluster(); err != nil {
+		return c, err
+	}
 	if c.Transport != "" && c.Transport != "sse" && c.Transport != "ws" {
 		return c, fmt.Errorf("-transport %q: want sse or ws", c.Transport)
 	}
@@ -196,8 +207,25 @@ func (c config) checkTarget() error {
 	if c.Quick || !slices.Contains(centrifugoScenarios, c.Scenario) {
 		return fmt.Errorf("-target %s: only -scenario fanout and idle run against Centrifugo", c.Target)
 	}
+	if c.Cluster {
+		return fmt.Errorf("-target %s: -cluster measures a fleet of pushd nodes only", c.Target)
+	}
 	if c.CentrifugoBin == "" {
 		return fmt.Errorf("-target %s needs -centrifugo-bin (build Centrifugo 6.9.1 yourself and pass its path)", c.Target)
+	}
+	return nil
+}
+
+// clusterScenarios are the scenarios -cluster runs, in the order -quick
+// runs them.
+var clusterScenarios = []string{"fanout", "storm"}
+
+func (c config) checkCluster() error {
+	if c.KillMaster && (!c.Cluster || (c.Scenario != "fanout" && !c.Quick)) {
+		return fmt.Errorf("-kill-master needs -cluster and -scenario fanout")
+	}
+	if c.Cluster && c.Scenario != "" && !slices.Contains(clusterScenarios, c.Scenario) {
+		return fmt.Errorf("-cluster runs %s, not %s", strings.Join(clusterScenarios, " and "), c.Scenario)
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ type conn struct {
 	last        atomic.Int64 // the newest version seen, over reconnects
 	convergedAt atomic.Int64 // Unix ns when it first held the expected version, 0 if not yet
 	wakeJitter  atomic.Int64 // ns to wait after a wake before reconnecting
+	firstAfter  atomic.Int64 // Unix ns of the first delivery published after the worker's since mark, 0 if none yet
 	status      atomic.Int32 // connState
 
 	mu      sync.Mutex
@@ -237,6 +238,9 @@ func (c *conn) onTask(data []byte, recv int64) {
 	}
 	s.mu.Unlock()
 	c.gotFirst = true
+	if ref := c.w.since.Load(); ref != 0 && sent >= ref {
+		c.firstAfter.CompareAndSwap(0, recv)
+	}
 	if t := c.target(); t > 0 && c.last.Load() >= t {
 		c.convergedAt.CompareAndSwap(0, recv)
 	}

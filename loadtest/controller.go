@@ -138,11 +138,12 @@ type run struct {
 	stderr  io.Writer
 	start   time.Time
 	tmp     string
-	redis   *redisServer
+	redis   redisDeployment
 	db      *database
-	server  *serverProc
+	nodes   fleet // the servers under test: one, or three pushd nodes with -cluster
 	kind    serverKind
-	rdb     *redis.Client // pushd's Redis, for the publisher and diagnose; nil for Centrifugo
+	rdb     redis.UniversalClient // pushd's Redis, for the publisher and diagnose; nil for Centrifugo
+	names   keys.Names            // the task keys as pushd spells them on r.redis
 	pub     *publisher
 	samp    *sampler
 	workers []*workerProc
@@ -325,6 +326,13 @@ func (r *run) final(ctx context.Context) (*merged, error) {
 	}
 	r.res.fig("loadgen_goroutines_per_conn", float64(m.Goroutines)/float64(max(m.Live, 1)), "goroutines/conn", false)
 	final := r.scrape(ctx)
+	if len(r.nodes) > 1 {
+		if each, err := r.nodes.scrapeEach(ctx); err == nil {
+			for _, m := range each {
+				r.res.NodeConnections = append(r.res.NodeConnections, m["pushd_connections"])
+			}
+		}
+	}
 	if r.res.ServerMetrics == nil {
 		r.res.ServerMetrics = map[string]float64{}
 	}
@@ -354,22 +362,19 @@ func ownSeries(m metrics, prefix string) metrics {
 }
 
 func (r *run) mark() cpuMark {
-	m := cpuMark{at: time.Now(), self: procCPU(os.Getpid())}
-	if p := r.server.current(); p != nil {
-		m.server = procCPU(p.pid())
-	}
+	m := cpuMark{at: time.Now(), self: procCPU(os.Getpid()), nodes: r.nodes.cpu()}
 	for _, w := range r.workers {
 		m.workers += procCPU(w.proc.pid())
 	}
-	if r.redis.proc != nil && !r.redis.proc.exited() {
-		m.redis = procCPU(r.redis.proc.pid())
+	for _, pid := range r.redis.pids() {
+		m.redis += procCPU(pid)
 	}
 	m.machineBusy, m.machineTotal = machineCPU()
 	return m
 }
 
 func (r *run) scrape(ctx context.Context) metrics {
-	m, err := scrape(ctx, r.server.baseURL())
+	m, err := r.nodes.scrape(ctx)
 	if err != nil {
 		r.logf("scrape: %v", err)
 		return metrics{}
@@ -397,7 +402,7 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 	if err != nil {
 		return false, err
 	}
-	runs := expandRuns(cfg)
+	runs := cfg.runs()
 	fmt.Fprintln(stdout, tableHeader)
 	ok = true
 	var results []*result
@@ -451,27 +456,40 @@ func serverBins(ctx context.Context, cfg config, tmp string) (bins, commits map[
 	return bins, commits, nil
 }
 
-// expandRuns is every run cfg asks for, with its scenario's defaults: each
-// scenario, each transport, each target, in that nesting, so the runs of
-// one setting against each server follow each other.
-func expandRuns(cfg config) []config {
-	var runs []config
-	scen := scenarios
-	if cfg.Scenario != "" {
-		scen = []string{cfg.Scenario}
+// runs are the runs cfg asks for, with their scenario's defaults: one
+// scenario, or with -quick every scenario (with -cluster: fanout, storm,
+// and fanout with a master killed), for each transport and each target, in
+// that nesting, so the runs of one setting against each server follow each
+// other.
+func (cfg config) runs() []config {
+	type variant struct {
+		scenario   string
+		killMaster bool
+	}
+	var variants []variant
+	switch {
+	case cfg.Scenario != "":
+		variants = []variant{{cfg.Scenario, cfg.KillMaster}}
+	case cfg.Cluster:
+		variants = []variant{{"fanout", false}, {"storm", false}, {"fanout", true}}
+	default:
+		for _, s := range scenarios {
+			variants = append(variants, variant{s, false})
+		}
 	}
 	transports := []string{cfg.Transport}
 	if cfg.Transport == "" {
 		transports = []string{"sse", "ws"}
 	}
-	for _, s := range scen {
+	var runs []config
+	for _, v := range variants {
 		for _, t := range transports {
-			if s == "stall" && t != transports[0] {
+			if v.scenario == "stall" && t != transports[0] {
 				continue // one run has both transports
 			}
 			for _, target := range runTargets(cfg.Target) {
 				c := cfg
-				c.Scenario, c.Transport, c.Target = s, t, target
+				c.Scenario, c.KillMaster, c.Transport, c.Target = v.scenario, v.killMaster, t, target
 				runs = append(runs, c.withDefaults())
 			}
 		}
@@ -493,23 +511,16 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		res.finish(r)
 	}()
 
-	rport, err := freePort()
-	if err != nil {
+	if r.redis, err = startRedis(ctx, cfg, dir); err != nil {
 		return res, err
 	}
-	r.redis = &redisServer{bin: cfg.RedisServer, dir: dir, port: rport}
-	if err := r.redis.start(ctx); err != nil {
-		return res, err
-	}
-	defer func() { r.redis.proc.kill() }()
+	defer func() { r.redis.kill() }()
 	defer func() { r.db.drop() }() // the database startPushd creates; nil for Centrifugo
 	defer func() {
 		if r.rdb != nil {
 			r.rdb.Close()
 		}
-		if r.server != nil {
-			r.server.kill()
-		}
+		r.nodes.kill()
 	}()
 	if cfg.Target == "centrifugo" {
 		err = r.startCentrifugo(ctx, bin)
@@ -517,11 +528,11 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		err = r.startPushd(ctx, bin)
 	}
 	if err != nil {
-		return res, err
+		return res, err // with the node's log
 	}
 
 	sctx, stopSampler := context.WithCancel(ctx)
-	r.samp = &sampler{server: r.server, connections: r.kind.connections, deliveries: r.kind.deliveries, start: r.start}
+	r.samp = &sampler{nodes: r.nodes, connections: r.kind.connections, deliveries: r.kind.deliveries, start: r.start}
 	var sampling sync.WaitGroup
 	sampling.Go(func() { r.samp.run(sctx) })
 	defer func() { stopSampler(); sampling.Wait() }()
@@ -541,7 +552,7 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 			return res, err
 		}
 	}
-	r.logf("started: redis :%d, %s :%d, %d workers", rport, r.kind.name, r.server.port, cfg.Workers)
+	r.logf("started: redis %s, %s %s, %d workers", r.redis.url(), r.kind.name, strings.Join(r.nodes.urls(), ","), cfg.Workers)
 
 	// The server at rest before anyone connects: what it must come back to
 	// once every client is gone.
@@ -551,7 +562,7 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		"idle": runIdle, "fanout": runFanout, "churn": runChurn, "storm": runStorm, "outage": runOutage, "stall": runStall,
 	}[cfg.Scenario]
 	if err := scenario(ctx, r); err != nil {
-		if tail := r.server.logTail(); tail != "" {
+		if tail := r.nodes.logTail(); tail != "" {
 			err = fmt.Errorf("%w\n%s log:\n%s", err, r.kind.name, tail)
 		}
 		return res, err
@@ -565,9 +576,10 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 	return res, r.disconnectAll(ctx, baseline)
 }
 
-// startPushd creates the run's database with every task's row, starts
-// pushd on a free port and the publisher that writes what the Task State
-// Service writes. The caller drops the database and kills the server.
+// startPushd creates the run's database with every task's row, starts the
+// pushd nodes (one, or three with -cluster) and the publisher that writes
+// what the Task State Service writes. The caller drops the database and
+// kills the nodes.
 func (r *run) startPushd(ctx context.Context, bin string) error {
 	cfg := r.cfg
 	var err error
@@ -577,40 +589,23 @@ func (r *run) startPushd(ctx context.Context, bin string) error {
 	if err := r.db.insertTasks(ctx, cfg.Tasks, cfg.Tenants, time.Now()); err != nil {
 		return err
 	}
-	sport, err := freePort()
-	if err != nil {
+	if r.nodes, err = r.newFleet(bin, r.tmp); err != nil {
 		return err
 	}
-	args := []string{"--listen", "127.0.0.1:" + strconv.Itoa(sport), "--redis-url", r.redis.url(),
-		"--database-url", r.db.url, "--jwt-secret", string(r.secret), "--log-level", "warn", "--node-name", "loadtest"}
-	if cfg.Scenario == "storm" {
-		args = append(args, "--drain-timeout", "2s")
-	}
-	args = append(args, cfg.ServerArgs...)
-	// Admission limits are for browsers, and the load generator is a few
-	// users on 16 addresses opening thousands of connections a second: off
-	// unless -server-env sets them, the failed-authentication bucket per
-	// address too (a server that counts every authentication against it
-	// would otherwise let 20 connections per address in). Environment, not flags, so servers
-	// built from commits older than the flags still start.
-	env := append([]string{"PUSHD_CONNECT_IP_BURST=0", "PUSHD_CONNECT_USER_BURST=0",
-		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0",
-		"PUSHD_AUTH_FAILURE_BURST=0"}, cfg.ServerEnv...)
-	r.server = &serverProc{name: "pushd", health: "/healthz", bin: bin, args: args, env: env, port: sport, logDir: r.tmp}
-	r.res.Server.Args = args[len(args)-len(cfg.ServerArgs):]
+	r.res.Server.Args = cfg.ServerArgs
 	r.res.Server.Env = cfg.ServerEnv
-	if _, err := r.server.start(ctx); err != nil {
-		return err
+	if err := r.nodes.start(ctx); err != nil {
+		return err // with the node's log
 	}
-	r.rdb = redis.NewClient(&redis.Options{Addr: r.redis.addr(), PoolSize: cfg.Publishers + 8, MaxRetries: -1,
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
-	r.pub = newPublisher(newRedisStore(r.rdb), r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
+	r.names = r.redis.names()
+	r.rdb = r.redis.client(cfg.Publishers)
+	r.pub = newPublisher(newRedisStore(r.rdb, r.names), r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
 	r.pub.every = cfg.PubEvery
 	return nil
 }
 
-// startWorkers starts the worker processes and tells each where the server
-// is; r.workers holds every one started, for the caller to quit.
+// startWorkers starts the worker processes and tells each where the
+// servers are; r.workers holds every one started, for the caller to quit.
 func (r *run) startWorkers(ctx context.Context) error {
 	var sources []string
 	for i := range r.cfg.Sources {
@@ -624,7 +619,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 		r.workers = append(r.workers, w)
 	}
 	_, err := r.all(ctx, func(i int) command {
-		return command{Cmd: "init", URL: r.server.baseURL(), Transport: r.cfg.Transport, Target: r.kind.name, Secret: r.secret,
+		return command{Cmd: "init", URLs: r.nodes.urls(), Transport: r.cfg.Transport, Target: r.kind.name, Secret: r.secret,
 			Sources: sources, Tenants: r.cfg.Tenants, Worker: i}
 	}, "ready", 30*time.Second)
 	return err
@@ -641,6 +636,65 @@ func (r *run) publishEach(ctx context.Context) error {
 	return nil
 }
 
+// startRedis starts the run's private Redis: a cluster with -cluster, else
+// one redis-server.
+func startRedis(ctx context.Context, cfg config, dir string) (redisDeployment, error) {
+	if cfg.Cluster {
+		return startRedisCluster(ctx, cfg.RedisServer, dir)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	rs := &redisServer{bin: cfg.RedisServer, dir: dir, port: port}
+	if err := rs.start(ctx); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// newFleet makes the run's pushd nodes, not yet started: one, or with
+// -cluster three on the cluster, each on a port of its own.
+func (r *run) newFleet(bin, dir string) (fleet, error) {
+	cfg := r.cfg
+	n := 1
+	common := []string{"--redis-url", r.redis.url(), "--database-url", r.db.url, "--jwt-secret", string(r.secret), "--log-level", "warn"}
+	if cfg.Cluster {
+		n = clusterMasters
+		common = append(common, "--redis-cluster")
+	}
+	if cfg.Scenario == "storm" {
+		common = append(common, "--drain-timeout", "2s")
+	}
+	// Admission limits are for browsers, and the load generator is a few
+	// users on 16 addresses opening thousands of connections a second: off
+	// unless -server-env sets them, the failed-authentication bucket per
+	// address too (a server that counts every authentication against it
+	// would otherwise let 20 connections per address in). Environment, not flags, so servers
+	// built from commits older than the flags still start.
+	env := append([]string{"PUSHD_CONNECT_IP_BURST=0", "PUSHD_CONNECT_USER_BURST=0",
+		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0",
+		"PUSHD_AUTH_FAILURE_BURST=0"}, cfg.ServerEnv...)
+	var f fleet
+	for i := range n {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		name, logDir := "loadtest", dir
+		if n > 1 {
+			name, logDir = "loadtest-"+strconv.Itoa(i), filepath.Join(dir, "node"+strconv.Itoa(i))
+			if err := os.MkdirAll(logDir, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		args := append([]string{"--listen", "127.0.0.1:" + strconv.Itoa(port)}, common...)
+		args = append(append(args, "--node-name", name), cfg.ServerArgs...)
+		f = append(f, &serverProc{name: "pushd", health: "/healthz", bin: bin, args: args, env: env, port: port, logDir: logDir})
+	}
+	return f, nil
+}
+
 // goroutineSlack is how many goroutines above its pre-connect baseline the
 // server may keep once every client is gone: what it starts on first use
 // (0 to 2 measured), far below one per client (the smallest run has 50).
@@ -649,9 +703,10 @@ func (r *run) publishEach(ctx context.Context) error {
 const goroutineSlack = 5
 
 // disconnectAll closes every client and waits until the server holds no
-// connection and its goroutines are back within goroutineSlack of
-// baseline; a server that keeps them fails the run.
+// connection and its goroutines are back within goroutineSlack (per node)
+// of baseline; a server that keeps them fails the run.
 func (r *run) disconnectAll(ctx context.Context, baseline float64) error {
+	slack := goroutineSlack * len(r.nodes)
 	if _, err := r.all(ctx, func(int) command { return command{Cmd: "close"} }, "closed", 30*time.Second); err != nil {
 		return err
 	}
@@ -663,7 +718,7 @@ func (r *run) disconnectAll(ctx context.Context, baseline float64) error {
 	for {
 		m := r.scrape(ctx)
 		g, conns = m["go_goroutines"], m[r.kind.connections]
-		if g > 0 && conns == 0 && g <= baseline+goroutineSlack {
+		if g > 0 && conns == 0 && g <= baseline+float64(slack) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -671,7 +726,7 @@ func (r *run) disconnectAll(ctx context.Context, baseline float64) error {
 			r.res.fig("goroutines_after_disconnect", g, "", false)
 			r.res.fig("connections_after_disconnect", conns, "", false)
 			r.res.fail("SERVER KEPT GOROUTINES: %v goroutines and %v connections %v after every client disconnected, want at most the %v before anyone connected + %d",
-				g, conns, disconnectWait, baseline, goroutineSlack)
+				g, conns, disconnectWait, baseline, slack)
 			return nil
 		}
 		select {
@@ -710,11 +765,11 @@ func (r *run) diagnose(ctx context.Context, tasks []int) {
 		}
 		id := taskID(t)
 		var inRedis, fromAPI int64 = -1, -1
-		if b, err := r.rdb.Get(ctx, keys.Names{}.Snapshot(id)).Bytes(); err == nil {
+		if b, err := r.rdb.Get(ctx, r.names.Snapshot(id)).Bytes(); err == nil {
 			inRedis, _ = jsonInt(b, `"version":`)
 		}
 		tok, _ := auth.NewSigner(r.secret).Sign(auth.Principal{TenantID: tenantOf(t, r.cfg.Tenants), UserID: userOf(t, r.cfg.Tenants), ExpiresAt: time.Now().Add(time.Hour)})
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.server.baseURL()+"/v1/tasks/"+id, nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.nodes[t%len(r.nodes)].baseURL()+"/v1/tasks/"+id, nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		if resp, err := metricsClient.Do(req); err == nil {
 			b, _ := io.ReadAll(resp.Body)

@@ -97,6 +97,7 @@ type redisServer struct {
 	bin  string
 	dir  string
 	port int
+	args []string // extra redis-server arguments (a cluster node's)
 	proc *proc
 }
 
@@ -107,6 +108,7 @@ func (r *redisServer) start(ctx context.Context) error {
 	cmd := exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", r.dir,
 		"--logfile", filepath.Join(r.dir, "redis.log"), "--maxclients", "10000")
+	cmd.Args = append(cmd.Args, r.args...)
 	p, err := startProc("redis-server", cmd)
 	if err != nil {
 		return err

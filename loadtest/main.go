@@ -5,15 +5,19 @@
 //
 //	go run ./loadtest -scenario fanout -transport sse -conns 10000 -tasks 1000 -rate 1000 -duration 20s
 //	go run ./loadtest -quick            # every scenario at small scale, both transports
+//	go run ./loadtest -cluster -scenario fanout -kill-master   # three nodes on Redis Cluster, a master killed
 //
 // Scenarios: idle (memory per connection), fanout (latency, deliveries/s,
 // convergence), churn (connections opening and closing under load), storm
 // (every client reconnecting to a restarted node with Redis cold), outage
 // (Redis killed and restarted under load), stall (healthy clients alone,
-// then beside clients that subscribe and never read). Each run writes a
-// JSON result (-out) and prints a markdown table row for docs/BENCHMARKS.md; it exits
-// non-zero when a connection did not converge or saw a version go backwards,
-// or when the server kept connections or goroutines once every client left.
+// then beside clients that subscribe and never read). With -cluster, fanout
+// and storm run on three nodes over a private Redis Cluster, clients spread
+// over them; -kill-master kills a master halfway through fanout's
+// publishing. Each run writes a JSON result (-out) and prints a markdown
+// table row for docs/BENCHMARKS.md; it exits non-zero when a connection
+// did not converge or saw a version go backwards, or when the server kept
+// connections or goroutines once every client left.
 //
 // -target centrifugo measures Centrifugo (a binary built by whoever runs
 // it, -centrifugo-bin) with the same clients, pacing and snapshots, and

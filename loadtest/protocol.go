@@ -11,10 +11,10 @@ import (
 
 // command is one controller → worker message; Cmd says which fields matter.
 type command struct {
-	Cmd string `json:"cmd"` // init, open, phase, expect, churn, wake, stall, convergence, cuts, report, close, quit
+	Cmd string `json:"cmd"` // init, open, phase, expect, churn, wake, since, resumed, stall, convergence, cuts, report, close, quit
 
-	// init
-	URL       string   `json:"url,omitempty"`
+	// init: URLs are the nodes, connection i dialing node i mod len(URLs).
+	URLs      []string `json:"urls,omitempty"`
 	Transport string   `json:"transport,omitempty"`
 	Target    string   `json:"target,omitempty"` // pushd or centrifugo: how clients connect and what they read
 	Secret    []byte   `json:"secret,omitempty"`
@@ -48,13 +48,15 @@ type command struct {
 	JitterNs int64 `json:"jitter_ns,omitempty"`
 
 	// convergence: how long after RefNs (Unix ns) each connection first
-	// held the version of the latest expect.
+	// held the version of the latest expect. since: from now on each
+	// connection notes its first delivery of a snapshot published at or
+	// after RefNs; resumed reports them.
 	RefNs int64 `json:"ref_ns,omitempty"`
 }
 
 // reply is one worker → controller message.
 type reply struct {
-	Type string `json:"type"` // ready, opened, stalled, progress, convergence, cuts, report, churned, closed, log
+	Type string `json:"type"` // ready, opened, stalled, progress, convergence, cuts, resumed, report, churned, closed, log
 
 	// opened
 	Opened int `json:"opened,omitempty"`
@@ -73,8 +75,20 @@ type reply struct {
 	// cuts: the worker's stalled clients.
 	Stalled []stalledReport `json:"stalled,omitempty"`
 
+	// resumed: by task, what its connections saw since the since mark.
+	Resumed map[int]*taskResume `json:"resumed,omitempty"`
+
 	Report *workerReport `json:"report,omitempty"`
 	Msg    string        `json:"msg,omitempty"`
+}
+
+// taskResume is one task's connections after a since mark: how many
+// received a snapshot published after it, and the longest any of them
+// waited for its first.
+type taskResume struct {
+	Conns   int   `json:"conns"`
+	Resumed int   `json:"resumed"`
+	MaxNs   int64 `json:"max_ns"`
 }
 
 // workerReport is what one worker saw, merged by the controller.

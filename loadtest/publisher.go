@@ -23,14 +23,26 @@ type store interface {
 	store(ctx context.Context, task int, doc []byte) (written bool, err error)
 }
 
-// redisStore writes the snapshot and announces it in one round trip, as
-// the Task State Service does for pushd (fanout.RedisPublisher).
-type redisStore struct{ pub *fanout.RedisPublisher }
+// redisStore writes the snapshot and announces it as the Task State
+// Service does for pushd (fanout.RedisPublisher): in one round trip on
+// standalone Redis; on a cluster (rdb a *redis.ClusterClient, names.Cluster)
+// journaled in the tenant's slot, written in the task's, then announced.
+type redisStore struct {
+	pub    *fanout.RedisPublisher
+	reload func() // asks a cluster client to reload the slot map after an error; nil on standalone Redis
+}
 
 var _ store = redisStore{}
 
-func newRedisStore(rdb *redis.Client) redisStore {
-	return redisStore{pub: fanout.NewRedisPublisher(rdb, keys.Names{})}
+func newRedisStore(rdb redis.UniversalClient, names keys.Names) redisStore {
+	s := redisStore{pub: fanout.NewRedisPublisher(rdb, names)}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// go-redis keeps dialing a dead master until it reloads the slot
+		// map: after a failover, as soon as a write fails. Reloads run
+		// one at a time, however many writes ask.
+		s.reload = func() { cc.ReloadState(context.Background()) }
+	}
+	return s
 }
 
 func (s redisStore) store(ctx context.Context, _ int, doc []byte) (bool, error) {
@@ -38,7 +50,11 @@ func (s redisStore) store(ctx context.Context, _ int, doc []byte) (bool, error) 
 	if err != nil {
 		return false, fmt.Errorf("parse: %w", err)
 	}
-	return s.pub.Publish(ctx, snap)
+	written, err := s.pub.Publish(ctx, snap)
+	if err != nil && s.reload != nil {
+		s.reload()
+	}
+	return written, err
 }
 
 // publisher does what the Task State Service does after a change: update
@@ -63,6 +79,7 @@ type publisher struct {
 
 	versions  []int64        // next version to write - 1, per task; owned by the task's shard
 	published []atomic.Int64 // newest version stored (the store, or PostgreSQL when it failed), per task
+	failed    []atomic.Bool  // per task, on a cluster: the newest version's Redis write failed; nil elsewhere
 
 	attempts  atomic.Int64
 	stored    atomic.Int64
@@ -71,18 +88,27 @@ type publisher struct {
 	pgWrites  atomic.Int64
 	pgErrs    atomic.Int64
 	lost      atomic.Int64 // changes neither the store nor PostgreSQL took
+	retried   atomic.Int64 // writes retryFailed sent again
+	slowest   atomic.Int64 // ns, the longest store call (a shard's goroutine waits for it)
 
 	errMu   sync.Mutex
 	lastErr string
 }
 
 func newPublisher(dst store, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards, size int) *publisher {
-	return &publisher{
+	p := &publisher{
 		dst: dst, pg: pg, pgMode: pgMode,
 		tasks: tasks, tenants: tenants, shards: shards, size: size,
 		versions:  make([]int64, tasks),
 		published: make([]atomic.Int64, tasks),
 	}
+	if rs, ok := dst.(redisStore); ok && rs.reload != nil {
+		// A task whose newest write hit a dead master would stay behind
+		// its row: retryFailed sends it again, as a Task State Service
+		// retrying would.
+		p.failed = make([]atomic.Bool, tasks)
+	}
+	return p
 }
 
 // lastVersions is the newest stored version of every task.
@@ -175,13 +201,9 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 	}
 	// Latency counts from here: the row is written, the snapshot goes out.
 	buf = p.doc(buf[:0], i, v, changed, time.Now())
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	written, err := p.dst.store(pctx, i, buf)
-	cancel()
+	written, err := p.send(ctx, i, buf)
 	switch {
 	case err != nil:
-		p.redisErrs.Add(1)
-		p.fail(err.Error())
 		if p.pgMode == "fallback" {
 			pgDone = p.writeRow(ctx, i, v, changed)
 		}
@@ -192,6 +214,9 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 	case !written:
 		p.stale.Add(1)
 	}
+	if p.failed != nil {
+		p.failed[i].Store(err != nil) // the row has it: retryFailed sends it again
+	}
 	p.stored.Add(1)
 	p.published[i].Store(v)
 	// Publishes in flight end in any order: keep the latest.
@@ -199,6 +224,57 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 	for last := p.lastStored.Load(); now > last && !p.lastStored.CompareAndSwap(last, now); last = p.lastStored.Load() {
 	}
 	return buf
+}
+
+// send hands task i's document to the store, counting and logging a
+// failure.
+func (p *publisher) send(ctx context.Context, i int, doc []byte) (written bool, err error) {
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	start := time.Now()
+	written, err = p.dst.store(pctx, i, doc)
+	took := int64(time.Since(start))
+	cancel()
+	for old := p.slowest.Load(); took > old && !p.slowest.CompareAndSwap(old, took); old = p.slowest.Load() {
+	}
+	if err != nil {
+		p.redisErrs.Add(1)
+		p.fail(err.Error())
+	}
+	return written, err
+}
+
+// retryFailed publishes again, as a Task State Service retries a write
+// Redis refused, the newest version of every task whose last write failed
+// (its PostgreSQL row has it), every 100 ms until Redis takes each or
+// timeout passes. Only on a cluster, where a master's failover refuses the
+// writes of its slots for a moment; it runs once the publishing stopped,
+// so it owns every task.
+func (p *publisher) retryFailed(ctx context.Context, timeout time.Duration) {
+	if p.failed == nil {
+		return
+	}
+	deadline := time.Now().Add(timeout)
+	buf := make([]byte, 0, 512)
+	for ctx.Err() == nil {
+		pending := 0
+		for i := range p.failed {
+			if !p.failed[i].Load() {
+				continue
+			}
+			p.retried.Add(1)
+			now := time.Now()
+			buf = p.doc(buf[:0], i, p.versions[i], now, now)
+			if _, err := p.send(ctx, i, buf); err == nil {
+				p.failed[i].Store(false)
+			} else {
+				pending++
+			}
+		}
+		if pending == 0 || time.Now().After(deadline) {
+			return
+		}
+		sleepCtx(ctx, 100*time.Millisecond) // a retry's pause, not synchronization
+	}
 }
 
 // statusOf is the status of a task at version v: queued when created, then
@@ -309,14 +385,18 @@ loop:
 
 // pubStats is the publisher's whole run.
 type pubStats struct {
-	Attempts    int64  `json:"attempts"`
-	Stored      int64  `json:"stored"`
-	Stale       int64  `json:"stale"`
-	RedisErrors int64  `json:"redis_errors"`
-	PGWrites    int64  `json:"pg_writes"`
-	PGErrors    int64  `json:"pg_errors"`
-	Lost        int64  `json:"lost"`
-	LastError   string `json:"last_error,omitempty"`
+	Attempts    int64 `json:"attempts"`
+	Stored      int64 `json:"stored"`
+	Stale       int64 `json:"stale"`
+	RedisErrors int64 `json:"redis_errors"`
+	PGWrites    int64 `json:"pg_writes"`
+	PGErrors    int64 `json:"pg_errors"`
+	Lost        int64 `json:"lost"`
+	Retried     int64 `json:"retried,omitempty"`
+	// SlowestMS is the longest Redis write: while it lasts, its shard's
+	// other tasks wait.
+	SlowestMS float64 `json:"slowest_write_ms"`
+	LastError string  `json:"last_error,omitempty"`
 }
 
 func (p *publisher) stats() pubStats {
@@ -324,7 +404,7 @@ func (p *publisher) stats() pubStats {
 	defer p.errMu.Unlock()
 	return pubStats{Attempts: p.attempts.Load(), Stored: p.stored.Load(), Stale: p.stale.Load(),
 		RedisErrors: p.redisErrs.Load(), PGWrites: p.pgWrites.Load(), PGErrors: p.pgErrs.Load(),
-		Lost: p.lost.Load(), LastError: p.lastErr}
+		Lost: p.lost.Load(), Retried: p.retried.Load(), SlowestMS: float64(p.slowest.Load()) / 1e6, LastError: p.lastErr}
 }
 
 func (s pubStats) String() string {

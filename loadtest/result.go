@@ -31,12 +31,21 @@ type result struct {
 	StalledWS  int     `json:"stalled_ws,omitempty"`
 	SnapBytes  int     `json:"snapshot_bytes,omitempty"`
 	Quick      bool    `json:"quick,omitempty"`
-	Commit     string  `json:"commit"`
-	Command    string  `json:"command"`
-	Started    string  `json:"started"`
-	ElapsedSec float64 `json:"elapsed_s"`
-	Machine    machine `json:"machine"`
-	Server     struct {
+	// Cluster: three pushd nodes on a Redis Cluster of three masters with
+	// a replica each; the server's CPU and RSS are the nodes' sum, each
+	// node's in cpu.server_cores_per_node and samples[].node_rss_kb.
+	Cluster    bool `json:"cluster,omitempty"`
+	Nodes      int  `json:"nodes"`
+	KillMaster bool `json:"kill_master,omitempty"`
+	// NodeConnections is each node's pushd_connections at the end, with
+	// several nodes: clients go round-robin over them.
+	NodeConnections []float64 `json:"node_connections,omitempty"`
+	Commit          string    `json:"commit"`
+	Command         string    `json:"command"`
+	Started         string    `json:"started"`
+	ElapsedSec      float64   `json:"elapsed_s"`
+	Machine         machine   `json:"machine"`
+	Server          struct {
 		Args []string `json:"extra_args,omitempty"`
 		Env  []string `json:"env,omitempty"`
 	} `json:"server"`
@@ -54,6 +63,7 @@ type result struct {
 	ClientCounts  map[string]int64           `json:"client_counts,omitempty"`
 	ServerMetrics map[string]float64         `json:"server_metrics,omitempty"`
 	Samples       []sample                   `json:"samples,omitempty"`
+	KilledMaster  *killReport                `json:"killed_master,omitempty"`
 
 	started time.Time
 	inTable []string // figure names shown in the markdown row, in order
@@ -69,6 +79,27 @@ type machine struct {
 	// BusyBeforePct is how busy the machine was in the half second before
 	// the run started anything: other work sharing the cores.
 	BusyBeforePct float64 `json:"busy_before_pct"`
+}
+
+// killReport is the master -kill-master killed: its address, the tenants
+// whose channel it served, when (seconds into the run), and the
+// connections by what the master held for them.
+type killReport struct {
+	Addr    string      `json:"addr"`
+	Tenants []string    `json:"tenants"`
+	AtS     float64     `json:"at_s"`
+	Groups  []killGroup `json:"groups"`
+}
+
+// killGroup is the connections of one group (killed_shard: their tenant's
+// channel was on the master; killed_keys: only their task's snapshot;
+// untouched: neither): how many, how many received a snapshot published
+// after the kill, and the longest wait for the first.
+type killGroup struct {
+	Name    string  `json:"name"`
+	Conns   int     `json:"conns"`
+	Resumed int     `json:"resumed"`
+	ResumeS float64 `json:"resume_s"`
 }
 
 type figure struct {
@@ -103,10 +134,13 @@ type convergence struct {
 func newResult(cfg config, commit string) *result {
 	r := &result{
 		Scenario: cfg.Scenario, Transport: cfg.Transport, Target: cfg.Target, Conns: cfg.Conns, Tasks: cfg.Tasks, Tenants: cfg.Tenants,
-		Workers: cfg.Workers, Quick: cfg.Quick, Commit: commit, Command: cfg.Command,
+		Workers: cfg.Workers, Quick: cfg.Quick, Cluster: cfg.Cluster, Nodes: 1, KillMaster: cfg.KillMaster, Commit: commit, Command: cfg.Command,
 		started: time.Now(), Latencies: map[string]*latencySummary{},
 	}
 	r.Started = r.started.UTC().Format(time.RFC3339)
+	if cfg.Cluster {
+		r.Nodes = clusterMasters
+	}
 	switch cfg.Scenario {
 	case "fanout", "churn", "outage", "stall":
 		r.Rate = cfg.Rate
@@ -124,6 +158,9 @@ func newResult(cfg config, commit string) *result {
 	}
 	if cfg.Quick && !strings.Contains(r.Command, "-scenario") {
 		r.Command += fmt.Sprintf(" # run: -scenario %s -transport %s", cfg.Scenario, cfg.Transport)
+		if cfg.KillMaster {
+			r.Command += " -kill-master"
+		}
 	}
 	r.Machine = machine{CPUs: runtime.NumCPU(), Model: cpuModel(), MemGB: memGB(), Go: runtime.Version(), LoadAvgStart: loadAvg()}
 	b0, t0 := machineCPU()
@@ -230,7 +267,7 @@ func (r *result) finish(rn *run) {
 
 // report prints the run for a person, failures loudly.
 func (r *result) report(w io.Writer) {
-	fmt.Fprintf(w, "\n== %s %s %s: %d conns, %d tasks (commit %s, %.0fs)\n", r.Target, r.Scenario, r.Transport, r.Conns, r.Tasks, r.Commit, r.ElapsedSec)
+	fmt.Fprintf(w, "\n== %s %s %s: %d conns, %d tasks (commit %s, %.0fs)\n", r.Target, r.label(), r.Transport, r.Conns, r.Tasks, r.Commit, r.ElapsedSec)
 	for _, f := range r.Figures {
 		fmt.Fprintf(w, "   %-28s %s\n", f.Name, fmtValue(f.Value, f.Unit))
 	}
@@ -254,6 +291,9 @@ func (r *result) report(w io.Writer) {
 	if r.CPU != nil {
 		fmt.Fprintf(w, "   cpu over %.1fs: server %.2f, loadgen %.2f, redis %.2f, other %.2f cores; machine %.0f%% busy\n",
 			r.CPU.Seconds, r.CPU.Server, r.CPU.LoadGen, r.CPU.Redis, r.CPU.OtherCores, r.CPU.MachineBusy)
+		if len(r.CPU.ServerPerNode) > 0 {
+			fmt.Fprintf(w, "   server cores per node: %.2f\n", r.CPU.ServerPerNode)
+		}
 	}
 	fmt.Fprintf(w, "   machine: %.0f%% busy before the run; loadavg %s → %s\n", r.Machine.BusyBeforePct, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd)
 	if r.Publisher != nil {
@@ -263,7 +303,7 @@ func (r *result) report(w io.Writer) {
 		fmt.Fprintf(w, "   warning: %s\n", s)
 	}
 	if !r.OK {
-		fmt.Fprintf(w, "\n!!!!!!!! FAIL %s %s %s !!!!!!!!\n", r.Target, r.Scenario, r.Transport)
+		fmt.Fprintf(w, "\n!!!!!!!! FAIL %s %s %s !!!!!!!!\n", r.Target, r.label(), r.Transport)
 		for _, p := range r.Problems {
 			fmt.Fprintf(w, "!!! %s\n", p)
 		}
@@ -298,8 +338,20 @@ func (r *result) row() string {
 		conv = fmt.Sprintf("%s/%s", thousands(float64(c.Converged)), thousands(float64(c.Live)))
 		regs = strconv.FormatInt(c.Regressions, 10)
 	}
-	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | `%s` |", r.Scenario, r.Transport,
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | `%s` |", r.label(), r.Transport,
 		thousands(float64(r.Conns)), thousands(float64(r.Tasks)), strings.Join(figs, "; "), conv, regs, r.Commit, r.Command)
+}
+
+// label is the scenario as the table names it: with -cluster, the fleet,
+// and the master killed.
+func (r *result) label() string {
+	switch {
+	case r.KillMaster:
+		return fmt.Sprintf("%s (cluster: %d nodes, %d masters, one killed)", r.Scenario, r.Nodes, clusterMasters)
+	case r.Cluster:
+		return fmt.Sprintf("%s (cluster: %d nodes, %d masters)", r.Scenario, r.Nodes, clusterMasters)
+	}
+	return r.Scenario
 }
 
 func fmtMS(ms float64) string {

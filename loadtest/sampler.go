@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,10 +121,12 @@ func parseMetrics(r io.Reader) metrics {
 	return m
 }
 
-// sample is the server as seen every 500 ms.
+// sample is the server as seen every 500 ms: with several nodes, their
+// sum, and each node's RSS.
 type sample struct {
 	T           float64 `json:"t"` // seconds since the run started
 	RSSKB       int64   `json:"rss_kb"`
+	NodeRSSKB   []int64 `json:"node_rss_kb,omitempty"`
 	CPUSeconds  float64 `json:"cpu_s"`
 	Goroutines  float64 `json:"goroutines"`
 	Connections float64 `json:"connections"`
@@ -134,7 +137,7 @@ type sample struct {
 
 // sampler records the server every 500 ms, following it across restarts.
 type sampler struct {
-	server      *serverProc
+	nodes       fleet
 	connections string                // the series of live connections
 	deliveries  func(metrics) float64 // the server's deliveries so far
 	start       time.Time
@@ -156,25 +159,37 @@ func (s *sampler) run(ctx context.Context) {
 	}
 }
 
+// take samples every node; a sample while any node is down has no figures.
 func (s *sampler) take(ctx context.Context) sample {
 	sm := sample{T: time.Since(s.start).Seconds()}
-	p := s.server.current()
-	if p == nil || p.exited() {
+	rss := s.nodes.rss()
+	if slices.Contains(rss, 0) {
 		return sm
 	}
-	sm.RSSKB = procRSS(p.pid())
-	sm.CPUSeconds = float64(procCPU(p.pid())) / clockTicks
-	if m, err := scrape(ctx, s.server.baseURL()); err == nil {
+	sm.RSSKB = sum(rss)
+	if len(rss) > 1 {
+		sm.NodeRSSKB = rss
+	}
+	sm.CPUSeconds = float64(sum(s.nodes.cpu())) / clockTicks
+	if m, err := s.nodes.scrape(ctx); err == nil {
 		sm.Goroutines = m["go_goroutines"]
 		sm.Connections = m[s.connections]
 		sm.Deliveries = s.deliveries(m)
 		sm.PGQueries = m["pushd_postgres_queries_total"]
-		sm.Polling = m[`pushd_mode{mode="polling"}`] == 1
+		sm.Polling = m[`pushd_mode{mode="polling"}`] >= 1
 	}
 	s.mu.Lock()
 	s.samples = append(s.samples, sm)
 	s.mu.Unlock()
 	return sm
+}
+
+func sum(v []int64) int64 {
+	var n int64
+	for _, x := range v {
+		n += x
+	}
+	return n
 }
 
 func (s *sampler) all() []sample {
@@ -212,7 +227,7 @@ func (s *sampler) settled(ctx context.Context, n int) (rssKB int64, goroutines f
 // cpuMark is the CPU time of everything the run measures, at one moment.
 type cpuMark struct {
 	at           time.Time
-	server       int64
+	nodes        []int64 // each pushd node's
 	workers      int64
 	redis        int64
 	self         int64
@@ -222,11 +237,13 @@ type cpuMark struct {
 
 // cpuUse is CPU time between two marks, in cores.
 type cpuUse struct {
-	Seconds     float64 `json:"seconds"`
-	Server      float64 `json:"server_cores"`
-	LoadGen     float64 `json:"loadgen_cores"` // workers and the controller (publisher)
-	Redis       float64 `json:"redis_cores"`
-	MachineBusy float64 `json:"machine_busy_pct"`
+	Seconds float64 `json:"seconds"`
+	Server  float64 `json:"server_cores"`
+	// ServerPerNode is Server node by node, with several nodes.
+	ServerPerNode []float64 `json:"server_cores_per_node,omitempty"`
+	LoadGen       float64   `json:"loadgen_cores"` // workers and the controller (publisher)
+	Redis         float64   `json:"redis_cores"`
+	MachineBusy   float64   `json:"machine_busy_pct"`
 	// OtherCores is the machine's busy time not spent by the server, the
 	// load generator or Redis: PostgreSQL, and other work on the machine.
 	OtherCores float64 `json:"other_cores"`
@@ -238,7 +255,12 @@ func (a cpuMark) to(b cpuMark) cpuUse {
 		return cpuUse{}
 	}
 	cores := func(t int64) float64 { return float64(t) / clockTicks / el }
-	u := cpuUse{Seconds: el, Server: cores(b.server - a.server), LoadGen: cores(b.workers - a.workers + b.self - a.self), Redis: cores(max(0, b.redis-a.redis))}
+	u := cpuUse{Seconds: el, Server: cores(sum(b.nodes) - sum(a.nodes)), LoadGen: cores(b.workers - a.workers + b.self - a.self), Redis: cores(max(0, b.redis-a.redis))}
+	if len(b.nodes) > 1 && len(a.nodes) == len(b.nodes) {
+		for i := range b.nodes {
+			u.ServerPerNode = append(u.ServerPerNode, cores(b.nodes[i]-a.nodes[i]))
+		}
+	}
 	if t := b.machineTotal - a.machineTotal; t > 0 {
 		u.MachineBusy = 100 * float64(b.machineBusy-a.machineBusy) / float64(t)
 		u.OtherCores = max(0, u.MachineBusy/100*float64(runtime.NumCPU())-u.Server-u.LoadGen-u.Redis)

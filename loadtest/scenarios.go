@@ -44,7 +44,8 @@ func runIdle(ctx context.Context, r *run) error {
 }
 
 // runFanout publishes rate updates/s for duration to connected clients and
-// measures delivery latency, deliveries/s and the server's CPU.
+// measures delivery latency, deliveries/s and the server's CPU; with
+// -kill-master, with one master of the cluster killed halfway through.
 func runFanout(ctx context.Context, r *run) error {
 	if err := r.connectAll(ctx); err != nil {
 		return err
@@ -53,7 +54,16 @@ func runFanout(ctx context.Context, r *run) error {
 		return err
 	}
 	before, m0 := r.mark(), r.scrape(ctx)
-	pr := r.pub.run(ctx, r.cfg.Rate, r.cfg.Duration)
+	var pr pubRun
+	var kill *masterKill
+	if r.cfg.KillMaster {
+		var err error
+		if pr, kill, err = r.publishKillingMaster(ctx); err != nil {
+			return err
+		}
+	} else {
+		pr = r.pub.run(ctx, r.cfg.Rate, r.cfg.Duration)
+	}
 	after, m1 := r.mark(), r.scrape(ctx)
 	if err := r.phase(ctx, "drain"); err != nil {
 		return err
@@ -64,6 +74,11 @@ func runFanout(ctx context.Context, r *run) error {
 	m, err := r.final(ctx)
 	if err != nil {
 		return err
+	}
+	if kill != nil {
+		if err := r.reportResume(ctx, kill); err != nil {
+			return err
+		}
 	}
 	meas := m.phase("measure")
 	lat := meas.Latency.Clone()
@@ -83,7 +98,7 @@ func runFanout(ctx context.Context, r *run) error {
 		r.res.fig("conflated", m1["pushd_conflated_total"]-m0["pushd_conflated_total"], "", false)
 	}
 	if rss := lastRSS(r); rss > 0 {
-		r.res.fig("server_rss_mb", float64(rss)/1024, "MB", false)
+		r.res.fig("server_rss_mb", float64(rss)/1024, "MB", r.cfg.Cluster)
 	}
 	return nil
 }
@@ -137,7 +152,8 @@ func runChurn(ctx context.Context, r *run) error {
 	return nil
 }
 
-// runStorm restarts the node with Redis flushed and every task changed in
+// runStorm restarts the node (with -cluster, all three at once, and up is
+// when the last of them accepted) with Redis flushed and every task changed in
 // PostgreSQL meanwhile, and measures how long every client takes to
 // reconnect and converge, and how many PostgreSQL queries that took.
 func runStorm(ctx context.Context, r *run) error {
@@ -148,10 +164,10 @@ func runStorm(ctx context.Context, r *run) error {
 		return err
 	}
 	stopping := time.Now()
-	r.server.stop(30 * time.Second)
+	r.nodes.stop(30 * time.Second)
 	r.logf("server stopped after %v", time.Since(stopping).Round(time.Millisecond))
 	r.res.fig("drain_s", time.Since(stopping).Seconds(), "s", false)
-	if err := r.rdb.FlushAll(ctx).Err(); err != nil {
+	if err := flushAll(ctx, r.rdb); err != nil {
 		return fmt.Errorf("flushall: %w", err)
 	}
 	// The Task State Service changed every task while the node was down.
@@ -164,7 +180,7 @@ func runStorm(ctx context.Context, r *run) error {
 		return err
 	}
 	before, tcp0 := r.mark(), tcpExt(listenCounters...)
-	up, err := r.server.startAccepting(ctx)
+	up, err := r.nodes.startAccepting(ctx)
 	if err != nil {
 		return err
 	}
@@ -206,6 +222,10 @@ func runStorm(ctx context.Context, r *run) error {
 // is down, restarts it empty, and measures the switch to polling, what
 // clients saw meanwhile and how fast everything converged after.
 func runOutage(ctx context.Context, r *run) error {
+	rs, ok := r.redis.(*redisServer)
+	if !ok {
+		return fmt.Errorf("outage runs on one redis-server only")
+	}
 	if err := r.connectAll(ctx); err != nil {
 		return err
 	}
@@ -222,7 +242,7 @@ func runOutage(ctx context.Context, r *run) error {
 	}
 
 	killed := time.Now()
-	r.redis.proc.kill()
+	rs.kill()
 	if err := r.phase(ctx, "outage"); err != nil {
 		return err
 	}
@@ -235,7 +255,7 @@ func runOutage(ctx context.Context, r *run) error {
 		return err
 	}
 
-	if err := r.redis.start(ctx); err != nil {
+	if err := rs.start(ctx); err != nil {
 		return fmt.Errorf("restart redis: %w", err)
 	}
 	restarted := time.Now()
@@ -286,14 +306,15 @@ func runOutage(ctx context.Context, r *run) error {
 	return nil
 }
 
-// waitMode polls the server's pushd_mode every 25 ms until it reports mode.
+// waitMode polls the nodes' pushd_mode every 25 ms until every one reports
+// mode.
 func (r *run) waitMode(ctx context.Context, mode string, timeout time.Duration) (time.Time, bool) {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
 	for time.Now().Before(deadline) {
-		m, err := scrape(ctx, r.server.baseURL())
-		if err == nil && m[`pushd_mode{mode="`+mode+`"}`] == 1 {
+		m, err := r.nodes.scrape(ctx)
+		if err == nil && m[`pushd_mode{mode="`+mode+`"}`] == float64(len(r.nodes)) {
 			return time.Now(), true
 		}
 		select {

@@ -117,7 +117,8 @@ func (w *worker) openStalled(tenant, tasks int, ws bool, n int) (*stalledConn, e
 	d := stalledDialer(src)
 	ids := stalledTasks(tenant, tasks, w.tenants)
 	token := w.token(tenant) // task `tenant` is one of the tenant's
-	addr := strings.TrimPrefix(w.url, "http://")
+	// stall runs on one node.
+	addr := strings.TrimPrefix(w.nodeURL(0), "http://")
 	sc := &stalledConn{ws: ws}
 	if ws {
 		var nc net.Conn
@@ -186,7 +187,7 @@ func (w *worker) startStallWatch() {
 	if w.stallStop != nil {
 		return
 	}
-	server, err := net.ResolveTCPAddr("tcp", strings.TrimPrefix(w.url, "http://"))
+	server, err := net.ResolveTCPAddr("tcp", strings.TrimPrefix(w.nodeURL(0), "http://"))
 	if err != nil {
 		w.logf("stalled clients: %v", err)
 		return

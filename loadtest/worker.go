@@ -66,7 +66,7 @@ type worker struct {
 	outMu sync.Mutex
 	out   *json.Encoder
 
-	url        string // http://host:port
+	urls       []string // the nodes, http://host:port: connection i dials urls[i mod len]
 	transport  string
 	centrifugo bool   // the server is Centrifugo: its endpoints, tokens and protocol
 	secret     []byte // the token secret
@@ -92,6 +92,8 @@ type worker struct {
 
 	wake atomic.Pointer[chan struct{}] // closed to wake clients waiting to reconnect
 
+	since atomic.Int64 // Unix ns of the latest since command: connections note their first delivery published after it
+
 	regressions   atomic.Int64
 	resumeRepeats atomic.Int64
 	reconnects    atomic.Int64
@@ -115,6 +117,10 @@ type worker struct {
 	stallStop    chan struct{} // owned by the command loop once stall answered
 	stallDone    chan struct{}
 }
+
+// nodeURL is the node connection id dials: connections go round-robin
+// over the nodes.
+func (w *worker) nodeURL(id int) string { return w.urls[id%len(w.urls)] }
 
 func newWake() *chan struct{} { c := make(chan struct{}); return &c }
 
@@ -148,6 +154,10 @@ func (w *worker) handle(cmd command) {
 		w.send(reply{Type: "churning"})
 	case "wake":
 		w.wakeAll(time.Duration(cmd.JitterNs))
+	case "since":
+		w.markSince(cmd.RefNs)
+	case "resumed":
+		w.send(reply{Type: "resumed", Resumed: w.resumed()})
 	case "stall":
 		w.stall(cmd)
 	case "convergence":
@@ -168,7 +178,7 @@ func (w *worker) handle(cmd command) {
 }
 
 func (w *worker) init(cmd command) {
-	w.url = cmd.URL
+	w.urls = cmd.URLs
 	w.transport = cmd.Transport
 	w.centrifugo = cmd.Target == "centrifugo"
 	w.secret = cmd.Secret
@@ -379,6 +389,35 @@ func (w *worker) wakeAll(jitter time.Duration) {
 		}
 	}
 	close(*old)
+}
+
+// markSince starts watching, on every connection, for the first delivery
+// of a snapshot published at or after ref (Unix ns).
+func (w *worker) markSince(ref int64) {
+	for _, c := range w.snapshotConns() {
+		c.firstAfter.Store(0)
+	}
+	w.since.Store(ref)
+}
+
+// resumed is, per task, how long after the since mark its connections
+// first received a snapshot published after it.
+func (w *worker) resumed() map[int]*taskResume {
+	ref := w.since.Load()
+	out := map[int]*taskResume{}
+	for _, c := range w.snapshotConns() {
+		tr := out[int(c.task)]
+		if tr == nil {
+			tr = &taskResume{}
+			out[int(c.task)] = tr
+		}
+		tr.Conns++
+		if at := c.firstAfter.Load(); at != 0 {
+			tr.Resumed++
+			tr.MaxNs = max(tr.MaxNs, at-ref)
+		}
+	}
+	return out
 }
 
 // phase is where deliveries are recorded while it is current. Histograms

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/internal/rediscluster"
 )
 
 // RedisCluster is a private Redis Cluster owned by one test: masters with
@@ -28,10 +30,6 @@ type RedisCluster struct {
 	masters int
 }
 
-// clusterNodeTimeout is how long a master may be silent before its replica
-// takes over: short, so failover tests are quick.
-const clusterNodeTimeout = 1000 * time.Millisecond
-
 // StartRedisCluster starts masters masters with one replica each and waits
 // until every slot is served and every node agrees the cluster is ok.
 func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
@@ -43,15 +41,7 @@ func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
 	addrs := make([]string, 0, 2*masters)
 	for range 2 * masters {
 		port := clusterPort(t)
-		s := &RedisServer{t: t, dir: t.TempDir(), port: port, args: []string{
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout / time.Millisecond)),
-			// A replica takes over however long ago it last heard its
-			// master: in a test the master may die before the replica's
-			// first sync has aged.
-			"--cluster-replica-validity-factor", "0",
-		}}
+		s := &RedisServer{t: t, dir: t.TempDir(), port: port, args: rediscluster.NodeArgs()}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		s.URL = "redis://" + s.Addr
 		s.Start()
@@ -60,10 +50,8 @@ func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
 		addrs = append(addrs, s.Addr)
 	}
 	c.Seeds = strings.Join(addrs, ",")
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("testenv: redis-cli --cluster create: %v\n%s", err, out)
+	if err := rediscluster.Create(context.Background(), addrs); err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
 	c.WaitOK()
 	return c
@@ -73,20 +61,11 @@ func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
 // free too.
 func clusterPort(t testing.TB) int {
 	t.Helper()
-	for range 100 {
-		p := FreePort(t)
-		if p+10000 > 65535 {
-			continue
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+10000)))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return p
+	p, err := rediscluster.FreePort()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
-	t.Fatal("testenv: no free port pair for a cluster node")
-	return 0
+	return p
 }
 
 // WaitOK waits until the cluster has its number of masters among the
@@ -95,41 +74,20 @@ func clusterPort(t testing.TB) int {
 // taken over.
 func (c *RedisCluster) WaitOK() {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		bad := c.notOK()
-		if n := len(c.Masters()); bad == "" && n != c.masters {
-			bad = fmt.Sprintf("%d masters running, want %d", n, c.masters)
-		}
-		if bad == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("testenv: cluster not ok within 30s: %s", bad)
-		}
-		time.Sleep(50 * time.Millisecond) // polling servers that converge on their own; nothing to wait on
+	if err := rediscluster.WaitHealthy(context.Background(), c.running, c.masters, 30*time.Second); err != nil {
+		c.t.Fatalf("testenv: %v", err)
 	}
 }
 
-// notOK says which running node does not see a healthy cluster, or "".
-func (c *RedisCluster) notOK() string {
+// running returns the addresses of the running nodes.
+func (c *RedisCluster) running() []string {
+	var out []string
 	for _, s := range c.Nodes {
-		if !s.Running() {
-			continue
-		}
-		cl := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		info, err := cl.ClusterInfo(ctx).Result()
-		cancel()
-		cl.Close()
-		if err != nil {
-			return fmt.Sprintf("%s: %v", s.Addr, err)
-		}
-		if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
-			return s.Addr + ": " + strings.Join(strings.Fields(info)[:4], " ")
+		if s.Running() {
+			out = append(out, s.Addr)
 		}
 	}
-	return ""
+	return out
 }
 
 // Masters returns the running nodes that serve slots.
@@ -140,7 +98,7 @@ func (c *RedisCluster) Masters() []*RedisServer {
 		if !s.Running() {
 			continue
 		}
-		if role, err := roleOf(s.Addr); err == nil && len(role) > 0 && role[0] == "master" {
+		if len(rediscluster.Masters(context.Background(), []string{s.Addr})) == 1 {
 			out = append(out, s)
 		}
 	}
@@ -363,7 +321,7 @@ func (c *RedisCluster) ReplicaOf(addr string) *RedisServer {
 		if !s.Running() || s.Addr == addr {
 			continue
 		}
-		if role, err := roleOf(s.Addr); err == nil && len(role) >= 3 && role[0] == "slave" && fmt.Sprint(role[1]) == host && fmt.Sprint(role[2]) == port {
+		if role, err := rediscluster.Role(context.Background(), s.Addr); err == nil && len(role) >= 3 && role[0] == "slave" && fmt.Sprint(role[1]) == host && fmt.Sprint(role[2]) == port {
 			return s
 		}
 	}
@@ -396,13 +354,4 @@ func configSet(t testing.TB, addr, param, value string) {
 	if err := cl.ConfigSet(ctx, param, value).Err(); err != nil {
 		t.Fatalf("testenv: CONFIG SET %s %s on %s: %v", param, value, addr, err)
 	}
-}
-
-// roleOf is the ROLE reply of the node at addr.
-func roleOf(addr string) ([]any, error) {
-	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	return cl.Do(ctx, "ROLE").Slice()
 }
