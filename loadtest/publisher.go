@@ -189,8 +189,13 @@ func (p *publisher) doc(b []byte, i int, v int64, updated, sent time.Time) []byt
 	return append(b, '}')
 }
 
-// publish writes task i's next version.
-func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
+// publish writes task i's next version, due at due: the moment the
+// schedule handed it over, which the document's sent_ns carries, moved on
+// by the row write. Latency then counts the wait behind this goroutine's
+// earlier publishes (a store that slows down shows in it, not only in the
+// publish rate), but not the row write, which comes before any server can
+// know of the change.
+func (p *publisher) publish(ctx context.Context, i int, due time.Time, buf []byte) []byte {
 	v := p.versions[i] + 1
 	p.versions[i] = v
 	p.attempts.Add(1)
@@ -199,8 +204,7 @@ func (p *publisher) publish(ctx context.Context, i int, buf []byte) []byte {
 	if p.pgMode == "always" {
 		pgDone = p.writeRow(ctx, i, v, changed)
 	}
-	// Latency counts from here: the row is written, the snapshot goes out.
-	buf = p.doc(buf[:0], i, v, changed, time.Now())
+	buf = p.doc(buf[:0], i, v, changed, due.Add(time.Since(changed)))
 	written, err := p.send(ctx, i, buf)
 	switch {
 	case err != nil:
@@ -319,7 +323,7 @@ func (p *publisher) each(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				buf = p.publish(ctx, i, buf)
+				buf = p.publish(ctx, i, time.Now(), buf)
 			}
 		})
 	}
@@ -339,16 +343,20 @@ type pubRun struct {
 // (update k goes to task k mod tasks at start + k/rate, sent at the first
 // tick of p.every at or after that), until d passes or ctx ends.
 func (p *publisher) run(ctx context.Context, rate float64, d time.Duration) pubRun {
-	chans := make([]chan int, p.shards)
+	type update struct {
+		task int
+		due  time.Time
+	}
+	chans := make([]chan update, p.shards)
 	var wg sync.WaitGroup
 	var sent atomic.Int64
 	for s := range chans {
-		ch := make(chan int, 1024)
+		ch := make(chan update, 1024)
 		chans[s] = ch
 		wg.Go(func() {
 			buf := make([]byte, 0, 512)
-			for i := range ch {
-				buf = p.publish(ctx, i, buf)
+			for u := range ch {
+				buf = p.publish(ctx, u.task, u.due, buf)
 				sent.Add(1)
 			}
 		})
@@ -365,10 +373,11 @@ loop:
 			break loop
 		case <-tick.C:
 		}
-		due := min(int64(rate*time.Since(start).Seconds()), total)
+		now := time.Now()
+		due := min(int64(rate*now.Sub(start).Seconds()), total)
 		for ; k < due; k++ {
 			i := int(k % int64(p.tasks))
-			chans[i%p.shards] <- i
+			chans[i%p.shards] <- update{i, now}
 		}
 		if lag := time.Since(start) - time.Duration(float64(k)/rate*float64(time.Second)); lag > maxLag {
 			maxLag = lag
