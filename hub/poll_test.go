@@ -277,21 +277,29 @@ func (r *recorder) nextTaskNoMode(t *testing.T, what string) *snapshot.Snapshot 
 	return ev.Snapshot
 }
 
+// twoTenantsFirstLost is a polling hub with one connection of tenant t1
+// watching task_a and one of t2 watching task_b, each past its first
+// snapshot, after t1's shard of the bus was reported lost.
+func twoTenantsFirstLost(t *testing.T) (e *env, r1, r2 *recorder) {
+	t.Helper()
+	e = newEnv(t, hub.Config{PollInterval: 20 * time.Millisecond})
+	e.publish(t, snap(t, "t1", "task_a", 1))
+	e.publish(t, snap(t, "t2", "task_b", 1))
+	_, r1, _ = e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"task_a"}})
+	_, r2, _ = e.open(t, "t2", "u1", hub.Subscription{Tasks: []string{"task_b"}})
+	r1.nextTask(t)
+	r2.nextTask(t)
+	e.hub.TenantsLost([]string{"t1"}, errors.New("shard connection reset"))
+	return e, r1, r2
+}
+
 // A shard of the bus lost for one tenant (TenantsLost): only that tenant's
 // connections are told polling and polled, the other tenant's stay in push
 // and hear nothing of it; a new connection's hello says its tenant's mode;
 // TenantsRestored re-reads the tenant once and tells its connections push.
 func TestTenantsLostPollOnlyThoseTenants(t *testing.T) {
-	e := newEnv(t, hub.Config{PollInterval: 20 * time.Millisecond})
+	e, r1, r2 := twoTenantsFirstLost(t)
 	ctx := context.Background()
-	e.publish(t, snap(t, "t1", "task_a", 1))
-	e.publish(t, snap(t, "t2", "task_b", 1))
-	_, r1, _ := e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"task_a"}})
-	_, r2, _ := e.open(t, "t2", "u1", hub.Subscription{Tasks: []string{"task_b"}})
-	r1.nextTask(t)
-	r2.nextTask(t)
-
-	e.hub.TenantsLost([]string{"t1"}, errors.New("shard connection reset"))
 	if ev := r1.nextMode(t); ev.Mode != hub.ModePolling || ev.Reason != hub.ReasonPubSubDown {
 		t.Fatalf("t1 got mode %q (%s), want polling (pubsub_down)", ev.Mode, ev.Reason)
 	}
@@ -364,16 +372,8 @@ func TestTenantsLostPollOnlyThoseTenants(t *testing.T) {
 // bus is restored the other tenant is told push, and the tenant whose shard
 // is still lost keeps polling without being told push in between.
 func TestTenantLostOutlastsWholeBusLoss(t *testing.T) {
-	e := newEnv(t, hub.Config{PollInterval: 20 * time.Millisecond})
+	e, r1, r2 := twoTenantsFirstLost(t)
 	ctx := context.Background()
-	e.publish(t, snap(t, "t1", "task_a", 1))
-	e.publish(t, snap(t, "t2", "task_b", 1))
-	_, r1, _ := e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"task_a"}})
-	_, r2, _ := e.open(t, "t2", "u1", hub.Subscription{Tasks: []string{"task_b"}})
-	r1.nextTask(t)
-	r2.nextTask(t)
-
-	e.hub.TenantsLost([]string{"t1"}, errors.New("shard connection reset"))
 	if ev := r1.nextMode(t); ev.Mode != hub.ModePolling {
 		t.Fatalf("t1 got mode %q, want polling", ev.Mode)
 	}
