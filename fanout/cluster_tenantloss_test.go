@@ -1,9 +1,7 @@
 package fanout
 
 import (
-	"context"
 	"errors"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -117,14 +115,7 @@ func TestClusterBusLostTenantLingersOut(t *testing.T) {
 	f := newClusterFixtureWith(t, 2, BusConfig{LivenessInterval: 100 * time.Millisecond, PingInterval: time.Minute},
 		func(f *clusterFixture, b *ClusterBus) {
 			f.r, f.handler = r.recorder, r
-			victim = f.c.Masters()[0].Addr
-			proxy = testenv.StartProxy(t, victim)
-			b.dialShard = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				if addr == victim {
-					addr = proxy.Addr
-				}
-				return (&net.Dialer{}).DialContext(ctx, network, addr)
-			}
+			proxy, victim = proxyFirstMaster(t, f, b)
 		})
 	releases := map[string]func(){}
 	for _, tenant := range f.tenants {

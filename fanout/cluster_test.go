@@ -245,6 +245,20 @@ func TestClusterBusSubscribeErrors(t *testing.T) {
 	}
 }
 
+// proxyFirstMaster makes b dial the fixture's first master through a proxy
+// the test can stall or cut, and returns it with that master's address.
+func proxyFirstMaster(t *testing.T, f *clusterFixture, b *ClusterBus) (*testenv.Proxy, string) {
+	victim := f.c.Masters()[0].Addr
+	proxy := testenv.StartProxy(t, victim)
+	b.dialShard = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == victim {
+			addr = proxy.Addr
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	return proxy, victim
+}
+
 // A shard whose connection goes half-open (nothing delivered, nothing
 // answered) stops hearing its liveness messages: the bus replaces it within
 // the liveness timeout, long before a ping would tell, reports the loss,
@@ -254,14 +268,7 @@ func TestClusterBusLivenessReplacesASilentShard(t *testing.T) {
 	var victim string
 	f := newClusterFixtureWith(t, 2, BusConfig{LivenessInterval: 100 * time.Millisecond, PingInterval: time.Minute},
 		func(f *clusterFixture, b *ClusterBus) {
-			victim = f.c.Masters()[0].Addr
-			proxy = testenv.StartProxy(t, victim)
-			b.dialShard = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				if addr == victim {
-					addr = proxy.Addr
-				}
-				return (&net.Dialer{}).DialContext(ctx, network, addr)
-			}
+			proxy, victim = proxyFirstMaster(t, f, b)
 		})
 	for _, tenant := range f.tenants {
 		mustSubscribe(t, f.bus, tenant)
