@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/internal/redisx"
@@ -24,6 +25,10 @@ func newCluster(ctx context.Context, cfg Config, t tuning) (*backend, error) {
 		opt.DialerRetries = 1
 	}
 	opt.ContextTimeoutEnabled = true
+	// No maintenance notifications (a hosted Redis's upgrade hints), as on
+	// the bus's shard clients: go-redis would start a cleanup goroutine for
+	// every master's client it makes on first use, kept until Close.
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	cluster := redis.NewClusterClient(opt)
 	b := &backend{attrs: []any{"redis_cluster", true}}
 	b.onClose(func() { cluster.Close() })
