@@ -344,6 +344,13 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 		}
 	}
 	beforeSlow := s.last
+	// The cut counts its disconnect before the connection leaves the open
+	// gauge: wait for both, so the step reads the connection gone.
+	open := `pushd_connections_open{plan="none",transport="sse"}`
+	eventually(t, "slow client cut and gone", func() bool {
+		now := scrape(t, s.base)
+		return now[`pushd_disconnects_total{reason="slow_client"}`] > s.last[`pushd_disconnects_total{reason="slow_client"}`] && now[open] == s.last[open]
+	})
 	s.step("slow client", map[string]float64{
 		`pushd_disconnects_total{reason="slow_client"}`:                                1,
 		`pushd_admission_allowed_total{rule="connect_user"}`:                           1,
