@@ -7,22 +7,50 @@ import (
 	"golang.org/x/time/rate"
 )
 
+// rewatchGrace is how long what a user's closed connection watched stays
+// free to subscribe again on this node. An SSE stream's subscription is
+// its URL, so a client asks for refused ids again by reconnecting with
+// every id it holds: were those charged anew, a budget smaller than the
+// subscription would refuse the same tail on every reconnect and the
+// client would never hold it all.
+const rewatchGrace = 10 * time.Second
+
 // readBudgets are the per-user token buckets that snapshot reads caused by
 // subscriptions draw from: a client subscribing to fresh ids as fast as it
 // can costs Redis and PostgreSQL at most its user's budget, and no other
 // user's. One bucket per tenant and user with a bucket not full; full ones
-// are forgotten by sweep.
+// are forgotten by sweep. Alongside, per user, what its connections
+// watched until they closed (rewatchGrace), which costs nothing to watch
+// again: re-watching is bounded by the user's connect rate times the
+// subscriptions a connection may hold, not by this budget.
 type readBudgets struct {
-	perSecond rate.Limit
-	burst     int
+	perSecond  rate.Limit
+	burst      int
+	maxRewatch int // watches kept per user; past it, a closing connection's are not kept
 
 	mu      sync.Mutex
 	buckets map[key]*rate.Limiter
+	rewatch map[key]*rewatchSet
 }
 
-func (b *readBudgets) init(perSecond float64, burst int) {
-	b.perSecond, b.burst = rate.Limit(perSecond), burst
+// rewatchSet is what a user's connections watched when they closed, free
+// to watch again until the grace of the last of them to close has passed.
+type rewatchSet struct {
+	until time.Time
+	ws    map[watch]struct{}
+}
+
+// watch is one thing a connection watches: a task or project (by byTask or
+// byProject, with its id) or its user's tasks (byUser, no id).
+type watch struct {
+	by int
+	id string
+}
+
+func (b *readBudgets) init(perSecond float64, burst, maxRewatch int) {
+	b.perSecond, b.burst, b.maxRewatch = rate.Limit(perSecond), burst, maxRewatch
 	b.buckets = make(map[key]*rate.Limiter)
+	b.rewatch = make(map[key]*rewatchSet)
 }
 
 // take takes one read for the user and reports whether it got it; when
@@ -43,13 +71,56 @@ func (b *readBudgets) take(k key, now time.Time) (ok bool, wait time.Duration) {
 	return true, 0
 }
 
-// sweep forgets the buckets that have refilled: they are as a new one.
+// closed records what a connection of the user watched when it closed at
+// now: watching it again within rewatchGrace is free. The grace is the
+// user's, from its last connection to close, so that sweep costs one check
+// per user.
+func (b *readBudgets) closed(k key, ws []watch, now time.Time) {
+	if len(ws) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.rewatch[k]
+	if r == nil || !now.Before(r.until) {
+		r = &rewatchSet{ws: make(map[watch]struct{}, len(ws))}
+		b.rewatch[k] = r
+	}
+	r.until = now.Add(rewatchGrace)
+	for _, w := range ws {
+		if len(r.ws) >= b.maxRewatch {
+			break
+		}
+		r.ws[w] = struct{}{}
+	}
+}
+
+// rewatched reports whether one of the user's connections that closed
+// within rewatchGrace before now watched w.
+func (b *readBudgets) rewatched(k key, w watch, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.rewatch[k]
+	if r == nil || !now.Before(r.until) {
+		return false
+	}
+	_, ok := r.ws[w]
+	return ok
+}
+
+// sweep forgets the buckets that have refilled, as they are as a new one,
+// and the watches whose grace has passed.
 func (b *readBudgets) sweep(now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k, lim := range b.buckets {
 		if lim.TokensAt(now) >= float64(b.burst) {
 			delete(b.buckets, k)
+		}
+	}
+	for k, r := range b.rewatch {
+		if !now.Before(r.until) {
+			delete(b.rewatch, k)
 		}
 	}
 }

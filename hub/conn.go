@@ -413,14 +413,18 @@ func (c *Conn) Close() {
 		h.mu.Lock()
 		c.mu.Lock()
 		c.closed = true
+		watched := make([]watch, 0, len(c.tasks)+len(c.projects)+1)
 		for id := range c.tasks {
 			h.idx.remove(byTask, key{c.TenantID, id}, c)
+			watched = append(watched, watch{byTask, id})
 		}
 		for id := range c.projects {
 			h.idx.remove(byProject, key{c.TenantID, id}, c)
+			watched = append(watched, watch{byProject, id})
 		}
 		if c.userScope {
 			h.idx.remove(byUser, key{c.TenantID, c.UserID}, c)
+			watched = append(watched, watch{by: byUser})
 		}
 		if len(c.projects) > 0 || c.userScope {
 			h.idx.addScoped(c.TenantID, -1)
@@ -450,6 +454,7 @@ func (c *Conn) Close() {
 		c.sink = nil
 		c.writeMu.Unlock()
 		h.forgetConn(c)
+		h.budgets.closed(key{c.TenantID, c.UserID}, watched, time.Now())
 		if release != nil {
 			release()
 		}

@@ -87,8 +87,11 @@ type Config struct {
 	// id costs one read unless a connection of the tenant on this node
 	// watches it already or the Source has it cached (a reconnect storm
 	// reads each task once, whoever asks); a project or user listing costs
-	// one. Ids past it are refused with rate_limit_exceeded and how long to
-	// wait.
+	// one. What one of the user's connections watched when it closed is
+	// free to watch again for 10 s, so that a client reconnecting with
+	// what it holds (an SSE client asking again for refused ids) is
+	// charged only for what is new. Ids past it are refused with
+	// rate_limit_exceeded and how long to wait.
 	// Zero means 50 per second with bursts of 500.
 	SubscribeReads     float64
 	SubscribeReadBurst int
@@ -204,7 +207,7 @@ func New(cfg Config) *Hub {
 	h.mode = ModePush
 	h.tenantPolling = make(map[string]string)
 	h.poll.init()
-	h.budgets.init(cfg.SubscribeReads, cfg.SubscribeReadBurst)
+	h.budgets.init(cfg.SubscribeReads, cfg.SubscribeReadBurst, 4*cfg.MaxSubscriptions)
 	h.runq.init()
 	h.dispatch.init()
 	for range cfg.Writers {

@@ -147,7 +147,7 @@ func (c *Conn) admitTasksLocked(a *admission, ids []string) {
 		case has(c.tasks, id):
 		case a.room <= 0:
 			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeTooMany})
-		case !h.readIsFree(c.TenantID, id) && !a.budget.take():
+		case !h.readIsFree(c.TenantID, id) && !a.budget.take(watch{byTask, id}):
 			a.rejected = append(a.rejected, a.budget.refuse(Rejection{TaskID: id}))
 		default:
 			a.room--
@@ -168,7 +168,7 @@ func (c *Conn) admitProjectsLocked(a *admission, ids []string) {
 		case has(c.projects, id):
 		case a.room <= 0:
 			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeTooMany})
-		case !h.listIsFree(byProject, c.TenantID, id) && !a.budget.take():
+		case !h.listIsFree(byProject, c.TenantID, id) && !a.budget.take(watch{byProject, id}):
 			a.rejected = append(a.rejected, a.budget.refuse(Rejection{ProjectID: id}))
 		default:
 			a.room--
@@ -189,7 +189,7 @@ func (c *Conn) admitUserLocked(a *admission) {
 	if c.userScope || c.UserID == "" {
 		return
 	}
-	if !h.listIsFree(byUser, c.TenantID, c.UserID) && !a.budget.take() {
+	if !h.listIsFree(byUser, c.TenantID, c.UserID) && !a.budget.take(watch{by: byUser}) {
 		a.rejected = append(a.rejected, a.budget.refuse(Rejection{}))
 		return
 	}
@@ -358,7 +358,12 @@ type readBudget struct {
 	spent bool // the budget ran out: the request's later ids are refused without asking
 }
 
-func (b *readBudget) take() bool {
+// take reports whether w may be read: one of the user's connections that
+// closed lately watched it, or the budget has a read for it.
+func (b *readBudget) take(w watch) bool {
+	if b.h.budgets.rewatched(b.k, w, b.now) {
+		return true
+	}
 	if !b.spent {
 		ok, wait := b.h.budgets.take(b.k, b.now)
 		if ok {

@@ -2,10 +2,13 @@ package node_test
 
 import (
 	"encoding/json"
+	"net/url"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
 )
 
@@ -88,4 +91,77 @@ func TestSubscribeFloodStaysWithinReadBudget(t *testing.T) {
 func rawMessage(m map[string]json.RawMessage) []byte {
 	b, _ := json.Marshal(m)
 	return b
+}
+
+// TestReconnectIsChargedOnlyForWhatIsNew: an SSE client asks again for ids
+// refused for its read budget by reconnecting with every id it holds. What
+// its closed connection watched costs nothing to watch again, so the
+// reconnect is charged only for what is new and the client gets further
+// each time; another user of the tenant is charged for the same ids as
+// for fresh ones. The budget here never refills within the test, so every
+// free read is the grace's, and both connections are confirmed closed and
+// the node's cache cold before the next connect, so none is an old
+// connection's or the cache's.
+func TestReconnectIsChargedOnlyForWhatIsNew(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.SubscribeReads, cfg.SubscribeReadBurst = 0.0001, 2
+	s := startNode(t, cfg, node.WithDisconnectCheck(20*time.Millisecond))
+	ids := make([]string, 6)
+	q := url.Values{}
+	for i := range ids {
+		ids[i] = testenv.UniqueID("task")
+		c.goPublish(t, doc(ids[i], "t1", 1, "RUNNING"))
+		q.Add("task", ids[i])
+	}
+	gone := func(cl *sseClient, held ...string) {
+		cl.Close()
+		eventually(t, "the connection closed and its tasks uncached", func() bool {
+			return scrape(t, s.URL)["pushd_connections"] == 0 &&
+				!slices.ContainsFunc(held, s.Store().Cached)
+		})
+	}
+
+	reader := token(t, "t1", "reader")
+	first := openSSE(t, s.URL, reader, q.Encode())
+	wantSSE(t, first, ids[:2], ids[2:])
+	gone(first, ids[:2]...)
+	again := openSSE(t, s.URL, reader, q.Encode())
+	wantSSE(t, again, ids[:2], ids[2:]) // 0 and 1 free; no read left for 2
+	gone(again, ids[:2]...)
+
+	other := openSSE(t, s.URL, token(t, "t1", "other"), url.Values{"task": ids[:3]}.Encode())
+	wantSSE(t, other, ids[:2], ids[2:3]) // its own budget pays for 0 and 1
+}
+
+// wantSSE reads a connection's initial state: a task event for each of
+// tasks and a rate_limit_exceeded error for each of refused, in any order.
+func wantSSE(t *testing.T, cl *sseClient, tasks, refused []string) {
+	t.Helper()
+	var gotTasks, gotRefused []string
+	for len(gotTasks)+len(gotRefused) < len(tasks)+len(refused) {
+		ev := cl.next(t)
+		switch ev.Event {
+		case "hello", "mode":
+		case "task":
+			gotTasks = append(gotTasks, parseDoc(t, ev.Data).TaskID)
+		case "error":
+			var e struct {
+				Code   string `json:"code"`
+				TaskID string `json:"task_id"`
+			}
+			json.Unmarshal([]byte(ev.Data), &e)
+			if e.Code != hub.CodeRateLimitExceeded {
+				t.Fatalf("error %s, want only %s", ev.Data, hub.CodeRateLimitExceeded)
+			}
+			gotRefused = append(gotRefused, e.TaskID)
+		default:
+			t.Fatalf("event %q (%s) before the initial state was complete", ev.Event, ev.Data)
+		}
+	}
+	slices.Sort(gotTasks)
+	slices.Sort(gotRefused)
+	if !slices.Equal(gotTasks, slices.Sorted(slices.Values(tasks))) || !slices.Equal(gotRefused, slices.Sorted(slices.Values(refused))) {
+		t.Fatalf("sent %v and refused %v, want %v sent and %v refused", gotTasks, gotRefused, tasks, refused)
+	}
 }
