@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -178,7 +179,10 @@ func (h *Hub) dispatchLoop() {
 func (h *Hub) deliver(k key, a announced, targets []*Conn) []*Conn {
 	// No per-read timeout here: the source bounds its own fetches, and a
 	// context per notification would be the delivery path's only allocation.
-	snap, err := h.cfg.Source.Get(h.ctx, k.id, a.version)
+	// Nor a cancel: a context that never ends lets the store read on this
+	// goroutine rather than one of its own per read; Close waits out at
+	// most one bounded fetch per dispatcher.
+	snap, err := h.cfg.Source.Get(context.Background(), k.id, a.version)
 	h.stats.fetches.Add(1)
 	if err != nil {
 		if !errors.Is(err, snapshot.ErrNotFound) {

@@ -28,3 +28,26 @@ func TestGetCacheHitAllocs(t *testing.T) {
 		t.Errorf("stats %+v, want every Get from the cache", st)
 	}
 }
+
+// The hub reads what each notification announced with a context that
+// never ends: the read runs on the caller's goroutine and allocates no
+// channel, flight goroutine or cancellable context of its own, which a
+// subscriber's read (whose context may end) does.
+func TestGetRedisOnTheCallersGoroutineAllocs(t *testing.T) {
+	s := uncachedStore(t)
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	get := func(ctx context.Context) func() {
+		return func() {
+			if got, err := s.Get(ctx, "bench", 7); err != nil || got.Version != 7 {
+				t.Fatalf("Get = %v, %v", got, err)
+			}
+		}
+	}
+	inline := testing.AllocsPerRun(200, get(context.Background()))
+	flight := testing.AllocsPerRun(200, get(cancellable))
+	t.Logf("allocations per Redis read: %v on the caller's goroutine, %v on a flight's own", inline, flight)
+	if inline > flight-2 {
+		t.Errorf("a read with a context that never ends allocates %v times, a subscriber's %v: want at least the channel and its goroutine's closure fewer", inline, flight)
+	}
+}
