@@ -13,20 +13,6 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-const waitFor = 10 * time.Second
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, waitFor)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
-	}
-}
-
 func newController(t *testing.T, cfg Config) *Controller {
 	t.Helper()
 	c := New(cfg)
@@ -69,7 +55,7 @@ func TestBucketRefusesThenRefills(t *testing.T) {
 	if ttl <= 0 || ttl > 2500*time.Millisecond {
 		t.Fatalf("bucket TTL %s, want (0, 2.5s]", ttl)
 	}
-	eventually(t, "bucket refilled", func() bool { return c.connectBuckets(ctx, "t1", "u1", "10.0.0.1").Allowed })
+	testenv.Eventually(t, "bucket refilled", func() bool { return c.connectBuckets(ctx, "t1", "u1", "10.0.0.1").Allowed })
 }
 
 func TestBucketPerIP(t *testing.T) {
@@ -130,7 +116,7 @@ func TestWindowSlides(t *testing.T) {
 	if d := c.API(ctx, "t1", "", "task"); d.Allowed {
 		t.Fatal("3rd call allowed")
 	}
-	eventually(t, "window slid", func() bool { return c.API(ctx, "t1", "", "task").Allowed })
+	testenv.Eventually(t, "window slid", func() bool { return c.API(ctx, "t1", "", "task").Allowed })
 }
 
 func count(t *testing.T, rdb *redis.Client, key string) int64 {
@@ -173,7 +159,7 @@ func TestLeaseCapsReleaseAndTTL(t *testing.T) {
 	}
 	h1.Release()
 	h1.Release() // idempotent
-	eventually(t, "released in Redis", func() bool { return count(t, r.Client, c.names.capUser("t1", "u1")) == 1 })
+	testenv.Eventually(t, "released in Redis", func() bool { return count(t, r.Client, c.names.capUser("t1", "u1")) == 1 })
 	if _, d := c.Connect(ctx, "t1", "u1", "", ""); !d.Allowed {
 		t.Fatalf("after a release: %+v", d)
 	}
@@ -203,7 +189,7 @@ func TestLeasesOfAStoppedNodeExpire(t *testing.T) {
 	// The two leases were taken moments apart and may expire apart: each
 	// frees one slot when it does, so two admissions follow in time.
 	for i := range 2 {
-		eventually(t, fmt.Sprintf("slot %d freed by expiry", i+1), func() bool {
+		testenv.Eventually(t, fmt.Sprintf("slot %d freed by expiry", i+1), func() bool {
 			_, d := live.Connect(ctx, "t1", "u1", "", "")
 			return d.Allowed
 		})
@@ -275,7 +261,7 @@ func TestRenewKeepsLeasesAndWritesLostOnes(t *testing.T) {
 		t.Fatalf("tenant count %d", n)
 	}
 	before := r.Client.ZScore(ctx, c.names.leases("t1"), h.member).Val()
-	eventually(t, "Redis clock moves", func() bool {
+	testenv.Eventually(t, "Redis clock moves", func() bool {
 		c.renew()
 		return r.Client.ZScore(ctx, c.names.leases("t1"), h.member).Val() > before
 	})
@@ -291,7 +277,7 @@ func TestReconcileRepairsCounts(t *testing.T) {
 	c.Connect(ctx, "t1", "u1", "", "")
 	h3, _ := c.Connect(ctx, "t1", "u2", "", "")
 	h3.Release()
-	eventually(t, "released", func() bool { return count(t, r.Client, c.names.capUser("t1", "u2")) == 0 })
+	testenv.Eventually(t, "released", func() bool { return count(t, r.Client, c.names.capUser("t1", "u2")) == 0 })
 	c.renew() // registers the tenant
 	r.Client.Set(ctx, c.names.capUser("t1", "u1"), 7, 0)
 	r.Client.Set(ctx, c.names.capUser("t1", "u2"), 3, 0)
@@ -342,8 +328,8 @@ func TestFallbackToLocalLimitsAndBack(t *testing.T) {
 	rs.Start()
 	// Back on Redis: the lease taken locally is written by a renewal, so
 	// Redis counts both connections, and the fleet cap (4) applies again.
-	eventually(t, "local lease written to Redis", func() bool { return c.Stats().LeasesReadded >= 2 })
-	eventually(t, "Redis decides again", func() bool {
+	testenv.Eventually(t, "local lease written to Redis", func() bool { return c.Stats().LeasesReadded >= 2 })
+	testenv.Eventually(t, "Redis decides again", func() bool {
 		_, d := c.Connect(ctx, "t1", "u1", "", "")
 		return d.Allowed && !d.Local
 	})
@@ -353,7 +339,7 @@ func TestFallbackToLocalLimitsAndBack(t *testing.T) {
 	// A lease taken while Redis was down is released from Redis too.
 	hl.Release()
 	hr.Release()
-	eventually(t, "released", func() bool { return count(t, rdb, c.names.capUser("t1", "u1")) == 1 })
+	testenv.Eventually(t, "released", func() bool { return count(t, rdb, c.names.capUser("t1", "u1")) == 1 })
 }
 
 func TestLocalOnly(t *testing.T) {

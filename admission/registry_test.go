@@ -267,7 +267,7 @@ func TestReconcileWalkCoversEveryBucket(t *testing.T) {
 	if c.reconcileEvery() != 10*time.Millisecond {
 		t.Fatalf("step every %s, want 10ms", c.reconcileEvery())
 	}
-	eventually(t, "every tenant's count repaired and the legacy set drained", func() bool {
+	testenv.Eventually(t, "every tenant's count repaired and the legacy set drained", func() bool {
 		for _, tenant := range tenants {
 			if count(t, r.Client, n.capTenant(tenant)) != 1 {
 				return false
@@ -296,7 +296,7 @@ func TestFailedStepKeepsUsersSeen(t *testing.T) {
 		t.Fatalf("connect: %+v", d)
 	}
 	h.Release()
-	eventually(t, "released in Redis", func() bool { return c.Stats().LeasesReleased == 1 })
+	testenv.Eventually(t, "released in Redis", func() bool { return c.Stats().LeasesReleased == 1 })
 
 	rs.Stop()
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)

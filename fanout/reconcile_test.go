@@ -122,7 +122,7 @@ func TestReconcileAnnouncesAWriteNeverAnnounced(t *testing.T) {
 			if !announced[tenant] {
 				t.Fatalf("%s was not announced (heard %v)", tenant, announced)
 			}
-			waitUntil(t, tenant+"'s journal empty", func() bool { return len(f.journal(t, tenant)) == 0 })
+			testenv.Eventually(t, tenant+"'s journal empty", func() bool { return len(f.journal(t, tenant)) == 0 })
 		}
 		rc.Close()
 		if st := rc.Stats(); st.Repairs != uint64(len(f.tenants)) || st.Rounds == 0 {
@@ -295,7 +295,7 @@ func TestAnnounceKeepsALaterPublishInFlight(t *testing.T) {
 			t.Fatalf("retry of v1 = %v, %v; want stale", out, err)
 		}
 		rc := f.reconciler(time.Millisecond)
-		waitUntil(t, "v2's entry older than the grace", func() bool { return time.Now().UnixMilli() > p2.Since+1 })
+		testenv.Eventually(t, "v2's entry older than the grace", func() bool { return time.Now().UnixMilli() > p2.Since+1 })
 		if err := rc.round(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -313,16 +313,4 @@ func mustNotification(t *testing.T, s *snapshot.Snapshot) []byte {
 		t.Fatal(err)
 	}
 	return msg
-}
-
-// waitUntil polls cond until it holds, failing the test at waitFor.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, waitFor)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
-	}
 }

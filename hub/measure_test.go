@@ -6,20 +6,8 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/testenv"
 )
-
-// waitUntil polls cond, which reads counters a writer updates after its
-// Write returned, so after the test saw the events.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(time.Millisecond) // polling a counter, with a deadline
-	}
-}
 
 func TestHistogramsMeasureChangesNotInitialState(t *testing.T) {
 	e := newEnv(t, hub.Config{})
@@ -28,7 +16,7 @@ func TestHistogramsMeasureChangesNotInitialState(t *testing.T) {
 	r.nextTask(t)
 	e.publish(t, snap(t, "t1", "task_a", 2))
 	r.nextTask(t)
-	waitUntil(t, "two task events counted", func() bool { return e.hub.Stats().Pushed[hub.TransportUnknown] == 2 })
+	testenv.Eventually(t, "two task events counted", func() bool { return e.hub.Stats().Pushed[hub.TransportUnknown] == 2 })
 	st := e.hub.Stats()
 	// The initial state is in neither histogram; the change is in both.
 	if n := st.NotifyToWrite.Count; n != 1 {

@@ -19,18 +19,6 @@ import (
 	"github.com/pushd/pushd/internal/testenv"
 )
 
-// eventually polls cond until it holds or waitFor passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, waitFor)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
-	}
-}
-
 // refusal is a 429's body.
 type refusal struct {
 	Error        string `json:"error"`
@@ -130,7 +118,7 @@ func TestConnectRateLimitRefusesThenAdmitsAfterRefill(t *testing.T) {
 	if st, _, body, _ := sseStatus(t, srv.URL, token(t, "t1", testenv.UniqueID("user"))); st != http.StatusOK {
 		t.Fatalf("another user: %d %s", st, body)
 	}
-	eventually(t, "admitted after the bucket refilled", func() bool {
+	testenv.Eventually(t, "admitted after the bucket refilled", func() bool {
 		st, _, _, _ := wsStatus(t, srv.URL, tok)
 		return st == http.StatusSwitchingProtocols
 	})
@@ -231,7 +219,7 @@ func TestUserCapAcrossTwoNodes(t *testing.T) {
 	// Closing a connection frees its slot at once (well before the lease
 	// would expire: renewals keep it alive).
 	s1.Close()
-	eventually(t, "slot freed by the close", func() bool { return countKey(t, c.redis.Client, userKey) == 1 })
+	testenv.Eventually(t, "slot freed by the close", func() bool { return countKey(t, c.redis.Client, userKey) == 1 })
 	if st, _, body, _ := sseStatus(t, n1.URL, tok); st != http.StatusOK {
 		t.Fatalf("after a close: %d %s", st, body)
 	}
@@ -239,8 +227,8 @@ func TestUserCapAcrossTwoNodes(t *testing.T) {
 
 	// A count corrupted by hand is repaired by the periodic reconcile.
 	c.redis.Client.Set(context.Background(), userKey, 40, 0)
-	eventually(t, "count repaired", func() bool { return countKey(t, c.redis.Client, userKey) == 2 })
-	eventually(t, "difference reported", func() bool {
+	testenv.Eventually(t, "count repaired", func() bool { return countKey(t, c.redis.Client, userKey) == 2 })
+	testenv.Eventually(t, "difference reported", func() bool {
 		return n1.Admission().Stats().ReconcileDiff+n2.Admission().Stats().ReconcileDiff >= 38
 	})
 }
@@ -272,7 +260,7 @@ func TestLeasesOfACutNodeExpire(t *testing.T) {
 	// still connected to it. The slots come back when the leases expire.
 	proxy.CloseAll()
 	proxy.Drop() // after CloseAll, which would let new connections through
-	eventually(t, "slots freed by lease expiry", func() bool {
+	testenv.Eventually(t, "slots freed by lease expiry", func() bool {
 		st, _, _, cl := sseStatus(t, live.URL, tok)
 		if cl != nil && st == http.StatusOK {
 			cl.Close()
@@ -281,7 +269,7 @@ func TestLeasesOfACutNodeExpire(t *testing.T) {
 	})
 	// The two leases expire a moment apart, and an acquire frees what has
 	// expired by then: the first admission may have freed only one.
-	eventually(t, "both of the cut node's leases counted as expired", func() bool {
+	testenv.Eventually(t, "both of the cut node's leases counted as expired", func() bool {
 		if st, _, _, cl := sseStatus(t, live.URL, tok); cl != nil && st == http.StatusOK {
 			cl.Close()
 		}
@@ -325,9 +313,9 @@ func TestControlRedisDownFallsBackToLocalLimits(t *testing.T) {
 	control.Start()
 	// Back on Redis: the lease taken locally is written there, and the
 	// fleet cap (2) applies again, counting it.
-	eventually(t, "local lease written to Redis", func() bool { return countKey(t, rdb, userKey) == 1 })
+	testenv.Eventually(t, "local lease written to Redis", func() bool { return countKey(t, rdb, userKey) == 1 })
 	var second *wsClient
-	eventually(t, "Redis decides again", func() bool {
+	testenv.Eventually(t, "Redis decides again", func() bool {
 		st, _, _, ws := wsStatus(t, srv.URL, tok)
 		second = ws
 		return st == http.StatusSwitchingProtocols
@@ -341,7 +329,7 @@ func TestControlRedisDownFallsBackToLocalLimits(t *testing.T) {
 	// down included, give their slots back.
 	first.Close()
 	second.Close()
-	eventually(t, "released", func() bool { return countKey(t, rdb, userKey) == 0 })
+	testenv.Eventually(t, "released", func() bool { return countKey(t, rdb, userKey) == 0 })
 }
 
 const api429Code = "too_many_connections"

@@ -149,7 +149,7 @@ func TestRandomizedTenantIsolation(t *testing.T) {
 	// have received at least one task message, then stop them all.
 	for _, cl := range clients {
 		own := tasksOf(tasks, func(tk *task) bool { return tk.tenant == cl.tenant }, func(tk *task) (string, string, string) { return tk.id, tk.project, tk.user })
-		eventually(t, fmt.Sprintf("a task for the client of %s watching %v / %v / user %v", cl.tenant, cl.tasks, cl.projects, cl.scope), func() bool {
+		testenv.Eventually(t, fmt.Sprintf("a task for the client of %s watching %v / %v / user %v", cl.tenant, cl.tasks, cl.projects, cl.scope), func() bool {
 			return cl.got.Load() > 0 || !cl.expectsSome(own)
 		})
 	}

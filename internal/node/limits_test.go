@@ -54,7 +54,7 @@ func openStreamWith(t *testing.T, client *http.Client, u string, header http.Hea
 // waitConns waits until the node holds n connections.
 func waitConns(t *testing.T, s *server, n int) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("the node holds %d connections", n), func() bool { return s.Hub().Len() == n })
+	testenv.Eventually(t, fmt.Sprintf("the node holds %d connections", n), func() bool { return s.Hub().Len() == n })
 }
 
 func TestConnectionsPerAddressOnANode(t *testing.T) {

@@ -143,7 +143,7 @@ func (s *session) step(name string, want map[string]float64, gate []string, vary
 		}
 	}
 	var now map[string]float64
-	eventually(t, name+": "+strings.Join(gate, ", ")+" moved", func() bool {
+	testenv.Eventually(t, name+": "+strings.Join(gate, ", ")+" moved", func() bool {
 		now = scrape(t, s.base)
 		for _, k := range gate {
 			if now[k]-s.last[k] < want[k] {
@@ -347,7 +347,7 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	// The cut counts its disconnect before the connection leaves the open
 	// gauge: wait for both, so the step reads the connection gone.
 	open := `pushd_connections_open{plan="none",transport="sse"}`
-	eventually(t, "slow client cut and gone", func() bool {
+	testenv.Eventually(t, "slow client cut and gone", func() bool {
 		now := scrape(t, s.base)
 		return now[`pushd_disconnects_total{reason="slow_client"}`] > s.last[`pushd_disconnects_total{reason="slow_client"}`] && now[open] == s.last[open]
 	})
@@ -405,7 +405,7 @@ func TestMetricsStreamLength(t *testing.T) {
 		t.Fatalf("got v%d, want v%d", v, entries)
 	}
 	var now map[string]float64
-	eventually(t, "the tenant's stream tailed", func() bool {
+	testenv.Eventually(t, "the tenant's stream tailed", func() bool {
 		now = scrape(t, srv.URL)
 		return now[`pushd_streams_tailed`] == 1 && now[`stream_length{stat="sum"}`] > 0
 	})
@@ -424,7 +424,7 @@ func TestMetricsStreamLength(t *testing.T) {
 	if v := sse.nextTask(t).Version; v != entries+1 {
 		t.Fatalf("got v%d, want v%d", v, entries+1)
 	}
-	eventually(t, "the new entry read from the stream", func() bool {
+	testenv.Eventually(t, "the new entry read from the stream", func() bool {
 		now = scrape(t, srv.URL)
 		return now[`pushd_stream_entries_total`]-before[`pushd_stream_entries_total`] >= 1
 	})

@@ -116,7 +116,7 @@ func TestReconnectIsChargedOnlyForWhatIsNew(t *testing.T) {
 	}
 	gone := func(cl *sseClient, held ...string) {
 		cl.Close()
-		eventually(t, "the connection closed and its tasks uncached", func() bool {
+		testenv.Eventually(t, "the connection closed and its tasks uncached", func() bool {
 			return scrape(t, s.URL)["pushd_connections"] == 0 &&
 				!slices.ContainsFunc(held, s.Store().Cached)
 		})

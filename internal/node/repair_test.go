@@ -71,10 +71,10 @@ func unannouncedReachesWatcher(t *testing.T, srv *server, cache, realtime redis.
 	if got := sc.nextTask(t); got.TaskID != task || got.Version != 4 {
 		t.Fatalf("SSE got %s v%d, want %s v4", got.TaskID, got.Version, task)
 	}
-	eventually(t, "the journal empty", func() bool {
+	testenv.Eventually(t, "the journal empty", func() bool {
 		return realtime.Exists(ctx, names.Unannounced(tenant)).Val() == 0
 	})
-	eventually(t, "the repair counted", func() bool {
+	testenv.Eventually(t, "the repair counted", func() bool {
 		return scrape(t, srv.URL)["pushd_announce_repairs_total"] == 1
 	})
 }

@@ -167,7 +167,7 @@ func TestBatchReadWithETag(t *testing.T) {
 		t.Fatalf("after another tenant's change: %d, want 304", resp.StatusCode)
 	}
 	c.goPublish(t, doc(b, "t1", 6, "RUNNING"))
-	eventually(t, "a 200 after a task in the batch moved", func() bool {
+	testenv.Eventually(t, "a 200 after a task in the batch moved", func() bool {
 		resp, body = httpDo(t, http.MethodGet, u, tok, "", "If-None-Match", tag)
 		return resp.StatusCode == http.StatusOK
 	})
@@ -198,7 +198,7 @@ func TestDrainingNodeAnswers503(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.Shutdown(ctx) }()
-	eventually(t, "the hub drains", s.Hub().Draining)
+	testenv.Eventually(t, "the hub drains", s.Hub().Draining)
 
 	resp, body := httpDo(t, http.MethodGet, s.URL+"/readyz", "", "")
 	wantError(t, resp, body, http.StatusServiceUnavailable, "draining")

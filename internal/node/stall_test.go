@@ -57,7 +57,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 	warm := openSSE(t, s.URL, tok, query[0])
 	warm.nextTask(t)
 	warm.Close()
-	waitUntil(t, "the warm-up stream closed", func() bool { return s.Hub().Len() == 0 })
+	testenv.Eventually(t, "the warm-up stream closed", func() bool { return s.Hub().Len() == 0 })
 	baseGoroutines, baseHeap := runtime.NumGoroutine(), heapInUse()
 
 	// The healthy clients are dropped once closed, so what the test itself
@@ -82,7 +82,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 		}
 	}
 	all := healthySSE + healthyWS + stalledSSE + stalledWS
-	waitUntil(t, "every client connected", func() bool { return s.Hub().Len() == all })
+	testenv.Eventually(t, "every client connected", func() bool { return s.Hub().Len() == all })
 
 	// Each round offers every stalled client 600 KB more than the healthy
 	// ones get, far past what socket buffers hold within a few rounds.
@@ -126,7 +126,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 	// was sent could all fit in its socket's buffers, and only the next
 	// heartbeat would find it full.
 	v := int64(rounds)
-	waitUntilWithin(t, "the stalled clients cut", 3*cfg.WriteTimeout, func() bool {
+	testenv.EventuallyWithin(t, "the stalled clients cut", 3*cfg.WriteTimeout, func() bool {
 		v++
 		for _, id := range bigIDs {
 			c.goPublish(t, strings.Replace(doc(id, "t1", v, "RUNNING"), `"x_custom"`, `"pad":"`+pad+`","x_custom"`, 1))
@@ -141,14 +141,14 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 		h.close()
 	}
 	ok, stalled = nil, nil
-	waitUntil(t, "every connection closed", func() bool { return s.Hub().Len() == 0 })
-	waitUntil(t, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= baseGoroutines+2 })
+	testenv.Eventually(t, "every connection closed", func() bool { return s.Hub().Len() == 0 })
+	testenv.Eventually(t, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= baseGoroutines+2 })
 	// Every stalled client had 600 KB or more queued, 19 MB if that leaked;
 	// the store's cache of the newest snapshots and the pools' connections
 	// (3 to 5 MB here) are the node's to keep.
 	const slack = 8 << 20
 	var heap uint64
-	waitUntil(t, "memory back to the baseline", func() bool { heap = heapInUse(); return heap <= baseHeap+slack })
+	testenv.Eventually(t, "memory back to the baseline", func() bool { heap = heapInUse(); return heap <= baseHeap+slack })
 	t.Logf("heap in use: %d KB before the clients, %d KB after", baseHeap>>10, heap>>10)
 }
 
@@ -273,23 +273,6 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	waitUntilWithin(t, what, waitFor, cond)
-}
-
-// waitUntilWithin polls cond, the state of a node, until it holds.
-func waitUntilWithin(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the node's state; nothing to wait on
-	}
 }
 
 // TestStreamsOutliveTheWriteTimeout: the write timeout bounds a backlog,
