@@ -371,7 +371,7 @@ func TestReconnectStormWithColdRedisQueriesEachTaskOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, hs := s.Store().Stats(), s.Hub().Stats()
-	losses := scrape(t, s.URL)["pushd_pubsub_subscription_losses_total"]
+	losses := testenv.Scrape(t, s.URL)["pushd_pubsub_subscription_losses_total"]
 	t.Logf("%d clients over %d tasks: %d PostgreSQL queries, %d Redis reads, %d write-backs (%+v); bus losses %v, resyncs %d, poll rounds %d",
 		clients, tasks, st.DBQueries, st.RedisReads, st.WriteBacks, st, losses, hs.Resyncs, hs.Polls)
 	// The promise is a storm's against a healthy bus and Redis. Had either

@@ -1,65 +1,14 @@
 package node_test
 
 import (
-	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/internal/testenv"
 )
-
-// scrape reads /metrics into one value per series, keyed as
-// name{label="value",...} with the labels sorted; a histogram gives its
-// name_count and name_sum.
-func scrape(t *testing.T, base string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %d", resp.StatusCode)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("/metrics does not parse: %v", err)
-	}
-	out := make(map[string]float64)
-	for name, f := range families {
-		for _, m := range f.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-			}
-			slices.Sort(labels)
-			suffix := ""
-			if len(labels) > 0 {
-				suffix = "{" + strings.Join(labels, ",") + "}"
-			}
-			switch {
-			case m.Counter != nil:
-				out[name+suffix] = m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				out[name+suffix] = m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				out[name+"_count"+suffix] = float64(m.GetHistogram().GetSampleCount())
-				out[name+"_sum"+suffix] = m.GetHistogram().GetSampleSum()
-			case m.Untyped != nil:
-				out[name+suffix] = m.GetUntyped().GetValue()
-			}
-		}
-	}
-	return out
-}
 
 // The series the scripted session accounts for. Every step states how far
 // each one moves; one it does not name must not move.
@@ -144,7 +93,7 @@ func (s *session) step(name string, want map[string]float64, gate []string, vary
 	}
 	var now map[string]float64
 	testenv.Eventually(t, name+": "+strings.Join(gate, ", ")+" moved", func() bool {
-		now = scrape(t, s.base)
+		now = testenv.Scrape(t, s.base)
 		for _, k := range gate {
 			if now[k]-s.last[k] < want[k] {
 				return false
@@ -181,7 +130,7 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	// everything they are sent.
 	cfg.WriteTimeout = time.Second
 	srv := startNode(t, cfg)
-	s := &session{t: t, base: srv.URL, last: scrape(t, srv.URL)}
+	s := &session{t: t, base: srv.URL, last: testenv.Scrape(t, srv.URL)}
 	if v := s.last[`pushd_mode{mode="push"}`]; v != 1 {
 		t.Fatalf(`pushd_mode{mode="push"} = %g, want 1`, v)
 	}
@@ -348,7 +297,7 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	// gauge: wait for both, so the step reads the connection gone.
 	open := `pushd_connections_open{plan="none",transport="sse"}`
 	testenv.Eventually(t, "slow client cut and gone", func() bool {
-		now := scrape(t, s.base)
+		now := testenv.Scrape(t, s.base)
 		return now[`pushd_disconnects_total{reason="slow_client"}`] > s.last[`pushd_disconnects_total{reason="slow_client"}`] && now[open] == s.last[open]
 	})
 	s.step("slow client", map[string]float64{
@@ -394,7 +343,7 @@ func TestMetricsStreamLength(t *testing.T) {
 	for v := int64(1); v <= entries; v++ {
 		streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(task, tenant, v))
 	}
-	before := scrape(t, srv.URL)
+	before := testenv.Scrape(t, srv.URL)
 	for _, k := range []string{`stream_length{stat="sum"}`, `stream_length{stat="max"}`, `pushd_streams_tailed`} {
 		if v := before[k]; v != 0 {
 			t.Fatalf("%s = %g before anyone watches, want 0", k, v)
@@ -406,7 +355,7 @@ func TestMetricsStreamLength(t *testing.T) {
 	}
 	var now map[string]float64
 	testenv.Eventually(t, "the tenant's stream tailed", func() bool {
-		now = scrape(t, srv.URL)
+		now = testenv.Scrape(t, srv.URL)
 		return now[`pushd_streams_tailed`] == 1 && now[`stream_length{stat="sum"}`] > 0
 	})
 	for k, want := range map[string]float64{
@@ -425,7 +374,7 @@ func TestMetricsStreamLength(t *testing.T) {
 		t.Fatalf("got v%d, want v%d", v, entries+1)
 	}
 	testenv.Eventually(t, "the new entry read from the stream", func() bool {
-		now = scrape(t, srv.URL)
+		now = testenv.Scrape(t, srv.URL)
 		return now[`pushd_stream_entries_total`]-before[`pushd_stream_entries_total`] >= 1
 	})
 	for k, want := range map[string]float64{
