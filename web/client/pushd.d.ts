@@ -134,6 +134,15 @@ export interface LimitedDetail extends Limit {
   source: 'connect' | 'poll' | 'subscribe' | 'request';
 }
 
+/**
+ * The detail of a `sync` event (SSE from a node with streams): the
+ * connection's initial state is complete as of this stream cursor, which
+ * the client resumes from next.
+ */
+export interface SyncDetail {
+  cursor: string;
+}
+
 export interface ClientStats {
   received: number;
   /** Snapshots dropped because the client held that version or a newer one. */
@@ -151,6 +160,7 @@ export interface PushdEventMap {
   reconnecting: CustomEvent<ReconnectingDetail>;
   error: CustomEvent<ErrorDetail>;
   limited: CustomEvent<LimitedDetail>;
+  sync: CustomEvent<SyncDetail>;
 }
 
 export declare const State: {

@@ -12,9 +12,10 @@
 //   pushd.v1) on request.
 // - Keeps the newest version of every task and drops anything older or
 //   equal: after a reconnect, a poll and a stream may overlap.
-// - Resumes where it left off: SSE passes the last event id as
-//   last_event_id, WebSocket sends the versions it holds as "since", so the
-//   server skips what did not move.
+// - Resumes where it left off: SSE passes the last event id (of a task or,
+//   from a node with streams, of the sync that completes the initial state)
+//   as last_event_id, WebSocket sends the versions it holds as "since", so
+//   the server skips what did not move.
 // - Reconnects itself (the EventSource's own retries are not used, so one
 //   policy covers both transports): exponential backoff with full jitter;
 //   a server's reconnect hint (sent before a drain) or Retry-After on a 429
@@ -349,6 +350,15 @@ export class PushdClient extends EventTarget {
       if (snap) this.#offer(snap, 'sse');
     });
     es.addEventListener('mode', (e) => gen === this.#gen && this.#mode(json(e)));
+    es.addEventListener('sync', (e) => {
+      if (gen !== this.#gen) return;
+      // A node with streams: the initial state is complete as of this
+      // cursor. Resuming from it replays only what came after; the last
+      // task's cursor, older, would replay more, or be too far behind to
+      // replay at all in a busy tenant.
+      if (e.lastEventId) this.#cursor = e.lastEventId;
+      this.#emit('sync', { cursor: e.lastEventId });
+    });
     es.addEventListener('reconnect', (e) => {
       if (gen !== this.#gen) return;
       const m = json(e);
