@@ -172,8 +172,8 @@ func TestClusterTailDeliversFromEveryMaster(t *testing.T) {
 		return true
 	})
 	s := f.tl.Stats()
-	if s.Entries != int64(10*len(f.tenants)) || s.ReadErrors != 0 {
-		t.Fatalf("stats %+v", s)
+	if s.Entries != int64(10*len(f.tenants)) || s.ReadErrors != 0 || s.Polled != 0 {
+		t.Fatalf("stats %+v; want every stream read by a blocking read, none polled", s)
 	}
 	for reason, n := range s.TailResyncs {
 		if n != 0 {
@@ -420,12 +420,14 @@ func TestClusterTailFillsAGapWithin100ms(t *testing.T) {
 
 // With ClusterReads 1, one stream per master has a blocking read and the
 // other is polled every Block: each master holds at most one of the
-// readers' XREADs blocked, and every change of every tenant still arrives
-// once and in order.
+// readers' XREADs blocked, Stats (pushd_streams_polled) counts one polled
+// stream per master, and every change of every tenant still arrives once
+// and in order.
 func TestClusterTailPollsPastClusterReads(t *testing.T) {
 	f := newClusterFixtureWith(t, 2, func(c *stream.Config) { c.ClusterReads = 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	testenv.Eventually(t, "one polled stream per master", func() bool { return f.tl.Stats().Polled == len(f.c.Masters()) })
 	for v := int64(1); v <= 5; v++ {
 		f.publish(t, ctx, v)
 	}

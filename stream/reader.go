@@ -21,6 +21,7 @@ type reader struct {
 	wake   chan struct{}   // cap 1: a tail was added
 	lost   *episode.Logger // failed reads, until a check clears the doubt they cast
 	lastOK atomic.Int64    // Unix ns when Redis last answered this reader (or it had nothing to read)
+	polled atomic.Int64    // on a cluster, the tails its last round polled: past their master's blocking bound
 	// Owned by run.
 	doubt     bool   // a read failed, or ran on a new connection: check every tail before trusting it again
 	dials     uint64 // Tailer.dials when the last check began

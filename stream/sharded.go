@@ -125,6 +125,7 @@ func (r *reader) runSharded() {
 			t.wg.Add(1)
 			go r.block(s.tl, s.gen, s.last, addr, results)
 		}
+		r.polled.Store(int64(len(polled)))
 		if len(inflight) == 0 && len(polled) == 0 {
 			r.lastOK.Store(time.Now().UnixNano()) // nothing to read is not a failure
 			if !r.idle(ok) {

@@ -57,6 +57,7 @@ func newCounters() *counters {
 // Stats are a Tailer's counters since it was made, and its gauges now.
 type Stats struct {
 	Tailed      int   // streams tailed now
+	Polled      int   // of those, on a cluster, read by polling once per Block: their master has Config.ClusterReads blocking reads already
 	Length      int64 // sum of their lengths (XLEN), as of the last check
 	MaxLength   int64 // the longest of them, as of the last check
 	Reads       int64 // XREAD calls (on a cluster, blocking reads and polls) that answered

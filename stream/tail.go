@@ -361,6 +361,9 @@ func (t *Tailer) CoversAll() bool {
 // Stats returns the tailer's counters and gauges.
 func (t *Tailer) Stats() Stats {
 	s := t.stats.stats()
+	for _, r := range t.readers {
+		s.Polled += int(r.polled.Load())
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	s.Tailed = len(t.tenants)

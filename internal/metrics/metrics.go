@@ -122,6 +122,7 @@ var (
 	livenessHeard   = counter("liveness_heard_total", "Liveness messages heard back.")
 
 	streamsTailed   = gauge("streams_tailed", "Tenant streams the node tails (tenants with watchers here).")
+	streamsPolled   = gauge("streams_polled", "Of the tailed streams, on Redis Cluster, those read by polling once per block timeout: their master already has --stream-cluster-reads blocking reads from this node.")
 	streamLength    = gauge("stream_length_entries", "Entries in the streams the node tails, as of their last check: the sum, and the longest.", "stat")
 	streamEntries   = counter("stream_entries_total", "Stream entries read and delivered to the hub.")
 	streamReads     = counter("stream_reads_total", "XREAD calls, by result: ok or error.", "result")
@@ -178,7 +179,7 @@ var (
 		dropped, disconnects, heartbeats, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
 		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard,
-		streamsTailed, streamLength, streamEntries, streamReads, streamRechecks, streamMalformed, streamCatchUps, tailResyncs,
+		streamsTailed, streamsPolled, streamLength, streamEntries, streamReads, streamRechecks, streamMalformed, streamCatchUps, tailResyncs,
 		resumes, replayed, resumeTasks, resumeFallbacks,
 		admAllowed, admRejected, admFallbacks, admStoreErrors, admStoreUp, leases, leaseEvents, reconciles, reconcileDiff, sessionsClosed,
 		connsOpen, ssePush, wsPush, reconnects, refetch, sfShared, pubsubLosses,
@@ -343,6 +344,7 @@ func (e emitter) bus(bs fanout.RedisStats) {
 // exist only with a stream.
 func (e emitter) stream(ts stream.Stats, hs hub.Stats) {
 	e.emit(streamsTailed, float64(ts.Tailed))
+	e.emit(streamsPolled, float64(ts.Polled))
 	e.emit(streamLength, float64(ts.Length), "sum")
 	e.emit(streamLength, float64(ts.MaxLength), "max")
 	e.emit(streamLen, float64(ts.Length), "sum")
