@@ -32,27 +32,27 @@ type Conn struct {
 	// writes, and by Close to wait out a write in flight.
 	writeMu sync.Mutex
 
-	mu         sync.Mutex // guards the fields below
-	tasks      map[string]struct{}
-	projects   map[string]struct{}
-	userScope  bool
-	track      map[string]*tracked // per task: the version last taken for writing, the outbox's one snapshot
-	order      []*tracked          // entries with a snapshot pending, oldest first, at most maxTracked: a take needs no lookup
-	control    []Event             // hello, errors and mode changes, in order, before tasks
-	trailer    []Event             // acks, after the tasks queued before them
-	heartbeat  bool                // write a heartbeat if nothing else is pending
-	scheduled  bool                // queued for, or held by, a writer or a sink's queued write
-	parked     parking             // a write in flight, and what to do once a queued one drains
-	endAfter   bool                // end the connection once what is pending is written
-	resumed    bool                // counted in Stats.Reconnects
-	endReason  CloseReason
-	reconnect  int // > 0: tell the client to reconnect after this many ms, then end
-	ending     bool
-	closed     bool
-	busRelease func()
+	mu       sync.Mutex // guards the fields below
+	tasks    idSet
+	projects idSet
+	track    trackSet   // per task: the version last taken for writing, the outbox's one snapshot
+	order    []*tracked // entries with a snapshot pending, oldest first, at most maxTracked: a take needs no lookup
+	control  []Event    // hello, errors and mode changes, in order, before tasks
+	trailer  []Event    // acks, after the tasks queued before them
 	// The mode and reason the client was told last (hello or mode event);
 	// "" until the hello is queued.
 	toldMode, toldReason string
+	busRelease           func()
+	reconnect            int     // > 0: tell the client to reconnect after this many ms, then end
+	parked               parking // a write in flight, and what to do once a queued one drains
+	endReason            CloseReason
+	userScope            bool
+	heartbeat            bool // write a heartbeat if nothing else is pending
+	scheduled            bool // queued for, or held by, a writer or a sink's queued write
+	endAfter             bool // end the connection once what is pending is written
+	resumed              bool // counted in Stats.Reconnects
+	ending               bool
+	closed               bool
 	// Resume cursors (Subscription.Cursors, with a Stream). cursors: the
 	// transport writes them. settled: no Subscribe is reading its initial
 	// state, so the tenant's stream position holds for everything the
@@ -61,6 +61,8 @@ type Conn struct {
 	cursors     bool
 	settled     bool
 	syncPending bool
+	// The bools are together: spread among the other fields, their padding
+	// took a size class of its own (see TestConnSize).
 }
 
 // parking is the state of a connection's write in flight: the sink may
@@ -84,8 +86,8 @@ type tracked struct {
 
 // watchesLocked reports whether the connection still wants s.
 func (c *Conn) watchesLocked(s *snapshot.Snapshot) bool {
-	return has(c.tasks, s.TaskID) ||
-		(s.ProjectID != "" && has(c.projects, s.ProjectID)) ||
+	return c.tasks.has(s.TaskID) ||
+		(s.ProjectID != "" && c.projects.has(s.ProjectID)) ||
 		(c.userScope && s.UserID == c.UserID)
 }
 
@@ -116,7 +118,7 @@ func (c *Conn) offerDeferred(s *snapshot.Snapshot, n news) (push bool) {
 		c.mu.Unlock()
 		return false
 	}
-	t := c.track[s.TaskID]
+	t := c.track.get(s.TaskID)
 	var have int64
 	if t != nil {
 		have = t.delivered
@@ -254,7 +256,7 @@ func (c *Conn) takeLocked(buf []Event) (_ []Event, complete bool) {
 		t.snap, t.news = nil, news{}
 		if s.TenantID != c.TenantID || !s.NewerThan(t.delivered) {
 			if t.delivered == 0 {
-				delete(c.track, t.id)
+				c.track.remove(t.id)
 			}
 			continue
 		}
@@ -309,7 +311,7 @@ func (h *Hub) maxTracked() int { return h.cfg.MaxSubscriptions + snapshot.MaxLis
 
 // rememberLocked records v as the version of task id taken for writing.
 func (c *Conn) rememberLocked(id string, v int64) {
-	t := c.track[id]
+	t := c.track.get(id)
 	if t == nil {
 		t = c.trackLocked(id)
 	}
@@ -318,26 +320,18 @@ func (c *Conn) rememberLocked(id string, v int64) {
 
 // trackLocked adds an entry for task id, which has none. Past maxTracked,
 // the entry of another task is forgotten to make room: one with nothing
-// pending that the connection does not watch by id, picked by the map's
-// random iteration start. A forgotten task's next change is newer than
+// pending that the connection does not watch by id (in a map, picked by its
+// random iteration start). A forgotten task's next change is newer than
 // what was sent, so it is delivered as it should be; only a resend of the
 // version sent could follow, and the store never hands out an older one.
 // (Pending entries are at most maxTracked and never forgotten, nor are the
 // tasks watched by id: with both, the map holds at most twice maxTracked.)
 func (c *Conn) trackLocked(id string) *tracked {
-	if c.track == nil {
-		c.track = make(map[string]*tracked)
-	}
-	if len(c.track) >= c.hub.maxTracked() {
-		for old, t := range c.track {
-			if t.snap == nil && !has(c.tasks, old) {
-				delete(c.track, old)
-				break
-			}
-		}
+	if c.track.len() >= c.hub.maxTracked() {
+		c.track.evictOne(func(t *tracked) bool { return t.snap != nil || c.tasks.has(t.id) })
 	}
 	t := &tracked{id: id}
-	c.track[id] = t
+	c.track.put(t)
 	return t
 }
 
@@ -346,7 +340,7 @@ func (c *Conn) dropPendingLocked() {
 	for _, t := range c.order {
 		t.snap, t.news = nil, news{}
 		if t.delivered == 0 {
-			delete(c.track, t.id)
+			c.track.remove(t.id)
 		}
 	}
 	c.order = nil
@@ -413,20 +407,20 @@ func (c *Conn) Close() {
 		h.mu.Lock()
 		c.mu.Lock()
 		c.closed = true
-		watched := make([]watch, 0, len(c.tasks)+len(c.projects)+1)
-		for id := range c.tasks {
+		watched := make([]watch, 0, c.tasks.len()+c.projects.len()+1)
+		c.tasks.each(func(id string) {
 			h.idx.remove(byTask, key{c.TenantID, id}, c)
 			watched = append(watched, watch{byTask, id})
-		}
-		for id := range c.projects {
+		})
+		c.projects.each(func(id string) {
 			h.idx.remove(byProject, key{c.TenantID, id}, c)
 			watched = append(watched, watch{byProject, id})
-		}
+		})
 		if c.userScope {
 			h.idx.remove(byUser, key{c.TenantID, c.UserID}, c)
 			watched = append(watched, watch{by: byUser})
 		}
-		if len(c.projects) > 0 || c.userScope {
+		if c.projects.len() > 0 || c.userScope {
 			h.idx.addScoped(c.TenantID, -1)
 		}
 		c.dropPendingLocked()
@@ -462,22 +456,4 @@ func (c *Conn) Close() {
 			c.Hold.Release()
 		}
 	})
-}
-
-func has(m map[string]struct{}, k string) bool { _, ok := m[k]; return ok }
-
-func add(m map[string]struct{}, k string) map[string]struct{} {
-	if m == nil {
-		m = make(map[string]struct{})
-	}
-	m[k] = struct{}{}
-	return m
-}
-
-func keysOf(m map[string]struct{}) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }

@@ -4,7 +4,7 @@ package hub
 func PendingVersion(c *Conn, task string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if t := c.track[task]; t != nil && t.snap != nil {
+	if t := c.track.get(task); t != nil && t.snap != nil {
 		return t.snap.Version
 	}
 	return 0
@@ -15,11 +15,11 @@ func Remembered(c *Conn) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
-	for _, t := range c.track {
+	c.track.each(func(t *tracked) {
 		if t.delivered > 0 {
 			n++
 		}
-	}
+	})
 	return n
 }
 
@@ -28,7 +28,7 @@ func Remembered(c *Conn) int {
 func DeliveredVersion(c *Conn, task string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if t := c.track[task]; t != nil {
+	if t := c.track.get(task); t != nil {
 		return t.delivered
 	}
 	return 0

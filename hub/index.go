@@ -33,7 +33,7 @@ type index struct {
 
 type indexShard struct {
 	mu     sync.RWMutex
-	sets   [kinds]map[key]connSet
+	sets   [kinds]map[key]watchers
 	scoped map[string]int   // per tenant whose key hashes here, connections watching a project or a user
 	hot    map[key]struct{} // tasks watched by id by hotAt connections or more
 }
@@ -43,7 +43,7 @@ func (x *index) init(hotAt int) {
 	x.hotAt = hotAt
 	for i := range x.shards {
 		for k := range kinds {
-			x.shards[i].sets[k] = make(map[key]connSet)
+			x.shards[i].sets[k] = make(map[key]watchers)
 		}
 		x.shards[i].scoped = make(map[string]int)
 		x.shards[i].hot = make(map[key]struct{})
@@ -57,9 +57,9 @@ func (x *index) shard(k key) *indexShard {
 func (x *index) add(kind int, k key, c *Conn) {
 	sh := x.shard(k)
 	sh.mu.Lock()
-	set := addConn(sh.sets[kind][k], c)
-	sh.sets[kind][k] = set
-	if kind == byTask && len(set) >= x.hotAt {
+	w := sh.sets[kind][k].add(c)
+	sh.sets[kind][k] = w
+	if kind == byTask && w.len() >= x.hotAt {
 		if _, was := sh.hot[k]; !was {
 			sh.hot[k] = struct{}{}
 			x.hotCrossings.Add(1)
@@ -71,8 +71,12 @@ func (x *index) add(kind int, k key, c *Conn) {
 func (x *index) remove(kind int, k key, c *Conn) {
 	sh := x.shard(k)
 	sh.mu.Lock()
-	removeConn(sh.sets[kind], k, c)
-	if kind == byTask && len(sh.hot) > 0 && len(sh.sets[kind][k]) < x.hotAt {
+	if w := sh.sets[kind][k].remove(c); w.len() == 0 {
+		delete(sh.sets[kind], k)
+	} else {
+		sh.sets[kind][k] = w
+	}
+	if kind == byTask && len(sh.hot) > 0 && sh.sets[kind][k].len() < x.hotAt {
 		delete(sh.hot, k)
 	}
 	sh.mu.Unlock()
@@ -95,14 +99,18 @@ func (x *index) has(kind int, k key) bool {
 	sh := x.shard(k)
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
-	return len(sh.sets[kind][k]) > 0
+	return sh.sets[kind][k].len() > 0
 }
 
 // collect appends the connections indexed under k to dst.
 func (x *index) collect(kind int, k key, dst []*Conn) []*Conn {
 	sh := x.shard(k)
 	sh.mu.RLock()
-	for c := range sh.sets[kind][k] {
+	w := sh.sets[kind][k]
+	if w.one != nil {
+		dst = append(dst, w.one)
+	}
+	for c := range w.set {
 		dst = append(dst, c)
 	}
 	sh.mu.RUnlock()
@@ -148,18 +156,42 @@ func (x *index) tasks(tenants map[string]struct{}) []string {
 	return ids
 }
 
-func addConn(s connSet, c *Conn) connSet {
-	if s == nil {
-		s = make(connSet)
-	}
-	s[c] = struct{}{}
-	return s
+// watchers are the connections indexed under one key. Most tasks have one
+// watcher (a user watching a generation of their own), kept inline: a set
+// is made for a second, and kept until the key has none.
+type watchers struct {
+	one *Conn   // the only watcher, when set is nil
+	set connSet // every watcher, once there were two
 }
 
-func removeConn(idx map[key]connSet, k key, c *Conn) {
-	s := idx[k]
-	delete(s, c)
-	if len(s) == 0 {
-		delete(idx, k)
+func (w watchers) len() int {
+	if w.set != nil {
+		return len(w.set)
 	}
+	if w.one != nil {
+		return 1
+	}
+	return 0
+}
+
+func (w watchers) add(c *Conn) watchers {
+	switch {
+	case w.set != nil:
+		w.set[c] = struct{}{}
+	case w.one == nil || w.one == c:
+		w.one = c
+	default:
+		w.set = connSet{w.one: {}, c: {}}
+		w.one = nil
+	}
+	return w
+}
+
+func (w watchers) remove(c *Conn) watchers {
+	if w.set != nil {
+		delete(w.set, c)
+	} else if w.one == c {
+		w.one = nil
+	}
+	return w
 }

@@ -357,7 +357,7 @@ func (h *Hub) refresh(tenants map[string]struct{}, cached bool) bool {
 			continue
 		}
 		c.mu.Lock()
-		if len(c.projects) > 0 || c.userScope {
+		if c.projects.len() > 0 || c.userScope {
 			scoped = append(scoped, c)
 		}
 		c.mu.Unlock()

@@ -108,7 +108,7 @@ func (c *Conn) admit(s Subscription) (*admission, error) {
 		return nil, ErrClosed
 	}
 	a := &admission{
-		room:   h.cfg.MaxSubscriptions - len(c.tasks) - len(c.projects),
+		room:   h.cfg.MaxSubscriptions - c.tasks.len() - c.projects.len(),
 		budget: readBudget{h: h, k: key{c.TenantID, c.UserID}, now: time.Now()},
 	}
 	c.admitTasksLocked(a, s.Tasks)
@@ -144,14 +144,14 @@ func (c *Conn) admitTasksLocked(a *admission, ids []string) {
 		switch {
 		case !snapshot.ValidID(id):
 			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeInvalidID})
-		case has(c.tasks, id):
+		case c.tasks.has(id):
 		case a.room <= 0:
 			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeTooMany})
 		case !h.readIsFree(c.TenantID, id) && !a.budget.take(watch{byTask, id}):
 			a.rejected = append(a.rejected, a.budget.refuse(Rejection{TaskID: id}))
 		default:
 			a.room--
-			c.tasks = add(c.tasks, id)
+			c.tasks.add(id)
 			h.idx.add(byTask, key{c.TenantID, id}, c)
 			a.tasks = append(a.tasks, id)
 		}
@@ -165,17 +165,17 @@ func (c *Conn) admitProjectsLocked(a *admission, ids []string) {
 		switch {
 		case !snapshot.ValidID(id):
 			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeInvalidID})
-		case has(c.projects, id):
+		case c.projects.has(id):
 		case a.room <= 0:
 			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeTooMany})
 		case !h.listIsFree(byProject, c.TenantID, id) && !a.budget.take(watch{byProject, id}):
 			a.rejected = append(a.rejected, a.budget.refuse(Rejection{ProjectID: id}))
 		default:
 			a.room--
-			if len(c.projects) == 0 && !c.userScope {
+			if c.projects.len() == 0 && !c.userScope {
 				h.idx.addScoped(c.TenantID, 1)
 			}
-			c.projects = add(c.projects, id)
+			c.projects.add(id)
 			h.idx.add(byProject, key{c.TenantID, id}, c)
 			a.projects = append(a.projects, id)
 		}
@@ -193,7 +193,7 @@ func (c *Conn) admitUserLocked(a *admission) {
 		a.rejected = append(a.rejected, a.budget.refuse(Rejection{}))
 		return
 	}
-	if len(c.projects) == 0 {
+	if c.projects.len() == 0 {
 		h.idx.addScoped(c.TenantID, 1)
 	}
 	c.userScope = true
@@ -208,8 +208,8 @@ func (c *Conn) acceptSinceLocked(since map[string]int64) {
 	// of its projects and user) would only grow this map, request after
 	// request, so they are ignored.
 	for id, v := range since {
-		t := c.track[id]
-		if t == nil && len(c.track) >= c.hub.maxTracked() && !has(c.tasks, id) {
+		t := c.track.get(id)
+		if t == nil && c.track.len() >= c.hub.maxTracked() && !c.tasks.has(id) {
 			continue
 		}
 		var have int64
@@ -434,7 +434,7 @@ func (c *Conn) setBus(release func()) bool {
 func (c *Conn) refreshScopes() bool {
 	h := c.hub
 	c.mu.Lock()
-	projects := keysOf(c.projects)
+	projects := c.projects.ids()
 	user := c.userScope
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(h.ctx, h.cfg.FetchTimeout)
@@ -461,19 +461,17 @@ func (c *Conn) Unsubscribe(tasks, projects []string) {
 		return
 	}
 	for _, id := range tasks {
-		if has(c.tasks, id) {
-			delete(c.tasks, id)
+		if c.tasks.remove(id) {
 			h.idx.remove(byTask, key{c.TenantID, id}, c)
 		}
 	}
-	hadScope := len(c.projects) > 0 || c.userScope
+	hadScope := c.projects.len() > 0 || c.userScope
 	for _, id := range projects {
-		if has(c.projects, id) {
-			delete(c.projects, id)
+		if c.projects.remove(id) {
 			h.idx.remove(byProject, key{c.TenantID, id}, c)
 		}
 	}
-	if hadScope && len(c.projects) == 0 && !c.userScope {
+	if hadScope && c.projects.len() == 0 && !c.userScope {
 		h.idx.addScoped(c.TenantID, -1)
 	}
 	kept := c.order[:0]
@@ -484,7 +482,7 @@ func (c *Conn) Unsubscribe(tasks, projects []string) {
 		}
 		t.snap, t.news = nil, news{}
 		if t.delivered == 0 {
-			delete(c.track, t.id)
+			c.track.remove(t.id)
 		}
 	}
 	clear(c.order[len(kept):])

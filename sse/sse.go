@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pushd/pushd/hub"
@@ -98,8 +99,11 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 			return s, httperr.UnknownParameter, "unknown parameter " + httperr.Truncate(strconv.Quote(k), 64)
 		}
 	}
-	s.Tasks = q["task"]
-	s.Projects = q["project"]
+	// The ids outlive the request: as substrings of its URL they would keep
+	// the whole request line, a browser's access_token included, for the
+	// connection's life.
+	s.Tasks = cloneAll(q["task"])
+	s.Projects = cloneAll(q["project"])
 	if len(s.Tasks)+len(s.Projects) > h.cfg.MaxTasks {
 		return s, httperr.TooMany, "at most " + strconv.Itoa(h.cfg.MaxTasks) + " tasks and projects per connection"
 	}
@@ -120,7 +124,7 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 	}
 	lastID := r.Header.Get("Last-Event-ID")
 	if lastID == "" {
-		lastID = q.Get("last_event_id")
+		lastID = strings.Clone(q.Get("last_event_id")) // its ids are kept too
 	}
 	// A node with streams writes stream cursors, once it has them; the hub
 	// replays the stream after one, or reads everything when it cannot. The
@@ -192,6 +196,14 @@ func (h *Handler) newEncoder(sub hub.Subscription) encoder {
 }
 
 func (h *Handler) retry() time.Duration { return h.cfg.Retry + rand.N(h.cfg.Retry/2+1) }
+
+// cloneAll replaces each string of ids with a copy of its own.
+func cloneAll(ids []string) []string {
+	for i, id := range ids {
+		ids[i] = strings.Clone(id)
+	}
+	return ids
+}
 
 func rejectionMessage(code string) string {
 	switch code {

@@ -15,12 +15,14 @@ import (
 
 // Buffer sizes of a WebSocket connection. net/http hands a hijacked
 // connection a 4 KiB reader and a 4 KiB writer, which coder/websocket keeps
-// for the connection's life. A client's requests are a few hundred bytes,
-// and larger ones pass through in pieces. The writer carries only the
-// library's control frames (the sink writes its messages below it), and
-// must hold the largest of them whole: see frameWriter.
+// for the connection's life, and an idle connection keeps both. A
+// client's request is a few dozen bytes (a subscribe to its tasks) and
+// arrives in one read; a larger one passes through in pieces, and one of
+// more than the buffer is read straight into the message. The writer
+// carries only the library's control frames (the sink writes its messages
+// below it), and must hold the largest of them whole: see frameWriter.
 const (
-	readBufferSize  = 512
+	readBufferSize  = 256
 	writeBufferSize = 256
 )
 

@@ -181,15 +181,12 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 // run reads the connection's requests until it ends, then closes it.
 func (h *Handler) run(wc *websocket.Conn, c *hub.Conn, s *sink, first *time.Timer) {
 	defer h.wg.Done()
-	log := h.log.With("conn", c.ID, "tenant", c.TenantID)
-	ctx, cancel := context.WithCancel(context.Background())
-	stopFirst := func() {
-		if first.Stop() {
-			s.wg.Done() // the timer's function will not run
-		}
-	}
-	err := h.readLoop(ctx, wc, c, log, stopFirst)
-	stopFirst()
+	// Reads get a context that never ends: coder/websocket arms a watch on
+	// a read's context for every read (allocations kept while the idle
+	// read waits), and would drop the connection without a close frame if
+	// it ended. The connection ends by closing it instead.
+	err := h.readLoop(context.Background(), wc, c, s, &first)
+	s.stopFirst(first)
 	c.Close() // no hub writes after this returns
 	code, reason := closeFor(err)
 	if ecode, ereason, ended := s.ended(); ended {
@@ -199,8 +196,14 @@ func (h *Handler) run(wc *websocket.Conn, c *hub.Conn, s *sink, first *time.Time
 		wc.Close(code, reason)
 	}
 	wc.CloseNow()
-	cancel()
 	s.wg.Wait() // pings and the close the hub asked for
+}
+
+// connLog is the logger of a connection's lines. It is made for each line:
+// the few there are come from requests, and an idle connection keeps no
+// logger of its own.
+func (h *Handler) connLog(c *hub.Conn) *slog.Logger {
+	return h.log.With("conn", c.ID, "tenant", c.TenantID)
 }
 
 // Wait waits for every connection's goroutine. Connections end when the hub
@@ -214,8 +217,9 @@ func (h *Handler) Wait() {
 }
 
 // readLoop reads client requests until the connection fails. Its error
-// chooses the close code.
-func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn, log *slog.Logger, gotFirst func()) error {
+// chooses the close code. It stops the first-request timer at the first
+// message and lets go of it.
+func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn, s *sink, first **time.Timer) error {
 	bad := 0
 	limit := rate.NewLimiter(rate.Limit(h.cfg.RequestRate), h.cfg.RequestBurst)
 	for {
@@ -223,9 +227,9 @@ func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn,
 		if err != nil {
 			return err
 		}
-		if gotFirst != nil {
-			gotFirst()
-			gotFirst = nil
+		if *first != nil {
+			s.stopFirst(*first)
+			*first = nil
 		}
 		if typ != websocket.MessageText {
 			return errBinary
@@ -248,7 +252,7 @@ func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn,
 		// stack, so the reader's stays small for the connection's idle
 		// life. The reader waits: requests are handled in order.
 		var stop error
-		shallow(func() { stop = h.handle(ctx, data, c, &bad, log) })
+		shallow(func() { stop = h.handle(ctx, data, c, &bad) })
 		if stop != nil {
 			return stop
 		}
@@ -257,7 +261,7 @@ func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn,
 
 // handle decodes and carries out one request. A non-nil error ends the
 // connection.
-func (h *Handler) handle(ctx context.Context, data []byte, c *hub.Conn, bad *int, log *slog.Logger) error {
+func (h *Handler) handle(ctx context.Context, data []byte, c *hub.Conn, bad *int) error {
 	req, msg := h.parse(data)
 	if msg != "" {
 		*bad++
@@ -279,7 +283,7 @@ func (h *Handler) handle(ctx context.Context, data []byte, c *hub.Conn, bad *int
 			if errors.Is(err, hub.ErrClosed) || ctx.Err() != nil {
 				return err
 			}
-			log.Debug("subscribe failed", "err", err)
+			h.connLog(c).Debug("subscribe failed", "err", err)
 			c.Send(hub.Event{Kind: hub.KindError, Code: hub.CodeUnavailable, Message: "subscribe failed; retry"})
 			return nil
 		}
@@ -476,6 +480,13 @@ func (s *sink) closeWith(code websocket.StatusCode, reason string) {
 		defer s.wg.Done()
 		s.wc.Close(code, reason)
 	}()
+}
+
+// stopFirst stops the first-request timer; nil is a timer stopped before.
+func (s *sink) stopFirst(t *time.Timer) {
+	if t != nil && t.Stop() {
+		s.wg.Done() // the timer's function will not run
+	}
 }
 
 // ended reports the close code and reason the sink is closing with, if any.

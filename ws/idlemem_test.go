@@ -1,0 +1,181 @@
+//go:build !race
+
+// The race detector changes what allocates and how big objects are, so
+// memory guards run without it: scripts/test runs them in a step of their
+// own.
+
+package ws_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/ws"
+)
+
+// maxIdleBytesPerConn bounds what an idle WebSocket keeps live: the hub's
+// Conn with what it watches and delivered, the index entry of its task,
+// the sink and its backlog writer, coder/websocket's Conn and buffers, the
+// reader goroutine with its stack, and both ends of the TCP connection (the
+// client's is in this process too; it has no goroutine). The reader's
+// stack is 4 KiB of it: blocked in coder/websocket's read it is more than
+// 2 KiB deep. It measured 10,650 bytes before the hub's sets became
+// slices, 10,020 after, 9,000-9,040 once the reader stopped arming a
+// watch on its context for every read and keeping a logger and the
+// first-request timer, and 8,720-9,200 with a 256-byte read buffer (the
+// spread is the runtime's: goroutine stacks and descriptors). The bound
+// sits above that spread and below what came before the reader's fixes.
+const maxIdleBytesPerConn = 9400
+
+// TestIdleWebSocketMemory opens conns real WebSockets, each subscribed to
+// a task of its own as the idle load test's are, waits until each has its
+// snapshot, and bounds the live heap and stacks they added per connection.
+// With IDLEMEM_PROF set to a file name, it writes a heap profile there at
+// the measurement (run it with -memprofilerate=1 for every allocation).
+func TestIdleWebSocketMemory(t *testing.T) {
+	const conns = 2000
+	store := snapshot.NewMemoryStore()
+	bus := fanout.NewMemoryBus()
+	h := hub.New(hub.Config{Source: store, Bus: bus})
+	bus.Start(h)
+	wh := ws.New(ws.Config{Hub: h})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wh.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1"})
+	}))
+	held := make([]net.Conn, conns+1)
+	t.Cleanup(func() {
+		for _, c := range held {
+			if c != nil {
+				c.Close()
+			}
+		}
+		h.Close()
+		wh.Wait()
+		bus.Close()
+		srv.Close()
+	})
+	for i := range conns + 1 {
+		sn, err := snapshot.Parse(fmt.Appendf(nil, `{"task_id":"task_%d","tenant_id":"t1","user_id":"u1","status":"RUNNING","version":1}`, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.SetIfNewer(context.Background(), sn)
+	}
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	open := func(i int) net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: %s\r\n\r\n", ws.Subprotocol)
+		br := bufio.NewReaderSize(c, 512)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("websocket %d: handshake: %v", i, err)
+			}
+			if line == "\r\n" {
+				break
+			}
+		}
+		writeMasked(t, c, fmt.Appendf(nil, `{"op":"subscribe","id":1,"tasks":["task_%d"]}`, i))
+		for {
+			msg, err := readFrame(br)
+			if err != nil {
+				t.Fatalf("websocket %d: %v", i, err)
+			}
+			if strings.HasPrefix(string(msg), `{"type":"task"`) {
+				break
+			}
+		}
+		c.SetDeadline(time.Time{})
+		return c
+	}
+	held[conns] = open(conns) // warms the pools
+	before := liveBytes()
+	for i := range conns {
+		held[i] = open(i)
+	}
+	for h.Len() != conns+1 {
+		time.Sleep(time.Millisecond) // the last registrations
+	}
+	per := (liveBytes() - before) / conns
+	if f := os.Getenv("IDLEMEM_PROF"); f != "" {
+		out, _ := os.Create(f)
+		pprof.WriteHeapProfile(out)
+		out.Close()
+	}
+	runtime.KeepAlive(held)
+	t.Logf("%d bytes live per idle WebSocket", per)
+	if per > maxIdleBytesPerConn {
+		t.Fatalf("an idle WebSocket keeps %d bytes live, want at most %d", per, maxIdleBytesPerConn)
+	}
+}
+
+// writeMasked writes p as one masked text frame, as a client must; the
+// mask is zero, so p goes out as it is.
+func writeMasked(t *testing.T, c net.Conn, p []byte) {
+	t.Helper()
+	if len(p) > 125 {
+		t.Fatalf("frame of %d bytes: too long for this test's client", len(p))
+	}
+	frame := append([]byte{0x81, 0x80 | byte(len(p)), 0, 0, 0, 0}, p...)
+	if _, err := c.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readFrame reads one unmasked frame from the server and returns its
+// payload.
+func readFrame(br *bufio.Reader) ([]byte, error) {
+	var head [2]byte
+	if _, err := io.ReadFull(br, head[:]); err != nil {
+		return nil, err
+	}
+	n := uint64(head[1] & 0x7f)
+	switch n {
+	case 126:
+		var b [2]byte
+		if _, err := io.ReadFull(br, b[:]); err != nil {
+			return nil, err
+		}
+		n = uint64(binary.BigEndian.Uint16(b[:]))
+	case 127:
+		var b [8]byte
+		if _, err := io.ReadFull(br, b[:]); err != nil {
+			return nil, err
+		}
+		n = binary.BigEndian.Uint64(b[:])
+	}
+	p := make([]byte, n)
+	_, err := io.ReadFull(br, p)
+	return p, err
+}
+
+// liveBytes is the heap in use after a full collection, plus goroutine
+// stacks.
+func liveBytes() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc) + int64(m.StackInuse)
+}
