@@ -22,6 +22,7 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/sse"
 )
@@ -101,9 +102,7 @@ func TestIdleStreamMemory(t *testing.T) {
 	for i := range conns {
 		held[i] = open(i)
 	}
-	for h.Len() != conns+1 {
-		time.Sleep(time.Millisecond) // the last registrations
-	}
+	testenv.Eventually(t, "every connection registered", func() bool { return h.Len() == conns+1 })
 	per := (liveBytes() - before) / conns
 	if f := os.Getenv("IDLEMEM_PROF"); f != "" {
 		out, _ := os.Create(f)
