@@ -133,7 +133,7 @@ func (p *poller) add(pc *pconn) error {
 	if p.closed {
 		return errPollerClosed
 	}
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, pc.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(pc.fd)}); err != nil {
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, pc.fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(pc.fd)}); err != nil {
 		return fmt.Errorf("epoll_ctl: %w", err)
 	}
 	p.conns[int32(pc.fd)] = pc
@@ -175,11 +175,11 @@ func (p *poller) loop() {
 	}
 }
 
-// read feeds what pc's socket holds to its parser: until a read returns
-// less than buf, which empties the socket, or four times, after which the
-// socket, still ready, is read again after the others.
+// read feeds what pc's socket holds to its parser, until a read returns
+// less than buf: a stream socket is then empty, and its next bytes are a
+// new edge.
 func (p *poller) read(pc *pconn, buf []byte) {
-	for i := 0; i < 4; i++ {
+	for {
 		n, err := unix.Read(pc.fd, buf)
 		switch {
 		case err == unix.EINTR:
