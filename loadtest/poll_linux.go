@@ -133,7 +133,7 @@ func (p *poller) add(pc *pconn) error {
 	if p.closed {
 		return errPollerClosed
 	}
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, pc.fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(pc.fd)}); err != nil {
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, pc.fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(pc.fd)}); err != nil {
 		return fmt.Errorf("epoll_ctl: %w", err)
 	}
 	p.conns[int32(pc.fd)] = pc
@@ -143,7 +143,11 @@ func (p *poller) add(pc *pconn) error {
 func (p *poller) loop() {
 	defer close(p.done)
 	events := make([]unix.EpollEvent, 256)
-	ready := make([]*pconn, 0, len(events))
+	type readyConn struct {
+		pc     *pconn
+		closed bool // the peer closed or reset: read to the end of the stream
+	}
+	ready := make([]readyConn, 0, len(events))
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := unix.EpollWait(p.epfd, events, -1)
@@ -161,7 +165,7 @@ func (p *poller) loop() {
 			if int(ev.Fd) == p.wake {
 				stop = p.closed
 			} else if pc := p.conns[ev.Fd]; pc != nil {
-				ready = append(ready, pc)
+				ready = append(ready, readyConn{pc, ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0})
 			}
 		}
 		p.mu.Unlock()
@@ -169,16 +173,18 @@ func (p *poller) loop() {
 			p.shutdown(errPollerClosed)
 			return
 		}
-		for _, pc := range ready {
-			p.read(pc, buf)
+		for _, r := range ready {
+			p.read(r.pc, buf, r.closed)
 		}
 	}
 }
 
 // read feeds what pc's socket holds to its parser, until a read returns
 // less than buf: a stream socket is then empty, and its next bytes are a
-// new edge.
-func (p *poller) read(pc *pconn, buf []byte) {
+// new edge. The end of the stream is no byte and makes no edge of its own
+// once a read has taken the bytes before it, so when the peer has closed
+// (EPOLLRDHUP, or a reset) read goes on to the end.
+func (p *poller) read(pc *pconn, buf []byte, closed bool) {
 	for {
 		n, err := unix.Read(pc.fd, buf)
 		switch {
@@ -197,7 +203,7 @@ func (p *poller) read(pc *pconn, buf []byte) {
 			p.end(pc, err)
 			return
 		}
-		if n < len(buf) {
+		if n < len(buf) && !closed {
 			return
 		}
 	}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -165,5 +167,49 @@ func TestPollerSSE(t *testing.T) {
 	}
 	if got := c.last.Load(); got > 6 || got < 3 {
 		t.Errorf("last version %d", got)
+	}
+}
+
+// TestPollerSeesTheEnd: a server that writes its last event and closes at
+// once, so that the bytes and the end of the stream are ready together,
+// ends every session; a reader that stopped at the short read would wait
+// for an edge that never comes.
+func TestPollerSeesTheEnd(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // ends when the listener closes
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			http.ReadRequest(bufio.NewReader(nc)) // read, so that the close is a FIN and not a reset
+			io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+			time.Sleep(2 * time.Millisecond) // the head alone first: the poller is then waiting
+			io.WriteString(nc, "event: task\ndata: "+taskJSON(1)+"\n\n")
+			nc.Close()
+		}
+	}()
+	w := pollerWorker(t, false, "http://"+ln.Addr().String())
+	for i := range 50 {
+		c := &conn{w: w, task: 3, token: "t"}
+		first := func(error) {}
+		ended := make(chan error, 1)
+		go func() {
+			_, err := c.sessionSSE(&first)
+			ended <- err
+		}()
+		select {
+		case err := <-ended:
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("session %d: %v, want EOF", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			c.close()
+			t.Fatalf("session %d did not end with the stream", i)
+		}
 	}
 }
