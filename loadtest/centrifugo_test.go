@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -77,7 +78,7 @@ func TestCentrifugoConfig(t *testing.T) {
 
 // testWorker is a worker with what a client's parsing needs.
 func testWorker(centrifugo bool) *worker {
-	w := &worker{errs: map[string]int64{}, modeSeen: map[string]*modeSeen{}, centrifugo: centrifugo}
+	w := &worker{errs: map[string]int64{}, modeSeen: map[string]*modeSeen{}, centrifugo: centrifugo, dialers: []*net.Dialer{{}}}
 	w.setPhase("p")
 	return w
 }
@@ -193,7 +194,7 @@ func TestCentrifugoWS(t *testing.T) {
 	ponged := make(chan bool, 1)
 	srv := centrifugoWSServer(t, ponged)
 	w := testWorker(true)
-	w.urls, w.clients = []string{srv.URL}, []*http.Client{srv.Client()}
+	w.urls = []string{srv.URL}
 
 	c := &conn{w: w, task: 3, token: "good"}
 	opened := 0

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,7 +18,9 @@ import (
 // sessionSSE runs one physical EventSource connection: GET /v1/events over a
 // socket of its own (no http.Transport, whose two goroutines per connection
 // a worker holding thousands cannot afford), parsing the stream by hand.
-// established reports whether the server answered 200.
+// Once the server answered, the worker's poller reads the stream where
+// there is one (Linux); elsewhere this goroutine does. established reports
+// whether the server answered 200.
 func (c *conn) sessionSSE(first *func(error)) (established bool, err error) {
 	addr := strings.TrimPrefix(c.w.nodeURL(c.id), "http://")
 	nc, err := c.w.dialers[c.id%len(c.w.dialers)].Dial("tcp", addr)
@@ -45,11 +48,28 @@ func (c *conn) sessionSSE(first *func(error)) (established bool, err error) {
 	}
 	nc.SetDeadline(time.Time{})
 	c.opened(first)
-	lr := br // a body that runs to the end of the connection is read in place
-	if len(resp.TransferEncoding) > 0 || resp.ContentLength >= 0 {
-		lr = bufio.NewReaderSize(resp.Body, 4096)
+	chunked := len(resp.TransferEncoding) == 1 && resp.TransferEncoding[0] == "chunked"
+	if p := c.w.poller; p != nil && resp.ContentLength < 0 && (chunked || len(resp.TransferEncoding) == 0) {
+		// What br holds past the head is the body's start, chunked or not.
+		var f feeder = &sseParser{c: c}
+		if chunked {
+			f = &dechunker{next: f}
+		}
+		return true, p.serve(c, nc, nc.Close, pending(br), func(*pconn) feeder { return f })
 	}
-	return true, c.readSSE(lr)
+	var body io.Reader = br // a body that runs to the end of the connection is read in place
+	if len(resp.TransferEncoding) > 0 || resp.ContentLength >= 0 {
+		body = resp.Body
+	}
+	return true, c.readSSE(body)
+}
+
+// pending returns what br has read and not handed out, emptying it.
+func pending(br *bufio.Reader) []byte {
+	b, _ := br.Peek(br.Buffered())
+	b = bytes.Clone(b)
+	br.Discard(len(b))
+	return b
 }
 
 // sseRequest appends the GET that opens the stream: pushd's /v1/events
@@ -89,94 +109,44 @@ const (
 	sseReconnect
 )
 
-// readSSE dispatches events until the stream ends. Only what the loadtest
-// needs is parsed: event, id, data, comments.
-func (c *conn) readSSE(r *bufio.Reader) error {
-	var data, scratch []byte
-	kind, hasData := sseMessage, false
-	for {
-		line, err := readLine(r, &scratch)
-		if err != nil {
-			return err
-		}
-		if len(line) == 0 { // dispatch
-			if hasData {
-				now := time.Now().UnixNano()
-				switch kind {
-				case sseTask:
-					c.onTask(data, now)
-				case sseMode:
-					c.onMode(data, now)
-				case sseError:
-					c.onError(data)
-				case sseReconnect:
-					c.w.countErr("reconnect_event")
-				case sseMessage:
-					// pushd names every event it sends.
-					if c.w.centrifugo {
-						c.onCentrifugo(data, now)
-					}
-				}
-			}
-			data, kind, hasData = data[:0], sseMessage, false
-			continue
-		}
-		if line[0] == ':' { // comment: heartbeat
-			continue
-		}
-		field, value := line, []byte(nil)
-		if i := bytes.IndexByte(line, ':'); i >= 0 {
-			field, value = line[:i], line[i+1:]
-			if len(value) > 0 && value[0] == ' ' {
-				value = value[1:]
-			}
-		}
-		switch string(field) {
-		case "event":
-			switch string(value) {
-			case "task":
-				kind = sseTask
-			case "mode":
-				kind = sseMode
-			case "error":
-				kind = sseError
-			case "reconnect":
-				kind = sseReconnect
-			default:
-				kind = sseOther
-			}
-		case "data":
-			if hasData {
-				data = append(data, '\n')
-			}
-			data = append(data, value...)
-			hasData = true
-		case "id":
-			c.cursor = append(c.cursor[:0], value...)
+// onSSE dispatches one event read at recv (Unix ns).
+func (c *conn) onSSE(kind sseKind, data []byte, recv int64) {
+	switch kind {
+	case sseTask:
+		c.onTask(data, recv)
+	case sseMode:
+		c.onMode(data, recv)
+	case sseError:
+		c.onError(data)
+	case sseReconnect:
+		c.w.countErr("reconnect_event")
+	case sseMessage:
+		// pushd names every event it sends.
+		if c.w.centrifugo {
+			c.onCentrifugo(data, recv)
 		}
 	}
 }
 
-// readLine returns the next line without its line ending; a line longer than
-// the reader's buffer is assembled in scratch.
-func readLine(r *bufio.Reader, scratch *[]byte) ([]byte, error) {
-	line, err := r.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		*scratch = append((*scratch)[:0], line...)
-		for err == bufio.ErrBufferFull {
-			line, err = r.ReadSlice('\n')
-			*scratch = append(*scratch, line...)
+// readSSE dispatches events until the stream ends, reading on the calling
+// goroutine.
+func (c *conn) readSSE(r io.Reader) error {
+	return readInto(r, &sseParser{c: c}, make([]byte, 4096))
+}
+
+// readInto feeds f what r reads until either fails.
+func readInto(r io.Reader, f feeder, buf []byte) error {
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if ferr := f.feed(buf[:n], time.Now().UnixNano()); ferr != nil {
+				return ferr
+			}
 		}
-		line = *scratch
+		if err != nil {
+			return err
+		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	line = line[:len(line)-1]
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
-	return line, nil
 }
 
 type closerFunc func() error
@@ -184,10 +154,12 @@ type closerFunc func() error
 func (f closerFunc) Close() error { return f() }
 
 // sessionWS runs one physical WebSocket connection: handshake with
-// subprotocol pushd.v1, subscribe (with "since" after a reconnect), then
-// read frames on this goroutine; coder/websocket answers pings while it
-// reads and needs no goroutine of its own. Against Centrifugo it speaks
-// Centrifugo's protocol instead (centrifugoWS).
+// subprotocol pushd.v1 over a socket of its own, subscribe (with "since"
+// after a reconnect), then read frames. The worker's poller reads them
+// where there is one (Linux), answering pings; elsewhere this goroutine
+// reads them with coder/websocket, which answers pings while it reads.
+// Against Centrifugo it speaks Centrifugo's protocol instead
+// (centrifugoWS).
 func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
 	path, protocols := "/v1/ws", []string{"pushd.v1"}
 	hdr := http.Header{"Authorization": {"Bearer " + c.token}}
@@ -196,9 +168,20 @@ func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
 		// subprotocol; the token goes in the connect command.
 		path, protocols, hdr = "/connection/websocket", nil, nil
 	}
+	addr := strings.TrimPrefix(c.w.nodeURL(c.id), "http://")
+	nc, err := c.w.dialers[c.id%len(c.w.dialers)].Dial("tcp", addr)
+	if err != nil {
+		return false, err
+	}
+	if !c.setCloser(nc) {
+		return false, nil
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(15 * time.Second))
+	hs := &oneConn{nc: nc, br: bufio.NewReaderSize(nc, 1024)}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	wc, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.w.nodeURL(c.id), "http")+path, &websocket.DialOptions{
-		HTTPClient:      c.w.clients[c.id%len(c.w.clients)],
+	wc, resp, err := websocket.Dial(ctx, "ws://"+addr+path, &websocket.DialOptions{
+		HTTPClient:      &http.Client{Transport: hs},
 		HTTPHeader:      hdr,
 		Subprotocols:    protocols,
 		CompressionMode: websocket.CompressionDisabled,
@@ -210,13 +193,21 @@ func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
 		}
 		return false, err
 	}
-	if !c.setCloser(closerFunc(wc.CloseNow)) {
-		return false, nil
-	}
 	defer wc.CloseNow()
-	wc.SetReadLimit(1 << 20)
+	nc.SetDeadline(time.Time{})
+	wc.SetReadLimit(maxEvent)
 	if c.w.centrifugo {
-		return c.centrifugoWS(wc, first)
+		if err := writeWS(wc, centrifugoConnect(c.token)); err != nil {
+			return false, err
+		}
+		cs := &centrifugoSession{c: c, first: first}
+		if p := c.w.poller; p != nil {
+			err := p.serve(c, nc, wc.CloseNow, pending(hs.br), func(pc *pconn) feeder {
+				return &wsParser{onMessage: cs.message(pc.writeText), send: pc.write}
+			})
+			return cs.result(err)
+		}
+		return c.centrifugoWS(wc, cs)
 	}
 
 	id := taskID(int(c.task))
@@ -236,66 +227,132 @@ func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
 		return false, err
 	}
 	c.opened(first)
-
+	if p := c.w.poller; p != nil {
+		return true, p.serve(c, nc, wc.CloseNow, pending(hs.br), func(pc *pconn) feeder {
+			return &wsParser{onMessage: c.onWS, send: pc.write}
+		})
+	}
 	buf := make([]byte, 0, 1024)
 	for {
 		if buf, err = readWS(wc, buf); err != nil {
 			return true, err
 		}
-		now := time.Now().UnixNano()
-		switch {
-		case bytes.HasPrefix(buf, []byte(`{"type":"task"`)):
-			c.onTask(buf, now)
-		case bytes.HasPrefix(buf, []byte(`{"type":"mode"`)):
-			c.onMode(buf, now)
-		case bytes.HasPrefix(buf, []byte(`{"type":"error"`)):
-			c.onError(buf)
-		case bytes.HasPrefix(buf, []byte(`{"type":"reconnect"`)):
-			c.w.countErr("reconnect_event")
-		case bytes.HasPrefix(buf, []byte(`{"type":"ack"`)):
-			if i := bytes.Index(buf, []byte(`"rejected":[{`)); i >= 0 {
-				code, _ := jsonString(buf[i:], `"code":"`)
-				c.w.countErr("rejected_" + code)
-			}
-		}
+		c.onWS(buf, time.Now().UnixNano())
 	}
 }
 
-// centrifugoWS speaks Centrifugo's bidirectional JSON protocol as
-// centrifuge-js does: the connect command with the token (whose channels
-// claim subscribes the connection), its reply, then pushes until the
-// connection ends. One frame may carry several messages, a line each; the
-// server's ping is an empty message, {}, which the client answers with one.
-func (c *conn) centrifugoWS(wc *websocket.Conn, first *func(error)) (established bool, err error) {
-	if err := writeWS(wc, centrifugoConnect(c.token)); err != nil {
-		return false, err
-	}
-	buf := make([]byte, 0, 1024)
-	for {
-		if buf, err = readWS(wc, buf); err != nil {
-			if code := websocket.CloseStatus(err); !established && code != -1 {
-				return false, centrifugoError{int64(code)} // a refused connect: 3500 invalid token, ...
-			}
-			return established, err
+// onWS dispatches one pushd message read at recv (Unix ns).
+func (c *conn) onWS(msg []byte, recv int64) error {
+	switch {
+	case bytes.HasPrefix(msg, []byte(`{"type":"task"`)):
+		c.onTask(msg, recv)
+	case bytes.HasPrefix(msg, []byte(`{"type":"mode"`)):
+		c.onMode(msg, recv)
+	case bytes.HasPrefix(msg, []byte(`{"type":"error"`)):
+		c.onError(msg)
+	case bytes.HasPrefix(msg, []byte(`{"type":"reconnect"`)):
+		c.w.countErr("reconnect_event")
+	case bytes.HasPrefix(msg, []byte(`{"type":"ack"`)):
+		if i := bytes.Index(msg, []byte(`"rejected":[{`)); i >= 0 {
+			code, _ := jsonString(msg[i:], `"code":"`)
+			c.w.countErr("rejected_" + code)
 		}
-		now := time.Now().UnixNano()
-		for msg := range bytes.SplitSeq(buf, []byte("\n")) {
+	}
+	return nil
+}
+
+// oneConn is an http.RoundTripper over one connection already dialed: it
+// lets coder/websocket run the handshake on a socket the loadtest owns,
+// whose descriptor the poller can take afterwards. The response to an
+// upgrade keeps reading from br, which may hold the first bytes after the
+// head.
+type oneConn struct {
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func (o *oneConn) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := req.Write(o.nc); err != nil {
+		return nil, err
+	}
+	resp, err := http.ReadResponse(o.br, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body = upgraded{o.br, o.nc}
+	}
+	return resp, nil
+}
+
+// upgraded is the body of a 101 response as net/http's Transport gives
+// it: the connection itself, read through the buffer that read the head.
+type upgraded struct {
+	br *bufio.Reader
+	nc net.Conn
+}
+
+func (u upgraded) Read(p []byte) (int, error)  { return u.br.Read(p) }
+func (u upgraded) Write(p []byte) (int, error) { return u.nc.Write(p) }
+func (u upgraded) Close() error                { return u.nc.Close() }
+
+// centrifugoSession is the client's side of Centrifugo's bidirectional
+// JSON protocol as centrifuge-js speaks it: the connect command with the
+// token (whose channels claim subscribes the connection), its reply, then
+// pushes until the connection ends. One frame may carry several messages,
+// a line each; the server's ping is an empty message, {}, which the client
+// answers with one. Whoever reads the connection owns it.
+type centrifugoSession struct {
+	c           *conn
+	first       *func(error)
+	established bool // the connect reply arrived
+}
+
+// message returns the handler of one frame's messages, pong sending a
+// text message.
+func (s *centrifugoSession) message(pong func([]byte) error) func([]byte, int64) error {
+	return func(frame []byte, now int64) error {
+		for msg := range bytes.SplitSeq(frame, []byte("\n")) {
 			switch {
 			case len(msg) == 0:
 			case string(msg) == "{}":
-				if err := writeWS(wc, []byte("{}")); err != nil {
-					return established, err
+				if err := pong([]byte("{}")); err != nil {
+					return err
 				}
-			case !established:
+			case !s.established:
 				if !bytes.HasPrefix(msg, []byte(`{"id":1,"connect":`)) {
 					code, _ := jsonInt(msg, `"code":`)
-					return false, centrifugoError{code}
+					return centrifugoError{code}
 				}
-				established = true
-				c.opened(first)
+				s.established = true
+				s.c.opened(s.first)
 			default:
-				c.onCentrifugo(msg, now)
+				s.c.onCentrifugo(msg, now)
 			}
+		}
+		return nil
+	}
+}
+
+// result is the session's outcome given the error that ended it: a close
+// before the connect reply is a refused connect (3500 invalid token, ...).
+func (s *centrifugoSession) result(err error) (established bool, _ error) {
+	if code := websocket.CloseStatus(err); !s.established && code != -1 {
+		return false, centrifugoError{int64(code)}
+	}
+	return s.established, err
+}
+
+// centrifugoWS reads a Centrifugo session on this goroutine.
+func (c *conn) centrifugoWS(wc *websocket.Conn, s *centrifugoSession) (established bool, err error) {
+	onFrame := s.message(func(msg []byte) error { return writeWS(wc, msg) })
+	buf := make([]byte, 0, 1024)
+	for {
+		if buf, err = readWS(wc, buf); err != nil {
+			return s.result(err)
+		}
+		if err := onFrame(buf, time.Now().UnixNano()); err != nil {
+			return s.result(err)
 		}
 	}
 }

@@ -25,7 +25,8 @@ type conn struct {
 	ws    bool // WebSocket, else SSE
 	slot  int  // index in w.conns, guarded by w.connsMu
 
-	// Owned by the run goroutine.
+	// Owned by the run goroutine, and by the worker's poller while it
+	// reads a session (poller.serve hands them over and back).
 	phys      int64  // the newest version on the current physical connection
 	gotFirst  bool   // a task event arrived on the current physical connection
 	dialStart int64  // Unix ns when the current physical connection was dialed

@@ -242,6 +242,7 @@ type cpuUse struct {
 	// ServerPerNode is Server node by node, with several nodes.
 	ServerPerNode []float64 `json:"server_cores_per_node,omitempty"`
 	LoadGen       float64   `json:"loadgen_cores"` // workers and the controller (publisher)
+	Workers       float64   `json:"worker_cores"`  // the workers alone: the clients
 	Redis         float64   `json:"redis_cores"`
 	MachineBusy   float64   `json:"machine_busy_pct"`
 	// OtherCores is the machine's busy time not spent by the server, the
@@ -255,7 +256,7 @@ func (a cpuMark) to(b cpuMark) cpuUse {
 		return cpuUse{}
 	}
 	cores := func(t int64) float64 { return float64(t) / clockTicks / el }
-	u := cpuUse{Seconds: el, Server: cores(sum(b.nodes) - sum(a.nodes)), LoadGen: cores(b.workers - a.workers + b.self - a.self), Redis: cores(max(0, b.redis-a.redis))}
+	u := cpuUse{Seconds: el, Server: cores(sum(b.nodes) - sum(a.nodes)), LoadGen: cores(b.workers - a.workers + b.self - a.self), Workers: cores(b.workers - a.workers), Redis: cores(max(0, b.redis-a.redis))}
 	if len(b.nodes) > 1 && len(a.nodes) == len(b.nodes) {
 		for i := range b.nodes {
 			u.ServerPerNode = append(u.ServerPerNode, cores(b.nodes[i]-a.nodes[i]))

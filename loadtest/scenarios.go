@@ -91,6 +91,7 @@ func runFanout(ctx context.Context, r *run) error {
 	r.res.fig("publishes_per_s", pr.PerSecond, "/s", false)
 	r.res.fig("server_cores", cpu.Server, "cores", true)
 	r.res.fig("loadgen_cores", cpu.LoadGen, "cores", false)
+	r.res.fig("worker_cores", cpu.Workers, "cores", false)
 	r.res.fig("redis_cores", cpu.Redis, "cores", false)
 	r.res.fig("machine_busy_pct", cpu.MachineBusy, "%", false)
 	r.res.fig("other_cores", cpu.OtherCores, "cores", false)

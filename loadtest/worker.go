@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -57,6 +56,9 @@ func workerMain(in io.Reader, out io.Writer) int {
 	w.stopChurn()
 	w.stopStall()
 	w.closeAll()
+	if w.poller != nil {
+		w.poller.close()
+	}
 	return 0
 }
 
@@ -74,8 +76,8 @@ type worker struct {
 	signer     *auth.Signer
 	sources    []string // loopback source addresses, as init named them
 	dialers    []*net.Dialer
-	clients    []*http.Client // per source, for WebSocket handshakes
 	index      int
+	poller     *poller // reads established streams; nil: each connection's goroutine does
 
 	tokMu  sync.Mutex
 	tokens map[int]string // by user index; for Centrifugo by task, whose channel the token subscribes to
@@ -198,17 +200,15 @@ func (w *worker) init(cmd command) {
 			KeepAlive: -1,
 		}
 		w.dialers = append(w.dialers, d)
-		w.clients = append(w.clients, &http.Client{Transport: &http.Transport{
-			DialContext:         d.DialContext,
-			MaxIdleConnsPerHost: 1,
-			IdleConnTimeout:     time.Second,
-		}})
 	}
 	if len(w.dialers) == 0 {
-		d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: -1}
-		w.dialers = []*net.Dialer{d}
-		w.clients = []*http.Client{{Transport: &http.Transport{DialContext: d.DialContext}}}
+		w.dialers = []*net.Dialer{{Timeout: 10 * time.Second, KeepAlive: -1}}
 	}
+	p, err := newPoller()
+	if err != nil {
+		w.logf("connections read on their own goroutines: %v", err)
+	}
+	w.poller = p
 }
 
 // token returns a token of the user of task i; for Centrifugo, one that

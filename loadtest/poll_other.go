@@ -1,0 +1,23 @@
+//go:build !linux
+
+package main
+
+import "net"
+
+// poller does not exist outside Linux: newPoller returns nil and every
+// connection's goroutine reads its own stream.
+type poller struct{}
+
+type pconn struct{}
+
+func newPoller() (*poller, error) { return nil, nil }
+
+func (p *poller) close() {}
+
+func (p *poller) serve(c *conn, nc net.Conn, closeConn func() error, early []byte, newFeeder func(*pconn) feeder) error {
+	panic("no poller outside Linux")
+}
+
+func (pc *pconn) Close() error               { return nil }
+func (pc *pconn) write(frame []byte) error   { return nil }
+func (pc *pconn) writeText(msg []byte) error { return nil }
