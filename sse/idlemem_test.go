@@ -13,9 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"runtime"
-	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -89,39 +86,9 @@ func TestIdleStreamMemory(t *testing.T) {
 		}
 		return c
 	}
-	held := make([]net.Conn, conns+1)
-	t.Cleanup(func() {
-		for _, c := range held {
-			if c != nil {
-				c.Close()
-			}
-		}
-	})
-	held[conns] = open(conns) // the first connection starts the reaper and warms the pools
-	before := liveBytes()
-	for i := range conns {
-		held[i] = open(i)
-	}
-	testenv.Eventually(t, "every connection registered", func() bool { return h.Len() == conns+1 })
-	per := (liveBytes() - before) / conns
-	if f := os.Getenv("IDLEMEM_PROF"); f != "" {
-		out, _ := os.Create(f)
-		pprof.WriteHeapProfile(out)
-		out.Close()
-	}
-	runtime.KeepAlive(held)
+	per := testenv.LiveBytesPerConn(t, conns, open, func() bool { return h.Len() == conns+1 })
 	t.Logf("%d bytes live per idle stream", per)
 	if per > maxIdleBytesPerConn {
 		t.Fatalf("an idle stream keeps %d bytes live, want at most %d", per, maxIdleBytesPerConn)
 	}
-}
-
-// liveBytes is the heap in use after a full collection, plus goroutine
-// stacks.
-func liveBytes() int64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc) + int64(m.StackInuse)
 }

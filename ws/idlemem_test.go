@@ -15,9 +15,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"runtime"
-	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -59,13 +56,7 @@ func TestIdleWebSocketMemory(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		wh.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1"})
 	}))
-	held := make([]net.Conn, conns+1)
 	t.Cleanup(func() {
-		for _, c := range held {
-			if c != nil {
-				c.Close()
-			}
-		}
 		h.Close()
 		wh.Wait()
 		bus.Close()
@@ -111,19 +102,7 @@ func TestIdleWebSocketMemory(t *testing.T) {
 		c.SetDeadline(time.Time{})
 		return c
 	}
-	held[conns] = open(conns) // warms the pools
-	before := liveBytes()
-	for i := range conns {
-		held[i] = open(i)
-	}
-	testenv.Eventually(t, "every connection registered", func() bool { return h.Len() == conns+1 })
-	per := (liveBytes() - before) / conns
-	if f := os.Getenv("IDLEMEM_PROF"); f != "" {
-		out, _ := os.Create(f)
-		pprof.WriteHeapProfile(out)
-		out.Close()
-	}
-	runtime.KeepAlive(held)
+	per := testenv.LiveBytesPerConn(t, conns, open, func() bool { return h.Len() == conns+1 })
 	t.Logf("%d bytes live per idle WebSocket", per)
 	if per > maxIdleBytesPerConn {
 		t.Fatalf("an idle WebSocket keeps %d bytes live, want at most %d", per, maxIdleBytesPerConn)
@@ -168,14 +147,4 @@ func readFrame(br *bufio.Reader) ([]byte, error) {
 	p := make([]byte, n)
 	_, err := io.ReadFull(br, p)
 	return p, err
-}
-
-// liveBytes is the heap in use after a full collection, plus goroutine
-// stacks.
-func liveBytes() int64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc) + int64(m.StackInuse)
 }
