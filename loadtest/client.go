@@ -22,13 +22,9 @@ import (
 // there is one (Linux); elsewhere this goroutine does. established reports
 // whether the server answered 200.
 func (c *conn) sessionSSE(first *func(error)) (established bool, err error) {
-	addr := strings.TrimPrefix(c.w.nodeURL(c.id), "http://")
-	nc, err := c.w.dialers[c.id%len(c.w.dialers)].Dial("tcp", addr)
-	if err != nil {
+	nc, addr, err := c.dial()
+	if nc == nil {
 		return false, err
-	}
-	if !c.setCloser(nc) {
-		return false, nil
 	}
 	defer nc.Close()
 
@@ -70,6 +66,21 @@ func pending(br *bufio.Reader) []byte {
 	b = bytes.Clone(b)
 	br.Discard(len(b))
 	return b
+}
+
+// dial opens the connection's socket to its node from its worker's
+// source address and makes it what close closes. A nil nc with a nil
+// error means the connection is closing.
+func (c *conn) dial() (nc net.Conn, addr string, err error) {
+	addr = strings.TrimPrefix(c.w.nodeURL(c.id), "http://")
+	nc, err = c.w.dialers[c.id%len(c.w.dialers)].Dial("tcp", addr)
+	if err != nil {
+		return nil, addr, err
+	}
+	if !c.setCloser(nc) { // it closed nc
+		return nil, addr, nil
+	}
+	return nc, addr, nil
 }
 
 // sseRequest appends the GET that opens the stream: pushd's /v1/events
@@ -168,13 +179,9 @@ func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
 		// subprotocol; the token goes in the connect command.
 		path, protocols, hdr = "/connection/websocket", nil, nil
 	}
-	addr := strings.TrimPrefix(c.w.nodeURL(c.id), "http://")
-	nc, err := c.w.dialers[c.id%len(c.w.dialers)].Dial("tcp", addr)
-	if err != nil {
+	nc, addr, err := c.dial()
+	if nc == nil {
 		return false, err
-	}
-	if !c.setCloser(nc) {
-		return false, nil
 	}
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(15 * time.Second))
