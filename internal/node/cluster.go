@@ -29,6 +29,10 @@ func newCluster(ctx context.Context, cfg Config, t tuning) (*backend, error) {
 	// the bus's shard clients: go-redis would start a cleanup goroutine for
 	// every master's client it makes on first use, kept until Close.
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	// The cluster client makes no pipeline pool unless its buffer sizes are
+	// set, so only the regular connections' buffers are made smaller.
+	orDefaultInt(&opt.ReadBufferSize, redisBufferSize)
+	orDefaultInt(&opt.WriteBufferSize, redisBufferSize)
 	cluster := redis.NewClusterClient(opt)
 	b := &backend{attrs: []any{"redis_cluster", true}}
 	b.onClose(func() { cluster.Close() })

@@ -31,6 +31,10 @@ func newStandalone(ctx context.Context, cfg Config, t tuning) (*backend, error) 
 		// timeout), which go-redis honours only when told to.
 		opt.DialerRetries = 1
 		opt.ContextTimeoutEnabled = true
+		orDefaultInt(&opt.ReadBufferSize, redisBufferSize)
+		orDefaultInt(&opt.WriteBufferSize, redisBufferSize)
+		orDefaultInt(&opt.PipelineReadBufferSize, redisPipelineBufferSize)
+		orDefaultInt(&opt.PipelineWriteBufferSize, redisPipelineBufferSize)
 		c := redis.NewClient(opt)
 		clients[url] = c
 		b.onClose(func() { c.Close() })
