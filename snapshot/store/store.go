@@ -189,10 +189,11 @@ var (
 )
 
 // NewStore returns a Store reading from cfg.Redis and cfg.DB. It starts no
-// goroutine; it does not own, and never closes, the clients.
+// goroutine of its own (its caches' sweeps run on timers, which stop once
+// nothing is left to sweep); it does not own, and never closes, the clients.
 func NewStore(cfg Config) *Store {
 	cfg = cfg.withDefaults()
-	return &Store{
+	s := &Store{
 		cfg:      cfg,
 		rdb:      cfg.Redis,
 		db:       cfg.DB,
@@ -212,7 +213,19 @@ func NewStore(cfg Config) *Store {
 		// change was announced cannot outlive what the announcement said.
 		observed: newCache[int64](2*cfg.FetchTimeout, taskCacheCap),
 	}
+	s.tasks.remnant = versionOnly
+	return s
 }
+
+// versionOnly is what the task cache keeps of an expired snapshot: its
+// version, which remember still compares, without the document.
+func versionOnly(snap *snapshot.Snapshot) *snapshot.Snapshot {
+	return &snapshot.Snapshot{Version: snap.Version}
+}
+
+// isRemnant reports whether snap is a versionOnly remnant: every snapshot a
+// source returns has a document.
+func isRemnant(snap *snapshot.Snapshot) bool { return snap.JSON() == nil }
 
 // Close waits for the fetches still running on behalf of callers that gave
 // up, and makes later reads that miss the in-process cache fail with

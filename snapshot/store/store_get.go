@@ -213,18 +213,22 @@ const standInTTL = 3 * redisBackoff
 
 // remember caches snap unless the cache holds a newer version, and returns
 // the newer of the two: a source that lags behind what this node already saw
-// must not move the node backwards.
+// must not move the node backwards. Where the cache keeps only the newer
+// version (a remnant of an expired entry), snap is returned as read and not
+// cached; each connection's own versions keep it from going backwards there.
 func (s *Store) remember(snap *snapshot.Snapshot) *snapshot.Snapshot { return s.rememberFor(snap, 0) }
 
 // rememberFor is remember with the entry kept for at least ttl.
 func (s *Store) rememberFor(snap *snapshot.Snapshot, ttl time.Duration) *snapshot.Snapshot {
-	newest := s.tasks.updateFor(snap.TaskID, ttl, func(old *snapshot.Snapshot, present bool) *snapshot.Snapshot {
+	newest := s.tasks.updateFor(snap.TaskID, ttl, func(old *snapshot.Snapshot, present bool) (*snapshot.Snapshot, bool) {
 		if present && old.Version > snap.Version {
-			return old
+			return old, false
 		}
-		return snap
+		return snap, true
 	})
-	if newest == snap && s.tasks.ttl > 0 {
+	if isRemnant(newest) {
+		newest = snap
+	} else if newest == snap && s.tasks.ttl > 0 {
 		s.stats.cacheSets.Add(1)
 	}
 	// After the update, so a concurrent markMissing either sees the task or
