@@ -287,9 +287,3 @@ const (
 	redisBufferSize         = 8 << 10
 	redisPipelineBufferSize = 16 << 10
 )
-
-func orDefaultInt(v *int, def int) {
-	if *v == 0 {
-		*v = def
-	}
-}

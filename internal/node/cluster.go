@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -31,8 +32,8 @@ func newCluster(ctx context.Context, cfg Config, t tuning) (*backend, error) {
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	// The cluster client makes no pipeline pool unless its buffer sizes are
 	// set, so only the regular connections' buffers are made smaller.
-	orDefaultInt(&opt.ReadBufferSize, redisBufferSize)
-	orDefaultInt(&opt.WriteBufferSize, redisBufferSize)
+	opt.ReadBufferSize = cmp.Or(opt.ReadBufferSize, redisBufferSize)
+	opt.WriteBufferSize = cmp.Or(opt.WriteBufferSize, redisBufferSize)
 	cluster := redis.NewClusterClient(opt)
 	b := &backend{attrs: []any{"redis_cluster", true}}
 	b.onClose(func() { cluster.Close() })

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -31,10 +32,10 @@ func newStandalone(ctx context.Context, cfg Config, t tuning) (*backend, error) 
 		// timeout), which go-redis honours only when told to.
 		opt.DialerRetries = 1
 		opt.ContextTimeoutEnabled = true
-		orDefaultInt(&opt.ReadBufferSize, redisBufferSize)
-		orDefaultInt(&opt.WriteBufferSize, redisBufferSize)
-		orDefaultInt(&opt.PipelineReadBufferSize, redisPipelineBufferSize)
-		orDefaultInt(&opt.PipelineWriteBufferSize, redisPipelineBufferSize)
+		opt.ReadBufferSize = cmp.Or(opt.ReadBufferSize, redisBufferSize)
+		opt.WriteBufferSize = cmp.Or(opt.WriteBufferSize, redisBufferSize)
+		opt.PipelineReadBufferSize = cmp.Or(opt.PipelineReadBufferSize, redisPipelineBufferSize)
+		opt.PipelineWriteBufferSize = cmp.Or(opt.PipelineWriteBufferSize, redisPipelineBufferSize)
 		c := redis.NewClient(opt)
 		clients[url] = c
 		b.onClose(func() { c.Close() })
