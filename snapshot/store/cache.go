@@ -36,7 +36,6 @@ type cache[V any] struct {
 	ttl        int64 // nanoseconds; <= 0 disables the cache
 	shardCap   int
 	remnant    func(V) V // what a sweep keeps of an expired entry; nil deletes it
-	sweepEvery time.Duration
 	sweepArmed atomic.Bool
 	shards     [cacheShards]cacheShard[V]
 }
@@ -56,12 +55,7 @@ type cacheItem[V any] struct {
 }
 
 func newCache[V any](ttl time.Duration, capacity int) *cache[V] {
-	c := &cache[V]{
-		seed:       maphash.MakeSeed(),
-		ttl:        int64(ttl),
-		shardCap:   max(capacity/cacheShards, 8),
-		sweepEvery: max(ttl, time.Second),
-	}
+	c := &cache[V]{seed: maphash.MakeSeed(), ttl: int64(ttl), shardCap: max(capacity/cacheShards, 8)}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]cacheItem[V])
 	}
@@ -128,10 +122,11 @@ func (c *cache[V]) updateFor(key string, ttl time.Duration, f func(old V, presen
 	return v
 }
 
-// armSweep schedules a sweep unless one is scheduled.
+// armSweep schedules a sweep, a TTL or a second from now, whichever is
+// later, unless one is scheduled.
 func (c *cache[V]) armSweep() {
 	if !c.sweepArmed.Load() && c.sweepArmed.CompareAndSwap(false, true) {
-		time.AfterFunc(c.sweepEvery, c.sweep)
+		time.AfterFunc(max(time.Duration(c.ttl), time.Second), c.sweep)
 	}
 }
 
