@@ -37,6 +37,13 @@ func (n Names) SnapshotMeta(taskID string) string { return n.task("task:snapshot
 // NotFound is the key of a task's negative-cache marker.
 func (n Names) NotFound(taskID string) string { return n.task("task:notfound:", taskID) }
 
+// Checked is the key of a task's repair marker, written by the nodes only:
+// when a node last checked the task against PostgreSQL, the version it
+// found there and whether that version was finished, so that one node of a
+// fleet checks each watched task per repair interval, and a version
+// checked once is not repaired again after Redis expired its snapshot.
+func (n Names) Checked(taskID string) string { return n.task("task:checked:", taskID) }
+
 func (n Names) task(kind, taskID string) string {
 	if n.Cluster {
 		return n.Prefix + kind + "{" + taskID + "}"

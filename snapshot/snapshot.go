@@ -281,8 +281,12 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 func (s *Snapshot) NewerThan(v int64) bool { return s.Version > v }
 
 // Terminal reports whether the task will not change again.
-func (s *Snapshot) Terminal() bool {
-	switch s.Status {
+func (s *Snapshot) Terminal() bool { return TerminalStatus(s.Status) }
+
+// TerminalStatus reports whether status is one a task ends in: SUCCEEDED,
+// FAILED or CANCELED.
+func TerminalStatus(status string) bool {
+	switch status {
 	case "SUCCEEDED", "FAILED", "CANCELED":
 		return true
 	}

@@ -50,7 +50,12 @@ func (s *Store) query(ctx context.Context, sql string, args []any, sending func(
 		sending()
 	}
 	s.stats.dbQueries.Add(1)
-	if err := s.queryTx(ctx, sql, args, each); err != nil {
+	scan := func(rows pgx.Rows) error {
+		return scanTasks(rows, each, func(id string, err error) {
+			s.log.WarnContext(ctx, "snapshot: skipping a task row pushd cannot represent", "task_id", id, "err", err)
+		})
+	}
+	if err := s.queryTx(ctx, sql, args, scan); err != nil {
 		s.stats.dbErrors.Add(1)
 		return fmt.Errorf("postgres: %w", err)
 	}
@@ -64,7 +69,7 @@ func (s *Store) query(ctx context.Context, sql string, args []any, sending func(
 // connection, which takes table locks too. A context deadline alone would
 // not do: it drops the connection but leaves the query running on the
 // server.
-func (s *Store) queryTx(ctx context.Context, sql string, args []any, each func(*snapshot.Snapshot)) (err error) {
+func (s *Store) queryTx(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) (err error) {
 	conn, err := s.db.Acquire(ctx)
 	if err != nil {
 		return err
@@ -87,9 +92,7 @@ func (s *Store) queryTx(ctx context.Context, sql string, args []any, each func(*
 	br := conn.SendBatch(ctx, &b)
 	rows, err := br.Query()
 	if err == nil {
-		err = scanTasks(rows, each, func(id string, err error) {
-			s.log.WarnContext(ctx, "snapshot: skipping a task row pushd cannot represent", "task_id", id, "err", err)
-		})
+		err = scan(rows)
 	}
 	if err == nil {
 		_, err = br.Exec()

@@ -1,0 +1,293 @@
+package store
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/internal/redisx"
+	"github.com/pushd/pushd/snapshot"
+)
+
+//go:embed check.lua
+var checkLua string
+
+var checkScript = redis.NewScript(checkLua)
+
+// MaxCheck bounds the ids of one Check: one claim script and one
+// PostgreSQL query of versions.
+const MaxCheck = 1000
+
+// checkedTTL is how long a task's repair marker outlives its last claim:
+// longer than any snapshot's TTL, so a version checked once is known as
+// checked after Redis expired its snapshot, for as long as the task is
+// watched (every claim renews it).
+const checkedTTL = time.Hour
+
+var sqlVersionsByIDs = `SELECT id, version, status FROM generation_tasks WHERE id = ANY($1)`
+
+// CheckRequest is one Check of watched tasks.
+type CheckRequest struct {
+	IDs []string // at most MaxCheck, valid ids
+	// Hold is how long this check's claims keep the fleet's other nodes
+	// from checking the same tasks against PostgreSQL.
+	Hold time.Duration
+	// Finished includes the tasks whose last check found them finished
+	// (SUCCEEDED, FAILED, CANCELED), which are otherwise left out of the
+	// PostgreSQL part.
+	Finished bool
+	// Publish stores a snapshot in Redis unless a newer one is there and
+	// announces it: the node's publisher. Required with PostgreSQL.
+	Publish func(context.Context, *snapshot.Snapshot) error
+}
+
+// Checked is what a Check found.
+type Checked struct {
+	// Found is the newest snapshot of each task found: Redis's, or the
+	// PostgreSQL row where that is newer.
+	Found map[string]*snapshot.Snapshot
+	// Repaired are the rows of Found that PostgreSQL held newer than Redis
+	// and than the task's last check, a change never announced, which
+	// Check published.
+	Repaired []*snapshot.Snapshot
+	// Skipped says the PostgreSQL part was not run: half of the node's
+	// PostgreSQL slots or more were busy, or it failed.
+	Skipped bool
+}
+
+// Check is a repair round's read of watched tasks: every task's snapshot
+// from Redis (no in-process cache, no PostgreSQL fallback), and, for the
+// tasks this node claims for the fleet (one node per task per req.Hold),
+// the version PostgreSQL holds. A task whose PostgreSQL version is newer
+// than Redis's and than the version its last check found is a change
+// nobody announced: its row is read and published (stored if newer, and
+// announced), so every node watching it hears the ordinary hint, and the
+// task's marker records the version. The PostgreSQL part takes one of the
+// node's PostgreSQL slots only while fewer than half of them are busy:
+// subscribers' reads come first.
+func (s *Store) Check(ctx context.Context, req CheckRequest) (Checked, error) {
+	out := Checked{Found: make(map[string]*snapshot.Snapshot, len(req.IDs))}
+	if len(req.IDs) > MaxCheck {
+		return out, fmt.Errorf("%w: %d ids, at most %d", snapshot.ErrInvalidID, len(req.IDs), MaxCheck)
+	}
+	for _, id := range req.IDs {
+		if !snapshot.ValidID(id) {
+			return out, fmt.Errorf("%w: %q", snapshot.ErrInvalidID, id)
+		}
+	}
+	if s.rdb == nil || len(req.IDs) == 0 {
+		return out, nil
+	}
+	if !s.enter() {
+		return out, errClosed
+	}
+	defer s.inflight.Done()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	defer cancel()
+	for i := 0; i < len(req.IDs); i += snapshot.MaxMany {
+		found, err := s.readRedisMany(ctx, req.IDs[i:min(i+snapshot.MaxMany, len(req.IDs))])
+		s.redisRead(ctx, err, "tasks", len(req.IDs))
+		if err != nil {
+			return out, err
+		}
+		for id, snap := range found {
+			out.Found[id] = s.remember(snap)
+		}
+	}
+	if s.db == nil {
+		return out, nil
+	}
+	if len(s.sem) >= max(cap(s.sem)/2, 1) {
+		s.stats.checkSkipped.Add(1)
+		out.Skipped = true
+		return out, nil
+	}
+	claimed, err := s.claim(ctx, req.IDs, req.Hold, req.Finished)
+	if err != nil || len(claimed) == 0 {
+		return out, err
+	}
+	err = s.checkClaimed(ctx, req, claimed, &out)
+	if err != nil {
+		s.stats.checkSkipped.Add(1)
+		out.Skipped = true
+	}
+	return out, err
+}
+
+// checkClaimed reads the versions of the claimed tasks from PostgreSQL,
+// publishes what is newer there, and records each version checked in the
+// task's marker.
+func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[string]int64, out *Checked) error {
+	ids := make([]string, 0, len(claimed))
+	for id := range claimed {
+		ids = append(ids, id)
+	}
+	type version struct {
+		v        int64
+		finished bool
+	}
+	versions := make(map[string]version, len(ids))
+	err := s.tryQuery(ctx, sqlVersionsByIDs, []any{ids}, func(rows pgx.Rows) error {
+		defer rows.Close()
+		for rows.Next() {
+			var id, status string
+			var v int64
+			if err := rows.Scan(&id, &v, &status); err != nil {
+				return err
+			}
+			versions[id] = version{v, snapshot.TerminalStatus(status)}
+		}
+		return rows.Err()
+	})
+	s.stats.checked.Add(uint64(len(ids)))
+	s.stats.checkRows.Add(uint64(len(versions)))
+	if err != nil {
+		return err
+	}
+	var newer []string
+	for id, pg := range versions {
+		var stored int64
+		if snap := out.Found[id]; snap != nil {
+			stored = snap.Version
+		}
+		if pg.v > stored && pg.v > claimed[id] {
+			newer = append(newer, id)
+		}
+	}
+	unpublished := make(map[string]bool, len(newer))
+	for _, id := range newer {
+		unpublished[id] = true
+	}
+	if len(newer) > 0 {
+		rows, err := s.readNewer(ctx, newer)
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			stored := out.Found[row.TaskID]
+			if err := req.Publish(ctx, row); err != nil {
+				s.log.WarnContext(ctx, "snapshot: publishing a change never announced failed", "task_id", row.TaskID, "err", err)
+				continue
+			}
+			delete(unpublished, row.TaskID)
+			s.stats.repaired.Add(1)
+			var redisVersion int64
+			if stored != nil {
+				redisVersion = stored.Version
+			}
+			s.log.InfoContext(ctx, "snapshot: repaired a change never announced", "task_id", row.TaskID, "tenant_id", row.TenantID,
+				"database_version", row.Version, "redis_version", redisVersion, "checked_version", claimed[row.TaskID],
+				"age", time.Since(time.UnixMilli(row.UpdatedAt)).Round(time.Millisecond))
+			out.Found[row.TaskID] = s.remember(row)
+			out.Repaired = append(out.Repaired, row)
+		}
+	}
+	// A newer version not published is left unrecorded: the next check
+	// finds it again.
+	pipe := s.rdb.Pipeline()
+	for id, pg := range versions {
+		if pg.v > claimed[id] && !unpublished[id] {
+			pipe.HSet(ctx, s.names.Checked(id), "v", strconv.FormatInt(pg.v, 10), "f", boolDigit(pg.finished))
+		}
+	}
+	if pipe.Len() > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("redis: recording checks: %w", err)
+		}
+	}
+	return nil
+}
+
+// readNewer reads the rows of ids from PostgreSQL, sharing a read sent
+// since, and caches nothing: the publish that follows stores what is newer.
+func (s *Store) readNewer(ctx context.Context, ids []string) ([]*snapshot.Snapshot, error) {
+	res, err := s.readDB(ctx, ids, 0, false)
+	defer res.release()
+	if err != nil {
+		return nil, err
+	}
+	s.stats.checkRows.Add(uint64(len(res.rows))) // its query is in DBQueries
+	rows := make([]*snapshot.Snapshot, 0, len(res.found))
+	for _, row := range res.found {
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// claim runs the claim script over the tasks' markers: one script for all
+// of them on standalone Redis, so two nodes' claims of one batch never
+// interleave; one per task on Redis Cluster, where each marker is in its
+// task's slot. It returns the claimed tasks with the version of their last
+// check.
+func (s *Store) claim(ctx context.Context, ids []string, hold time.Duration, finished bool) (map[string]int64, error) {
+	args := []any{max(hold.Milliseconds(), 1), boolDigit(finished), checkedTTL.Milliseconds()}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = s.names.Checked(id)
+	}
+	claimed := make(map[string]int64)
+	take := func(id string, v int64) {
+		if v >= 0 {
+			claimed[id] = v
+		}
+	}
+	if !s.names.Cluster {
+		vals, err := checkScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("redis: claiming checks: %w", err)
+		}
+		for i, v := range vals {
+			take(ids[i], v)
+		}
+		return claimed, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = checkScript.EvalSha(ctx, pipe, []string{k}, args...)
+	}
+	_, _ = pipe.Exec(ctx) // the commands carry their own errors
+	for i, cmd := range cmds {
+		vals, err := cmd.Int64Slice()
+		if redisx.IsNoScript(err) {
+			vals, err = checkScript.Run(ctx, s.rdb, []string{keys[i]}, args...).Int64Slice()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redis: claiming checks: %w", err)
+		}
+		take(ids[i], vals[0])
+	}
+	return claimed, nil
+}
+
+var errBusy = fmt.Errorf("%w: postgres slots busy", snapshot.ErrUnavailable)
+
+// tryQuery runs one statement of a check in a PostgreSQL slot if one is
+// free now, without waiting for one. It is counted among the checks', not
+// in DBQueries, which are the reads' of subscribers and notifications.
+func (s *Store) tryQuery(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return errBusy
+	}
+	defer func() { <-s.sem }()
+	s.stats.checkQueries.Add(1)
+	if err := s.queryTx(ctx, sql, args, scan); err != nil {
+		s.stats.checkErrors.Add(1)
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}
+
+func boolDigit(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
