@@ -51,6 +51,7 @@ type Conn struct {
 	scheduled            bool // queued for, or held by, a writer or a sink's queued write
 	endAfter             bool // end the connection once what is pending is written
 	resumed              bool // counted in Stats.Reconnects
+	streamResumed        bool // a Subscribe was served by replaying the Stream after a cursor
 	ending               bool
 	closed               bool
 	// Resume cursors (Subscription.Cursors, with a Stream). cursors: the
@@ -104,35 +105,48 @@ func (c *Conn) offer(s *snapshot.Snapshot, n news) {
 // writers itself: it reports whether the offer scheduled c, which the
 // caller must then push to the run queue.
 func (c *Conn) offerDeferred(s *snapshot.Snapshot, n news) (push bool) {
+	push, _, _ = c.offerTracked(s, n, false)
+	return push
+}
+
+// offerTracked is offerDeferred that also reports whether the outbox took
+// s and the version of its task the connection held before (delivered or
+// pending; 0 for none). With repair, a connection that resumed from a
+// stream cursor is not offered a task it holds no version of: the stream
+// says it has every change of it, so the offer would be a resend.
+func (c *Conn) offerTracked(s *snapshot.Snapshot, n news, repair bool) (push, taken bool, had int64) {
 	h := c.hub
 	c.mu.Lock()
 	switch {
 	case c.closed || c.ending:
 		c.mu.Unlock()
-		return false
+		return false, false, 0
 	case s.TenantID != c.TenantID: // checked on every delivery, not only at subscribe
 		c.mu.Unlock()
 		h.stats.droppedTenant.Add(1)
-		return false
+		return false, false, 0
 	case !c.watchesLocked(s):
 		c.mu.Unlock()
-		return false
+		return false, false, 0
 	}
 	t := c.track.get(s.TaskID)
-	var have int64
 	if t != nil {
-		have = t.delivered
+		had = t.delivered
 	}
 	switch {
-	case !s.NewerThan(have):
+	case repair && t == nil && c.streamResumed:
+		c.mu.Unlock()
+		return false, false, 0
+	case !s.NewerThan(had):
 		c.mu.Unlock()
 		h.stats.droppedStale.Add(1)
-		return false
+		return false, false, had
 	case t != nil && t.snap != nil:
-		if !s.NewerThan(t.snap.Version) {
+		had = t.snap.Version
+		if !s.NewerThan(had) {
 			c.mu.Unlock()
 			h.stats.droppedStale.Add(1)
-			return false
+			return false, false, had
 		}
 		h.stats.conflated.Add(1)
 	default:
@@ -143,7 +157,7 @@ func (c *Conn) offerDeferred(s *snapshot.Snapshot, n news) (push bool) {
 			h.stats.slowClosed.Add(1)
 			c.endLocked(CloseWriteFailed)
 			c.mu.Unlock()
-			return false
+			return false, false, had
 		}
 		if t == nil {
 			t = c.trackLocked(s.TaskID)
@@ -153,7 +167,7 @@ func (c *Conn) offerDeferred(s *snapshot.Snapshot, n news) (push bool) {
 	t.snap, t.news = s, n
 	push = c.markScheduledLocked()
 	c.mu.Unlock()
-	return push
+	return push, true, had
 }
 
 // Send queues a non-task event (an error for a refused subscription, say).

@@ -59,6 +59,15 @@ type Config struct {
 	// of re-reading, and gives resume cursors (see Stream). Nil means none:
 	// gaps are closed by re-reading, and resume relies on Subscription.Since.
 	Stream Stream
+	// Checker, when set, runs a repair round every RepairInterval: every
+	// watched task is checked against the sources and what a connection
+	// lacks is delivered, so a change never announced still arrives. Nil
+	// means no repair.
+	Checker Checker
+	// RepairInterval is the time between repair rounds, which start at the
+	// same instants of the wall clock on every node. Zero means
+	// DefaultRepairInterval.
+	RepairInterval time.Duration
 
 	// Writers is the number of goroutines writing to connections; zero means
 	// 32. They never wait for a client: a sink hands what a full socket
@@ -129,6 +138,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxPollBackoff <= 0 {
 		c.MaxPollBackoff = 30 * time.Second
+	}
+	if c.RepairInterval <= 0 {
+		c.RepairInterval = DefaultRepairInterval
 	}
 	if c.SubscribeReads <= 0 {
 		c.SubscribeReads = 50
@@ -203,6 +215,7 @@ func New(cfg Config) *Hub {
 	}
 	h.stats.notifyToWrite = histogram.New(notifyToWriteBounds[:]...)
 	h.stats.staleness = histogram.New(stalenessBounds[:]...)
+	h.stats.repairAge = histogram.New(stalenessBounds[:]...)
 	h.idx.init(cfg.HotTaskWatchers)
 	h.mode = ModePush
 	h.tenantPolling = make(map[string]string)
@@ -222,6 +235,10 @@ func New(cfg Config) *Hub {
 	go h.pollLoop()
 	h.wg.Add(1)
 	go h.tickLoop()
+	if cfg.Checker != nil {
+		h.wg.Add(1)
+		go h.repairLoop()
+	}
 	return h
 }
 
@@ -528,8 +545,9 @@ type counters struct {
 	readRetries, readsLimited                                      atomic.Int64
 	catchUps, resumes, resumeTasks, resumeFallbacks                atomic.Int64
 	resumeMismatches                                               atomic.Int64
+	repairRounds, repairErrors, repairOlder, repairUnheld          atomic.Int64
 	pushed, reconnects                                             [NumTransports]atomic.Int64
-	notifyToWrite, staleness                                       *histogram.Histogram
+	notifyToWrite, staleness, repairAge                            *histogram.Histogram
 }
 
 // Stats are the hub's counters since it started and its gauges now, for
@@ -579,6 +597,21 @@ type Stats struct {
 	// were issued for another subscription (Subscription.ResumeMismatch).
 	ResumeMismatches int64
 
+	// With a Checker.
+	RepairRounds int64 // repair rounds run
+	RepairErrors int64 // rounds a check failed in
+	// RepairOlder and RepairUnheld count the tasks a repair round found
+	// in Redis and delivered, at least a second after their updated_at, to
+	// a connection here that held an older version (a hint lost or never
+	// published), or that held none (a resume past a change its stream
+	// lacks, a task created without a hint).
+	RepairOlder  int64
+	RepairUnheld int64
+	// RepairAge is the time from a repaired change's updated_at to the
+	// round that found it: the counted ones above, and those the Checker
+	// found newer in the database.
+	RepairAge histogram.Snapshot
+
 	// By Transport.
 	Pushed     [NumTransports]int64 // task events written
 	Reconnects [NumTransports]int64 // connections that subscribed with a resume position (Subscription.Resume, ResumeMismatch or Since)
@@ -613,6 +646,9 @@ func (h *Hub) Stats() Stats {
 		Resumes:  c.resumes.Load(), ResumeTasks: c.resumeTasks.Load(), ResumeFallbacks: c.resumeFallbacks.Load(), ResumeMismatches: c.resumeMismatches.Load(),
 		NotifyToWrite: c.notifyToWrite.Snapshot(),
 		Staleness:     c.staleness.Snapshot(),
+		RepairRounds:  c.repairRounds.Load(), RepairErrors: c.repairErrors.Load(),
+		RepairOlder: c.repairOlder.Load(), RepairUnheld: c.repairUnheld.Load(),
+		RepairAge: c.repairAge.Snapshot(),
 	}
 	s.Mode, _ = h.Mode()
 	s.PollingTenants = h.PollingTenants()

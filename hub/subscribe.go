@@ -268,6 +268,9 @@ func (c *Conn) replayResume(ctx context.Context, s Subscription, a *admission) (
 		h.log.Debug("resume cursor not replayable; reading everything", "conn", c.ID, "tenant", c.TenantID, "reason", fallback)
 	case c.replay(ctx, changes, a.tasks, a.projects, a.user) == nil:
 		h.stats.resumes.Add(1)
+		c.mu.Lock()
+		c.streamResumed = true
+		c.mu.Unlock()
 		return true, nil
 	case ctx.Err() != nil:
 		return false, ctx.Err()

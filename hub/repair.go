@@ -1,0 +1,203 @@
+package hub
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/pushd/pushd/snapshot"
+)
+
+// Checker is what the repair rounds read watched tasks through: a change
+// written and never announced (a lost hint, a writer that died between its
+// steps, a failover that lost writes) is found there, the database version
+// winning. internal/node fills it in with the snapshot store and the node's
+// publisher; nil means no repair (the embedded mode, where nothing is lost).
+type Checker interface {
+	// Check returns the newest snapshot found of each task of ids (at most
+	// RepairBatch). finished asks for the tasks last found finished too,
+	// which a Checker may otherwise leave to a later round.
+	Check(ctx context.Context, ids []string, finished bool) (Checked, error)
+}
+
+// Checked is what a Check found.
+type Checked struct {
+	// Found are the snapshots Redis holds.
+	Found []*snapshot.Snapshot
+	// Repaired are the database's versions of tasks where it held a newer
+	// one than Redis, never announced: the Checker published them, so
+	// every node hears of them; it counts and logs them.
+	Repaired []*snapshot.Snapshot
+}
+
+const (
+	// DefaultRepairInterval is Config.RepairInterval's default: a change
+	// never announced shows within 11 s, and 10,000 watched tasks cost
+	// the fleet 1,000 rows of versions a second.
+	DefaultRepairInterval = 10 * time.Second
+	// RepairBatch bounds the ids of one Check.
+	RepairBatch = 1000
+	// RepairFinishedEvery is how many repair rounds make one that checks
+	// finished tasks too: they change again only when the platform retries
+	// them, and a dashboard of finished tasks would otherwise be most of
+	// what a round reads.
+	RepairFinishedEvery = 10
+	// repairGrace is how old a change must be before a round that delivers
+	// it counts it as repaired: a hint takes milliseconds, so one younger
+	// may still be on its way.
+	repairGrace = time.Second
+	// repairSpread bounds the random delay of a node's round after its slot
+	// begins, at most an eighth of the interval: the nodes' claims come one
+	// after another, each node's in one piece.
+	repairSpread = 250 * time.Millisecond
+	// repairMaxBackoff is the most rounds skipped after failed ones.
+	repairMaxBackoff = 3
+	// repairRoundBudget bounds one round.
+	repairRoundBudget = 30 * time.Second
+)
+
+// repairLoop runs a repair round at the start of every RepairInterval of
+// the wall clock (plus a small random delay), the same slots on every node,
+// so that the first node of a slot claims the fleet's checks of the tasks it
+// watches in one piece. A round that failed doubles the wait, up to 8
+// intervals; while the node polls, the poll rounds read everything anyway.
+func (h *Hub) repairLoop() {
+	defer h.wg.Done()
+	interval := h.cfg.RepairInterval
+	spread := min(interval/8, repairSpread)
+	failures := 0
+	for {
+		now := time.Now()
+		slot := now.Truncate(interval).Add(interval << min(failures, repairMaxBackoff))
+		t := time.NewTimer(slot.Sub(now) + rand.N(spread+1))
+		select {
+		case <-h.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !h.isPush() {
+			continue
+		}
+		n := int64(slot.Sub(time.Time{}) / interval)
+		if h.repairRound(n%RepairFinishedEvery == 0) {
+			failures = 0
+		} else {
+			failures++
+		}
+	}
+}
+
+// repairRound checks every task a local connection watches, by id or as a
+// task of its project or user scope that it holds, and offers what it
+// found: the outboxes drop what is not newer. It reports whether every
+// check succeeded.
+func (h *Hub) repairRound(finished bool) bool {
+	defer h.stats.repairRounds.Add(1) // counted once done, so a count read means a round finished
+	ctx, cancel := context.WithTimeout(h.ctx, repairRoundBudget)
+	defer cancel()
+	ids := h.repairIDs()
+	var targets []*Conn
+	for i := 0; i < len(ids); i += RepairBatch {
+		// What a failed check found is offered still: Redis may have
+		// answered when PostgreSQL did not.
+		found, err := h.cfg.Checker.Check(ctx, ids[i:min(i+RepairBatch, len(ids))], finished)
+		now := time.Now()
+		for _, s := range found.Repaired {
+			targets, _ = h.offerRepair(s, targets[:0])
+			h.stats.repairAge.Observe(now.Sub(time.UnixMilli(s.UpdatedAt)))
+		}
+		for _, s := range found.Found {
+			targets = h.countRepair(s, now, targets[:0])
+		}
+		if err != nil {
+			h.stats.repairErrors.Add(1)
+			h.log.Debug("repair check failed", "tasks", len(ids), "err", err)
+			return false
+		}
+	}
+	return true
+}
+
+// repairIDs is every task the repair checks, once each and sorted, so
+// that nodes watching the same tasks claim them in the same batches.
+func (h *Hub) repairIDs() []string {
+	ids := h.idx.tasks(nil)
+	seen := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		seen[id] = struct{}{}
+	}
+	for _, c := range h.allConns() {
+		c.mu.Lock()
+		if c.projects.len() > 0 || c.userScope {
+			c.track.each(func(t *tracked) {
+				if _, ok := seen[t.id]; !ok {
+					seen[t.id] = struct{}{}
+					ids = append(ids, t.id)
+				}
+			})
+		}
+		c.mu.Unlock()
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// countRepair offers a snapshot Redis holds to its watchers and counts it
+// as repaired when a connection took it that held an older version or
+// none, unless it is young enough that its hint may be on its way still.
+func (h *Hub) countRepair(s *snapshot.Snapshot, now time.Time, targets []*Conn) []*Conn {
+	targets, held := h.offerRepair(s, targets)
+	age := now.Sub(time.UnixMilli(s.UpdatedAt))
+	if held == heldNewer || age < repairGrace {
+		return targets
+	}
+	if held == heldOlder {
+		h.stats.repairOlder.Add(1)
+	} else {
+		h.stats.repairUnheld.Add(1)
+	}
+	h.stats.repairAge.Observe(age)
+	h.log.Info("repaired a stale task", "tenant", s.TenantID, "task", s.TaskID, "version", s.Version,
+		"held_older", held == heldOlder, "age", age.Round(time.Millisecond))
+	return targets
+}
+
+// What the connections that took a repair's snapshot held of its task.
+const (
+	heldNewer = iota // none took it: each held it or a newer version
+	heldNone         // some took it, none held a version of the task
+	heldOlder        // some took it that held an older version
+)
+
+// offerRepair offers s to its watchers, as offerToWatchers does, and says
+// what those that took it held.
+func (h *Hub) offerRepair(s *snapshot.Snapshot, targets []*Conn) (_ []*Conn, held int) {
+	targets = h.idx.collect(byTask, key{s.TenantID, s.TaskID}, targets)
+	if s.ProjectID != "" {
+		targets = h.idx.collect(byProject, key{s.TenantID, s.ProjectID}, targets)
+	}
+	if s.UserID != "" {
+		targets = h.idx.collect(byUser, key{s.TenantID, s.UserID}, targets)
+	}
+	ready := 0
+	held = heldNewer
+	for _, c := range targets {
+		push, taken, had := c.offerTracked(s, news{live: true}, true)
+		switch {
+		case !taken:
+		case had > 0:
+			held = heldOlder
+		default:
+			held = max(held, heldNone)
+		}
+		if push {
+			targets[ready] = c
+			ready++
+		}
+	}
+	h.runq.pushAll(targets[:ready])
+	clear(targets)
+	return targets, held
+}
