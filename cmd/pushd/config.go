@@ -13,6 +13,7 @@ import (
 
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/auth/session"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/node"
 )
 
@@ -48,6 +49,7 @@ type config struct {
 	StreamMaxLen   int64
 	StreamReads    int
 	AnnounceRepair time.Duration
+	RepairInterval time.Duration
 	RedisCluster   bool
 	Demo           bool
 	LogLevel       string
@@ -172,6 +174,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.Int64Var(&c.StreamMaxLen, "stream-maxlen", 10000, "with --streams, trim each tenant's stream to about this many entries (XADD MAXLEN ~)")
 	fs.IntVar(&c.StreamReads, "stream-cluster-reads", 128, "with --streams on Redis Cluster, blocking stream reads (one per watched tenant, each on a connection of its own) this node keeps open on each master; the tenants past it are polled every second")
 	durationVar(fs, &c.AnnounceRepair, "announce-reconcile-interval", 5*time.Second, "on Redis Cluster or with the cache and realtime roles apart, how often (jittered) this node announces the stored snapshots of watched tenants whose publisher died before announcing them")
+	durationVar(fs, &c.RepairInterval, "repair-interval", hub.DefaultRepairInterval, "how often every watched task is checked against Redis and PostgreSQL (one node of the fleet per task), so a change written and never announced reaches its watchers within this plus 1s; finished tasks every 10th time")
 	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private")
 	fs.BoolVar(&c.Demo, "demo", false, "serve the demo page and its task simulator at /demo/ (the embedded mode always does); with a configured secret or key the page asks for a token; with a database the simulator writes generation_tasks rows, as a Task State Service would")
 	fs.StringVar(&c.RedisCacheURL, "redis-cache-url", "", "Redis for task snapshots; empty means --redis-url")
@@ -438,8 +441,8 @@ func (c config) nodeConfig(version string, log *slog.Logger) node.Config {
 		Heartbeat: c.Heartbeat, PollInterval: c.PollInterval, WriteTimeout: c.WriteTimeout, SSERetry: c.Retry,
 		ReconnectAfter: c.ReconnectAfter, Demo: c.Demo, Logger: log,
 		Streams: c.Streams, StreamMaxLen: c.StreamMaxLen, StreamClusterReads: c.StreamReads,
-		AnnounceReconcileInterval: c.AnnounceRepair,
-		Admission:                 c.Admission.config(), Sessions: c.Sessions.config(),
+		AnnounceReconcileInterval: c.AnnounceRepair, RepairInterval: c.RepairInterval,
+		Admission: c.Admission.config(), Sessions: c.Sessions.config(),
 		MaxConns: maxConns(c.MaxConns), MaxConnsPerIP: c.MaxConnsPerIP,
 		RequestTimeout: c.RequestTimeout, MaxHeaderBytes: c.MaxHeaderBytes, MaxURLBytes: c.MaxURLBytes,
 		Writers: c.Conn.Writers, MaxSubscriptions: c.Conn.MaxSubscriptions, MaxIDs: c.Conn.MaxIDs,

@@ -63,6 +63,7 @@ var flagCases = map[string]flagCase{
 	"stream-maxlen":               {"500", "600", func(c config) string { return strconv.FormatInt(c.StreamMaxLen, 10) }},
 	"stream-cluster-reads":        {"32", "64", func(c config) string { return strconv.Itoa(c.StreamReads) }},
 	"announce-reconcile-interval": {"3s", "7s", func(c config) string { return dur(c.AnnounceRepair) }},
+	"repair-interval":             {"4s", "6s", func(c config) string { return dur(c.RepairInterval) }},
 	"log-level":                   {"debug", "warn", func(c config) string { return c.LogLevel }},
 	"log-format":                  {"json", "text", func(c config) string { return c.LogFormat }},
 }

@@ -90,6 +90,7 @@ func (c config) validateRanges(bad func(name, format string, args ...any)) {
 		"heartbeat": c.Heartbeat, "poll-interval": c.PollInterval, "write-timeout": c.WriteTimeout,
 		"sse-retry": c.Retry, "drain-timeout": c.DrainTimeout, "reconnect-after": c.ReconnectAfter,
 		"request-timeout": c.RequestTimeout, "announce-reconcile-interval": c.AnnounceRepair,
+		"repair-interval":   c.RepairInterval,
 		"subscribe-timeout": c.Conn.SubscribeTimeout, "first-request-timeout": c.Conn.FirstRequestTimeout,
 		"session-negative-ttl": c.Sessions.NegativeTTL, "session-db-wait": c.Sessions.DBWait,
 	} {

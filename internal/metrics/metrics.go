@@ -170,6 +170,15 @@ var (
 	streamLen    = platformGauge("stream_length", "Entries in the streams the node tails, as of their last check: the sum, and the longest (the same as pushd_stream_length_entries).", "stat")
 	applyErrors  = counter("stream_apply_errors_total", "Batches of stream entries the hub could not deliver (a snapshot read failed); the batch is read again.")
 
+	repairRounds  = counter("repair_rounds_total", "Repair rounds run: every watched task checked against Redis and, for the tasks this node claimed for the fleet, PostgreSQL.")
+	repairErrors  = counter("repair_errors_total", "Repair rounds in which a check failed (Redis or PostgreSQL did not answer, or the PostgreSQL slots were busy); the next round waits twice as long, up to 8 intervals.")
+	repairs       = counter("repairs_total", "Changes never announced that a repair round delivered, by what it found: database_newer (PostgreSQL newer than Redis and the last check; this node published it for the fleet), redis_newer (a connection here held an older version than Redis's), not_held (a connection here held none).", "found")
+	repairChecked = counter("repair_checked_total", "Tasks this node claimed for the fleet and checked against PostgreSQL.")
+	repairQueries = counter("repair_db_queries_total", "PostgreSQL queries of the repair rounds: versions of the claimed tasks, and rows of the changes found newer.")
+	repairRows    = counter("repair_db_rows_total", "Rows the repair rounds' PostgreSQL queries read.")
+	repairSkipped = counter("repair_db_skipped_total", "Checks whose PostgreSQL part was skipped: half of the node's PostgreSQL slots or more were busy, or it failed.")
+	repairAge     = prometheus.NewDesc("pushd_repair_age_seconds", "Time from a repaired change's updated_at to the repair round that delivered it (the repairs of pushd_repairs_total). Includes clock skew with the Task State Service.", nil, nil)
+
 	reconcileRounds    = counter("announce_reconcile_rounds_total", "Rounds of the reconcile of the unannounced journal of the tenants watched here (Redis Cluster and split Redis only).")
 	reconcileRepairs   = counter("announce_repairs_total", "Announcements the reconcile made of a stored snapshot whose publisher never announced it (died or failed between the write and the announcement).")
 	reconcileAbandoned = counter("announce_abandoned_total", "Unannounced journal entries the reconcile removed because their version was never stored (the publisher died before the write).")
@@ -184,7 +193,8 @@ var (
 		admAllowed, admRejected, admFallbacks, admStoreErrors, admStoreUp, leases, leaseEvents, reconciles, reconcileDiff, sessionsClosed,
 		connsOpen, ssePush, wsPush, reconnects, refetch, sfShared, pubsubLosses,
 		rlAllowed, rlRejected, cacheHit, cacheMiss, cacheSet, hotDetected, hotTasks, unwatched, published, streamLen, applyErrors,
-		reconcileRounds, reconcileRepairs, reconcileAbandoned, reconcileErrors}
+		reconcileRounds, reconcileRepairs, reconcileAbandoned, reconcileErrors,
+		repairRounds, repairErrors, repairs, repairChecked, repairQueries, repairRows, repairSkipped}
 )
 
 type collector struct{ s Sources }
@@ -196,6 +206,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- streamLag
 	ch <- notifyWrite
 	ch <- staleness
+	ch <- repairAge
 	ch <- rlRetryAfter
 	ch <- rlLatency
 }
@@ -207,7 +218,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	hs := c.s.Hub.Stats()
 	e.hub(hs)
 	if c.s.Store != nil {
-		e.store(c.s.Store.Stats())
+		ss := c.s.Store.Stats()
+		e.store(ss)
+		e.repair(hs, ss)
 	}
 	if c.s.Bus != nil {
 		e.bus(c.s.Bus.Stats())
@@ -294,6 +307,21 @@ func (e emitter) hub(st hub.Stats) {
 	}
 	e.histogram(notifyWrite, st.NotifyToWrite)
 	e.histogram(staleness, st.Staleness)
+}
+
+// repair is the repair rounds', on a node with a store: the hub's rounds
+// and what they delivered, the store's checks.
+func (e emitter) repair(st hub.Stats, ss store.Stats) {
+	e.emit(repairRounds, float64(st.RepairRounds))
+	e.emit(repairErrors, float64(st.RepairErrors))
+	e.emit(repairs, float64(ss.Repaired), "database_newer")
+	e.emit(repairs, float64(st.RepairOlder), "redis_newer")
+	e.emit(repairs, float64(st.RepairUnheld), "not_held")
+	e.emit(repairChecked, float64(ss.Checked))
+	e.emit(repairQueries, float64(ss.CheckQueries))
+	e.emit(repairRows, float64(ss.CheckRows))
+	e.emit(repairSkipped, float64(ss.CheckSkipped))
+	e.histogram(repairAge, st.RepairAge)
 }
 
 func (e emitter) store(ss store.Stats) {

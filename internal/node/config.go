@@ -124,6 +124,12 @@ type Config struct {
 	// the snapshots of publishes that died between their write and their
 	// announcement (fanout.Reconciler), jittered; zero means 5s.
 	AnnounceReconcileInterval time.Duration
+	// RepairInterval is, on a Redis mode, how often every watched task is
+	// checked against Redis and, with PostgreSQL, the database (one node
+	// of the fleet per task and interval), so that a change never
+	// announced reaches its watchers within the interval plus a second;
+	// zero means the hub's default (10s).
+	RepairInterval time.Duration
 
 	// Sessions configures the lookups of opaque session tokens (negative
 	// cache, PostgreSQL bound); the node sets its Redis (the control role),

@@ -92,7 +92,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		Source: n.be.source, Bus: n.be.hubBus, Stream: n.be.hubStream, HeartbeatInterval: cfg.Heartbeat, PollInterval: cfg.PollInterval,
 		NodeName: cfg.NodeName, Logger: cfg.Logger, Writers: cfg.Writers,
 		MaxSubscriptions: cfg.MaxSubscriptions, SubscribeReads: cfg.SubscribeReads, SubscribeReadBurst: cfg.SubscribeReadBurst,
-		HotTaskWatchers: cfg.HotTaskWatchers,
+		HotTaskWatchers: cfg.HotTaskWatchers, Checker: n.be.checker(cfg.RepairInterval), RepairInterval: cfg.RepairInterval,
 	})
 	n.be.start(n.hub)
 	n.ws = ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout,
