@@ -1,0 +1,248 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/snapshot"
+)
+
+// Changes written and never announced: the repair rounds.
+
+// testRepairInterval is the tests' --repair-interval; the bound every
+// client is held to is the interval plus a second.
+const testRepairInterval = 2 * time.Second
+
+func (c *cluster) repairConfig() node.Config {
+	cfg := c.config()
+	cfg.RepairInterval = testRepairInterval
+	return cfg
+}
+
+// rowAndSnapshot is a normal publish of a task: its row committed, then
+// its snapshot stored and announced.
+func (c *cluster) rowAndSnapshot(t *testing.T, task, tenant string, version int64) {
+	t.Helper()
+	c.pg.InsertTask(t, testenv.Task{ID: task, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Progress: 40, Version: version})
+	c.goPublish(t, doc(task, tenant, version, "RUNNING"))
+}
+
+// setByHand stores a snapshot as a writer by hand does (a plain SET) and
+// announces nothing.
+func (c *cluster) setByHand(t *testing.T, d string) {
+	t.Helper()
+	s := parseDoc(t, d)
+	if err := c.redis.Client.Set(context.Background(), c.redis.Names.Snapshot(s.TaskID), d, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// taskClient is an SSE or a WebSocket client reduced to its task events.
+type taskClient struct {
+	name string
+	next func(t *testing.T) *snapshot.Snapshot
+}
+
+// untilVersions reads task events until every task of want arrived in its
+// version, and fails on an older version after a newer one.
+func untilVersions(t *testing.T, cl taskClient, want map[string]int64) {
+	t.Helper()
+	have := make(map[string]int64)
+	for done := 0; done < len(want); {
+		s := cl.next(t)
+		if s.Version < have[s.TaskID] {
+			t.Fatalf("%s: %s went from v%d to v%d", cl.name, s.TaskID, have[s.TaskID], s.Version)
+		}
+		have[s.TaskID] = s.Version
+		if v, ok := want[s.TaskID]; ok && s.Version == v {
+			done++
+		}
+	}
+}
+
+// withinBound fails unless d is within the repair interval plus a second.
+func withinBound(t *testing.T, what string, d time.Duration) {
+	t.Helper()
+	t.Logf("%s after %v", what, d.Round(time.Millisecond))
+	if bound := testRepairInterval + time.Second; d > bound {
+		t.Fatalf("%s after %v, want within the repair interval %v + 1s", what, d.Round(time.Millisecond), testRepairInterval)
+	}
+}
+
+// A writer that committed a row and died before Redis (case A), and one
+// that stored the snapshot and died before announcing it (case B): both
+// changes reach an SSE and a WebSocket client watching them, among quiet
+// tasks, within the repair interval plus a second. The node counts and
+// tells what it found, and a client never sees a version go backwards.
+func TestChangeNeverAnnouncedReachesWatchers(t *testing.T) {
+	c := newCluster(t)
+	srv := startNode(t, c.repairConfig())
+	tenant := testenv.UniqueID("t")
+	dbOnly, redisOnly := testenv.UniqueID("dbonly"), testenv.UniqueID("redisonly")
+	tasks := []string{dbOnly, redisOnly}
+	for range 20 {
+		tasks = append(tasks, testenv.UniqueID("quiet"))
+	}
+	for _, id := range tasks {
+		c.rowAndSnapshot(t, id, tenant, 1)
+	}
+	tok := token(t, tenant, "u1")
+	sse := openSSE(t, srv.URL, tok, "task="+strings.Join(tasks, "&task="))
+	ws := openWS(t, srv.URL, tok)
+	ws.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": tasks})
+	clients := []taskClient{{"SSE", sse.nextTask}, {"WebSocket", ws.nextTask}}
+	initial := make(map[string]int64)
+	for _, id := range tasks {
+		initial[id] = 1
+	}
+	for _, cl := range clients {
+		untilVersions(t, cl, initial)
+	}
+	ws.nextOf(t, "ack")
+
+	// Case A: PostgreSQL has v2, Redis still v1, no hint.
+	c.pg.InsertTask(t, testenv.Task{ID: dbOnly, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "SUCCEEDED", Progress: 100, Version: 2})
+	// Case B: PostgreSQL and Redis have v2, no hint.
+	c.pg.InsertTask(t, testenv.Task{ID: redisOnly, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Progress: 45, Version: 2})
+	c.setByHand(t, doc(redisOnly, tenant, 2, "RUNNING"))
+	written := time.Now()
+	for _, cl := range clients {
+		untilVersions(t, cl, map[string]int64{dbOnly: 2, redisOnly: 2})
+		withinBound(t, cl.name+" had both changes", time.Since(written))
+	}
+	if s := parseDoc(t, c.redis.Client.Get(context.Background(), c.redis.Names.Snapshot(dbOnly)).Val()); s.Version != 2 || s.Status != "SUCCEEDED" {
+		t.Fatalf("Redis holds %s v%d %s after the repair, want v2 SUCCEEDED", dbOnly, s.Version, s.Status)
+	}
+	testenv.Eventually(t, "the repairs counted", func() bool {
+		m := testenv.Scrape(t, srv.URL)
+		return m[`pushd_repairs_total{found="database_newer"}`] == 1 && m[`pushd_repairs_total{found="redis_newer"}`] == 1 &&
+			m["pushd_repair_age_seconds_count"] == 2
+	})
+	m := testenv.Scrape(t, srv.URL)
+	if m["pushd_repair_checked_total"] < float64(len(tasks)) || m["pushd_repair_db_queries_total"] < 1 || m["pushd_repair_db_rows_total"] < float64(len(tasks)) {
+		t.Fatalf("repair checked %v tasks in %v queries reading %v rows, want at least %d, 1, %d",
+			m["pushd_repair_checked_total"], m["pushd_repair_db_queries_total"], m["pushd_repair_db_rows_total"], len(tasks), len(tasks))
+	}
+}
+
+// A change never announced reaches a project-scope (SSE) and a user-scope
+// (WebSocket) subscription that hold the task from their listing.
+func TestChangeNeverAnnouncedReachesScopes(t *testing.T) {
+	c := newCluster(t)
+	srv := startNode(t, c.repairConfig())
+	tenant := testenv.UniqueID("t")
+	task := testenv.UniqueID("task")
+	c.rowAndSnapshot(t, task, tenant, 1)
+	tok := token(t, tenant, "u1")
+	sse := openSSE(t, srv.URL, tok, "project=p1")
+	ws := openWS(t, srv.URL, tok)
+	ws.send(t, map[string]any{"op": "subscribe", "id": 1, "scope": "user"})
+	clients := []taskClient{{"SSE project scope", sse.nextTask}, {"WebSocket user scope", ws.nextTask}}
+	for _, cl := range clients {
+		untilVersions(t, cl, map[string]int64{task: 1})
+	}
+	ws.nextOf(t, "ack")
+	c.pg.InsertTask(t, testenv.Task{ID: task, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "POST_PROCESSING", Progress: 90, Version: 2})
+	written := time.Now()
+	for _, cl := range clients {
+		untilVersions(t, cl, map[string]int64{task: 2})
+		withinBound(t, cl.name+" had the change", time.Since(written))
+	}
+}
+
+// The fleet checks each watched task against PostgreSQL once per interval
+// whatever the number of nodes watching it: three nodes watching the same
+// 1,000 quiet tasks read what one node alone reads (at most 1.2 times),
+// one query of versions per interval, each task's version once.
+func TestRepairCostDoesNotGrowWithNodes(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.repairConfig()
+	cfg.MaxSubscriptions, cfg.MaxIDs, cfg.SubscribeReadBurst = 1000, 1000, 5000
+	tenant := testenv.UniqueID("t")
+	const n = 1000
+	tasks := make([]string, n)
+	for i := range tasks {
+		tasks[i] = fmt.Sprintf("%s_%04d", testenv.UniqueID("quiet"), i)
+	}
+	insertTasks(t, c.pg, tenant, tasks)
+	watch := func(srv *server) {
+		ws := openWS(t, srv.URL, token(t, tenant, "u1"))
+		ws.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": tasks})
+		for range n {
+			ws.nextTask(t)
+		}
+		ws.nextOf(t, "ack")
+	}
+	nodes := []*server{startNode(t, cfg)}
+	watch(nodes[0])
+	alone := measureRepair(t, nodes, 3)
+	for range 2 {
+		srv := startNode(t, cfg)
+		watch(srv)
+		nodes = append(nodes, srv)
+	}
+	three := measureRepair(t, nodes, 3)
+	t.Logf("three intervals, one node: %d queries, %d rows; three nodes: %d queries, %d rows", alone.queries, alone.rows, three.queries, three.rows)
+	if alone.queries != 3 || alone.rows != 3*n {
+		t.Fatalf("one node: %d queries reading %d rows in three intervals, want 3 and %d", alone.queries, alone.rows, 3*n)
+	}
+	if float64(three.queries) > 1.2*float64(alone.queries) || float64(three.rows) > 1.2*float64(alone.rows) {
+		t.Fatalf("three nodes: %d queries reading %d rows, want at most 1.2 times one node's %d and %d", three.queries, three.rows, alone.queries, alone.rows)
+	}
+}
+
+// insertTasks inserts RUNNING rows of version 1, in one statement.
+func insertTasks(t *testing.T, pg testenv.Postgres, tenant string, ids []string) {
+	t.Helper()
+	_, err := pg.Pool.Exec(context.Background(), `
+		INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, status, progress, version)
+		SELECT id, $2, 'p1', 'u1', 'RUNNING', 10, 1 FROM unnest($1::text[]) AS id`, ids, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type repairCost struct{ queries, rows uint64 }
+
+// measureRepair sums the nodes' repair reads of PostgreSQL over the given
+// number of repair rounds. The rounds start at the same instants on every
+// node and end within a fraction of an interval, and a round is counted
+// once done: once every node counts the same rounds, none has begun the
+// next, and the sums are those of whole rounds.
+func measureRepair(t *testing.T, nodes []*server, rounds int64) repairCost {
+	t.Helper()
+	base := make([]int64, len(nodes))
+	for i, srv := range nodes {
+		base[i] = srv.Hub().Stats().RepairRounds
+	}
+	at := func(k int64) repairCost {
+		t.Helper()
+		var cost repairCost
+		testenv.Eventually(t, fmt.Sprintf("every node done with %d more repair rounds", k), func() bool {
+			cost = repairCost{}
+			for i, srv := range nodes {
+				if srv.Hub().Stats().RepairRounds < base[i]+k {
+					return false
+				}
+				st := srv.Store().Stats()
+				cost.queries += st.CheckQueries
+				cost.rows += st.CheckRows
+			}
+			return true
+		})
+		for i, srv := range nodes {
+			if got := srv.Hub().Stats().RepairRounds - base[i]; got != k {
+				t.Fatalf("node %d ran %d more repair rounds while the others ran %d", i, got, k)
+			}
+		}
+		return cost
+	}
+	before := at(1)
+	after := at(1 + rounds)
+	return repairCost{after.queries - before.queries, after.rows - before.rows}
+}
