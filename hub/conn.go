@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -43,17 +44,21 @@ type Conn struct {
 	// "" until the hello is queued.
 	toldMode, toldReason string
 	busRelease           func()
-	reconnect            int     // > 0: tell the client to reconnect after this many ms, then end
-	parked               parking // a write in flight, and what to do once a queued one drains
-	endReason            CloseReason
-	userScope            bool
-	heartbeat            bool // write a heartbeat if nothing else is pending
-	scheduled            bool // queued for, or held by, a writer or a sink's queued write
-	endAfter             bool // end the connection once what is pending is written
-	resumed              bool // counted in Stats.Reconnects
-	streamResumed        bool // a Subscribe was served by replaying the Stream after a cursor
-	ending               bool
-	closed               bool
+	reconnect            int32 // > 0: tell the client to reconnect after this many ms, then end
+	// resumedAt is when the stream entry of the cursor a Subscribe was
+	// replayed after was written, in whole Unix seconds of Redis's clock
+	// (rounded down, so earlier); 0 if none. With reconnect, it fills
+	// the eight bytes reconnect alone took.
+	resumedAt uint32
+	parked    parking // a write in flight, and what to do once a queued one drains
+	endReason CloseReason
+	userScope bool
+	heartbeat bool // write a heartbeat if nothing else is pending
+	scheduled bool // queued for, or held by, a writer or a sink's queued write
+	endAfter  bool // end the connection once what is pending is written
+	resumed   bool // counted in Stats.Reconnects
+	ending    bool
+	closed    bool
 	// Resume cursors (Subscription.Cursors, with a Stream). cursors: the
 	// transport writes them. settled: no Subscribe is reading its initial
 	// state, so the tenant's stream position holds for everything the
@@ -111,9 +116,14 @@ func (c *Conn) offerDeferred(s *snapshot.Snapshot, n news) (push bool) {
 
 // offerTracked is offerDeferred that also reports whether the outbox took
 // s and the version of its task the connection held before (delivered or
-// pending; 0 for none). With repair, a connection that resumed from a
-// stream cursor is not offered a task it holds no version of: the stream
-// says it has every change of it, so the offer would be a resend.
+// pending; 0 for none).
+//
+// With repair, a connection that resumed from a stream cursor holds a
+// version of every task it watches that the node may not know: the stream
+// replayed only what changed after the cursor. A snapshot of such a task
+// written well before the cursor's entry (resumeMargin) is one the client
+// has, and is recorded as delivered without a write; a later one may be a
+// change the stream lacks, and is offered.
 func (c *Conn) offerTracked(s *snapshot.Snapshot, n news, repair bool) (push, taken bool, had int64) {
 	h := c.hub
 	c.mu.Lock()
@@ -134,7 +144,8 @@ func (c *Conn) offerTracked(s *snapshot.Snapshot, n news, repair bool) (push, ta
 		had = t.delivered
 	}
 	switch {
-	case repair && t == nil && c.streamResumed:
+	case repair && t == nil && c.resumedAt > 0 && s.UpdatedAt < int64(c.resumedAt)*1000-h.resumeMargin().Milliseconds():
+		c.rememberLocked(s.TaskID, s.Version)
 		c.mu.Unlock()
 		return false, false, 0
 	case !s.NewerThan(had):
@@ -301,7 +312,7 @@ func (c *Conn) takeLocked(buf []Event) (_ []Event, complete bool) {
 	buf = append(buf, c.trailer...)
 	c.trailer = nil
 	if c.reconnect > 0 {
-		buf = append(buf, Event{Kind: KindReconnect, AfterMS: c.reconnect})
+		buf = append(buf, Event{Kind: KindReconnect, AfterMS: int(c.reconnect)})
 		c.reconnect = 0
 	}
 	if len(buf) == 0 && c.heartbeat {
@@ -376,7 +387,7 @@ func (c *Conn) drain(maxAfter time.Duration) {
 	if c.closed || c.ending {
 		return
 	}
-	c.reconnect = 1 + rand.IntN(int(max(maxAfter, time.Millisecond)/time.Millisecond))
+	c.reconnect = 1 + rand.Int32N(int32(min(max(maxAfter, time.Millisecond), math.MaxInt32*time.Millisecond)/time.Millisecond))
 	c.endAfter, c.endReason = true, CloseDraining
 	c.scheduleLocked()
 }

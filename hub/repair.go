@@ -57,6 +57,14 @@ const (
 	repairRoundBudget = 30 * time.Second
 )
 
+// resumeMargin is how much earlier than a resume cursor's entry a change
+// must have been written for a repair round to take it as one the resumed
+// client has: a change the stream lacks that was written before the cursor
+// reached the client's previous connection, whose own rounds delivered it
+// unless it went away within an interval of the change. A second more
+// covers the Task State Service's clock running ahead of Redis's.
+func (h *Hub) resumeMargin() time.Duration { return h.cfg.RepairInterval + time.Second }
+
 // repairLoop runs a repair round at the start of every RepairInterval of
 // the wall clock (plus a small random delay), the same slots on every node,
 // so that the first node of a slot claims the fleet's checks of the tasks it

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/stream/cursor"
 )
 
 // Subscription is what a client asks to watch.
@@ -268,9 +269,11 @@ func (c *Conn) replayResume(ctx context.Context, s Subscription, a *admission) (
 		h.log.Debug("resume cursor not replayable; reading everything", "conn", c.ID, "tenant", c.TenantID, "reason", fallback)
 	case c.replay(ctx, changes, a.tasks, a.projects, a.user) == nil:
 		h.stats.resumes.Add(1)
-		c.mu.Lock()
-		c.streamResumed = true
-		c.mu.Unlock()
+		if p, err := cursor.Decode(s.Resume); err == nil {
+			c.mu.Lock()
+			c.resumedAt = uint32(p.ID.MS / 1000)
+			c.mu.Unlock()
+		}
 		return true, nil
 	case ctx.Err() != nil:
 		return false, ctx.Err()

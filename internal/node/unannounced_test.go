@@ -246,3 +246,67 @@ func measureRepair(t *testing.T, nodes []*server, rounds int64) repairCost {
 	after := at(1 + rounds)
 	return repairCost{after.queries - before.queries, after.rows - before.rows}
 }
+
+// docNow is doc written now: its updated_at is the writer's clock.
+func docNow(task, tenant string, version int64) string {
+	return strings.Replace(doc(task, tenant, version, "RUNNING"), `"updated_at":1710000000000`, fmt.Sprintf(`"updated_at":%d`, time.Now().UnixMilli()), 1)
+}
+
+// With streams, a change stored and announced but never appended to the
+// stream, made while the client reconnects, is not replayed after the
+// client's cursor; the repair round still brings it, within the interval
+// plus a second. The quiet tasks the client holds are not sent again.
+func TestChangeMissingFromTheStreamReachesAResumedClient(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.streamConfig()
+	cfg.RepairInterval = testRepairInterval
+	srv := startNode(t, cfg)
+	tenant := testenv.UniqueID("t")
+	moved := testenv.UniqueID("moved")
+	tasks := []string{moved}
+	for range 10 {
+		tasks = append(tasks, testenv.UniqueID("quiet"))
+	}
+	for _, id := range tasks {
+		c.pg.InsertTask(t, testenv.Task{ID: id, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Version: 1})
+		streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(id, tenant, 1))
+	}
+	tok, query := token(t, tenant, "u1"), "task="+strings.Join(tasks, "&task=")
+	first := openSSE(t, srv.URL, tok, query)
+	initial, cursorID := first.untilCursor(t)
+	if len(initial) != len(tasks) {
+		t.Fatalf("initial state: %d tasks, want %d", len(initial), len(tasks))
+	}
+	first.Close()
+	testenv.Eventually(t, "the first connection gone", func() bool { return srv.Hub().Len() == 0 })
+
+	// SET and PUBLISH, no XADD, while the client is away: the node hears
+	// the hint with nobody watching.
+	unwatched := srv.Hub().Stats().DispatchNoWatch
+	c.pg.InsertTask(t, testenv.Task{ID: moved, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Progress: 45, Version: 2})
+	c.tssWrite(t, docNow(moved, tenant, 2))
+	written := time.Now()
+	testenv.Eventually(t, "the hint heard, unwatched", func() bool { return srv.Hub().Stats().DispatchNoWatch > unwatched })
+	again := openSSE(t, srv.URL, tok, query, "Last-Event-ID", cursorID)
+	if replayed, _ := again.untilCursor(t); len(replayed) != 0 {
+		t.Fatalf("the resume replayed %d tasks, want none: the stream lacks the change", len(replayed))
+	}
+	if s := again.nextTask(t); s.TaskID != moved || s.Version != 2 {
+		t.Fatalf("after the resume got %s v%d, want %s v2", s.TaskID, s.Version, moved)
+	}
+	withinBound(t, "the resumed client had the change the stream lacks", time.Since(written))
+	if st := srv.Hub().Stats(); st.Resumes != 1 {
+		t.Fatalf("%d resumes, want the reconnect served by the stream", st.Resumes)
+	}
+	// The round that brought it went over every watched task: once it is
+	// done, a change published now is the next event, no quiet task resent.
+	rounds := srv.Hub().Stats().RepairRounds
+	testenv.Eventually(t, "the repair round done", func() bool { return srv.Hub().Stats().RepairRounds > rounds })
+	streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(tasks[1], tenant, 2))
+	if s := again.nextTask(t); s.TaskID != tasks[1] || s.Version != 2 {
+		t.Fatalf("after the repair got %s v%d, want %s v2: a quiet task was sent again", s.TaskID, s.Version, tasks[1])
+	}
+	testenv.Eventually(t, "the repair counted", func() bool {
+		return testenv.Scrape(t, srv.URL)[`pushd_repairs_total{found="not_held"}`] == 1
+	})
+}
