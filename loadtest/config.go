@@ -13,7 +13,7 @@ import (
 )
 
 // scenarios in the order -quick runs them.
-var scenarios = []string{"idle", "fanout", "churn", "storm", "outage", "stall"}
+var scenarios = []string{"idle", "fanout", "churn", "storm", "outage", "stall", "repair"}
 
 // config is one run's settings. Zero values of the scenario figures (conns,
 // tasks, rate, ...) take the scenario's defaults in withDefaults.
@@ -39,6 +39,10 @@ type config struct {
 	ChurnRate float64 // connections closed and opened per second
 	Outage    time.Duration
 	Settle    time.Duration // longest wait for convergence
+	// RepairInterval is pushd's --repair-interval, set through its
+	// environment so that builds from before the setting still start;
+	// zero leaves pushd's default.
+	RepairInterval time.Duration
 
 	// stall: the stalled clients beside the healthy ones (-conns), and the
 	// snapshot size. Negative counts take the scenario's defaults.
@@ -78,19 +82,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.Scenario, "scenario", "", "idle, fanout, churn, storm, outage or stall (with -quick: empty runs every one)")
+	fs.StringVar(&c.Scenario, "scenario", "", "idle, fanout, churn, storm, outage, stall or repair (with -quick: empty runs every one)")
 	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws (with -quick and no -transport: both); stall always runs both")
 	fs.BoolVar(&c.Quick, "quick", false, "a smoke run of every scenario at small scale (200 connections, 5 s)")
 	fs.StringVar(&c.Target, "target", "pushd", "the server under test: pushd, centrifugo, or both (pushd, then Centrifugo, same settings); centrifugo runs fanout and idle only and needs -centrifugo-bin")
 	fs.BoolVar(&c.Cluster, "cluster", false, "three pushd nodes on a private Redis Cluster (three masters, a replica each), clients spread over them; fanout and storm only (with -quick: fanout, storm and fanout with -kill-master)")
 	fs.BoolVar(&c.KillMaster, "kill-master", false, "with -cluster -scenario fanout: SIGKILL the master serving tenant t0's channel halfway through the publishing, and measure how long its tenants' deliveries stop")
-	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000, stall 1000 healthy ones, half SSE and half WebSocket)")
-	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500, stall 100)")
+	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000, stall 1000 healthy ones, half SSE and half WebSocket, repair 10000)")
+	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500, stall 100, repair = conns)")
 	fs.IntVar(&c.Tenants, "tenants", 10, "tenants the tasks are spread over (stall: default 1, so every stalled client watches every task)")
 	fs.Float64Var(&c.Rate, "rate", 0, "updates published per second, spread evenly over the tasks (default: fanout 1000, churn 200, outage 200, stall 100)")
-	fs.DurationVar(&c.Duration, "duration", 0, "how long updates flow (default 20s; stall: each of its two phases)")
+	fs.DurationVar(&c.Duration, "duration", 0, "how long updates flow (default 20s; stall: each of its two phases; repair: how long the quiet tasks are watched, default 60s)")
 	fs.Float64Var(&c.ChurnRate, "churn-rate", 0, "churn: connections closed and as many opened per second (default 200)")
 	fs.DurationVar(&c.Outage, "outage", 5*time.Second, "outage: how long Redis stays down")
+	fs.DurationVar(&c.RepairInterval, "repair-interval", 0, "pushd's --repair-interval, through PUSHD_REPAIR_INTERVAL (default: pushd's, 10s; repair with -quick: 1s)")
 	fs.DurationVar(&c.Settle, "settle", 10*time.Second, "longest wait for every connection to hold its task's last version")
 	fs.IntVar(&c.StalledSSE, "stalled-sse", 0, "stall: SSE clients that subscribe to every task of their tenant, then never read (default 200)")
 	fs.IntVar(&c.StalledWS, "stalled-ws", 0, "stall: WebSocket clients likewise (default 200)")
@@ -159,7 +164,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	if c.Scenario == "" && !c.Quick {
-		return c, fmt.Errorf("-scenario is required (idle, fanout, churn, storm, outage, stall), or -quick")
+		return c, fmt.Errorf("-scenario is required (idle, fanout, churn, storm, outage, stall, repair), or -quick")
 	}
 	if c.Scenario != "" && !validScenario(c.Scenario) {
 		return c, fmt.Errorf("-scenario %q: want one of %s", c.Scenario, strings.Join(scenarios, ", "))
@@ -253,6 +258,7 @@ func (c config) withDefaults() config {
 		"storm":  {10000, 1000, 0, 0, 0},
 		"outage": {2000, 500, 200, 0, 0},
 		"stall":  {1000, 100, 100, 0, 200},
+		"repair": {10000, 0, 0, 0, 0},
 	}
 	quick := map[string]defaults{
 		"idle":   {200, 0, 0, 0, 0},
@@ -261,6 +267,7 @@ func (c config) withDefaults() config {
 		"storm":  {200, 20, 0, 0, 0},
 		"outage": {200, 20, 50, 0, 0},
 		"stall":  {40, 10, 100, 0, 16},
+		"repair": {200, 0, 0, 0, 0},
 	}
 	d := full[c.Scenario]
 	if c.Quick {
@@ -303,9 +310,15 @@ func (c config) withDefaults() config {
 	}
 	if c.Duration <= 0 {
 		c.Duration = 20 * time.Second
-		if c.Quick {
+		switch {
+		case c.Quick:
 			c.Duration = 5 * time.Second
+		case c.Scenario == "repair":
+			c.Duration = time.Minute
 		}
+	}
+	if c.Scenario == "repair" && c.Quick && c.RepairInterval <= 0 {
+		c.RepairInterval = time.Second
 	}
 	if c.Quick && c.Outage == 5*time.Second {
 		c.Outage = 2 * time.Second
@@ -332,7 +345,7 @@ func (c config) withDefaults() config {
 		// write): a publisher that leaves the rows behind Redis can leave
 		// watchers stale, which the convergence check reports.
 		c.PGWrites = "always"
-		if c.Scenario == "idle" {
+		if c.Scenario == "idle" || c.Scenario == "repair" {
 			c.PGWrites = "off"
 		}
 	}

@@ -560,6 +560,7 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 
 	scenario := map[string]func(context.Context, *run) error{
 		"idle": runIdle, "fanout": runFanout, "churn": runChurn, "storm": runStorm, "outage": runOutage, "stall": runStall,
+		"repair": runRepair,
 	}[cfg.Scenario]
 	if err := scenario(ctx, r); err != nil {
 		if tail := r.nodes.logTail(); tail != "" {
@@ -675,6 +676,9 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 	env := append([]string{"PUSHD_CONNECT_IP_BURST=0", "PUSHD_CONNECT_USER_BURST=0",
 		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0",
 		"PUSHD_AUTH_FAILURE_BURST=0"}, cfg.ServerEnv...)
+	if cfg.RepairInterval > 0 {
+		env = append(env, "PUSHD_REPAIR_INTERVAL="+cfg.RepairInterval.String())
+	}
 	var f fleet
 	for i := range n {
 		port, err := freePort()

@@ -210,6 +210,22 @@ func TestScenarios(t *testing.T) {
 					t.Error("the publisher wrote no PostgreSQL row while Redis was down")
 				}
 			})
+			t.Run("repair", func(t *testing.T) {
+				cfg := tinyConfig("repair", transport)
+				cfg.Tasks, cfg.RepairInterval = cfg.Conns, 500*time.Millisecond
+				res := runTiny(t, cfg)
+				// Two seconds of 0.5 s rounds; quiet tasks need no repair.
+				if n := figureOf(t, res, "repair_rounds"); n < 2 {
+					t.Errorf("%v repair rounds in %v, want about 4", n, cfg.Duration)
+				}
+				if rows := figureOf(t, res, "db_rows_per_task_per_min"); rows <= 0 {
+					t.Error("the repair rounds read no versions from PostgreSQL")
+				}
+				if n := figureOf(t, res, "repairs"); n != 0 {
+					t.Errorf("%v repairs of tasks nobody changed", n)
+				}
+				figureOf(t, res, "redis_cmds_per_round")
+			})
 		})
 	}
 }

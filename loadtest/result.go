@@ -145,6 +145,8 @@ func newResult(cfg config, commit string) *result {
 	case "fanout", "churn", "outage", "stall":
 		r.Rate = cfg.Rate
 		r.Duration = cfg.Duration.String()
+	case "repair":
+		r.Duration = cfg.Duration.String()
 	}
 	if cfg.Scenario == "stall" {
 		r.StalledSSE, r.StalledWS = cfg.StalledSSE, cfg.StalledWS

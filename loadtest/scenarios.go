@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -350,4 +352,77 @@ func lastRSS(r *run) int64 {
 		}
 	}
 	return 0
+}
+
+// runRepair watches quiet tasks (connection i watches task i, nothing is
+// published) for -duration and measures what pushd's repair rounds cost
+// while there is nothing to repair: the server's CPU, its reads of
+// PostgreSQL and the Redis commands of the quiet period.
+func runRepair(ctx context.Context, r *run) error {
+	if err := r.connectAll(ctx); err != nil {
+		return err
+	}
+	if err := r.phase(ctx, "measure"); err != nil {
+		return err
+	}
+	before, m0, c0 := r.mark(), r.scrape(ctx), r.redisCalls(ctx)
+	if err := sleepCtx(ctx, r.cfg.Duration); err != nil { // the measurement window
+		return err
+	}
+	after, m1, c1 := r.mark(), r.scrape(ctx), r.redisCalls(ctx)
+	cpu := before.to(after)
+	r.res.CPU = &cpu
+	if _, err := r.final(ctx); err != nil {
+		return err
+	}
+	d := func(name string) float64 { return m1[name] - m0[name] }
+	rounds := d("pushd_repair_rounds_total")
+	minutes := cpu.Seconds / 60
+	tasks := float64(r.cfg.Tasks)
+	r.res.fig("repair_rounds", rounds, "", true)
+	r.res.fig("server_cores", cpu.Server, "cores", true)
+	r.res.fig("redis_cores", cpu.Redis, "cores", false)
+	r.res.fig("db_queries_per_1000_tasks_per_min", d("pushd_repair_db_queries_total")/tasks*1000/minutes, "", true)
+	r.res.fig("db_rows_per_task_per_min", d("pushd_repair_db_rows_total")/tasks/minutes, "", true)
+	r.res.fig("checked_per_round", d("pushd_repair_checked_total")/max(rounds, 1), "", false)
+	r.res.fig("db_queries_per_round", d("pushd_repair_db_queries_total")/max(rounds, 1), "", false)
+	r.res.fig("repairs", d(`pushd_repairs_total{found="database_newer"}`)+d(`pushd_repairs_total{found="redis_newer"}`)+d(`pushd_repairs_total{found="not_held"}`), "", false)
+	r.res.fig("repair_errors", d("pushd_repair_errors_total"), "", false)
+	if c0 != nil && c1 != nil {
+		var total float64
+		for cmd, n := range c1 {
+			total += n - c0[cmd]
+		}
+		r.res.fig("redis_cmds_per_round", total/max(rounds, 1), "", true)
+		for _, cmd := range []string{"mget", "evalsha", "hset"} {
+			r.res.fig("redis_"+cmd+"_per_round", (c1[cmd]-c0[cmd])/max(rounds, 1), "", false)
+		}
+	}
+	return nil
+}
+
+// redisCalls is the private Redis's calls by command (INFO commandstats:
+// the commands scripts run count too), nil on a cluster or when it does
+// not answer. The loadtest's own INFO is among them, one call a reading.
+func (r *run) redisCalls(ctx context.Context) map[string]float64 {
+	if r.cfg.Cluster || r.rdb == nil {
+		return nil
+	}
+	info, err := r.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil
+	}
+	calls := make(map[string]float64)
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		cmd, found := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !found {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		if v, err := strconv.ParseFloat(n, 64); err == nil {
+			calls[cmd] = v
+		}
+	}
+	return calls
 }
