@@ -88,7 +88,9 @@ func (h *Hub) repairLoop() {
 		if !h.isPush() {
 			continue
 		}
-		n := int64(slot.Sub(time.Time{}) / interval)
+		// The slot's number, the same on every node: the rounds that check
+		// finished tasks too are the same.
+		n := slot.UnixNano() / int64(interval)
 		if h.repairRound(n%RepairFinishedEvery == 0) {
 			failures = 0
 		} else {

@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -308,5 +311,47 @@ func TestChangeMissingFromTheStreamReachesAResumedClient(t *testing.T) {
 	}
 	testenv.Eventually(t, "the repair counted", func() bool {
 		return testenv.Scrape(t, srv.URL)[`pushd_repairs_total{found="not_held"}`] == 1
+	})
+}
+
+// Cases A and B on Redis Cluster (a claim per task, in its slot, and a
+// publish in three steps) and with the cache and realtime roles on two
+// Redis servers.
+func TestChangeNeverAnnouncedReachesWatchersOnEveryRedisMode(t *testing.T) {
+	pg := testenv.Database(t)
+	t.Run("cluster", func(t *testing.T) {
+		c := testenv.StartRedisCluster(t, 3)
+		srv := startNode(t, node.Config{RedisURL: c.Seeds, RedisCluster: true, DatabaseURL: pg.URL, RepairInterval: testRepairInterval})
+		neverAnnouncedReaches(t, srv, pg, c.Client(), clusterNames)
+	})
+	t.Run("split", func(t *testing.T) {
+		cache, realtime := testenv.StartRedis(t), testenv.StartRedis(t)
+		srv := startNode(t, node.Config{RedisURL: realtime.URL, RedisCacheURL: cache.URL, DatabaseURL: pg.URL, RepairInterval: testRepairInterval})
+		neverAnnouncedReaches(t, srv, pg, cache.Client(), keys.Names{})
+	})
+}
+
+func neverAnnouncedReaches(t *testing.T, srv *server, pg testenv.Postgres, cache redis.UniversalClient, names keys.Names) {
+	t.Helper()
+	tenant := testenv.UniqueID("t")
+	dbOnly, redisOnly := testenv.UniqueID("dbonly"), testenv.UniqueID("redisonly")
+	for _, id := range []string{dbOnly, redisOnly} {
+		pg.InsertTask(t, testenv.Task{ID: id, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Version: 1})
+		httpPublish(t, srv.URL, doc(id, tenant, 1, "RUNNING"))
+	}
+	sse := openSSE(t, srv.URL, token(t, tenant, "u1"), "task="+dbOnly+"&task="+redisOnly)
+	cl := taskClient{"SSE", sse.nextTask}
+	untilVersions(t, cl, map[string]int64{dbOnly: 1, redisOnly: 1})
+	pg.InsertTask(t, testenv.Task{ID: dbOnly, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "FAILED", Version: 2})
+	pg.InsertTask(t, testenv.Task{ID: redisOnly, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Version: 2})
+	if err := cache.Set(context.Background(), names.Snapshot(redisOnly), doc(redisOnly, tenant, 2, "RUNNING"), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	written := time.Now()
+	untilVersions(t, cl, map[string]int64{dbOnly: 2, redisOnly: 2})
+	withinBound(t, "SSE had both changes", time.Since(written))
+	testenv.Eventually(t, "the repairs counted", func() bool {
+		m := testenv.Scrape(t, srv.URL)
+		return m[`pushd_repairs_total{found="database_newer"}`] == 1 && m[`pushd_repairs_total{found="redis_newer"}`] == 1
 	})
 }
