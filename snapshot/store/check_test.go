@@ -1,0 +1,138 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pushd/pushd/fanout/rediswrite"
+	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
+)
+
+// noPublish fails the test if a check publishes.
+func noPublish(t *testing.T) func(context.Context, *snapshot.Snapshot) error {
+	return func(_ context.Context, s *snapshot.Snapshot) error {
+		t.Errorf("published %s v%d, want nothing published", s.TaskID, s.Version)
+		return nil
+	}
+}
+
+// expireClaim makes the task's last claim as old as can be, as if its
+// hold had passed.
+func (e env) expireClaim(t *testing.T, id string) {
+	t.Helper()
+	if err := e.r.Client.HSet(testenv.Context(t), e.r.Names.Checked(id), "at", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two nodes checking the same task within a hold: the first claims it and
+// reads PostgreSQL, the second reads Redis only.
+func TestCheckClaimsEachTaskOncePerHold(t *testing.T) {
+	e := newEnv(t, store.Config{})
+	other := newStore(t, store.Config{Redis: e.r.Client, DB: e.pg.Pool, Names: e.r.Names})
+	id := testenv.UniqueID("task")
+	e.insert(t, id, "RUNNING", 1)
+	e.write(t, id, "RUNNING", 1)
+	ctx := testenv.Context(t)
+	req := store.CheckRequest{IDs: []string{id}, Hold: time.Hour, Publish: noPublish(t)}
+	for _, s := range []*store.Store{e.store, other} {
+		res, err := s.Check(ctx, req)
+		if err != nil || res.Found[id] == nil || res.Found[id].Version != 1 || len(res.Repaired) != 0 {
+			t.Fatalf("Check = %+v, %v; want v1 found in Redis, nothing repaired", res, err)
+		}
+	}
+	if a, b := e.store.Stats(), other.Stats(); a.Checked != 1 || a.CheckQueries != 1 || a.CheckRows != 1 || b.Checked != 0 || b.CheckQueries != 0 {
+		t.Fatalf("checked %d (%d queries, %d rows) and %d (%d queries), want the first node alone to check", a.Checked, a.CheckQueries, a.CheckRows, b.Checked, b.CheckQueries)
+	}
+	if v := e.r.Client.HGet(ctx, e.r.Names.Checked(id), "v").Val(); v != "1" {
+		t.Fatalf("the marker records v%q, want 1", v)
+	}
+}
+
+// A version only PostgreSQL holds is published once: not again after
+// Redis lost its snapshot, since the marker recorded it.
+func TestCheckPublishesWhatOnlyPostgresHolds(t *testing.T) {
+	e := newEnv(t, store.Config{})
+	id := testenv.UniqueID("task")
+	e.insert(t, id, "RUNNING", 1)
+	e.write(t, id, "RUNNING", 1)
+	ctx := testenv.Context(t)
+	var published []*snapshot.Snapshot
+	req := store.CheckRequest{IDs: []string{id}, Hold: time.Hour, Publish: func(ctx context.Context, s *snapshot.Snapshot) error {
+		published = append(published, s)
+		_, err := rediswrite.Write(ctx, e.r.Client, e.r.Names, s, time.Minute, "", nil)
+		return err
+	}}
+	if _, err := e.store.Check(ctx, req); err != nil || len(published) != 0 {
+		t.Fatalf("first check: %v, published %d", err, len(published))
+	}
+	e.insert(t, id, "SUCCEEDED", 2) // committed; the writer died before Redis
+	e.expireClaim(t, id)
+	res, err := e.store.Check(ctx, req)
+	if err != nil || len(res.Repaired) != 1 || res.Repaired[0].Version != 2 || res.Found[id].Version != 2 {
+		t.Fatalf("Check = %+v, %v; want v2 repaired and found", res, err)
+	}
+	if len(published) != 1 || e.redisVersion(t, id) != 2 || e.store.Stats().Repaired != 1 {
+		t.Fatalf("published %d, Redis holds v%d, %d repaired; want v2 published once", len(published), e.redisVersion(t, id), e.store.Stats().Repaired)
+	}
+	// Redis expires the snapshot; the version was checked already.
+	if err := e.r.Client.Del(ctx, e.r.Names.Snapshot(id)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.expireClaim(t, id)
+	if res, err := e.store.Check(ctx, req); err != nil || len(res.Repaired) != 0 || len(published) != 1 {
+		t.Fatalf("after Redis lost it: %+v, %v, published %d; want nothing repaired again", res, err, len(published))
+	}
+}
+
+// A task last found finished is left out of the PostgreSQL part unless
+// the round asks for finished tasks.
+func TestCheckLeavesFinishedTasksToFullRounds(t *testing.T) {
+	e := newEnv(t, store.Config{})
+	id := testenv.UniqueID("task")
+	e.insert(t, id, "SUCCEEDED", 1)
+	e.write(t, id, "SUCCEEDED", 1)
+	ctx := testenv.Context(t)
+	check := func(finished bool) uint64 {
+		t.Helper()
+		e.expireClaim(t, id)
+		if _, err := e.store.Check(ctx, store.CheckRequest{IDs: []string{id}, Hold: time.Hour, Finished: finished, Publish: noPublish(t)}); err != nil {
+			t.Fatal(err)
+		}
+		return e.store.Stats().Checked
+	}
+	if n := check(false); n != 1 {
+		t.Fatalf("checked %d, want the task checked once before it is known finished", n)
+	}
+	if n := check(false); n != 1 {
+		t.Fatalf("checked %d, want the finished task left out", n)
+	}
+	if n := check(true); n != 2 {
+		t.Fatalf("checked %d, want the finished task checked in a round that asks", n)
+	}
+}
+
+// While half of the PostgreSQL slots are busy, a check reads Redis only
+// and says it skipped the rest.
+func TestCheckYieldsBusyPostgresSlots(t *testing.T) {
+	e := newEnv(t, store.Config{MaxDBQueries: 2, FetchTimeout: time.Minute})
+	busy, id := testenv.UniqueID("busy"), testenv.UniqueID("task")
+	e.insert(t, busy, "RUNNING", 1)
+	e.insert(t, id, "RUNNING", 1)
+	e.write(t, id, "RUNNING", 1)
+	unlock := lockTasks(t, e.pg)
+	done := make(chan error, 1)
+	go func() { _, err := e.store.Get(context.Background(), busy, 0); done <- err }()
+	waitFor(t, "a read holding a slot", func() bool { return e.store.Stats().DBQueries == 1 })
+	res, err := e.store.Check(testenv.Context(t), store.CheckRequest{IDs: []string{id}, Hold: time.Hour, Publish: noPublish(t)})
+	if err != nil || !res.Skipped || res.Found[id] == nil || e.store.Stats().Checked != 0 {
+		t.Fatalf("Check = %+v, %v, checked %d; want Redis's v1, the PostgreSQL part skipped", res, err, e.store.Stats().Checked)
+	}
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
