@@ -202,13 +202,7 @@ func (h *Hub) deliver(k key, a announced, targets []*Conn) []*Conn {
 // offerToWatchers offers s to every local connection of its tenant that
 // watches it: by task, by project or by user. targets is scratch space.
 func (h *Hub) offerToWatchers(s *snapshot.Snapshot, n news, targets []*Conn) []*Conn {
-	targets = h.idx.collect(byTask, key{s.TenantID, s.TaskID}, targets)
-	if s.ProjectID != "" {
-		targets = h.idx.collect(byProject, key{s.TenantID, s.ProjectID}, targets)
-	}
-	if s.UserID != "" {
-		targets = h.idx.collect(byUser, key{s.TenantID, s.UserID}, targets)
-	}
+	targets = h.watchersOf(s, targets)
 	// The connections the offers scheduled go to the writers together: one
 	// run queue lock per notification instead of one per connection.
 	ready := 0
@@ -221,6 +215,20 @@ func (h *Hub) offerToWatchers(s *snapshot.Snapshot, n news, targets []*Conn) []*
 	}
 	h.runq.pushAll(targets[:ready])
 	clear(targets)
+	return targets
+}
+
+// watchersOf appends to targets the local connections of s's tenant that
+// may watch it: by task, by project or by user. A connection may be listed
+// twice.
+func (h *Hub) watchersOf(s *snapshot.Snapshot, targets []*Conn) []*Conn {
+	targets = h.idx.collect(byTask, key{s.TenantID, s.TaskID}, targets)
+	if s.ProjectID != "" {
+		targets = h.idx.collect(byProject, key{s.TenantID, s.ProjectID}, targets)
+	}
+	if s.UserID != "" {
+		targets = h.idx.collect(byUser, key{s.TenantID, s.UserID}, targets)
+	}
 	return targets
 }
 

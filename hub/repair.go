@@ -184,13 +184,7 @@ const (
 // offerRepair offers s to its watchers, as offerToWatchers does, and says
 // what those that took it held.
 func (h *Hub) offerRepair(s *snapshot.Snapshot, targets []*Conn) (_ []*Conn, held int) {
-	targets = h.idx.collect(byTask, key{s.TenantID, s.TaskID}, targets)
-	if s.ProjectID != "" {
-		targets = h.idx.collect(byProject, key{s.TenantID, s.ProjectID}, targets)
-	}
-	if s.UserID != "" {
-		targets = h.idx.collect(byUser, key{s.TenantID, s.UserID}, targets)
-	}
+	targets = h.watchersOf(s, targets)
 	ready := 0
 	held = heldNewer
 	for _, c := range targets {
