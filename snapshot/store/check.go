@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -29,7 +30,15 @@ const MaxCheck = 1000
 // watched (every claim renews it).
 const checkedTTL = time.Hour
 
-var sqlVersionsByIDs = `SELECT id, version, status FROM generation_tasks WHERE id = ANY($1)`
+// checkGrace is how old a version found newer in PostgreSQL than in Redis
+// must be, by PostgreSQL's clock (updated_at against now()), before a check
+// takes it for a change never announced: a Task State Service stores the
+// snapshot and announces it a few milliseconds after it commits the row,
+// and a check between the two must not publish in its stead. A younger
+// one is looked at again by the next round.
+const checkGrace = 500 * time.Millisecond
+
+var sqlVersionsByIDs = `SELECT id, version, status, updated_at > now() - make_interval(secs => $2) FROM generation_tasks WHERE id = ANY($1)`
 
 // CheckRequest is one Check of watched tasks.
 type CheckRequest struct {
@@ -128,19 +137,20 @@ func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[
 		ids = append(ids, id)
 	}
 	type version struct {
-		v        int64
-		finished bool
+		v               int64
+		finished, young bool
 	}
 	versions := make(map[string]version, len(ids))
-	err := s.tryQuery(ctx, sqlVersionsByIDs, []any{ids}, func(rows pgx.Rows) error {
+	err := s.tryQuery(ctx, sqlVersionsByIDs, []any{ids, checkGrace.Seconds()}, func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
 			var id, status string
 			var v int64
-			if err := rows.Scan(&id, &v, &status); err != nil {
+			var young bool
+			if err := rows.Scan(&id, &v, &status, &young); err != nil {
 				return err
 			}
-			versions[id] = version{v, snapshot.TerminalStatus(status)}
+			versions[id] = version{v, snapshot.TerminalStatus(status), young}
 		}
 		return rows.Err()
 	})
@@ -159,10 +169,13 @@ func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[
 			newer = append(newer, id)
 		}
 	}
+	// What is not published is not recorded: the next check finds it
+	// again. A young version may be on its way to Redis still.
 	unpublished := make(map[string]bool, len(newer))
 	for _, id := range newer {
 		unpublished[id] = true
 	}
+	newer = slices.DeleteFunc(newer, func(id string) bool { return versions[id].young })
 	if len(newer) > 0 {
 		rows, err := s.readNewer(ctx, newer)
 		if err != nil {
@@ -187,8 +200,6 @@ func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[
 			out.Repaired = append(out.Repaired, row)
 		}
 	}
-	// A newer version not published is left unrecorded: the next check
-	// finds it again.
 	pipe := s.rdb.Pipeline()
 	for id, pg := range versions {
 		if pg.v > claimed[id] && !unpublished[id] {
