@@ -77,7 +77,7 @@ func (h *Hub) repairLoop() {
 	failures := 0
 	for {
 		now := time.Now()
-		slot := now.Truncate(interval).Add(interval << min(failures, repairMaxBackoff))
+		slot := nextRepairSlot(now, interval, failures)
 		t := time.NewTimer(slot.Sub(now) + rand.N(spread+1))
 		select {
 		case <-h.ctx.Done():
@@ -97,6 +97,13 @@ func (h *Hub) repairLoop() {
 			failures++
 		}
 	}
+}
+
+// nextRepairSlot is when the round after now starts: the next multiple of
+// interval on the wall clock, or after failures failed rounds in a row
+// that many intervals doubled further, up to 8.
+func nextRepairSlot(now time.Time, interval time.Duration, failures int) time.Time {
+	return now.Truncate(interval).Add(interval << min(failures, repairMaxBackoff))
 }
 
 // repairRound checks every task a local connection watches, by id or as a

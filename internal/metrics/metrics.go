@@ -171,7 +171,7 @@ var (
 	applyErrors  = counter("stream_apply_errors_total", "Batches of stream entries the hub could not deliver (a snapshot read failed); the batch is read again.")
 
 	repairRounds  = counter("repair_rounds_total", "Repair rounds run: every watched task checked against Redis and, for the tasks this node claimed for the fleet, PostgreSQL.")
-	repairErrors  = counter("repair_errors_total", "Repair rounds in which a check failed (Redis or PostgreSQL did not answer, or the PostgreSQL slots were busy); the next round waits twice as long, up to 8 intervals.")
+	repairErrors  = counter("repair_errors_total", "Repair rounds in which a check failed (Redis or PostgreSQL did not answer, the PostgreSQL slots were busy, or its PostgreSQL part took over a second); the next round waits twice as long, up to 8 intervals.")
 	repairs       = counter("repairs_total", "Changes never announced that a repair round delivered, by what it found: database_newer (PostgreSQL newer than Redis and the last check; this node published it for the fleet), redis_newer (a connection here held an older version than Redis's), not_held (a connection here held none).", "found")
 	repairChecked = counter("repair_checked_total", "Tasks this node claimed for the fleet and checked against PostgreSQL.")
 	repairQueries = counter("repair_db_queries_total", "PostgreSQL queries of the repair rounds: versions of the claimed tasks, and rows of the changes found newer.")

@@ -20,8 +20,12 @@ type checker struct {
 	hold      time.Duration
 }
 
-// errCheckSkipped makes the hub back off while PostgreSQL is busy.
-var errCheckSkipped = errors.New("repair: postgres busy, database part skipped")
+// errCheckSkipped and errCheckSlow make the hub back off while PostgreSQL
+// is busy or slow.
+var (
+	errCheckSkipped = errors.New("repair: postgres busy, database part skipped")
+	errCheckSlow    = errors.New("repair: postgres slow")
+)
 
 // checker is the repair Checker of the backend: nil (no repair) in the
 // embedded mode, where nothing is lost. A claim holds for half an interval,
@@ -48,8 +52,12 @@ func (c *checker) Check(ctx context.Context, ids []string, finished bool) (hub.C
 			out.Found = append(out.Found, s)
 		}
 	}
-	if err == nil && res.Skipped {
+	switch {
+	case err != nil:
+	case res.Skipped:
 		err = errCheckSkipped
+	case res.Slow:
+		err = errCheckSlow
 	}
 	return out, err
 }

@@ -261,9 +261,9 @@ func docNow(task, tenant string, version int64) string {
 // With streams, a change stored and announced but never appended to the
 // stream, made while the client reconnects, is not replayed after the
 // client's cursor; the repair round still brings it, within the interval
-// plus a second. The quiet tasks the client holds are not sent again. (A
+// plus a second. The quiet tasks the client holds are not sent again. A
 // WebSocket client has no such gap: its subscribe reads the current state,
-// since only spares it the versions it holds.)
+// since only spares it the versions it holds.
 func TestChangeMissingFromTheStreamReachesAResumedClient(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.streamConfig()
@@ -317,6 +317,17 @@ func TestChangeMissingFromTheStreamReachesAResumedClient(t *testing.T) {
 	testenv.Eventually(t, "the repair counted", func() bool {
 		return testenv.Scrape(t, srv.URL)[`pushd_repairs_total{found="not_held"}`] == 1
 	})
+
+	// A WebSocket client back over the same kind of gap, with the
+	// versions it holds: its subscribe reads the current state.
+	c.pg.InsertTask(t, testenv.Task{ID: moved, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Progress: 50, Version: 3})
+	c.tssWrite(t, docNow(moved, tenant, 3))
+	if s := again.nextTask(t); s.TaskID != moved || s.Version != 3 {
+		t.Fatalf("the SSE client got %s v%d, want %s v3", s.TaskID, s.Version, moved)
+	}
+	ws := openWS(t, srv.URL, tok)
+	ws.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{moved}, "since": map[string]int64{moved: 2}})
+	untilVersions(t, taskClient{"WebSocket", ws.nextTask}, map[string]int64{moved: 3})
 }
 
 // Cases A and B on Redis Cluster (a claim per task, in its slot, and a

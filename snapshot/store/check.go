@@ -67,7 +67,14 @@ type Checked struct {
 	// Skipped says the PostgreSQL part was not run: half of the node's
 	// PostgreSQL slots or more were busy, or it failed.
 	Skipped bool
+	// Slow says its query of versions took longer than slowCheck: the
+	// caller should wait longer before the next.
+	Slow bool
 }
+
+// slowCheck is how long a check's query of versions may take before the
+// check reports PostgreSQL slow: half the statement timeout's default.
+const slowCheck = time.Second
 
 // Check is a repair round's read of watched tasks: every task's snapshot
 // from Redis (no in-process cache, no PostgreSQL fallback), and, for the
@@ -141,6 +148,8 @@ func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[
 		finished, young bool
 	}
 	versions := make(map[string]version, len(ids))
+	began := time.Now()
+	defer func() { out.Slow = out.Slow || time.Since(began) > slowCheck }()
 	err := s.tryQuery(ctx, sqlVersionsByIDs, []any{ids, checkGrace.Seconds()}, func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {

@@ -143,3 +143,32 @@ func TestCheckYieldsBusyPostgresSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A check whose PostgreSQL part takes longer than SlowCheck says so, and
+// the hub waits longer before the next round.
+func TestCheckReportsSlowPostgres(t *testing.T) {
+	e := newEnv(t, store.Config{FetchTimeout: time.Minute, StatementTimeout: time.Minute})
+	id := testenv.UniqueID("task")
+	e.insert(t, id, "RUNNING", 1)
+	e.write(t, id, "RUNNING", 1)
+	ctx := testenv.Context(t)
+	req := store.CheckRequest{IDs: []string{id}, Hold: time.Hour, Publish: noPublish(t)}
+	if res, err := e.store.Check(ctx, req); err != nil || res.Slow {
+		t.Fatalf("Check = %+v, %v; want it quick", res, err)
+	}
+	e.expireClaim(t, id)
+	unlock := lockTasks(t, e.pg)
+	done := make(chan store.Checked, 1)
+	go func() { res, _ := e.store.Check(ctx, req); done <- res }()
+	waitFor(t, "the versions query blocked on the lock", func() bool {
+		var n int
+		e.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%version, status%'`).Scan(&n)
+		return n == 1
+	})
+	// The stimulus: PostgreSQL stays slow past SlowCheck.
+	time.Sleep(store.SlowCheck + 100*time.Millisecond)
+	unlock()
+	if res := <-done; !res.Slow || res.Skipped {
+		t.Fatalf("Check = %+v after a blocked query; want it slow, not skipped", res)
+	}
+}

@@ -4,3 +4,7 @@ package store
 // reads running of its ids and registered its own query for the rest, before
 // it waits for either. Set it before the Store's first read.
 func OnDBReadRegistered(s *Store, f func()) { s.registered = f }
+
+// SlowCheck is how long a check's PostgreSQL part may take before it is
+// reported slow.
+const SlowCheck = slowCheck
