@@ -67,12 +67,13 @@ type Checked struct {
 	// Skipped says the PostgreSQL part was not run: half of the node's
 	// PostgreSQL slots or more were busy, or it failed.
 	Skipped bool
-	// Slow says its query of versions took longer than slowCheck: the
-	// caller should wait longer before the next.
+	// Slow says its PostgreSQL part (the versions, and the rows it read
+	// and published) took longer than slowCheck: the caller should wait
+	// longer before the next.
 	Slow bool
 }
 
-// slowCheck is how long a check's query of versions may take before the
+// slowCheck is how long a check's PostgreSQL part may take before the
 // check reports PostgreSQL slow: half the statement timeout's default.
 const slowCheck = time.Second
 
