@@ -175,7 +175,10 @@ func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[
 		if snap := out.Found[id]; snap != nil {
 			stored = snap.Version
 		}
-		if pg.v > stored && pg.v > claimed[id] {
+		// A task never checked whose snapshot Redis lacks (expired, or
+		// Redis is cold: a reconnect storm's reads are writing it back) is
+		// only recorded: nothing says anyone holds an older version.
+		if pg.v > stored && pg.v > claimed[id] && (stored > 0 || claimed[id] > 0) {
 			newer = append(newer, id)
 		}
 	}

@@ -172,3 +172,30 @@ func TestCheckReportsSlowPostgres(t *testing.T) {
 		t.Fatalf("Check = %+v after a blocked query; want it slow, not skipped", res)
 	}
 }
+
+// A task never checked whose snapshot Redis lacks (a cold Redis, a
+// reconnect storm reading it back) is recorded, not published: nothing
+// says anyone holds an older version. Checked once, a version that Redis
+// then lacks is published when PostgreSQL moves past it.
+func TestCheckRecordsWhatRedisLacksOnTheFirstCheck(t *testing.T) {
+	e := newEnv(t, store.Config{})
+	id := testenv.UniqueID("task")
+	e.insert(t, id, "RUNNING", 3)
+	ctx := testenv.Context(t)
+	var published []*snapshot.Snapshot
+	req := store.CheckRequest{IDs: []string{id}, Hold: time.Hour, Publish: func(_ context.Context, s *snapshot.Snapshot) error {
+		published = append(published, s)
+		return nil
+	}}
+	if res, err := e.store.Check(ctx, req); err != nil || len(res.Repaired) != 0 || len(published) != 0 {
+		t.Fatalf("first check of a task Redis lacks: %+v, %v, published %d; want it recorded only", res, err, len(published))
+	}
+	if v := e.r.Client.HGet(ctx, e.r.Names.Checked(id), "v").Val(); v != "3" {
+		t.Fatalf("the marker records v%q, want 3", v)
+	}
+	e.insert(t, id, "FAILED", 4)
+	e.expireClaim(t, id)
+	if res, err := e.store.Check(ctx, req); err != nil || len(res.Repaired) != 1 || len(published) != 1 || published[0].Version != 4 {
+		t.Fatalf("after the change: %+v, %v, published %d; want v4 published", res, err, len(published))
+	}
+}
