@@ -44,6 +44,15 @@ func (n Names) NotFound(taskID string) string { return n.task("task:notfound:", 
 // checked once is not repaired again after Redis expired its snapshot.
 func (n Names) Checked(taskID string) string { return n.task("task:checked:", taskID) }
 
+// ScopeChecked is the key of a scope's repair marker, written by the nodes
+// only: when a node last listed what changed in the project (kind
+// "project") or user (kind "user") of a tenant, and from when the next
+// listing starts, so that one node of a fleet lists each watched scope per
+// repair interval. The braces are the tenant's hash tag, as its channel's.
+func (n Names) ScopeChecked(tenantID, kind, id string) string {
+	return n.Prefix + "scope:checked:{" + Join(tenantID) + "}:" + kind + ":" + Join(id)
+}
+
 func (n Names) task(kind, taskID string) string {
 	if n.Cluster {
 		return n.Prefix + kind + "{" + taskID + "}"
