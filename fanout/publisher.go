@@ -140,6 +140,21 @@ func (p *RedisPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (wri
 	return written, nil
 }
 
+// Announce announces s again, a version stored already whose writer may
+// never have announced it: the hint on the tenant's channel and, with a
+// stream, an entry unless one of the stream's newest has this version. It
+// stores nothing: a snapshot newer than the stored one is Publish's.
+func (p *RedisPublisher) Announce(ctx context.Context, s *snapshot.Snapshot) error {
+	if s == nil {
+		return errNilSnapshot
+	}
+	msg, err := notificationMessage(s)
+	if err != nil {
+		return fmt.Errorf("announce %s: %w", s.TaskID, err)
+	}
+	return p.announce(ctx, s, rediswrite.Current, rediswrite.Pending{}, msg)
+}
+
 // notificationMessage is the hint announcing s.
 func notificationMessage(s *snapshot.Snapshot) ([]byte, error) {
 	return json.Marshal(snapshot.NotificationFor(s))
