@@ -243,32 +243,38 @@ func (s *Store) readNewer(ctx context.Context, ids []string) ([]*snapshot.Snapsh
 	return rows, nil
 }
 
-// claim runs the claim script over the tasks' markers: one script for all
-// of them on standalone Redis, so two nodes' claims of one batch never
-// interleave; one per task on Redis Cluster, where each marker is in its
-// task's slot. It returns the claimed tasks with the version of their last
-// check.
+// claim runs the claim script over the tasks' markers. It returns the
+// claimed tasks with the version of their last check.
 func (s *Store) claim(ctx context.Context, ids []string, hold time.Duration, finished bool) (map[string]int64, error) {
-	args := []any{max(hold.Milliseconds(), 1), boolDigit(finished), checkedTTL.Milliseconds()}
 	keys := make([]string, len(ids))
 	for i, id := range ids {
 		keys[i] = s.names.Checked(id)
 	}
+	vals, err := s.claimKeys(ctx, keys, hold, finished)
+	if err != nil {
+		return nil, err
+	}
 	claimed := make(map[string]int64)
-	take := func(id string, v int64) {
+	for i, v := range vals {
 		if v >= 0 {
-			claimed[id] = v
+			claimed[ids[i]] = v
 		}
 	}
+	return claimed, nil
+}
+
+// claimKeys runs the claim script over markers (check.lua): one script for
+// all of them on standalone Redis, so two nodes' claims of one batch never
+// interleave; one per marker on Redis Cluster, where each is in its own
+// slot. It returns, per marker, its v when claimed and -1 when not.
+func (s *Store) claimKeys(ctx context.Context, keys []string, hold time.Duration, finished bool) ([]int64, error) {
+	args := []any{max(hold.Milliseconds(), 1), boolDigit(finished), checkedTTL.Milliseconds()}
 	if !s.names.Cluster {
 		vals, err := checkScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 		if err != nil {
 			return nil, fmt.Errorf("redis: claiming checks: %w", err)
 		}
-		for i, v := range vals {
-			take(ids[i], v)
-		}
-		return claimed, nil
+		return vals, nil
 	}
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(keys))
@@ -276,17 +282,18 @@ func (s *Store) claim(ctx context.Context, ids []string, hold time.Duration, fin
 		cmds[i] = checkScript.EvalSha(ctx, pipe, []string{k}, args...)
 	}
 	_, _ = pipe.Exec(ctx) // the commands carry their own errors
+	vals := make([]int64, len(keys))
 	for i, cmd := range cmds {
-		vals, err := cmd.Int64Slice()
+		v, err := cmd.Int64Slice()
 		if redisx.IsNoScript(err) {
-			vals, err = checkScript.Run(ctx, s.rdb, []string{keys[i]}, args...).Int64Slice()
+			v, err = checkScript.Run(ctx, s.rdb, []string{keys[i]}, args...).Int64Slice()
 		}
 		if err != nil {
 			return nil, fmt.Errorf("redis: claiming checks: %w", err)
 		}
-		take(ids[i], vals[0])
+		vals[i] = v[0]
 	}
-	return claimed, nil
+	return vals, nil
 }
 
 var errBusy = fmt.Errorf("%w: postgres slots busy", snapshot.ErrUnavailable)

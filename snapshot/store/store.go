@@ -129,6 +129,9 @@ type Stats struct {
 	CheckRows    uint64 // rows the checks read: versions, and the rows of the changes found newer
 	CheckSkipped uint64 // checks whose PostgreSQL part was skipped: the slots were busy, or it failed
 	Repaired     uint64 // changes never announced found newer in PostgreSQL, and published
+	// Of CheckScopes.
+	ScopesListed uint64 // watched scopes this node claimed and listed the changes of
+	Announced    uint64 // listed changes Redis held in PostgreSQL's version, announced again
 }
 
 // counters are the live Stats.
@@ -141,7 +144,7 @@ type counters struct {
 	tenantMismatches, unreadableStored              atomic.Uint64
 	checked, checkQueries, checkRows, checkSkipped  atomic.Uint64
 	checkErrors                                     atomic.Uint64
-	repaired                                        atomic.Uint64
+	repaired, announced, scopesListed               atomic.Uint64
 }
 
 // Store reads snapshots through an in-process cache, singleflight per task,
@@ -294,5 +297,7 @@ func (s *Store) Stats() Stats {
 		CheckRows:    c.checkRows.Load(),
 		CheckSkipped: c.checkSkipped.Load(),
 		Repaired:     c.repaired.Load(),
+		Announced:    c.announced.Load(),
+		ScopesListed: c.scopesListed.Load(),
 	}
 }
