@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+
+	"github.com/pushd/pushd/snapshot"
 )
 
 // shardCount spreads the routing index over locks, so subscribes, closes
@@ -154,6 +156,23 @@ func (x *index) tasks(tenants map[string]struct{}) []string {
 		sh.mu.RUnlock()
 	}
 	return ids
+}
+
+// scopes returns every watched project and user scope, once each.
+func (x *index) scopes() []snapshot.Scope {
+	var out []snapshot.Scope
+	for i := range x.shards {
+		sh := &x.shards[i]
+		sh.mu.RLock()
+		for k := range sh.sets[byProject] {
+			out = append(out, snapshot.Scope{TenantID: k.tenant, ProjectID: k.id})
+		}
+		for k := range sh.sets[byUser] {
+			out = append(out, snapshot.Scope{TenantID: k.tenant, UserID: k.id})
+		}
+		sh.mu.RUnlock()
+	}
+	return out
 }
 
 // watchers are the connections indexed under one key. Most tasks have one

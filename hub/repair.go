@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"slices"
@@ -19,6 +20,11 @@ type Checker interface {
 	// RepairBatch). finished asks for the tasks last found finished too,
 	// which a Checker may otherwise leave to a later round.
 	Check(ctx context.Context, ids []string, finished bool) (Checked, error)
+	// CheckScopes lists what changed lately in each scope of scopes (at
+	// most RepairBatch), so that a task a scope's subscriptions never held
+	// is found too: Found are the changes Redis holds, which the Checker
+	// announced again, Repaired those it published.
+	CheckScopes(ctx context.Context, scopes []snapshot.Scope) (Checked, error)
 }
 
 // Checked is what a Check found.
@@ -107,9 +113,10 @@ func nextRepairSlot(now time.Time, interval time.Duration, failures int) time.Ti
 }
 
 // repairRound checks every task a local connection watches, by id or as a
-// task of its project or user scope that it holds, and offers what it
-// found: the outboxes drop what is not newer. It reports whether every
-// check succeeded.
+// task of its project or user scope that it holds, then lists the changes
+// of every watched scope (a task its subscriptions never held), and offers
+// what it found: the outboxes drop what is not newer. It reports whether
+// every check succeeded.
 func (h *Hub) repairRound(finished bool) bool {
 	defer h.stats.repairRounds.Add(1) // counted once done, so a count read means a round finished
 	ctx, cancel := context.WithTimeout(h.ctx, repairRoundBudget)
@@ -117,24 +124,41 @@ func (h *Hub) repairRound(finished bool) bool {
 	ids := h.repairIDs()
 	var targets []*Conn
 	for i := 0; i < len(ids); i += RepairBatch {
-		// What a failed check found is offered still: Redis may have
-		// answered when PostgreSQL did not.
 		found, err := h.cfg.Checker.Check(ctx, ids[i:min(i+RepairBatch, len(ids))], finished)
-		now := time.Now()
-		for _, s := range found.Repaired {
-			targets, _ = h.offerRepair(s, targets[:0])
-			h.stats.repairAge.Observe(now.Sub(time.UnixMilli(s.UpdatedAt)))
-		}
-		for _, s := range found.Found {
-			targets = h.countRepair(s, now, targets[:0])
-		}
-		if err != nil {
+		if targets = h.offerChecked(found, targets); err != nil {
 			h.stats.repairErrors.Add(1)
 			h.log.Debug("repair check failed", "tasks", len(ids), "err", err)
 			return false
 		}
 	}
+	scopes := h.idx.scopes()
+	slices.SortFunc(scopes, func(a, b snapshot.Scope) int {
+		return cmp.Or(cmp.Compare(a.TenantID, b.TenantID), cmp.Compare(a.ProjectID, b.ProjectID), cmp.Compare(a.UserID, b.UserID))
+	})
+	for i := 0; i < len(scopes); i += RepairBatch {
+		found, err := h.cfg.Checker.CheckScopes(ctx, scopes[i:min(i+RepairBatch, len(scopes))])
+		if targets = h.offerChecked(found, targets); err != nil {
+			h.stats.repairErrors.Add(1)
+			h.log.Debug("repair scope check failed", "scopes", len(scopes), "err", err)
+			return false
+		}
+	}
 	return true
+}
+
+// offerChecked offers what a check found to its watchers. What a failed
+// check found is offered still: Redis may have answered when PostgreSQL
+// did not.
+func (h *Hub) offerChecked(found Checked, targets []*Conn) []*Conn {
+	now := time.Now()
+	for _, s := range found.Repaired {
+		targets, _ = h.offerRepair(s, targets[:0])
+		h.stats.repairAge.Observe(now.Sub(time.UnixMilli(s.UpdatedAt)))
+	}
+	for _, s := range found.Found {
+		targets = h.countRepair(s, now, targets[:0])
+	}
+	return targets
 }
 
 // repairIDs is every task the repair checks, once each and sorted, so

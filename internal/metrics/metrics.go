@@ -170,14 +170,16 @@ var (
 	streamLen    = platformGauge("stream_length", "Entries in the streams the node tails, as of their last check: the sum, and the longest (the same as pushd_stream_length_entries).", "stat")
 	applyErrors  = counter("stream_apply_errors_total", "Batches of stream entries the hub could not deliver (a snapshot read failed); the batch is read again.")
 
-	repairRounds  = counter("repair_rounds_total", "Repair rounds run: every watched task checked against Redis and, for the tasks this node claimed for the fleet, PostgreSQL.")
-	repairErrors  = counter("repair_errors_total", "Repair rounds in which a check failed (Redis or PostgreSQL did not answer, the PostgreSQL slots were busy, or its PostgreSQL part took over a second); the next round waits twice as long, up to 8 intervals.")
-	repairs       = counter("repairs_total", "Changes never announced that a repair round delivered, by what it found: database_newer (PostgreSQL newer than Redis and the last check; this node published it for the fleet), redis_newer (a connection here held an older version than Redis's), not_held (a connection here held none).", "found")
-	repairChecked = counter("repair_checked_total", "Tasks this node claimed for the fleet and checked against PostgreSQL.")
-	repairQueries = counter("repair_db_queries_total", "PostgreSQL queries of the repair rounds: versions of the claimed tasks, and rows of the changes found newer.")
-	repairRows    = counter("repair_db_rows_total", "Rows the repair rounds' PostgreSQL queries read.")
-	repairSkipped = counter("repair_db_skipped_total", "Checks whose PostgreSQL part was skipped: half of the node's PostgreSQL slots or more were busy, or it failed.")
-	repairAge     = prometheus.NewDesc("pushd_repair_age_seconds", "Time from a repaired change's updated_at to the repair round that delivered it (the repairs of pushd_repairs_total). Includes clock skew with the Task State Service.", nil, nil)
+	repairRounds    = counter("repair_rounds_total", "Repair rounds run: every watched task checked against Redis and, for the tasks this node claimed for the fleet, PostgreSQL.")
+	repairErrors    = counter("repair_errors_total", "Repair rounds in which a check failed (Redis or PostgreSQL did not answer, the PostgreSQL slots were busy, or its PostgreSQL part took over a second); the next round waits twice as long, up to 8 intervals.")
+	repairs         = counter("repairs_total", "Changes never announced that a repair round delivered, by what it found: database_newer (PostgreSQL newer than Redis and the last check; this node published it for the fleet), redis_newer (a connection here held an older version than Redis's), not_held (a connection here held none).", "found")
+	repairChecked   = counter("repair_checked_total", "Tasks this node claimed for the fleet and checked against PostgreSQL.")
+	repairQueries   = counter("repair_db_queries_total", "PostgreSQL queries of the repair rounds: versions of the claimed tasks, and rows of the changes found newer.")
+	repairRows      = counter("repair_db_rows_total", "Rows the repair rounds' PostgreSQL queries read.")
+	repairSkipped   = counter("repair_db_skipped_total", "Checks whose PostgreSQL part was skipped: half of the node's PostgreSQL slots or more were busy, or it failed.")
+	repairScopes    = counter("repair_scopes_listed_total", "Watched project and user scopes this node claimed for the fleet and listed the changes of.")
+	repairAnnounced = counter("repair_announced_total", "Changes a scope listing found in Redis in PostgreSQL's version and announced again: most had been announced already.")
+	repairAge       = prometheus.NewDesc("pushd_repair_age_seconds", "Time from a repaired change's updated_at to the repair round that delivered it (the repairs of pushd_repairs_total). Includes clock skew with the Task State Service.", nil, nil)
 
 	reconcileRounds    = counter("announce_reconcile_rounds_total", "Rounds of the reconcile of the unannounced journal of the tenants watched here (Redis Cluster and split Redis only).")
 	reconcileRepairs   = counter("announce_repairs_total", "Announcements the reconcile made of a stored snapshot whose publisher never announced it (died or failed between the write and the announcement).")
@@ -194,7 +196,7 @@ var (
 		connsOpen, ssePush, wsPush, reconnects, refetch, sfShared, pubsubLosses,
 		rlAllowed, rlRejected, cacheHit, cacheMiss, cacheSet, hotDetected, hotTasks, unwatched, published, streamLen, applyErrors,
 		reconcileRounds, reconcileRepairs, reconcileAbandoned, reconcileErrors,
-		repairRounds, repairErrors, repairs, repairChecked, repairQueries, repairRows, repairSkipped}
+		repairRounds, repairErrors, repairs, repairChecked, repairQueries, repairRows, repairSkipped, repairScopes, repairAnnounced}
 )
 
 type collector struct{ s Sources }
@@ -321,6 +323,8 @@ func (e emitter) repair(st hub.Stats, ss store.Stats) {
 	e.emit(repairQueries, float64(ss.CheckQueries))
 	e.emit(repairRows, float64(ss.CheckRows))
 	e.emit(repairSkipped, float64(ss.CheckSkipped))
+	e.emit(repairScopes, float64(ss.ScopesListed))
+	e.emit(repairAnnounced, float64(ss.Announced))
 	e.histogram(repairAge, st.RepairAge)
 }
 

@@ -32,7 +32,8 @@ import (
 type backend struct {
 	source    snapshot.Source
 	publisher fanout.Publisher
-	published *countingPublisher // publisher, counted for pubsub_publish_total
+	announcer *fanout.RedisPublisher // publisher's, for the repair's announcements; nil in the embedded mode
+	published *countingPublisher     // publisher, counted for pubsub_publish_total
 	bus       fanout.Bus
 	hubBus    hub.Bus    // bus, or the tailer's view of it with streams
 	hubStream hub.Stream // a nil interface without streams
@@ -118,8 +119,8 @@ type redisRoles struct {
 // finishRedis completes a Redis mode whose clients and bus are made: the
 // PostgreSQL pool, the read store, sessions and, with streams, the tailer
 // and a publisher that appends to the tenant's stream.
-func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redisRoles, names keys.Names, bus fanout.Bus, stats metrics.BusStats, publisher fanout.Publisher) error {
-	b.bus, b.hubBus, b.busStats, b.publisher, b.control = bus, bus, stats, publisher, r.control
+func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redisRoles, names keys.Names, bus fanout.Bus, stats metrics.BusStats, publisher *fanout.RedisPublisher) error {
+	b.bus, b.hubBus, b.busStats, b.publisher, b.announcer, b.control = bus, bus, stats, publisher, publisher, r.control
 	b.onClose(func() { bus.Close() })
 	if cfg.DatabaseURL != "" {
 		if err := b.openDatabase(ctx, cfg); err != nil {
@@ -141,7 +142,8 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redis
 		b.tailer = stream.NewTailer(stream.Config{Client: r.realtime, Names: names, ClusterReads: cfg.StreamClusterReads, Logger: cfg.Logger})
 		b.onClose(func() { b.tailer.Close() })
 		b.hubBus, b.hubStream = b.tailer.Subscriber(bus), b.tailer
-		b.publisher = fanout.NewRedisPublisher(r.realtime, names, fanout.WithStream(cfg.StreamMaxLen))
+		p := fanout.NewRedisPublisher(r.realtime, names, fanout.WithStream(cfg.StreamMaxLen))
+		b.publisher, b.announcer = p, p
 	}
 	if names.Cluster || r.cache != r.realtime {
 		b.addReconciler(cfg, t, r, names, bus)

@@ -17,6 +17,7 @@ import (
 type checker struct {
 	store     *store.Store
 	publisher fanout.Publisher
+	announcer *fanout.RedisPublisher
 	hold      time.Duration
 }
 
@@ -37,7 +38,7 @@ func (b *backend) checker(interval time.Duration) hub.Checker {
 	if interval <= 0 {
 		interval = hub.DefaultRepairInterval
 	}
-	return &checker{store: b.store, publisher: b.publisher, hold: interval / 2}
+	return &checker{store: b.store, publisher: b.publisher, announcer: b.announcer, hold: interval / 2}
 }
 
 func (c *checker) Check(ctx context.Context, ids []string, finished bool) (hub.Checked, error) {
@@ -52,14 +53,28 @@ func (c *checker) Check(ctx context.Context, ids []string, finished bool) (hub.C
 			out.Found = append(out.Found, s)
 		}
 	}
+	return out, checkErr(err, res.Skipped, res.Slow)
+}
+
+// CheckScopes lists the scopes' changes since their last listing, looking
+// back a whole interval (twice the hold) behind it.
+func (c *checker) CheckScopes(ctx context.Context, scopes []snapshot.Scope) (hub.Checked, error) {
+	res, err := c.store.CheckScopes(ctx, store.ScopeCheckRequest{
+		Scopes: scopes, Hold: c.hold, LookBack: 2 * c.hold, Publish: c.publish, Announce: c.announcer.Announce,
+	})
+	return hub.Checked{Found: res.Announced, Repaired: res.Repaired}, checkErr(err, res.Skipped, res.Slow)
+}
+
+func checkErr(err error, skipped, slow bool) error {
 	switch {
 	case err != nil:
-	case res.Skipped:
-		err = errCheckSkipped
-	case res.Slow:
-		err = errCheckSlow
+		return err
+	case skipped:
+		return errCheckSkipped
+	case slow:
+		return errCheckSlow
 	}
-	return out, err
+	return nil
 }
 
 func (c *checker) publish(ctx context.Context, s *snapshot.Snapshot) error {

@@ -68,7 +68,7 @@ func newStandalone(ctx context.Context, cfg Config, t tuning) (*backend, error) 
 // fanout.NewSplitRedisPublisher: journal on the realtime Redis, snapshot on
 // the cache Redis, then the announcement on the realtime one, which the
 // node's reconcile repeats for a publish that died before it.
-func standalonePublisher(r redisRoles, names keys.Names) fanout.Publisher {
+func standalonePublisher(r redisRoles, names keys.Names) *fanout.RedisPublisher {
 	if r.cache == r.realtime {
 		return fanout.NewRedisPublisher(r.realtime, names)
 	}
