@@ -158,6 +158,100 @@ func TestChangeNeverAnnouncedReachesScopes(t *testing.T) {
 	}
 }
 
+// Tasks created in a watched scope and never announced, one whose writer
+// died before Redis (case A) and one stored without a hint (case B), reach
+// a project-scope SSE and a user-scope WebSocket subscription that never
+// held them, within the repair interval plus a second: the scopes' listing
+// finds them. On Redis Cluster and split Redis too.
+func TestTaskCreatedNeverAnnouncedReachesScopes(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		c := newCluster(t)
+		srv := startNode(t, c.repairConfig())
+		createdNeverAnnouncedReachesScopes(t, srv, c.pg, c.redis.Client, c.redis.Names)
+	})
+	pg := testenv.Database(t)
+	t.Run("cluster", func(t *testing.T) {
+		c := testenv.StartRedisCluster(t, 3)
+		srv := startNode(t, node.Config{RedisURL: c.Seeds, RedisCluster: true, DatabaseURL: pg.URL, RepairInterval: testRepairInterval})
+		createdNeverAnnouncedReachesScopes(t, srv, pg, c.Client(), clusterNames)
+	})
+	t.Run("split", func(t *testing.T) {
+		cache, realtime := testenv.StartRedis(t), testenv.StartRedis(t)
+		srv := startNode(t, node.Config{RedisURL: realtime.URL, RedisCacheURL: cache.URL, DatabaseURL: pg.URL, RepairInterval: testRepairInterval})
+		createdNeverAnnouncedReachesScopes(t, srv, pg, cache.Client(), keys.Names{})
+	})
+}
+
+func createdNeverAnnouncedReachesScopes(t *testing.T, srv *server, pg testenv.Postgres, cache redis.UniversalClient, names keys.Names) {
+	t.Helper()
+	tenant := testenv.UniqueID("t")
+	seed, dbOnly, redisOnly := testenv.UniqueID("seed"), testenv.UniqueID("dbonly"), testenv.UniqueID("redisonly")
+	pg.InsertTask(t, testenv.Task{ID: seed, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Version: 1})
+	httpPublish(t, srv.URL, doc(seed, tenant, 1, "RUNNING"))
+	tok := token(t, tenant, "u1")
+	sse := openSSE(t, srv.URL, tok, "project=p1")
+	ws := openWS(t, srv.URL, tok)
+	ws.send(t, map[string]any{"op": "subscribe", "id": 1, "scope": "user"})
+	clients := []taskClient{{"SSE project scope", sse.nextTask}, {"WebSocket user scope", ws.nextTask}}
+	for _, cl := range clients {
+		untilVersions(t, cl, map[string]int64{seed: 1})
+	}
+	ws.nextOf(t, "ack")
+
+	pg.InsertTask(t, testenv.Task{ID: dbOnly, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "QUEUED", Version: 1})
+	pg.InsertTask(t, testenv.Task{ID: redisOnly, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Version: 1})
+	if err := cache.Set(context.Background(), names.Snapshot(redisOnly), doc(redisOnly, tenant, 1, "RUNNING"), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	written := time.Now()
+	for _, cl := range clients {
+		untilVersions(t, cl, map[string]int64{dbOnly: 1, redisOnly: 1})
+		withinBound(t, cl.name+" had both new tasks", time.Since(written))
+	}
+	// The node counts a repair once its publish returned, which may be
+	// after the client had it.
+	testenv.Eventually(t, "the repair and the announcement counted", func() bool {
+		m := testenv.Scrape(t, srv.URL)
+		return m[`pushd_repairs_total{found="database_newer"}`] == 1 && m["pushd_repair_scopes_listed_total"] >= 1 && m["pushd_repair_announced_total"] >= 1
+	})
+}
+
+// The fleet lists each watched scope once per interval whatever the
+// number of nodes watching it: three nodes watching one project and one
+// user list what one node alone lists, one query of each kind per round.
+func TestScopeListingCostDoesNotGrowWithNodes(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.repairConfig()
+	tenant := testenv.UniqueID("t")
+	seed := testenv.UniqueID("seed")
+	c.rowAndSnapshot(t, seed, tenant, 1)
+	watch := func(srv *server) {
+		ws := openWS(t, srv.URL, token(t, tenant, "u1"))
+		ws.send(t, map[string]any{"op": "subscribe", "id": 1, "projects": []string{"p1"}})
+		untilVersions(t, taskClient{"WebSocket", ws.nextTask}, map[string]int64{seed: 1})
+		ws.nextOf(t, "ack")
+		ws.send(t, map[string]any{"op": "subscribe", "id": 2, "scope": "user"})
+		ws.nextOf(t, "ack")
+	}
+	nodes := []*server{startNode(t, cfg)}
+	watch(nodes[0])
+	alone := measureRepair(t, nodes, 3)
+	for range 2 {
+		srv := startNode(t, cfg)
+		watch(srv)
+		nodes = append(nodes, srv)
+	}
+	three := measureRepair(t, nodes, 3)
+	t.Logf("three intervals, one node: %d scopes listed in %d queries; three nodes: %d in %d", alone.scopes, alone.queries, three.scopes, three.queries)
+	// Each round: the seed's check by id, and one listing of each kind.
+	if alone.scopes != 6 || alone.queries != 9 {
+		t.Fatalf("one node: %d scopes listed in %d queries in three intervals, want 6 in 9", alone.scopes, alone.queries)
+	}
+	if three.scopes != alone.scopes || float64(three.queries) > 1.2*float64(alone.queries) {
+		t.Fatalf("three nodes: %d scopes listed in %d queries, want %d in at most 1.2 times %d", three.scopes, three.queries, alone.scopes, alone.queries)
+	}
+}
+
 // The fleet checks each watched task against PostgreSQL once per interval
 // whatever the number of nodes watching it: three nodes watching the same
 // 1,000 quiet tasks read what one node alone reads (at most 1.2 times),
@@ -210,7 +304,7 @@ func insertTasks(t *testing.T, pg testenv.Postgres, tenant string, ids []string)
 	}
 }
 
-type repairCost struct{ queries, rows uint64 }
+type repairCost struct{ queries, rows, scopes uint64 }
 
 // measureRepair sums the nodes' repair reads of PostgreSQL over the given
 // number of repair rounds. The rounds start at the same instants on every
@@ -235,6 +329,7 @@ func measureRepair(t *testing.T, nodes []*server, rounds int64) repairCost {
 				st := srv.Store().Stats()
 				cost.queries += st.CheckQueries
 				cost.rows += st.CheckRows
+				cost.scopes += st.ScopesListed
 			}
 			return true
 		})
@@ -247,7 +342,7 @@ func measureRepair(t *testing.T, nodes []*server, rounds int64) repairCost {
 	}
 	before := at(1)
 	after := at(1 + rounds)
-	return repairCost{after.queries - before.queries, after.rows - before.rows}
+	return repairCost{after.queries - before.queries, after.rows - before.rows, after.scopes - before.scopes}
 }
 
 // docNow is doc changed a moment ago, 1.5 s: a repair counts a change
