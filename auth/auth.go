@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/pushd/pushd/snapshot"
 )
 
 // Errors callers branch on. Every error Verify and Authenticate return wraps
@@ -63,11 +65,16 @@ type Principal struct {
 	// Session is the opaque session token the request authenticated with;
 	// empty for a JWT.
 	Session string
+	// Grant is what the principal may see inside its tenant besides its
+	// own tasks (claim "projects", or the session's projects); nil means
+	// its own tasks only.
+	Grant *snapshot.Grant
 }
 
 // claims is the token body pushd reads and the Signer writes.
 type claims struct {
-	TenantID string `json:"tenant_id"`
-	Plan     string `json:"plan,omitempty"`
+	TenantID string   `json:"tenant_id"`
+	Plan     string   `json:"plan,omitempty"`
+	Projects []string `json:"projects,omitempty"`
 	jwt.RegisteredClaims
 }

@@ -45,6 +45,7 @@ func TestReasonOf(t *testing.T) {
 			c["exp"] = now.Add(2 * time.Hour).Unix()
 		})), auth.ReasonLifetime},
 		{"no sub", strict, sign(t, jwt.SigningMethodHS256, testSecret, with(func(c jwt.MapClaims) { good(c); delete(c, "sub") })), auth.ReasonSubject},
+		{"projects not a grant", strict, sign(t, jwt.SigningMethodHS256, testSecret, with(func(c jwt.MapClaims) { good(c); c["projects"] = []string{"p1", "*"} })), auth.ReasonProjects},
 		{"no tenant", strict, sign(t, jwt.SigningMethodHS256, testSecret, with(func(c jwt.MapClaims) { good(c); delete(c, "tenant_id") })), auth.ReasonTenant},
 		{"not yet valid", strict, sign(t, jwt.SigningMethodHS256, testSecret, with(func(c jwt.MapClaims) { good(c); c["nbf"] = now.Add(time.Minute).Unix() })), auth.ReasonNotYetValid},
 	} {

@@ -46,6 +46,7 @@ func (s *Signer) Sign(p Principal) (string, error) {
 	c := claims{
 		TenantID: p.TenantID,
 		Plan:     p.Plan,
+		Projects: p.Grant.Claim(),
 		RegisteredClaims: jwt.RegisteredClaims{
 			Subject:   p.UserID,
 			ExpiresAt: jwt.NewNumericDate(p.ExpiresAt),

@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/snapshot"
 )
 
 func TestSignerRoundTrip(t *testing.T) {
@@ -44,6 +46,26 @@ func TestSignerRoundTrip(t *testing.T) {
 	// Another secret's verifier refuses it.
 	if _, err := hsVerifier(t).Verify(token); err == nil {
 		t.Error("a verifier with another secret accepted the token")
+	}
+}
+
+// The projects claim round-trips: none, a list, every project.
+func TestSignerGrantRoundTrip(t *testing.T) {
+	secret := auth.RandomSecret()
+	v := newVerifier(t, auth.Config{Secret: secret})
+	for _, projects := range [][]string{nil, {"p2", "p1"}, {"*"}} {
+		grant, err := snapshot.ParseGrant(projects)
+		if err != nil {
+			t.Fatal(err)
+		}
+		token, err := auth.NewSigner(secret).Sign(auth.Principal{TenantID: "t1", UserID: "u1", ExpiresAt: time.Now().Add(time.Hour), Grant: grant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := v.Verify(token)
+		if err != nil || !reflect.DeepEqual(p.Grant, grant) {
+			t.Fatalf("projects %v: Verify = %+v, %v; want grant %+v", projects, p.Grant, err, grant)
+		}
 	}
 }
 

@@ -221,7 +221,11 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 	if !snapshot.ValidID(c.TenantID) {
 		return Principal{}, Invalid(ReasonTenant, nil)
 	}
-	p := Principal{TenantID: c.TenantID, UserID: c.Subject, ExpiresAt: c.ExpiresAt.Time}
+	grant, err := snapshot.ParseGrant(c.Projects)
+	if err != nil {
+		return Principal{}, Invalid(ReasonProjects, err)
+	}
+	p := Principal{TenantID: c.TenantID, UserID: c.Subject, ExpiresAt: c.ExpiresAt.Time, Grant: grant}
 	// A plan claim only selects limits; one that is not a plain name is
 	// ignored rather than refusing an otherwise good token.
 	if snapshot.ValidID(c.Plan) {
@@ -320,6 +324,7 @@ const (
 	ReasonLifetime     Reason = "lifetime longer than the limit"
 	ReasonSubject      Reason = "missing or invalid sub claim"
 	ReasonTenant       Reason = "missing or invalid tenant_id claim"
+	ReasonProjects     Reason = "invalid projects claim"
 )
 
 // ReasonOf returns the reason of an error Verify returned, and false for

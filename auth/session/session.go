@@ -104,6 +104,10 @@ type record struct {
 	TenantID string `json:"tenant_id"`
 	UserID   string `json:"user_id"`
 	Plan     string `json:"plan,omitempty"`
+	// Projects is the session's grant inside its tenant, as a token's
+	// projects claim: none for the user's own tasks only, ["*"] for every
+	// project.
+	Projects []string `json:"projects,omitempty"`
 	// ExpiresAt is Unix milliseconds; zero means the session names none.
 	// The write-back keeps it, so a session read from Redis ends its
 	// streams when the one read from PostgreSQL would.
@@ -223,8 +227,8 @@ func (s *Store) query(ctx context.Context, token string) (sess record, exp *time
 		return sess, nil, fmt.Errorf("%d session lookups in flight for %v", s.cfg.MaxDBQueries, s.cfg.DBQueueWait)
 	}
 	defer s.dbSlots.Release(1)
-	err = s.cfg.DB.QueryRow(ctx, `SELECT tenant_id, user_id, plan, expires_at FROM sessions
-		WHERE token = $1 AND (expires_at IS NULL OR expires_at > now())`, token).Scan(&sess.TenantID, &sess.UserID, &sess.Plan, &exp)
+	err = s.cfg.DB.QueryRow(ctx, `SELECT tenant_id, user_id, plan, projects, expires_at FROM sessions
+		WHERE token = $1 AND (expires_at IS NULL OR expires_at > now())`, token).Scan(&sess.TenantID, &sess.UserID, &sess.Plan, &sess.Projects, &exp)
 	return sess, exp, err
 }
 
@@ -232,7 +236,11 @@ func principalOf(token string, sess record, expires time.Time) (auth.Principal, 
 	if !snapshot.ValidID(sess.TenantID) || !snapshot.ValidID(sess.UserID) {
 		return auth.Principal{}, auth.Invalid("session without a valid tenant or user", nil)
 	}
-	p := auth.Principal{TenantID: sess.TenantID, UserID: sess.UserID, ExpiresAt: expires, Session: token}
+	grant, err := snapshot.ParseGrant(sess.Projects)
+	if err != nil {
+		return auth.Principal{}, auth.Invalid("session with invalid projects", err)
+	}
+	p := auth.Principal{TenantID: sess.TenantID, UserID: sess.UserID, ExpiresAt: expires, Session: token, Grant: grant}
 	if snapshot.ValidID(sess.Plan) {
 		p.Plan = sess.Plan
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -60,6 +61,36 @@ func TestSessionsRedisThenPostgres(t *testing.T) {
 	r.Client.Del(ctx, r.Names.Prefix+"session:"+cached)
 	if valid, _ := sessions.Valid(ctx, []string{cached}); valid[cached] {
 		t.Fatal("a deleted session is still valid")
+	}
+}
+
+// A session carries its grant from either store: the projects of its
+// Redis copy, or its row's projects column, which the write-back keeps.
+// Without them it sees its user's own tasks only; a grant that is not one
+// refuses the session.
+func TestSessionsCarryTheirGrant(t *testing.T) {
+	sessions, r, pg := sessionsOn(t, "pushd_auth_grants_"+testenv.RandomSuffix(4), session.Config{})
+	ctx := context.Background()
+	cached, stored, narrow, bad := "c_"+testenv.RandomSuffix(12), "s_"+testenv.RandomSuffix(12), "n_"+testenv.RandomSuffix(12), "b_"+testenv.RandomSuffix(12)
+	r.Client.Set(ctx, r.Names.Prefix+"session:"+cached, `{"tenant_id":"t1","user_id":"u1","projects":["p2","p1"]}`, time.Hour)
+	r.Client.Set(ctx, r.Names.Prefix+"session:"+bad, `{"tenant_id":"t1","user_id":"u1","projects":["p1","*"]}`, time.Hour)
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO sessions (token, tenant_id, user_id, projects) VALUES
+		($1, 't2', 'u2', '{*}'), ($2, 't2', 'u3', DEFAULT)`, stored, narrow); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := sessions.Resolve(ctx, cached); err != nil || p.Grant == nil || !slices.Equal(p.Grant.Projects, []string{"p1", "p2"}) {
+		t.Fatalf("cached session: %+v, %v; want projects p1 and p2", p, err)
+	}
+	for range 2 { // from PostgreSQL, then from its copy in Redis
+		if p, err := sessions.Resolve(ctx, stored); err != nil || p.Grant == nil || !p.Grant.All {
+			t.Fatalf("stored session: %+v, %v; want every project", p, err)
+		}
+	}
+	if p, err := sessions.Resolve(ctx, narrow); err != nil || p.Grant != nil {
+		t.Fatalf("session without projects: %+v, %v; want its own tasks only", p, err)
+	}
+	if _, err := sessions.Resolve(ctx, bad); !errors.Is(err, auth.ErrInvalidToken) {
+		t.Fatalf("session with a bad grant: %v, want ErrInvalidToken", err)
 	}
 }
 
