@@ -16,9 +16,8 @@ type Conn struct {
 	ID string
 	Principal
 
-	hub   *Hub
-	sink  Sink
-	class connClass // counted in hub.classes while open; guarded by hub.mu
+	hub  *Hub
+	sink Sink
 
 	lastWrite atomic.Int64 // Unix ns of the last successful write; read by the ticker
 	// syncWaiting: a take found syncPending but no Stream position yet, so
@@ -134,6 +133,10 @@ func (c *Conn) offerTracked(s *snapshot.Snapshot, n news, repair bool) (push, ta
 	case s.TenantID != c.TenantID: // checked on every delivery, not only at subscribe
 		c.mu.Unlock()
 		h.stats.droppedTenant.Add(1)
+		return false, false, 0
+	case !c.Grant.Allows(c.UserID, s): // a task moved out of a granted project stops here
+		c.mu.Unlock()
+		h.stats.droppedGrant.Add(1)
 		return false, false, 0
 	case !c.watchesLocked(s):
 		c.mu.Unlock()
@@ -279,7 +282,7 @@ func (c *Conn) takeLocked(buf []Event) (_ []Event, complete bool) {
 		taken++
 		s, n := t.snap, t.news
 		t.snap, t.news = nil, news{}
-		if s.TenantID != c.TenantID || !s.NewerThan(t.delivered) {
+		if !c.Sees(s) || !s.NewerThan(t.delivered) {
 			if t.delivered == 0 {
 				c.track.remove(t.id)
 			}
@@ -454,7 +457,7 @@ func (c *Conn) Close() {
 		c.busRelease = nil
 		c.mu.Unlock()
 		delete(h.conns, c)
-		h.unclassLocked(c.class)
+		h.unclassLocked(connClass{c.Transport, c.Plan})
 		if ip := c.RemoteIP; ip != "" {
 			if h.byIP[ip]--; h.byIP[ip] <= 0 {
 				delete(h.byIP, ip)

@@ -337,8 +337,19 @@ type Principal struct {
 	// transport; connections and writes are counted by it.
 	Transport Transport
 	// Plan is the tenant's plan as the token states it; connections are
-	// counted by it (empty counts as PlanNone).
+	// counted by it (empty counts as PlanNone). A Conn holds the label it
+	// is counted under.
 	Plan string
+	// Grant is what the principal may see inside its tenant besides its
+	// own tasks; nil means its own tasks only. Every delivery is checked
+	// against it, as against the tenant.
+	Grant *snapshot.Grant
+}
+
+// Sees reports whether the principal may see s: a task of its tenant
+// that its grant allows. Anything else is answered as if it did not exist.
+func (p *Principal) Sees(s *snapshot.Snapshot) bool {
+	return s.TenantID == p.TenantID && p.Grant.Allows(p.UserID, s)
 }
 
 // Hold is something a connection holds outside the hub, such as a fleet-wide
@@ -377,7 +388,7 @@ func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
 	if p.RemoteIP != "" {
 		h.byIP[p.RemoteIP]++
 	}
-	c.class = h.classLocked(p)
+	c.Plan = h.classLocked(p)
 	h.mu.Unlock()
 	if p.Hold != nil {
 		p.Hold.Attach()
@@ -539,7 +550,7 @@ func (h *Hub) Shutdown(ctx context.Context, maxAfter time.Duration) error {
 type counters struct {
 	opened, closed, notifications, resyncs                         atomic.Int64
 	fetches, fetchErrors, delivered, conflated                     atomic.Int64
-	droppedStale, droppedTenant                                    atomic.Int64
+	droppedStale, droppedTenant, droppedGrant                      atomic.Int64
 	slowClosed, expiredClosed, writeErrors, backlogged, heartbeats atomic.Int64
 	dispatchNoWatch, modeSwitches, polls, pollErrors, busRetries   atomic.Int64
 	readRetries, readsLimited                                      atomic.Int64
@@ -570,6 +581,7 @@ type Stats struct {
 	Conflated       int64 // pending snapshots replaced by a newer one
 	DroppedStale    int64 // snapshots not newer than what a connection has
 	DroppedTenant   int64 // snapshots whose tenant is not the connection's
+	DroppedGrant    int64 // snapshots of the connection's tenant that its grant does not allow
 	SlowClosed      int64
 	ExpiredClosed   int64
 	WriteErrors     int64
@@ -635,7 +647,7 @@ func (h *Hub) Stats() Stats {
 		Notifications: c.notifications.Load(), Resyncs: c.resyncs.Load(),
 		Fetches: c.fetches.Load(), FetchErrors: c.fetchErrors.Load(),
 		Delivered: c.delivered.Load(), Conflated: c.conflated.Load(),
-		DroppedStale: c.droppedStale.Load(), DroppedTenant: c.droppedTenant.Load(),
+		DroppedStale: c.droppedStale.Load(), DroppedTenant: c.droppedTenant.Load(), DroppedGrant: c.droppedGrant.Load(),
 		SlowClosed: c.slowClosed.Load(), ExpiredClosed: c.expiredClosed.Load(),
 		WriteErrors: c.writeErrors.Load(), Backlogged: c.backlogged.Load(), Heartbeats: c.heartbeats.Load(),
 		DispatchNoWatch: c.dispatchNoWatch.Load(), ModeSwitches: c.modeSwitches.Load(),

@@ -140,7 +140,7 @@ func (e *env) publish(t testing.TB, s *snapshot.Snapshot) {
 func (e *env) open(t *testing.T, tenant, user string, sub hub.Subscription) (*hub.Conn, *recorder, []hub.Rejection) {
 	t.Helper()
 	r := newRecorder()
-	c, err := e.hub.Open(hub.Principal{TenantID: tenant, UserID: user}, r)
+	c, err := e.hub.Open(hub.Principal{TenantID: tenant, UserID: user, Grant: everyProject}, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,4 +515,49 @@ func TestHotTaskCountedOncePerCrossing(t *testing.T) {
 		e.open(t, "t2", "u1", byID)
 	}
 	check("another tenant's", 1, 3)
+}
+
+// everyProject is the grant of the tests' connections that watch other
+// users' tasks.
+var everyProject = &snapshot.Grant{All: true}
+
+// A connection sees its user's own tasks and its granted projects' only:
+// a task of another project is refused as not found at subscribe, and
+// none of its changes is delivered, by id, by project or after a move out
+// of a granted project.
+func TestGrantFiltersEveryDelivery(t *testing.T) {
+	e := newEnv(t, hub.Config{})
+	e.publish(t, snap(t, "t1", "task_p1", 1, "p1", "alice"))
+	e.publish(t, snap(t, "t1", "task_p2", 1, "p2", "alice"))
+	e.publish(t, snap(t, "t1", "task_own", 1, "p2", "bob"))
+	grant, err := snapshot.ParseGrant([]string{"p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRecorder()
+	c, err := e.hub.Open(hub.Principal{TenantID: "t1", UserID: "bob", Grant: grant}, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	rej, err := c.Subscribe(context.Background(), hub.Subscription{Tasks: []string{"task_p1", "task_p2", "task_own"}, Projects: []string{"p2"}})
+	if err != nil || len(rej) != 1 || rej[0].TaskID != "task_p2" || rej[0].Code != hub.CodeNotFound {
+		t.Fatalf("Subscribe = %+v, %v; want task_p2 refused as not found", rej, err)
+	}
+	got := map[string]bool{}
+	for range 2 {
+		got[r.nextTask(t).TaskID] = true
+	}
+	if !got["task_p1"] || !got["task_own"] {
+		t.Fatalf("initial state %v, want task_p1 and task_own", got)
+	}
+	e.publish(t, snap(t, "t1", "task_p2", 2, "p2", "alice"))
+	e.publish(t, snap(t, "t1", "task_p1", 2, "p2", "alice")) // moved out of p1
+	e.publish(t, snap(t, "t1", "task_own", 2, "p2", "bob"))
+	if s := r.nextTask(t); s.TaskID != "task_own" || s.Version != 2 {
+		t.Fatalf("got %s v%d, want task_own v2 alone", s.TaskID, s.Version)
+	}
+	if st := e.hub.Stats(); st.DroppedGrant < 2 {
+		t.Fatalf("%d drops by grant, want the two hidden changes counted", st.DroppedGrant)
+	}
 }

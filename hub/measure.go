@@ -61,8 +61,9 @@ func (h *Hub) ConnCounts() []ConnCount {
 	return out
 }
 
-// classLocked picks c's class and counts it in. h.mu is held for writing.
-func (h *Hub) classLocked(p Principal) connClass {
+// classLocked picks the plan label of a connection of p, counts its class
+// in and returns the label. h.mu is held for writing.
+func (h *Hub) classLocked(p Principal) string {
 	plan := p.Plan
 	if plan == "" {
 		plan = PlanNone
@@ -73,7 +74,7 @@ func (h *Hub) classLocked(p Principal) connClass {
 	h.plans[plan]++
 	k := connClass{p.Transport, plan}
 	h.classes[k]++
-	return k
+	return plan
 }
 
 // unclassLocked counts c's class out. h.mu is held for writing.

@@ -91,7 +91,7 @@ func TestHelloCarriesCurrentMode(t *testing.T) {
 		}
 	}
 	r := newRecorder()
-	c, err := e.hub.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, r)
+	c, err := e.hub.Open(hub.Principal{TenantID: "t1", UserID: "u1", Grant: everyProject}, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestFailedBusSubscriptionIsRetried(t *testing.T) {
 	defer h.Close()
 	store.SetIfNewer(context.Background(), snap(t, "t1", "task_a", 1))
 	r := newRecorder()
-	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, r)
+	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1", Grant: everyProject}, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestFailedInitialReadIsRetried(t *testing.T) {
 	src.SetIfNewer(context.Background(), snap(t, "t1", "done", 7))
 	src.down.Store(true)
 	r := newRecorder()
-	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, r)
+	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1", Grant: everyProject}, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestInitialReadCutShortIsRetried(t *testing.T) {
 	})
 	src.SetIfNewer(context.Background(), snap(t, "t1", "done", 7))
 	r := newRecorder()
-	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, r)
+	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1", Grant: everyProject}, r)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestIdleStreamMemory(t *testing.T) {
 	bus.Start(h)
 	s := sse.New(sse.Config{Hub: h})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1"})
+		s.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1", Grant: &snapshot.Grant{All: true}})
 	}))
 	t.Cleanup(func() {
 		srv.CloseClientConnections()

@@ -33,7 +33,7 @@ func TestStalledStreamHoldsNoWriter(t *testing.T) {
 			bus.Start(h)
 			s := sse.New(sse.Config{Hub: h, WriteTimeout: 8 * time.Second, NoHijack: noHijack, CheckInterval: 50 * time.Millisecond})
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				s.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1"})
+				s.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1", Grant: &snapshot.Grant{All: true}})
 			}))
 			t.Cleanup(func() {
 				srv.CloseClientConnections()

@@ -54,7 +54,7 @@ func TestIdleWebSocketMemory(t *testing.T) {
 	bus.Start(h)
 	wh := ws.New(ws.Config{Hub: h})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		wh.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1"})
+		wh.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1", Grant: &snapshot.Grant{All: true}})
 	}))
 	t.Cleanup(func() {
 		h.Close()

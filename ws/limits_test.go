@@ -28,7 +28,7 @@ func serve(t *testing.T, cfg Config) string {
 	cfg.Hub = h
 	wh := New(cfg)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		wh.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1"})
+		wh.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1", Grant: &snapshot.Grant{All: true}})
 	}))
 	t.Cleanup(func() {
 		srv.Close()

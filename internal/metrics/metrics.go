@@ -287,6 +287,7 @@ func (e emitter) hub(st hub.Stats) {
 	e.emit(conflated, float64(st.Conflated))
 	e.emit(dropped, float64(st.DroppedStale), "stale")
 	e.emit(dropped, float64(st.DroppedTenant), "tenant")
+	e.emit(dropped, float64(st.DroppedGrant), "grant")
 	e.emit(disconnects, float64(st.WriteErrors+st.SlowClosed), "slow_client")
 	e.emit(disconnects, float64(st.ExpiredClosed), "token_expired")
 	e.emit(heartbeats, float64(st.Heartbeats))
