@@ -238,7 +238,7 @@ func (s *server) authed(endpoint string, h func(echo.Context, hub.Principal) err
 			return fail(http.StatusUnauthorized, httperr.Unauthorized, "invalid token")
 		}
 		c.Set(principalKey, p)
-		return h(c, hub.Principal{TenantID: p.TenantID, UserID: p.UserID, ExpiresAt: p.ExpiresAt, Plan: p.Plan})
+		return h(c, hub.Principal{TenantID: p.TenantID, UserID: p.UserID, ExpiresAt: p.ExpiresAt, Plan: p.Plan, Grant: p.Grant})
 	}
 }
 
@@ -272,7 +272,7 @@ func (s *server) getTask(c echo.Context, p hub.Principal) error {
 	if err != nil {
 		return s.readError(err)
 	}
-	if snap.TenantID != p.TenantID {
+	if !p.Sees(snap) {
 		return notFound() // exactly as absent
 	}
 	tag := etag(snap)
@@ -344,7 +344,7 @@ func (s *server) getTasks(c echo.Context, p hub.Principal) error {
 	}
 	out := taskList{Tasks: make([]*snapshot.Snapshot, 0, len(uniq))}
 	for _, id := range uniq {
-		if snap, ok := got[id]; ok && snap.TenantID == p.TenantID {
+		if snap, ok := got[id]; ok && p.Sees(snap) {
 			out.Tasks = append(out.Tasks, snap)
 		} else {
 			out.NotFound = append(out.NotFound, id)
@@ -393,7 +393,7 @@ func (s *server) projectTasks(c echo.Context, p hub.Principal) error {
 	}
 	out := taskList{Tasks: make([]*snapshot.Snapshot, 0, len(snaps))}
 	for _, snap := range snaps {
-		if snap.TenantID == p.TenantID {
+		if p.Sees(snap) {
 			out.Tasks = append(out.Tasks, snap)
 		}
 	}
@@ -549,7 +549,7 @@ func (s *server) readyz(c echo.Context) error {
 // demoToken hands out tokens for the demo page. It is only routed in the
 // embedded mode with a random secret, where nothing real is protected.
 func (s *server) demoToken(c echo.Context) error {
-	if err := onlyParams(c, "tenant", "user"); err != nil {
+	if err := onlyParams(c, "tenant", "user", "projects"); err != nil {
 		return err
 	}
 	tenant, user := c.QueryParam("tenant"), c.QueryParam("user")
@@ -562,12 +562,22 @@ func (s *server) demoToken(c echo.Context) error {
 	if !snapshot.ValidID(tenant) || !snapshot.ValidID(user) {
 		return fail(http.StatusBadRequest, httperr.InvalidID, "invalid tenant or user")
 	}
+	// projects=p1,p2 (or *) grants projects, as the claim does; without
+	// it the token sees its user's own tasks only.
+	var projects []string
+	if raw := c.QueryParam("projects"); raw != "" {
+		projects = strings.Split(raw, ",")
+	}
+	grant, err := snapshot.ParseGrant(projects)
+	if err != nil {
+		return fail(http.StatusBadRequest, httperr.InvalidID, err.Error())
+	}
 	exp := time.Now().Add(time.Hour)
-	tok, err := s.cfg.DemoSigner.Sign(auth.Principal{TenantID: tenant, UserID: user, ExpiresAt: exp})
+	tok, err := s.cfg.DemoSigner.Sign(auth.Principal{TenantID: tenant, UserID: user, ExpiresAt: exp, Grant: grant})
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"token": tok, "tenant_id": tenant, "user_id": user, "expires_at": exp.Unix()})
+	return c.JSON(http.StatusOK, map[string]any{"token": tok, "tenant_id": tenant, "user_id": user, "projects": grant.Claim(), "expires_at": exp.Unix()})
 }
 
 // ipExtractor names a request's client: the TCP peer, or, behind trusted

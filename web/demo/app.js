@@ -68,7 +68,8 @@ let pastedToken = new URLSearchParams(location.hash.slice(1)).get('token') || se
 let currentToken = ''; // the token the node last accepted, for starting tasks
 
 async function demoToken() {
-  const res = await fetch(`/demo/token?tenant=${encodeURIComponent(tenant)}&user=${encodeURIComponent(user)}`, { cache: 'no-store' });
+  // The page watches one project: its token is granted that project.
+  const res = await fetch(`/demo/token?tenant=${encodeURIComponent(tenant)}&user=${encodeURIComponent(user)}&projects=${encodeURIComponent(project)}`, { cache: 'no-store' });
   if (!res.ok) throw new Error(`token: HTTP ${res.status}`);
   return (await res.json()).token;
 }
