@@ -13,12 +13,14 @@ import (
 
 // issueToken signs a token for user of tenant, for nodes run with
 // --jwt-secret, --jwt-audience pushd and --jwt-issuer https://login.example.
-func issueToken(secret []byte, tenant, user, plan string) (string, error) {
+// The token sees the user's own tasks and those of projects ("*": all).
+func issueToken(secret []byte, tenant, user, plan string, projects []string) (string, error) {
 	now := time.Now()
 	claims := jwt.MapClaims{
 		"sub":       user,
 		"tenant_id": tenant,
-		"plan":      plan, // leave it out for the tenant's configured plan
+		"projects":  projects, // leave it out for the user's own tasks only
+		"plan":      plan,     // leave it out for the tenant's configured plan
 		"aud":       "pushd",
 		"iss":       "https://login.example",
 		"iat":       now.Unix(),
@@ -46,12 +48,12 @@ func TestREADMETokenExample(t *testing.T) {
 		t.Errorf("README.md's Go token example differs from issueToken in readme_token_test.go:\n%s", fn)
 	}
 
-	tok, err := issueToken([]byte(tokenSecret), "t1", "u1", "pro")
+	tok, err := issueToken([]byte(tokenSecret), "t1", "u1", "pro", []string{"p1", "p2"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out, errOut, code := runCLI(t, env("PUSHD_JWT_SECRET", tokenSecret), "", append([]string{"token", "verify", tok}, tokenNodeFlags...)...)
-	if code != 0 || !strings.Contains(errOut, "token valid: tenant t1, user u1, plan pro, HS256") {
+	if code != 0 || !strings.Contains(errOut, "token valid: tenant t1, user u1, sees projects p1,p2 and its own tasks, plan pro, HS256") {
 		t.Fatalf("pushd token verify: exit %d, stderr %q, stdout %q", code, errOut, out)
 	}
 }
@@ -85,7 +87,7 @@ func TestREADMENodeTokenExample(t *testing.T) {
 	}
 	tok := strings.TrimSpace(string(out))
 	stdout, errOut, code := runCLI(t, env("PUSHD_JWT_SECRET", tokenSecret), "", append([]string{"token", "verify", tok}, tokenNodeFlags...)...)
-	if code != 0 || !strings.Contains(errOut, "token valid: tenant t1, user u1, plan pro, HS256") {
+	if code != 0 || !strings.Contains(errOut, "token valid: tenant t1, user u1, sees projects p1,p2 and its own tasks, plan pro, HS256") {
 		t.Fatalf("pushd token verify of the node example's token: exit %d, stderr %q, stdout %q", code, errOut, stdout)
 	}
 }

@@ -36,8 +36,9 @@ var tokenSettings = []string{"config", "jwt-secret", "jwt-secret-file", "jwt-pub
 
 // tokenClaims is the body of a token as the node reads it (auth's claims).
 type tokenClaims struct {
-	TenantID string `json:"tenant_id"`
-	Plan     string `json:"plan,omitempty"`
+	TenantID string   `json:"tenant_id"`
+	Plan     string   `json:"plan,omitempty"`
+	Projects []string `json:"projects,omitempty"`
 	jwt.RegisteredClaims
 }
 
@@ -84,13 +85,14 @@ func tokenCommand(args, environ []string, stdin io.Reader, stdout, stderr io.Wri
 		return verifyCommand(args[1:], environ, stdin, stdout, stderr)
 	}
 	var (
-		c                              config
-		tenant, user, plan, privateKey string
-		ttl                            time.Duration
+		c                                        config
+		tenant, user, plan, privateKey, projects string
+		ttl                                      time.Duration
 	)
-	fs := tokenFlagSet(&c, "pushd token", "pushd token --tenant ID --user ID [--plan PLAN] [--ttl DURATION] [--private-key FILE] [node flags]\n       pushd token verify [TOKEN|-] [node flags]\n\nMints a token the node with the same settings accepts and prints it alone on stdout.")
+	fs := tokenFlagSet(&c, "pushd token", "pushd token --tenant ID --user ID [--projects ID,ID|*] [--plan PLAN] [--ttl DURATION] [--private-key FILE] [node flags]\n       pushd token verify [TOKEN|-] [node flags]\n\nMints a token the node with the same settings accepts and prints it alone on stdout.")
 	fs.StringVar(&tenant, "tenant", "", "tenant the token is for (claim tenant_id); required")
 	fs.StringVar(&user, "user", "", "user the token is for (claim sub); required")
+	fs.StringVar(&projects, "projects", "", "projects claim: the project ids (comma-separated) whose tasks the token sees besides its user's own, or * for every project of the tenant; empty: the user's own tasks only")
 	fs.StringVar(&plan, "plan", "", "plan claim: free, pro or enterprise; empty leaves the tenant's configured plan")
 	durationVar(fs, &ttl, "ttl", 0, "lifetime of the token; 0 means 1h, or --jwt-max-ttl when that is shorter")
 	fs.StringVar(&privateKey, "private-key", "", "PEM file of the private key whose public key is --jwt-public-key (RS256, ES256, EdDSA); the node never needs it, so it is a flag only")
@@ -115,6 +117,13 @@ func tokenCommand(args, environ []string, stdin io.Reader, stdout, stderr io.Wri
 	case ttl < 0:
 		return usageErrorf("--ttl %v: must be positive", ttl)
 	}
+	var grant *snapshot.Grant
+	if projects != "" {
+		var err error
+		if grant, err = snapshot.ParseGrant(strings.Split(projects, ",")); err != nil {
+			return usageErrorf("--projects %q: %v", projects, err)
+		}
+	}
 	if ttl == 0 {
 		ttl = defaultTokenTTL
 		if c.JWTMaxTTL > 0 {
@@ -134,7 +143,7 @@ func tokenCommand(args, environ []string, stdin io.Reader, stdout, stderr io.Wri
 		return err
 	}
 	now := time.Now()
-	claims := tokenClaims{TenantID: tenant, Plan: plan, RegisteredClaims: jwt.RegisteredClaims{
+	claims := tokenClaims{TenantID: tenant, Plan: plan, Projects: grant.Claim(), RegisteredClaims: jwt.RegisteredClaims{
 		Subject: user, Issuer: c.JWTIssuer,
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 	}}
@@ -278,10 +287,21 @@ func verifyCommand(args, environ []string, stdin io.Reader, stdout, stderr io.Wr
 	if plan == "" {
 		plan = "(the tenant's configured plan)"
 	}
-	fmt.Fprintf(stderr, "pushd: token valid: tenant %s, user %s, plan %s, %s, expires %s (in %v)\n",
-		p.TenantID, p.UserID, plan, v.Algorithm(), p.ExpiresAt.UTC().Format(time.RFC3339), time.Until(p.ExpiresAt).Round(time.Second))
+	fmt.Fprintf(stderr, "pushd: token valid: tenant %s, user %s, %s, plan %s, %s, expires %s (in %v)\n",
+		p.TenantID, p.UserID, grantText(p.Grant), plan, v.Algorithm(), p.ExpiresAt.UTC().Format(time.RFC3339), time.Until(p.ExpiresAt).Round(time.Second))
 	fmt.Fprintf(stdout, "%s\n", payload)
 	return nil
+}
+
+// grantText says what a token's grant lets it see inside its tenant.
+func grantText(g *snapshot.Grant) string {
+	switch {
+	case g == nil:
+		return "sees its own tasks only"
+	case g.All:
+		return "sees every project"
+	}
+	return "sees projects " + strings.Join(g.Projects, ",") + " and its own tasks"
 }
 
 // tokenPayload is the claims of a verified token as indented JSON.
@@ -359,6 +379,8 @@ func (c config) explain(v *auth.Verifier, tok string, err error) string {
 		return badID(mc, "sub", "the user")
 	case auth.ReasonTenant:
 		return badID(mc, "tenant_id", "the tenant")
+	case auth.ReasonProjects:
+		return fmt.Sprintf("projects %#v: want up to %d project ids, or [\"*\"] alone for every project", mc["projects"], snapshot.MaxGrantProjects)
 	}
 	return string(reason)
 }

@@ -179,6 +179,7 @@ func TestTokenMintRefusals(t *testing.T) {
 		{nil, []string{"--tenant", "t1", "--user", "u1"}, "pushd: no --jwt-secret or --jwt-public-key"},
 		{secret, []string{"--tenant", "t1", "--user", "u1", "--private-key", "testdata/flag-key.pem"}, "pushd: --private-key signs RS256, ES256 or EdDSA tokens, but the node verifies HS256 with --jwt-secret (from PUSHD_JWT_SECRET)"},
 		{secret, []string{"--tenant", "t1", "--user", "u1", "extra"}, `pushd: unexpected argument "extra"`},
+		{secret, []string{"--tenant", "t1", "--user", "u1", "--projects", "p1,*"}, `pushd: --projects "p1,*": invalid projects: "*" is not a project id`},
 	} {
 		out, errOut, code := runCLI(t, tc.environ, "", append([]string{"token"}, tc.args...)...)
 		if code != 2 || out != "" || !strings.HasPrefix(errOut, tc.want) {
@@ -214,8 +215,18 @@ func TestTokenMintClaims(t *testing.T) {
 	mc = claimsOf(t, strings.TrimSpace(out))
 	exp, _ = mc.GetExpirationTime()
 	iat, _ = mc.GetIssuedAt()
-	if _, has := mc["plan"]; has || exp.Sub(iat.Time) != 15*time.Minute {
-		t.Errorf("claims %v, want no plan and the 15m of --jwt-max-ttl", mc)
+	_, hasProjects := mc["projects"]
+	if _, has := mc["plan"]; has || hasProjects || exp.Sub(iat.Time) != 15*time.Minute {
+		t.Errorf("claims %v, want no plan, no projects and the 15m of --jwt-max-ttl", mc)
+	}
+	for flag, want := range map[string][]any{"p2,p1,p2": {"p1", "p2"}, "*": {"*"}} {
+		out, errOut, code := runCLI(t, secret, "", append([]string{"token", "--tenant", "t1", "--user", "u1", "--projects", flag}, tokenNodeFlags...)...)
+		if code != 0 {
+			t.Fatalf("--projects %s: exit %d: %s", flag, code, errOut)
+		}
+		if got, _ := claimsOf(t, strings.TrimSpace(out))["projects"].([]any); !slices.Equal(got, want) {
+			t.Errorf("--projects %s: claim %v, want %v", flag, got, want)
+		}
 	}
 }
 
@@ -252,7 +263,7 @@ func TestTokenVerifyExplains(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &body) != nil || body["tenant_id"] != "t1" || body["sub"] != "u1" || body["aud"] != "pushd" {
 		t.Fatalf("verify a good token: exit %d, stdout %q, stderr %q; want 0 and its claims as JSON", code, out, errOut)
 	}
-	if !strings.HasPrefix(errOut, "pushd: token valid: tenant t1, user u1, plan (the tenant's configured plan), HS256, expires ") {
+	if !strings.HasPrefix(errOut, "pushd: token valid: tenant t1, user u1, sees its own tasks only, plan (the tenant's configured plan), HS256, expires ") {
 		t.Errorf("verify a good token: stderr %q", errOut)
 	}
 	// - and no argument read the token from stdin; flags may come first.
@@ -284,6 +295,8 @@ func TestTokenVerifyExplains(t *testing.T) {
 			"pushd: token refused: missing claim aud (--jwt-audience pushd, from the command line)\n"},
 		{"no tenant", hs(claims(func(c jwt.MapClaims) { delete(c, "tenant_id") })),
 			"pushd: token refused: missing claim tenant_id (the tenant)\n"},
+		{"bad projects", hs(claims(func(c jwt.MapClaims) { c["projects"] = []string{"p1", "*"} })),
+			`pushd: token refused: projects []interface {}{"p1", "*"}: want up to 100 project ids, or ["*"] alone for every project` + "\n"},
 		{"bad user", hs(claims(func(c jwt.MapClaims) { c["sub"] = "u 1" })),
 			`pushd: token refused: sub "u 1" (the user) is not an id of letters, digits and _ - . :` + "\n"},
 		{"not a JWT", "a.b.c", "pushd: token refused: not a JWT (three base64url parts joined by dots, the middle one a JSON object)\n"},
