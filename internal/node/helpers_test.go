@@ -75,9 +75,12 @@ func token(t testing.TB, tenant, user string) string {
 	return tokenExp(t, tenant, user, time.Now().Add(time.Hour))
 }
 
+// tokenExp signs a token granted every project of its tenant: the tests
+// that are not about grants watch other users' tasks too (grant_test.go
+// is about them).
 func tokenExp(t testing.TB, tenant, user string, exp time.Time) string {
 	t.Helper()
-	tok, err := auth.NewSigner(testSecret).Sign(auth.Principal{TenantID: tenant, UserID: user, ExpiresAt: exp})
+	tok, err := auth.NewSigner(testSecret).Sign(auth.Principal{TenantID: tenant, UserID: user, ExpiresAt: exp, Grant: &snapshot.Grant{All: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

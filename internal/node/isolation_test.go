@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,8 +28,10 @@ import (
 // SSE and WebSocket subscribing to their own and to other tenants' tasks,
 // publishes on the right channels and forged hints on the wrong ones, and
 // reconnects that present another client's resume cursor (possibly another
-// tenant's). Every task message any client receives is checked: it must be
-// of the client's tenant. PUSHD_ISOLATION_SEED replays a run.
+// tenant's). Each client's token grants it no project, p1, or every
+// project. Every task message any client receives is checked: it must be
+// of the client's tenant, and its user's own or of a granted project.
+// PUSHD_ISOLATION_SEED replays a run.
 func TestRandomizedTenantIsolation(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("PUSHD_ISOLATION_SEED"); s != "" {
@@ -83,9 +86,10 @@ func TestRandomizedTenantIsolation(t *testing.T) {
 		var cl *isoClient
 		if old != nil {
 			old.close()
-			cl = &isoClient{tenant: old.tenant, user: old.user, ws: old.ws, tasks: old.tasks, projects: old.projects, scope: old.scope}
+			cl = &isoClient{tenant: old.tenant, user: old.user, grant: old.grant, ws: old.ws, tasks: old.tasks, projects: old.projects, scope: old.scope}
 		} else {
 			cl = &isoClient{tenant: tenants[rng.IntN(nTenants)], user: fmt.Sprintf("u%d", 1+rng.IntN(2)), ws: rng.IntN(2) == 0}
+			cl.grant = [][]string{nil, {"p1"}, {"*"}}[rng.IntN(3)]
 			for range 1 + rng.IntN(4) {
 				cl.tasks = append(cl.tasks, tasks[rng.IntN(len(tasks))].id) // any tenant's
 			}
@@ -95,7 +99,7 @@ func TestRandomizedTenantIsolation(t *testing.T) {
 			cl.scope = rng.IntN(3) == 0
 		}
 		cl.t, cl.checked = t, &checked
-		cl.start(nodes[rng.IntN(len(nodes))].URL, token(t, cl.tenant, cl.user), cursorFrom)
+		cl.start(nodes[rng.IntN(len(nodes))].URL, grantedToken(t, cl.tenant, cl.user, cl.grant), cursorFrom)
 		clients[i] = cl
 	}
 	for i := range clients {
@@ -149,20 +153,21 @@ func TestRandomizedTenantIsolation(t *testing.T) {
 	// have received at least one task message, then stop them all.
 	for _, cl := range clients {
 		own := tasksOf(tasks, func(tk *task) bool { return tk.tenant == cl.tenant }, func(tk *task) (string, string, string) { return tk.id, tk.project, tk.user })
-		testenv.Eventually(t, fmt.Sprintf("a task for the client of %s watching %v / %v / user %v", cl.tenant, cl.tasks, cl.projects, cl.scope), func() bool {
+		testenv.Eventually(t, fmt.Sprintf("a task for the client of %s granted %v watching %v / %v / user %v", cl.tenant, cl.grant, cl.tasks, cl.projects, cl.scope), func() bool {
 			return cl.got.Load() > 0 || !cl.expectsSome(own)
 		})
 	}
 	for _, cl := range clients {
 		cl.close()
 	}
-	var dropped int64
+	var dropped, hidden int64
 	for _, n := range nodes {
 		dropped += n.Hub().Stats().DroppedTenant
+		hidden += n.Hub().Stats().DroppedGrant
 	}
 	t.Logf("%d operations: %d publishes, %d forged or garbage hints, %d reconnects with another client's cursor, %d WebSocket (un)subscribes; "+
-		"%d task messages checked, every one of the client's tenant; %d snapshots of another tenant dropped by the nodes",
-		ops, published, forged, swapped, resubscribed, checked.Load(), dropped)
+		"%d task messages checked, every one of the client's tenant and grant; %d snapshots of another tenant and %d outside a grant dropped by the nodes",
+		ops, published, forged, swapped, resubscribed, checked.Load(), dropped, hidden)
 	if checked.Load() < 1000 {
 		t.Fatalf("only %d task messages checked: the test did not exercise delivery", checked.Load())
 	}
@@ -186,6 +191,7 @@ type isoClient struct {
 	checked  *atomic.Int64
 	tenant   string
 	user     string
+	grant    []string // the token's projects claim
 	ws       bool
 	tasks    []string
 	projects []string
@@ -205,6 +211,9 @@ type isoClient struct {
 // publishes reaches.
 func (c *isoClient) expectsSome(own [][3]string) bool {
 	for _, tk := range own {
+		if !c.sees(tk[1], tk[2]) {
+			continue
+		}
 		for _, id := range c.tasks {
 			if id == tk[0] {
 				return true
@@ -222,6 +231,11 @@ func (c *isoClient) expectsSome(own [][3]string) bool {
 	return false
 }
 
+// sees reports whether the client's token sees a task of project and user.
+func (c *isoClient) sees(project, user string) bool {
+	return user == c.user || slices.Contains(c.grant, "*") || slices.Contains(c.grant, project)
+}
+
 func (c *isoClient) check(data []byte) {
 	s, err := snapshot.Parse(data)
 	if err != nil {
@@ -230,6 +244,9 @@ func (c *isoClient) check(data []byte) {
 	}
 	if s.TenantID != c.tenant {
 		c.t.Errorf("ISOLATION BROKEN: client of %s received task %s of tenant %s", c.tenant, s.TaskID, s.TenantID)
+	}
+	if !c.sees(s.ProjectID, s.UserID) {
+		c.t.Errorf("GRANT BROKEN: client of user %s granted %v received task %s of project %s, user %s", c.user, c.grant, s.TaskID, s.ProjectID, s.UserID)
 	}
 	c.checked.Add(1)
 	c.got.Add(1)
