@@ -29,12 +29,18 @@ func IsSessionToken(token string) bool { return strings.Count(token, ".") != 2 }
 // verifies it: a JWT with Verify, a session token (no two dots) through
 // the configured Sessions. It returns ErrMissingToken when r carries none.
 func (v *Verifier) Authenticate(r *http.Request) (Principal, error) {
-	token := TokenFromRequest(r, v.cookieName)
+	return v.AuthenticateToken(r.Context(), TokenFromRequest(r, v.cookieName))
+}
+
+// AuthenticateToken verifies token as Authenticate verifies the one a
+// request carries: a token a client sends on an open connection (a
+// WebSocket refresh) is checked exactly like the first.
+func (v *Verifier) AuthenticateToken(ctx context.Context, token string) (Principal, error) {
 	if token == "" {
 		return Principal{}, ErrMissingToken
 	}
 	if v.sessions != nil && IsSessionToken(token) {
-		return v.sessions.Resolve(r.Context(), token)
+		return v.sessions.Resolve(ctx, token)
 	}
 	return v.Verify(token)
 }

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -87,6 +88,35 @@ type tracked struct {
 	delivered int64              // the last version taken for writing, 0 if none or forgotten
 	snap      *snapshot.Snapshot // pending in the outbox, nil if none
 	news      news               // how snap came, for the delivery histograms
+}
+
+// ErrOtherPrincipal: a refresh's token names another user or tenant than
+// the connection's.
+var ErrOtherPrincipal = errors.New("hub: the token is another user's or tenant's")
+
+// Refresh gives the connection a new token's expiry and grant, checked by
+// the caller like the first token: the connection then ends at the new
+// expiry, and sees what the new grant allows from the next delivery on.
+// A token of another user or tenant is refused with ErrOtherPrincipal.
+func (c *Conn) Refresh(p Principal) error {
+	if p.TenantID != c.TenantID || p.UserID != c.UserID {
+		return ErrOtherPrincipal
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.ending {
+		return ErrClosed
+	}
+	c.ExpiresAt, c.Grant = p.ExpiresAt, p.Grant
+	c.hub.stats.refreshes.Add(1)
+	return nil
+}
+
+// sees is Sees under c.mu, which guards the grant.
+func (c *Conn) sees(s *snapshot.Snapshot) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Sees(s)
 }
 
 // watchesLocked reports whether the connection still wants s.
@@ -404,6 +434,20 @@ func (c *Conn) expire() {
 	}
 	c.control = append(c.control, Event{Kind: KindError, Code: CodeTokenExpired, Message: "the token expired; reconnect with a fresh one"})
 	c.endAfter, c.endReason = true, CloseTokenExpired
+	c.scheduleLocked()
+}
+
+// RefuseToken tells the client why a token it sent on the connection (a
+// refresh) was refused, an error event of code, then ends the connection
+// with CloseTokenRefused.
+func (c *Conn) RefuseToken(code, message string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.ending || c.endAfter {
+		return
+	}
+	c.control = append(c.control, Event{Kind: KindError, Code: code, Message: message})
+	c.endAfter, c.endReason = true, CloseTokenRefused
 	c.scheduleLocked()
 }
 

@@ -272,7 +272,10 @@ func (h *Hub) tick(now time.Time) {
 	h.budgets.sweep(now)
 	idle := now.Add(-h.cfg.HeartbeatInterval).UnixNano()
 	for _, c := range h.allConns() {
-		if (!c.ExpiresAt.IsZero() && now.After(c.ExpiresAt)) || (c.Hold != nil && c.Hold.Revoked()) {
+		c.mu.Lock()
+		expired := !c.ExpiresAt.IsZero() && now.After(c.ExpiresAt)
+		c.mu.Unlock()
+		if expired || (c.Hold != nil && c.Hold.Revoked()) {
 			c.expire()
 			continue
 		}

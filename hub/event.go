@@ -77,6 +77,7 @@ const (
 	CloseWriteFailed                     // a write failed or timed out: a slow or gone client
 	CloseTokenExpired                    // the token's exp passed
 	CloseDraining                        // the node is shutting down; the client was told to reconnect
+	CloseTokenRefused                    // a token the client sent on the connection was refused
 )
 
 // Sink writes to one client. The hub calls Write from one goroutine at a

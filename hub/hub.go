@@ -324,9 +324,12 @@ func (h *Hub) setTenantsMode(tenants map[string]struct{}, mode, reason string, k
 
 // Principal is who a connection belongs to.
 type Principal struct {
-	TenantID  string
-	UserID    string
-	ExpiresAt time.Time // zero means never; the hub closes the connection when it passes
+	TenantID string
+	UserID   string
+	// ExpiresAt is when the token expires: zero means never; the hub
+	// closes the connection when it passes. On a Conn, it and Grant are
+	// guarded by Conn.mu: Refresh replaces them.
+	ExpiresAt time.Time
 	// Hold, when set, is held outside the hub for as long as the connection
 	// is open (an admission lease, a session); nil means none.
 	Hold Hold
@@ -550,7 +553,7 @@ func (h *Hub) Shutdown(ctx context.Context, maxAfter time.Duration) error {
 type counters struct {
 	opened, closed, notifications, resyncs                         atomic.Int64
 	fetches, fetchErrors, delivered, conflated                     atomic.Int64
-	droppedStale, droppedTenant, droppedGrant                      atomic.Int64
+	droppedStale, droppedTenant, droppedGrant, refreshes           atomic.Int64
 	slowClosed, expiredClosed, writeErrors, backlogged, heartbeats atomic.Int64
 	dispatchNoWatch, modeSwitches, polls, pollErrors, busRetries   atomic.Int64
 	readRetries, readsLimited                                      atomic.Int64
@@ -582,6 +585,7 @@ type Stats struct {
 	DroppedStale    int64 // snapshots not newer than what a connection has
 	DroppedTenant   int64 // snapshots whose tenant is not the connection's
 	DroppedGrant    int64 // snapshots of the connection's tenant that its grant does not allow
+	Refreshes       int64 // tokens connections were refreshed with
 	SlowClosed      int64
 	ExpiredClosed   int64
 	WriteErrors     int64
@@ -647,7 +651,7 @@ func (h *Hub) Stats() Stats {
 		Notifications: c.notifications.Load(), Resyncs: c.resyncs.Load(),
 		Fetches: c.fetches.Load(), FetchErrors: c.fetchErrors.Load(),
 		Delivered: c.delivered.Load(), Conflated: c.conflated.Load(),
-		DroppedStale: c.droppedStale.Load(), DroppedTenant: c.droppedTenant.Load(), DroppedGrant: c.droppedGrant.Load(),
+		DroppedStale: c.droppedStale.Load(), DroppedTenant: c.droppedTenant.Load(), DroppedGrant: c.droppedGrant.Load(), Refreshes: c.refreshes.Load(),
 		SlowClosed: c.slowClosed.Load(), ExpiredClosed: c.expiredClosed.Load(),
 		WriteErrors: c.writeErrors.Load(), Backlogged: c.backlogged.Load(), Heartbeats: c.heartbeats.Load(),
 		DispatchNoWatch: c.dispatchNoWatch.Load(), ModeSwitches: c.modeSwitches.Load(),

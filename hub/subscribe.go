@@ -291,7 +291,7 @@ func (c *Conn) readInitial(ctx context.Context, a *admission) error {
 	for _, id := range a.tasks {
 		snap, err := h.cfg.Source.Get(ctx, id, 0)
 		switch {
-		case err == nil && c.Sees(snap): // another tenant's, or one the grant does not allow, is as absent
+		case err == nil && c.sees(snap): // another tenant's, or one the grant does not allow, is as absent
 			c.offer(snap, news{})
 		case err == nil, errors.Is(err, snapshot.ErrNotFound):
 			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeNotFound})
