@@ -29,6 +29,7 @@ const Subprotocol = "pushd.v1"
 // Close codes beyond RFC 6455's, in the application range.
 const (
 	StatusTokenExpired websocket.StatusCode = 4001 // reconnect with a fresh token
+	StatusTokenRefused websocket.StatusCode = 4003 // a refresh's token was refused; reconnect with a good one
 	StatusSlowClient   websocket.StatusCode = 4008 // writes timed out; reconnect and resync
 )
 
@@ -67,8 +68,20 @@ type Config struct {
 	// SubscribeTimeout bounds the reads of one subscribe request; zero
 	// means 10s.
 	SubscribeTimeout time.Duration
-	Logger           *slog.Logger // nil means slog.Default()
+	// Authenticate checks the token of a refresh request as the
+	// connection's first token was checked. Its error wraps
+	// ErrTokenExpired, ErrUnavailable (the check could not be made: the
+	// client may retry) or neither (an invalid token). Nil refuses every
+	// refresh as unavailable.
+	Authenticate func(ctx context.Context, token string) (hub.Principal, error)
+	Logger       *slog.Logger // nil means slog.Default()
 }
+
+// Errors Config.Authenticate wraps.
+var (
+	ErrTokenExpired = errors.New("ws: token expired")
+	ErrUnavailable  = errors.New("ws: token check unavailable")
+)
 
 // Handler serves /v1/ws.
 type Handler struct {
@@ -120,6 +133,7 @@ type request struct {
 	Projects []string         `json:"projects"`
 	Scope    string           `json:"scope"`
 	Since    map[string]int64 `json:"since"`
+	Token    string           `json:"token"`
 }
 
 // Serve upgrades an authenticated request and runs the connection until the
@@ -291,8 +305,42 @@ func (h *Handler) handle(ctx context.Context, data []byte, c *hub.Conn, bad *int
 	case "unsubscribe":
 		c.Unsubscribe(req.Tasks, req.Projects)
 		c.Send(hub.Event{Kind: hub.KindAck, AckID: req.ID})
+	case "refresh":
+		h.refresh(ctx, c, req)
 	}
 	return nil
+}
+
+// refresh replaces the connection's token by the request's, checked as the
+// first was: the connection then ends at the new token's expiry. A token
+// refused, expired, or of another user or tenant ends the connection
+// (4003) after an error saying why; a check that could not be made is an
+// unavailable error, and the connection goes on with its token.
+func (h *Handler) refresh(ctx context.Context, c *hub.Conn, req request) {
+	if h.cfg.Authenticate == nil {
+		c.Send(hub.Event{Kind: hub.KindError, Code: hub.CodeUnavailable, Message: "this node cannot refresh tokens"})
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, h.cfg.SubscribeTimeout)
+	p, err := h.cfg.Authenticate(actx, req.Token)
+	cancel()
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		c.Send(hub.Event{Kind: hub.KindError, Code: hub.CodeUnavailable, Message: "the token could not be checked; retry"})
+		return
+	case errors.Is(err, ErrTokenExpired):
+		c.RefuseToken(httperr.TokenExpired, "the refresh's token expired")
+		return
+	case err != nil:
+		c.RefuseToken(httperr.Unauthorized, "invalid token")
+		return
+	}
+	switch err := c.Refresh(p); {
+	case errors.Is(err, hub.ErrOtherPrincipal):
+		c.RefuseToken(httperr.Unauthorized, "the token is another user's or tenant's")
+	case err == nil:
+		c.Send(hub.Event{Kind: hub.KindAck, AckID: req.ID})
+	}
 }
 
 // shallow runs f on a fresh goroutine and waits for it.
@@ -324,6 +372,14 @@ func (h *Handler) parse(data []byte) (request, string) {
 	}
 	switch req.Op {
 	case "subscribe", "unsubscribe":
+		if req.Token != "" {
+			return req, req.Op + " takes no token"
+		}
+	case "refresh":
+		if req.Token == "" || len(req.Tasks)+len(req.Projects)+len(req.Since) > 0 || req.Scope != "" {
+			return req, "refresh takes a token only"
+		}
+		return req, ""
 	case "":
 		return req, `"op" is required`
 	default:
@@ -379,6 +435,8 @@ func closeForReason(r hub.CloseReason) (websocket.StatusCode, string) {
 		return StatusSlowClient, "slow client"
 	case hub.CloseTokenExpired:
 		return StatusTokenExpired, "token expired"
+	case hub.CloseTokenRefused:
+		return StatusTokenRefused, "token refused"
 	case hub.CloseDraining:
 		return websocket.StatusServiceRestart, "node restarting"
 	}

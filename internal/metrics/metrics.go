@@ -96,9 +96,10 @@ var (
 	fetchErrors   = counter("notification_fetch_errors_total", "Snapshot reads for notifications that failed.")
 	delivered     = counter("deliveries_total", "Task snapshots written to clients.")
 	conflated     = counter("conflated_total", "Pending snapshots replaced by a newer version before a slow client took them.")
-	dropped       = counter("dropped_total", "Snapshots not delivered, by reason: stale (not newer than what the client has) or tenant (another tenant's).", "reason")
+	dropped       = counter("dropped_total", "Snapshots not delivered, by reason: stale (not newer than what the client has), tenant (another tenant's) or grant (of a project the connection's token does not grant).", "reason")
 	disconnects   = counter("disconnects_total", "Connections the server ended, by reason: slow_client (a write failed or timed out) or token_expired.", "reason")
 	heartbeats    = counter("heartbeats_total", "Heartbeats written to idle connections.")
+	refreshes     = counter("token_refreshes_total", "Tokens WebSocket connections were refreshed with (the refresh request), accepted.")
 	backlogged    = counter("writes_backlogged_total", "Writes a connection's full socket could not take at once, handed to a goroutine of that connection's own instead of holding a shared writer.")
 	readsLimited  = counter("subscribe_reads_limited_total", "Subscribed task ids, projects and user scopes refused rate_limit_exceeded because their user's read budget on this node was spent.")
 	polls         = counter("polls_total", "Polling rounds (re-reading every watched task while Pub/Sub is down).")
@@ -187,7 +188,7 @@ var (
 	reconcileErrors    = counter("announce_reconcile_errors_total", "Reconcile rounds in which a Redis read or a repair failed; the entries stay for the next round.")
 
 	all = []metric{connections, mode, pollTenants, modeSwitches, opened, notifications, fetches, fetchErrors, delivered, conflated,
-		dropped, disconnects, heartbeats, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
+		dropped, disconnects, heartbeats, refreshes, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
 		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard,
 		streamsTailed, streamsPolled, streamLength, streamEntries, streamReads, streamRechecks, streamMalformed, streamCatchUps, tailResyncs,
@@ -291,6 +292,7 @@ func (e emitter) hub(st hub.Stats) {
 	e.emit(disconnects, float64(st.WriteErrors+st.SlowClosed), "slow_client")
 	e.emit(disconnects, float64(st.ExpiredClosed), "token_expired")
 	e.emit(heartbeats, float64(st.Heartbeats))
+	e.emit(refreshes, float64(st.Refreshes))
 	e.emit(backlogged, float64(st.Backlogged))
 	e.emit(readsLimited, float64(st.ReadsLimited))
 	e.emit(polls, float64(st.Polls))

@@ -7,6 +7,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -98,7 +99,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.ws = ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout,
 		ReadLimit: cfg.WSMaxMessageBytes, MaxBadMessages: cfg.WSMaxBadMessages, MaxIDs: cfg.MaxIDs,
 		FirstRequestTimeout: cfg.FirstRequestTimeout, RequestRate: cfg.WSRequestRate, RequestBurst: cfg.WSRequestBurst,
-		SubscribeTimeout: cfg.SubscribeTimeout, SendBuffer: cfg.SendBuffer, Logger: cfg.Logger})
+		SubscribeTimeout: cfg.SubscribeTimeout, SendBuffer: cfg.SendBuffer, Authenticate: refresher(verifier), Logger: cfg.Logger})
 	n.sse = sse.New(sse.Config{Hub: n.hub, Retry: cfg.SSERetry, WriteTimeout: cfg.WriteTimeout,
 		SubscribeTimeout: cfg.SubscribeTimeout, MaxTasks: cfg.MaxIDs, SendBuffer: cfg.SendBuffer,
 		CheckInterval: n.tuning.disconnectCheck, Logger: cfg.Logger})
@@ -119,6 +120,23 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	}
 	ok = true
 	return n, nil
+}
+
+// refresher checks a WebSocket refresh's token with the verifier that
+// checked the connection's first.
+func refresher(v *auth.Verifier) func(context.Context, string) (hub.Principal, error) {
+	return func(ctx context.Context, token string) (hub.Principal, error) {
+		p, err := v.AuthenticateToken(ctx, token)
+		switch {
+		case errors.Is(err, auth.ErrTokenExpired):
+			return hub.Principal{}, fmt.Errorf("%w: %w", ws.ErrTokenExpired, err)
+		case errors.Is(err, auth.ErrUnavailable):
+			return hub.Principal{}, fmt.Errorf("%w: %w", ws.ErrUnavailable, err)
+		case err != nil:
+			return hub.Principal{}, err
+		}
+		return hub.Principal{TenantID: p.TenantID, UserID: p.UserID, ExpiresAt: p.ExpiresAt, Plan: p.Plan, Grant: p.Grant}, nil
+	}
 }
 
 // verifier checks JWTs with the node's key and, with Redis, session
