@@ -12,8 +12,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/snapshot"
 )
 
 // The client's pure helpers, run in Chromium from the served module.
@@ -174,6 +176,48 @@ func TestClientFiresEachStateChangeOnce(t *testing.T) {
 			eval[bool](p, `(window.__client.close(), true)`)
 		})
 	}
+}
+
+// Over WebSocket, the client refreshes a JWT on the open connection before
+// its exp with the token function's next token: the connection outlives
+// the first token, with no reconnect, and still delivers.
+func TestClientRefreshesTheTokenOverWebSocket(t *testing.T) {
+	n := startNode(t, node.Config{JWTSecret: testSecret, Demo: true})
+	b := newBrowser(t)
+	sign := func(exp time.Time) string {
+		grant, _ := snapshot.ParseGrant([]string{"p1"})
+		tok, err := auth.NewSigner(testSecret).Sign(auth.Principal{TenantID: "refresh", UserID: "u1", ExpiresAt: exp, Grant: grant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	expires := time.Now().Add(4 * time.Second).Truncate(time.Second)
+	short, long := sign(expires), sign(time.Now().Add(time.Hour))
+	p := b.tab(t)
+	p.do("navigate", chromedp.Navigate(n.URL+"/healthz"))
+	eval[bool](p, fmt.Sprintf(`import('/client/pushd.js').then((m) => {
+		const tokens = [%q, %q];
+		let calls = 0;
+		const c = new m.PushdClient({ token: async () => tokens[Math.min(calls++, 1)], transport: 'ws', projects: ['p1'] });
+		window.__states = [];
+		window.__tasks = [];
+		c.addEventListener('state', (e) => window.__states.push(e.detail));
+		c.addEventListener('task', (e) => window.__tasks.push(e.detail.task));
+		window.__client = c;
+		c.start();
+		return true;
+	})`, short, long))
+	p.wait("streaming", `window.__client.state === 'streaming'`)
+	// Past the first token's exp and the node's next expiry check.
+	p.wait("the first token's exp passed", fmt.Sprintf(`Date.now() > %d`, expires.Add(1500*time.Millisecond).UnixMilli()))
+	started := startDemoTask(t, n.URL, long, "p1")
+	p.wait("a task over the refreshed connection", fmt.Sprintf(`window.__tasks.some((t) => t.task_id === %q)`, started))
+	checkStates(p, "connecting streaming")
+	if st := n.Hub().Stats(); st.Refreshes != 1 || st.ExpiredClosed != 0 {
+		p.fatalf("%d refreshes and %d connections closed at exp, want 1 and 0", st.Refreshes, st.ExpiredClosed)
+	}
+	eval[bool](p, `(window.__client.close(), true)`)
 }
 
 // checkStates checks the client's state events so far: their states, with

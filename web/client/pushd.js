@@ -32,6 +32,11 @@
 //   when it cannot hold a stream: after repeated failures, or when no hello
 //   arrives in time (a proxy that buffers the response); it keeps trying to
 //   stream in the background and stops polling once a stream says hello.
+// - Over WebSocket, refreshes the token on the open connection before the
+//   JWT's exp (a fifth of its life before, at most a minute), with a token
+//   function: the connection outlives the token. SSE cannot send one; its
+//   stream ends at exp and the client reconnects with a fresh token and
+//   its cursor, missing nothing.
 // - Reports its state ("connecting", "streaming", "polling", "idle",
 //   "closed") and the server's mode ("push" or "polling") as events: a
 //   state event each time what it reports changes, once.
@@ -73,7 +78,21 @@ export function isTerminal(status) {
  * uniform in [0, min(max, base * 2^attempt)), so a fleet of clients that
  * lost the same node does not come back together.
  */
-export function fullJitter(attempt, baseMs, maxMs, random = Math.random) {
+export // jwtExpiry is a JWT's exp in Unix ms, or null for a token that is not a
+// JWT (an opaque session token) or has none.
+function jwtExpiry(token) {
+  const parts = typeof token === 'string' ? token.split('.') : [];
+  if (parts.length !== 3) return null;
+  try {
+    const b64 = parts[1].replace(/-/g, '+').replace(/_/g, '/');
+    const exp = JSON.parse(atob(b64 + '='.repeat((4 - (b64.length % 4)) % 4))).exp;
+    return typeof exp === 'number' ? exp * 1000 : null;
+  } catch {
+    return null;
+  }
+}
+
+function fullJitter(attempt, baseMs, maxMs, random = Math.random) {
   const cap = Math.min(maxMs, baseMs * 2 ** Math.min(attempt, 30));
   return Math.floor(random() * cap);
 }
@@ -150,6 +169,7 @@ export class PushdClient extends EventTarget {
   #wsReqID = 0;
   #helloSeen = false;
   #helloTimer = null;
+  #refreshTimer = null;
   #limitTimer = null; // asks again for ids refused rate_limit_exceeded
   #retryTimer = null;
   #hintMs = null; // a server's reconnect hint for the next attempt
@@ -411,6 +431,7 @@ export class PushdClient extends EventTarget {
       if (s.user) req.scope = 'user';
       if (Object.keys(since).length) req.since = since;
       this.#send(req);
+      this.#planRefresh(gen, token);
     };
     ws.onmessage = (e) => {
       if (gen !== this.#gen || typeof e.data !== 'string') return;
@@ -451,7 +472,7 @@ export class PushdClient extends EventTarget {
     };
     ws.onclose = (e) => {
       if (gen !== this.#gen) return;
-      if (e.code === 4001) this.#tokenValue = null; // token expired: fetch a new one
+      if (e.code === 4001 || e.code === 4003) this.#tokenValue = null; // token expired or refused: fetch a new one
       this.#fail(gen, {
         reason: `ws_close_${e.code}`,
         probe: !this.#helloSeen,
@@ -469,6 +490,33 @@ export class PushdClient extends EventTarget {
   #heldIDs(exclude) {
     const skip = new Set(exclude);
     return [...this.#tasks.keys()].filter((id) => !skip.has(id));
+  }
+
+  // #planRefresh sends the connection of generation gen a fresh token a
+  // fifth of the current one's remaining life before its exp (at most a
+  // minute before), when the token is a JWT and the token option a
+  // function that can give a fresh one; the node then ends the connection
+  // at the new exp instead.
+  #planRefresh(gen, token) {
+    clearTimeout(this.#refreshTimer);
+    this.#refreshTimer = null;
+    const exp = jwtExpiry(token);
+    if (exp == null || typeof this.#opt.token !== 'function') return;
+    const left = exp - Date.now();
+    const delay = Math.max(left - Math.min(60000, left / 5), 0);
+    this.#refreshTimer = setTimeout(async () => {
+      this.#refreshTimer = null;
+      let fresh;
+      try {
+        fresh = await this.#token(true);
+      } catch (err) {
+        this.#emit('error', { code: 'token', message: String(err?.message || err) });
+        return; // the stream ends at exp; the reconnect asks again
+      }
+      if (gen !== this.#gen || !this.#ws) return;
+      this.#send({ op: 'refresh', id: ++this.#wsReqID, token: fresh });
+      this.#planRefresh(gen, fresh);
+    }, delay);
   }
 
   #send(msg) {
@@ -607,6 +655,8 @@ export class PushdClient extends EventTarget {
   #teardown() {
     clearTimeout(this.#helloTimer);
     this.#helloTimer = null;
+    clearTimeout(this.#refreshTimer);
+    this.#refreshTimer = null;
     clearTimeout(this.#limitTimer);
     this.#limitTimer = null;
     if (this.#es) {
