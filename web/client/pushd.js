@@ -73,12 +73,7 @@ export function isTerminal(status) {
   return TERMINAL.has(status);
 }
 
-/**
- * fullJitter is the delay before reconnect attempt `attempt` (0 first):
- * uniform in [0, min(max, base * 2^attempt)), so a fleet of clients that
- * lost the same node does not come back together.
- */
-export // jwtExpiry is a JWT's exp in Unix ms, or null for a token that is not a
+// jwtExpiry is a JWT's exp in Unix ms, or null for a token that is not a
 // JWT (an opaque session token) or has none.
 function jwtExpiry(token) {
   const parts = typeof token === 'string' ? token.split('.') : [];
@@ -92,7 +87,12 @@ function jwtExpiry(token) {
   }
 }
 
-function fullJitter(attempt, baseMs, maxMs, random = Math.random) {
+/**
+ * fullJitter is the delay before reconnect attempt `attempt` (0 first):
+ * uniform in [0, min(max, base * 2^attempt)), so a fleet of clients that
+ * lost the same node does not come back together.
+ */
+export function fullJitter(attempt, baseMs, maxMs, random = Math.random) {
   const cap = Math.min(maxMs, baseMs * 2 ** Math.min(attempt, 30));
   return Math.floor(random() * cap);
 }
