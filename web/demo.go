@@ -58,7 +58,29 @@ func Demo(cfg DemoConfig) http.Handler {
 	mux.HandleFunc("GET /assets/{file}", serveAsset)
 	mux.HandleFunc("GET /config", d.config)
 	mux.HandleFunc("GET /me", d.me)
-	return mux
+	return careful(mux)
+}
+
+// pagePolicy is the demo's Content-Security-Policy: scripts, styles and
+// connections of its own origin only (no inline script, no eval), images
+// of its own or over https (a task's output may be on a CDN), and no page
+// of another site may frame it.
+const pagePolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' https:; connect-src 'self'; " +
+	"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// careful sets the headers that keep the demo a careful page on every
+// answer of it: the policy above, no framing for browsers that predate
+// frame-ancestors, no Referer (the page's URL names a tenant and a user),
+// and no type sniffing.
+func careful(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", pagePolicy)
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		h.ServeHTTP(w, r)
+	})
 }
 
 type demo struct{ cfg DemoConfig }

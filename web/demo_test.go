@@ -2,9 +2,11 @@ package web_test
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -239,4 +241,69 @@ func TestDemoEmbedded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The demo is a careful page: its answers carry a strict
+// Content-Security-Policy (no inline script), forbid framing and send no
+// Referer; and every string of a snapshot is rendered as text: HTML in any
+// field stays inert, and an output_url of javascript: or data: becomes no
+// link and no image.
+func TestDemoRendersSnapshotsInert(t *testing.T) {
+	n := startNode(t, node.Config{})
+	for _, path := range []string{"/demo/", "/demo/app.js", "/demo/config"} {
+		resp, _ := do(t, http.MethodGet, n.URL+path, "", "")
+		csp := resp.Header.Get("Content-Security-Policy")
+		for _, want := range []string{"default-src 'self'", "script-src 'self'", "frame-ancestors 'none'", "object-src 'none'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("%s: Content-Security-Policy %q lacks %q", path, csp, want)
+			}
+		}
+		if strings.Contains(csp, "unsafe-") {
+			t.Errorf("%s: Content-Security-Policy %q allows something unsafe", path, csp)
+		}
+		if got := resp.Header.Get("X-Frame-Options"); got != "DENY" {
+			t.Errorf("%s: X-Frame-Options %q, want DENY", path, got)
+		}
+		if got := resp.Header.Get("Referrer-Policy"); got != "no-referrer" {
+			t.Errorf("%s: Referrer-Policy %q, want no-referrer", path, got)
+		}
+	}
+
+	b := newBrowser(t)
+	p := b.tab(t)
+	pr := p.watch()
+	const tenant = "inert"
+	p.open(n.URL, "tenant="+tenant)
+	hostile := map[string]string{
+		"stage":    `<img src=x onerror="window.__pwned='stage'">`,
+		"provider": `<b id="injected">bold</b>`,
+		"model":    `<script>window.__pwned='model'</script>`,
+	}
+	publish := func(id, status, extra string) {
+		d := fmt.Sprintf(`{"task_id":%q,"tenant_id":%q,"project_id":"launch-campaign","user_id":"demo-user","status":%q,"progress":100,`+
+			`"stage":%q,"provider":%q,"model":%q,"version":1,"updated_at":%d%s}`,
+			id, tenant, status, hostile["stage"], hostile["provider"], hostile["model"], time.Now().UnixMilli(), extra)
+		if resp, body := do(t, http.MethodPost, n.URL+"/v1/publish", "", d); resp.StatusCode != http.StatusOK {
+			t.Fatalf("publish %s: %d %s", id, resp.StatusCode, body)
+		}
+	}
+	publish("inert_js", "SUCCEEDED", `,"output_asset_id":"a1","output_url":"javascript:window.__pwned='link'"`)
+	publish("inert_data", "SUCCEEDED", `,"output_asset_id":"a2","output_url":"data:text/html,<script>window.__pwned='data'</script>"`)
+	publish("inert_failed", "FAILED", `,"error_code":"<i id=\"injected2\">e</i>","error_message":"<img src=y onerror=\"window.__pwned='error'\">"`)
+	for _, id := range []string{"inert_js", "inert_data", "inert_failed"} {
+		p.wait("the card of "+id, fmt.Sprintf(`document.querySelector('.task[data-task-id=%q][data-version="1"]') !== null`, id))
+	}
+	if got := eval[string](p, `String(window.__pwned ?? '') + [...document.querySelectorAll(
+		'#injected, #injected2, .task script, .task img[src="x"], .task img[src="y"], a[href^="javascript:"], a[href^="data:"], img[src^="javascript:"], img[src^="data:"]')]
+		.map((e) => e.outerHTML).join(' ')`); got != "" {
+		p.fatalf("hostile snapshot fields became live: %s", got)
+	}
+	c := p.card("inert_js")
+	if c.Provider != hostile["provider"]+" · "+hostile["model"] || c.Link != "" {
+		p.fatalf("card %+v: want the provider and model as text, and no link", c)
+	}
+	if f := p.card("inert_failed"); !strings.Contains(f.Outcome, `<img src=y onerror="window.__pwned='error'">`) {
+		p.fatalf("failed card %+v: want its error shown as text", f)
+	}
+	pr.check(p, "with hostile snapshots")
 }

@@ -55,6 +55,8 @@ func static(f fs.FS) http.Handler {
 			h.Set("Content-Type", "application/typescript; charset=utf-8")
 		case strings.HasSuffix(r.URL.Path, ".css"):
 			h.Set("Content-Type", "text/css; charset=utf-8")
+		case strings.HasSuffix(r.URL.Path, ".svg"):
+			h.Set("Content-Type", "image/svg+xml")
 		}
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")

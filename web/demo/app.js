@@ -257,6 +257,18 @@ function pill(d) {
 
 const cards = new Map(); // task_id -> card element
 
+// webURL is url when it is, resolved against the page, an http or https
+// URL, else null: a snapshot's output_url of javascript: or data: never
+// becomes a link or an image.
+function webURL(url) {
+  try {
+    const u = new URL(String(url), location.href);
+    return u.protocol === 'https:' || u.protocol === 'http:' ? String(url) : null;
+  } catch {
+    return null;
+  }
+}
+
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -332,11 +344,16 @@ function renderTask(t) {
   if (failed(t)) {
     outcome.append(el('span', 'error', reason(t)));
   } else if (t.status === 'SUCCEEDED' && t.output_asset_id) {
-    const url = t.output_url || `/demo/assets/${encodeURIComponent(t.output_asset_id)}.svg`;
+    const url = webURL(t.output_url || `/demo/assets/${encodeURIComponent(t.output_asset_id)}.svg`);
+    if (!url) {
+      outcome.append(el('span', null, 'Output ready'));
+      renderCounts();
+      return;
+    }
     const a = el('a', null, 'Open output ↗');
     a.href = url;
     a.target = '_blank';
-    a.rel = 'noopener';
+    a.rel = 'noopener noreferrer';
     outcome.append(a);
     if (!q('.thumb img')) {
       const img = el('img');
