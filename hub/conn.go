@@ -451,6 +451,19 @@ func (c *Conn) RefuseToken(code, message string) {
 	c.scheduleLocked()
 }
 
+// Flooded ends a connection whose client sent more than its transport
+// allows of what the transport answers by itself (WebSocket pings and
+// pongs), at once, with CloseFlooded; it is counted.
+func (c *Conn) Flooded() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.ending {
+		return
+	}
+	c.hub.stats.floodClosed.Add(1)
+	c.endLocked(CloseFlooded)
+}
+
 // end asks the transport to close the connection.
 func (c *Conn) end(reason CloseReason) {
 	c.mu.Lock()

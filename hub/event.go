@@ -78,6 +78,7 @@ const (
 	CloseTokenExpired                    // the token's exp passed
 	CloseDraining                        // the node is shutting down; the client was told to reconnect
 	CloseTokenRefused                    // a token the client sent on the connection was refused
+	CloseFlooded                         // the client sent control frames (pings, pongs) past its budget
 )
 
 // Sink writes to one client. The hub calls Write from one goroutine at a

@@ -554,6 +554,7 @@ type counters struct {
 	opened, closed, notifications, resyncs                         atomic.Int64
 	fetches, fetchErrors, delivered, conflated                     atomic.Int64
 	droppedStale, droppedTenant, droppedGrant, refreshes           atomic.Int64
+	floodClosed                                                    atomic.Int64
 	slowClosed, expiredClosed, writeErrors, backlogged, heartbeats atomic.Int64
 	dispatchNoWatch, modeSwitches, polls, pollErrors, busRetries   atomic.Int64
 	readRetries, readsLimited                                      atomic.Int64
@@ -586,6 +587,7 @@ type Stats struct {
 	DroppedTenant   int64 // snapshots whose tenant is not the connection's
 	DroppedGrant    int64 // snapshots of the connection's tenant that its grant does not allow
 	Refreshes       int64 // tokens connections were refreshed with
+	FloodClosed     int64 // connections ended for control frames past their budget
 	SlowClosed      int64
 	ExpiredClosed   int64
 	WriteErrors     int64
@@ -651,7 +653,7 @@ func (h *Hub) Stats() Stats {
 		Notifications: c.notifications.Load(), Resyncs: c.resyncs.Load(),
 		Fetches: c.fetches.Load(), FetchErrors: c.fetchErrors.Load(),
 		Delivered: c.delivered.Load(), Conflated: c.conflated.Load(),
-		DroppedStale: c.droppedStale.Load(), DroppedTenant: c.droppedTenant.Load(), DroppedGrant: c.droppedGrant.Load(), Refreshes: c.refreshes.Load(),
+		DroppedStale: c.droppedStale.Load(), DroppedTenant: c.droppedTenant.Load(), DroppedGrant: c.droppedGrant.Load(), Refreshes: c.refreshes.Load(), FloodClosed: c.floodClosed.Load(),
 		SlowClosed: c.slowClosed.Load(), ExpiredClosed: c.expiredClosed.Load(),
 		WriteErrors: c.writeErrors.Load(), Backlogged: c.backlogged.Load(), Heartbeats: c.heartbeats.Load(),
 		DispatchNoWatch: c.dispatchNoWatch.Load(), ModeSwitches: c.modeSwitches.Load(),

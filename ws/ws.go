@@ -68,6 +68,12 @@ type Config struct {
 	// SubscribeTimeout bounds the reads of one subscribe request; zero
 	// means 10s.
 	SubscribeTimeout time.Duration
+	// ControlFrames bounds the control frames (pings and pongs) a client
+	// may send per second, with bursts of twice that: the library answers a
+	// ping by itself, so a flood of them costs the node a write each. One
+	// past it is not answered and closes the connection with 1008. Zero
+	// means 5.
+	ControlFrames float64
 	// Authenticate checks the token of a refresh request as the
 	// connection's first token was checked. Its error wraps
 	// ErrTokenExpired, ErrUnavailable (the check could not be made: the
@@ -119,6 +125,9 @@ func New(cfg Config) *Handler {
 	if cfg.SubscribeTimeout <= 0 {
 		cfg.SubscribeTimeout = 10 * time.Second
 	}
+	if cfg.ControlFrames <= 0 {
+		cfg.ControlFrames = 5
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -144,11 +153,15 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		return
 	}
 	s := &sink{timeout: h.cfg.WriteTimeout, sendBuffer: h.cfg.SendBuffer}
+	// Control frames reach the callbacks on the reader, after Bind.
+	control := rate.NewLimiter(rate.Limit(h.cfg.ControlFrames), int(2*h.cfg.ControlFrames))
 	wc, err := websocket.Accept(smallBuffers{w, s}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{Subprotocol},
 		OriginPatterns: h.cfg.OriginPatterns,
 		// The sink writes its frames itself, uncompressed (appendTextFrame).
 		CompressionMode: websocket.CompressionDisabled,
+		OnPingReceived:  func(context.Context, []byte) bool { return s.controlFrame(control) },
+		OnPongReceived:  func(context.Context, []byte) { s.controlFrame(control) },
 	})
 	if err != nil {
 		return // Accept answered the client: 400 for a bad handshake (the API refused foreign origins before)
@@ -437,6 +450,8 @@ func closeForReason(r hub.CloseReason) (websocket.StatusCode, string) {
 		return StatusTokenExpired, "token expired"
 	case hub.CloseTokenRefused:
 		return StatusTokenRefused, "token refused"
+	case hub.CloseFlooded:
+		return websocket.StatusPolicyViolation, "control frames too fast"
 	case hub.CloseDraining:
 		return websocket.StatusServiceRestart, "node restarting"
 	}
@@ -462,6 +477,18 @@ type sink struct {
 }
 
 func (s *sink) Bind(c *hub.Conn) { s.hc = c }
+
+// controlFrame takes a control frame from the connection's budget and
+// reports whether it is answered; one past the budget ends the connection.
+func (s *sink) controlFrame(budget *rate.Limiter) bool {
+	if budget.Allow() {
+		return true
+	}
+	if s.hc != nil {
+		s.hc.Flooded()
+	}
+	return false
+}
 
 // Write writes the events' frames to the socket in one write, with no
 // deadline and no context timer: the backlog writer under it never waits

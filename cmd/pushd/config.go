@@ -82,7 +82,7 @@ type config struct {
 type connFlags struct {
 	Writers, MaxSubscriptions, MaxIDs     int
 	WSMaxMessageBytes                     int64
-	WSRequestRate                         float64
+	WSRequestRate, WSControlFrames        float64
 	WSRequestBurst, WSMaxBadMessages      int
 	FirstRequestTimeout, SubscribeTimeout time.Duration
 	SubscribeReads                        float64
@@ -204,6 +204,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.Float64Var(&cf.WSRequestRate, "ws-request-rate", 10, "requests per second one WebSocket may send (token bucket refill); one over it is dropped with rate_limit_exceeded")
 	fs.IntVar(&cf.WSRequestBurst, "ws-request-burst", 20, "requests one WebSocket may send at once")
 	fs.IntVar(&cf.WSMaxBadMessages, "ws-max-bad-messages", 10, "malformed or dropped WebSocket requests in a row before the connection is closed with 1008")
+	fs.Float64Var(&cf.WSControlFrames, "ws-control-frames", 5, "control frames (pings and pongs) one WebSocket client may send per second, in bursts of twice that; one past it closes the connection with 1008")
 	fs.IntVar(&cf.SendBuffer, "socket-send-buffer", 256<<10, "each stream's socket send buffer in bytes (SO_SNDBUF): what the kernel holds for a client that stopped reading, before its bytes wait in pushd and its write timeout runs; 0 leaves the kernel's autotuning (up to 4 MB a socket)")
 	durationVar(fs, &cf.FirstRequestTimeout, "first-request-timeout", 10*time.Second, "how long a new WebSocket may wait before its first request; then it is closed with 1008")
 	a := &c.Admission
@@ -447,7 +448,7 @@ func (c config) nodeConfig(version string, log *slog.Logger) node.Config {
 		RequestTimeout: c.RequestTimeout, MaxHeaderBytes: c.MaxHeaderBytes, MaxURLBytes: c.MaxURLBytes,
 		Writers: c.Conn.Writers, MaxSubscriptions: c.Conn.MaxSubscriptions, MaxIDs: c.Conn.MaxIDs,
 		SubscribeTimeout: c.Conn.SubscribeTimeout, SubscribeReads: c.Conn.SubscribeReads, SubscribeReadBurst: c.Conn.SubscribeReadBurst,
-		WSMaxMessageBytes: c.Conn.WSMaxMessageBytes, WSRequestRate: c.Conn.WSRequestRate, WSRequestBurst: c.Conn.WSRequestBurst,
+		WSMaxMessageBytes: c.Conn.WSMaxMessageBytes, WSRequestRate: c.Conn.WSRequestRate, WSRequestBurst: c.Conn.WSRequestBurst, WSControlFrames: c.Conn.WSControlFrames,
 		WSMaxBadMessages: c.Conn.WSMaxBadMessages, FirstRequestTimeout: c.Conn.FirstRequestTimeout, SendBuffer: c.Conn.SendBuffer,
 		HotTaskWatchers:  c.Conn.HotTaskWatchers,
 		AuthFailureBurst: c.AuthFailureBurst, AuthFailureRate: c.AuthFailureRate, AuthFailureAddresses: c.AuthFailureAddresses,

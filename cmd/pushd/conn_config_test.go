@@ -21,6 +21,7 @@ func init() {
 		"subscribe-read-burst":  {"40", "50", func(c config) string { return itoa(c.Conn.SubscribeReadBurst) }},
 		"ws-max-message-bytes":  {"1024", "2048", func(c config) string { return strconv.FormatInt(c.Conn.WSMaxMessageBytes, 10) }},
 		"ws-request-rate":       {"2", "3", func(c config) string { return ftoa(c.Conn.WSRequestRate) }},
+		"ws-control-frames":     {"2", "3", func(c config) string { return ftoa(c.Conn.WSControlFrames) }},
 		"ws-request-burst":      {"4", "5", func(c config) string { return itoa(c.Conn.WSRequestBurst) }},
 		"ws-max-bad-messages":   {"2", "3", func(c config) string { return itoa(c.Conn.WSMaxBadMessages) }},
 		"first-request-timeout": {"5s", "6s", func(c config) string { return dur(c.Conn.FirstRequestTimeout) }},

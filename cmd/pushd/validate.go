@@ -124,7 +124,7 @@ func (c config) validateRanges(bad func(name, format string, args ...any)) {
 	if r := c.AuthFailureRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 		bad("auth-failure-rate", "%v: must be a number, not negative", r)
 	}
-	for name, r := range map[string]float64{"subscribe-reads": c.Conn.SubscribeReads, "ws-request-rate": c.Conn.WSRequestRate} {
+	for name, r := range map[string]float64{"subscribe-reads": c.Conn.SubscribeReads, "ws-request-rate": c.Conn.WSRequestRate, "ws-control-frames": c.Conn.WSControlFrames} {
 		if math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 {
 			bad(name, "%v: must be a positive number", r)
 		}

@@ -67,7 +67,8 @@ type Config struct {
 	// from a client, closed with 1009 past it (64 KiB). WSRequestRate and
 	// WSRequestBurst: a WebSocket's requests, a token bucket (10/s, 20).
 	// WSMaxBadMessages: malformed or over-rate requests in a row before
-	// 1008 (10). FirstRequestTimeout: how long a WebSocket may wait before
+	// 1008 (10). WSControlFrames: pings and pongs a WebSocket client may
+	// send per second, bursts of twice that, 1008 past it (5). FirstRequestTimeout: how long a WebSocket may wait before
 	// its first request (10s).
 	MaxSubscriptions    int
 	MaxIDs              int
@@ -76,6 +77,7 @@ type Config struct {
 	WSRequestRate       float64
 	WSRequestBurst      int
 	WSMaxBadMessages    int
+	WSControlFrames     float64
 	FirstRequestTimeout time.Duration
 	// SubscribeReads and SubscribeReadBurst are each user's budget, on
 	// this node, of snapshot reads that subscriptions cause (50/s, bursts

@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.ws = ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout,
 		ReadLimit: cfg.WSMaxMessageBytes, MaxBadMessages: cfg.WSMaxBadMessages, MaxIDs: cfg.MaxIDs,
 		FirstRequestTimeout: cfg.FirstRequestTimeout, RequestRate: cfg.WSRequestRate, RequestBurst: cfg.WSRequestBurst,
-		SubscribeTimeout: cfg.SubscribeTimeout, SendBuffer: cfg.SendBuffer, Authenticate: refresher(verifier), Logger: cfg.Logger})
+		SubscribeTimeout: cfg.SubscribeTimeout, SendBuffer: cfg.SendBuffer, Authenticate: refresher(verifier), ControlFrames: cfg.WSControlFrames, Logger: cfg.Logger})
 	n.sse = sse.New(sse.Config{Hub: n.hub, Retry: cfg.SSERetry, WriteTimeout: cfg.WriteTimeout,
 		SubscribeTimeout: cfg.SubscribeTimeout, MaxTasks: cfg.MaxIDs, SendBuffer: cfg.SendBuffer,
 		CheckInterval: n.tuning.disconnectCheck, Logger: cfg.Logger})
