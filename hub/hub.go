@@ -68,6 +68,10 @@ type Config struct {
 	// same instants of the wall clock on every node. Zero means
 	// DefaultRepairInterval.
 	RepairInterval time.Duration
+	// Plans are the plans connections are counted by in ConnCounts; a
+	// connection whose token states another counts as PlanOther, one that
+	// states none as PlanNone.
+	Plans []string
 
 	// Writers is the number of goroutines writing to connections; zero means
 	// 32. They never wait for a client: a sink hands what a full socket
@@ -184,7 +188,6 @@ type Hub struct {
 	conns   map[*Conn]struct{}
 	byIP    map[string]int    // open connections per Principal.RemoteIP
 	classes map[connClass]int // open connections per transport and plan label
-	plans   map[string]int    // open connections per plan label, to bound the labels
 	closing bool
 	empty   chan struct{} // closed when closing and the last connection leaves
 
@@ -211,7 +214,7 @@ func New(cfg Config) *Hub {
 	h := &Hub{
 		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
 		conns: make(map[*Conn]struct{}), byIP: make(map[string]int),
-		classes: make(map[connClass]int), plans: make(map[string]int),
+		classes: make(map[connClass]int),
 	}
 	h.stats.notifyToWrite = histogram.New(notifyToWriteBounds[:]...)
 	h.stats.staleness = histogram.New(stalenessBounds[:]...)

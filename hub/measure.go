@@ -1,6 +1,9 @@
 package hub
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Transport is the protocol that carries a connection. The transports set
 // it in the Principal they open a connection with, so the hub can count
@@ -26,14 +29,12 @@ func (t Transport) String() string {
 	return "unknown"
 }
 
-// Plan labels of connections. Plans come from signed tokens, so their
-// number is the platform's business, but a metric label must stay bounded
-// whatever a token says: past maxPlanLabels distinct plans among open
-// connections, the rest count as PlanOther.
+// Plan labels of connections. Plans come from signed tokens, but a metric
+// label takes its values from configured sets only (Config.Plans), never
+// from what a token says: any other plan counts as PlanOther.
 const (
-	PlanNone      = "none"  // the token stated no plan
-	PlanOther     = "other" // one plan too many
-	maxPlanLabels = 16
+	PlanNone  = "none"  // the token stated no plan
+	PlanOther = "other" // a plan not configured
 )
 
 // ConnCount is how many open connections share a transport and plan.
@@ -68,10 +69,9 @@ func (h *Hub) classLocked(p Principal) string {
 	if plan == "" {
 		plan = PlanNone
 	}
-	if _, known := h.plans[plan]; !known && len(h.plans) >= maxPlanLabels {
+	if plan != PlanNone && !slices.Contains(h.cfg.Plans, plan) {
 		plan = PlanOther
 	}
-	h.plans[plan]++
 	k := connClass{p.Transport, plan}
 	h.classes[k]++
 	return plan
@@ -79,9 +79,6 @@ func (h *Hub) classLocked(p Principal) string {
 
 // unclassLocked counts c's class out. h.mu is held for writing.
 func (h *Hub) unclassLocked(k connClass) {
-	if h.plans[k.plan]--; h.plans[k.plan] <= 0 {
-		delete(h.plans, k.plan)
-	}
 	if h.classes[k]--; h.classes[k] <= 0 {
 		delete(h.classes, k)
 	}

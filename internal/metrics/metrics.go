@@ -147,7 +147,7 @@ var (
 	sessionsClosed  = counter("admission_sessions_revoked_total", "Sessions found deleted or expired on re-validation; their connections were closed.")
 	streamLag       = prometheus.NewDesc("pushd_stream_lag_seconds", "Time from a stream entry's append (its id) to its delivery to the node's connections' outboxes.", nil, nil)
 
-	connsOpen    = gauge("connections_open", "Open client connections by transport (sse, websocket) and tenant plan (none when the token states none; other past 16 plans).", "transport", "plan")
+	connsOpen    = gauge("connections_open", "Open client connections by transport (sse, websocket) and tenant plan (free, pro, enterprise; none when the token states none; other for any other).", "transport", "plan")
 	ssePush      = platformCounter("sse_push_total", "Task events written to SSE connections.")
 	wsPush       = platformCounter("websocket_push_total", "Task events written to WebSocket connections.")
 	reconnects   = platformCounter("client_reconnect_total", "Connections that came back with a resume position: SSE with a Last-Event-ID (header or last_event_id) that parses as a cursor, WebSocket with a non-empty since on a subscribe. Once per connection.", "transport")
