@@ -58,8 +58,6 @@ type Config struct {
 	// Client, when set, is served under /client/ (the JavaScript client),
 	// with the prefix stripped.
 	Client http.Handler
-	// Metrics, when set, is served at /metrics.
-	Metrics http.Handler
 	// Version is the build's version, shown by GET /; empty means "(devel)".
 	Version string
 	// MaxIDs bounds GET /v1/tasks?ids=; zero means 100.
@@ -135,9 +133,6 @@ func New(cfg Config) http.Handler {
 	e.Match([]string{http.MethodGet, http.MethodHead}, "/", s.index)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	if cfg.Metrics != nil {
-		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
-	}
 	if cfg.DemoSigner != nil {
 		e.GET("/demo/token", s.demoToken)
 	}

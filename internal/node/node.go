@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -20,6 +22,7 @@ import (
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/api"
+	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/internal/metrics"
 	"github.com/pushd/pushd/snapshot/store"
 	"github.com/pushd/pushd/sse"
@@ -42,6 +45,7 @@ type Node struct {
 	sim     *sim.Simulator // nil unless the demo is served
 	handler http.Handler
 	srv     *http.Server
+	admin   *http.Server // the admin listener's: /metrics, health
 
 	// demoSigner signs the tokens of GET /demo/token: set on an embedded
 	// node started without a key, whose secret it makes up.
@@ -94,6 +98,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		NodeName: cfg.NodeName, Logger: cfg.Logger, Writers: cfg.Writers,
 		MaxSubscriptions: cfg.MaxSubscriptions, SubscribeReads: cfg.SubscribeReads, SubscribeReadBurst: cfg.SubscribeReadBurst,
 		HotTaskWatchers: cfg.HotTaskWatchers, Checker: n.be.checker(cfg.RepairInterval), RepairInterval: cfg.RepairInterval,
+		Plans: planNames(cfg.Admission.Plans),
 	})
 	n.be.start(n.hub)
 	n.ws = ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout,
@@ -118,8 +123,41 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
+	n.admin = &http.Server{
+		Handler:           n.adminHandler(),
+		ReadHeaderTimeout: cfg.RequestTimeout,
+		ReadTimeout:       cfg.RequestTimeout,
+		WriteTimeout:      time.Minute, // a scrape, however slow its reader
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+	}
 	ok = true
 	return n, nil
+}
+
+// adminHandler serves what is for operators only, never on the client
+// listener: /metrics, and /healthz and /readyz as the client listener
+// answers them, for probes that only reach the admin port.
+func (n *Node) adminHandler() http.Handler {
+	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm, Publisher: n.be.published, Reconcile: n.be.reconcileStats()})
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(n.cfg.Logger.Handler(), slog.LevelWarn)}))
+	mux.Handle("GET /healthz", n.handler)
+	mux.Handle("GET /readyz", n.handler)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httperr.Write(w, http.StatusNotFound, httperr.NotFound, "the admin listener serves /metrics, /healthz and /readyz")
+	})
+	return mux
+}
+
+// planNames are the configured plans (admission's defaults when none are):
+// the only plan labels of the connection metrics.
+func planNames(plans map[string]int) []string {
+	if plans == nil {
+		plans = admission.DefaultPlans()
+	}
+	return slices.Sorted(maps.Keys(plans))
 }
 
 // refresher checks a WebSocket refresh's token with the verifier that
@@ -178,7 +216,6 @@ func (n *Node) demo(verifier *auth.Verifier) http.Handler {
 
 func (n *Node) apiConfig(verifier *auth.Verifier, demo http.Handler) api.Config {
 	c := n.cfg
-	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm, Publisher: n.be.published, Reconcile: n.be.reconcileStats()})
 	return api.Config{
 		Hub: n.hub, Source: n.be.source, Publisher: n.be.publisher, Auth: verifier,
 		SSE: n.sse, WS: n.ws, Admission: n.adm, Ready: n.be.ready,
@@ -186,8 +223,7 @@ func (n *Node) apiConfig(verifier *auth.Verifier, demo http.Handler) api.Config 
 		MaxConns: c.MaxConns, MaxConnsPerIP: c.MaxConnsPerIP, MaxURLBytes: c.MaxURLBytes,
 		OriginPatterns: c.OriginPatterns, TrustedProxies: c.TrustedProxies,
 		AuthFailureBurst: c.AuthFailureBurst, AuthFailureRate: c.AuthFailureRate, AuthFailureAddresses: c.AuthFailureAddresses,
-		Metrics: promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn)}),
-		Logger:  c.Logger,
+		Logger: c.Logger,
 	}
 }
 
@@ -217,6 +253,17 @@ func (n *Node) Serve(l net.Listener) error {
 	return err
 }
 
+// ServeAdmin serves the admin listener on l (/metrics, /healthz, /readyz)
+// until Shutdown or Close; keep l private. ServeAdmin after Shutdown
+// returns at once.
+func (n *Node) ServeAdmin(l net.Listener) error {
+	err := n.admin.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
 // Shutdown drains the node: it tells clients to reconnect after a jittered
 // delay and closes connections in batches within ctx's deadline, then stops
 // accepting and releases the servers. The listener stays open while the
@@ -229,6 +276,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			err = serr
 		}
 	}
+	if n.admin != nil {
+		n.admin.Shutdown(ctx) // a scrape in flight ends; the client listener's error is the one that counts
+	}
 	n.Close()
 	return err
 }
@@ -237,6 +287,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 func (n *Node) Close() {
 	if n.srv != nil {
 		n.srv.Close()
+	}
+	if n.admin != nil {
+		n.admin.Close()
 	}
 	if n.sim != nil {
 		n.sim.Close() // before the bus and store its walks publish through
