@@ -45,6 +45,7 @@ type config struct {
 	DrainTimeout   time.Duration
 	ReconnectAfter time.Duration
 	DebugListen    string
+	AdminListen    string
 	Streams        bool
 	StreamMaxLen   int64
 	StreamReads    int
@@ -176,6 +177,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	durationVar(fs, &c.AnnounceRepair, "announce-reconcile-interval", 5*time.Second, "on Redis Cluster or with the cache and realtime roles apart, how often (jittered) this node announces the stored snapshots of watched tenants whose publisher died before announcing them")
 	durationVar(fs, &c.RepairInterval, "repair-interval", hub.DefaultRepairInterval, "how often every watched task is checked against Redis and PostgreSQL (one node of the fleet per task), so a change written and never announced reaches its watchers within this plus 1s; finished tasks every 10th time")
 	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private")
+	fs.StringVar(&c.AdminListen, "admin-listen", "127.0.0.1:9464", "address of the admin listener: /metrics (Prometheus), /healthz and /readyz; empty serves none; keep it private (the client listener never serves /metrics)")
 	fs.BoolVar(&c.Demo, "demo", false, "serve the demo page and its task simulator at /demo/ (the embedded mode always does); with a configured secret or key the page asks for a token; with a database the simulator writes generation_tasks rows, as a Task State Service would")
 	fs.StringVar(&c.RedisCacheURL, "redis-cache-url", "", "Redis for task snapshots; empty means --redis-url")
 	fs.StringVar(&c.RedisControlURL, "redis-control-url", "", "Redis for rate limits, connection leases and sessions; empty means --redis-url")

@@ -57,6 +57,7 @@ var flagCases = map[string]flagCase{
 	"drain-timeout":               {"1m0s", "2m0s", func(c config) string { return dur(c.DrainTimeout) }},
 	"reconnect-after":             {"9s", "11s", func(c config) string { return dur(c.ReconnectAfter) }},
 	"debug-listen":                {"127.0.0.1:1", "127.0.0.1:2", func(c config) string { return c.DebugListen }},
+	"admin-listen":                {"127.0.0.1:3", "127.0.0.1:4", func(c config) string { return c.AdminListen }},
 	"demo":                        {"true", "false", func(c config) string { return strconv.FormatBool(c.Demo) }},
 	"streams":                     {"true", "false", func(c config) string { return strconv.FormatBool(c.Streams) }},
 	"redis-cluster":               {"true", "false", func(c config) string { return strconv.FormatBool(c.RedisCluster) }},

@@ -472,7 +472,7 @@ func TestFleetStreamsResumeOnAnotherNode(t *testing.T) {
 	// resync.
 	var tasks float64
 	for i, n := range f.nodes {
-		m := metricsOf(t, n.URL)
+		m := metricsOf(t, n.AdminURL)
 		for name, v := range m {
 			if strings.HasPrefix(name, "pushd_resume_fallbacks_total") && v != 0 {
 				t.Errorf("node%d: %s %v", i, name, v)

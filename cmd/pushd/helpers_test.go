@@ -150,6 +150,9 @@ func (l *logBuffer) wait(t *testing.T, re *regexp.Regexp, stop <-chan struct{}) 
 // captures the bound address.
 var servingRE = regexp.MustCompile(`(?:msg="pushd serving[^"]*" addr=|"msg":"pushd serving[^"]*","addr":")([^"\s]+)`)
 
+// adminRE matches the admin listener's startup line and captures its address.
+var adminRE = regexp.MustCompile(`(?:msg="admin serving" addr=|"msg":"admin serving","addr":")([^"\s]+)`)
+
 // proc is a pushd process.
 type proc struct {
 	cmd    *exec.Cmd
@@ -157,10 +160,13 @@ type proc struct {
 	exited chan struct{}
 	err    error // from Wait, once exited is closed
 	URL    string
+	// AdminURL is the admin listener's: /metrics.
+	AdminURL string
 }
 
-// startBinary runs the pushd binary with args, no PUSHD_* variables and
-// --listen 127.0.0.1:0, and returns once it logs the address it serves.
+// startBinary runs the pushd binary with args, no PUSHD_* variables,
+// --listen 127.0.0.1:0 and --admin-listen 127.0.0.1:0, and returns once it
+// logs the addresses it serves.
 // The kernel picks the port, so no other process can take it in between.
 func startBinary(t *testing.T, args ...string) *proc {
 	t.Helper()
@@ -171,7 +177,7 @@ func startBinary(t *testing.T, args ...string) *proc {
 func startBinaryEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{log: newLogBuffer(), exited: make(chan struct{})}
-	p.cmd = exec.Command(binary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	p.cmd = exec.Command(binary(t), append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
 	p.cmd.Env = append(envWithoutPushd(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -192,6 +198,7 @@ func startBinaryEnv(t *testing.T, env []string, args ...string) *proc {
 			t.Logf("pushd log:\n%s", p.log)
 		}
 	})
+	p.AdminURL = "http://" + p.log.wait(t, adminRE, p.exited)[1]
 	p.URL = "http://" + p.log.wait(t, servingRE, p.exited)[1]
 	return p
 }

@@ -94,6 +94,21 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	if cfg.AdminListen != "" {
+		al, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			l.Close()
+			n.Close()
+			return fmt.Errorf("admin listen (--admin-listen %s): %w", cfg.AdminListen, err)
+		}
+		adminDone := make(chan struct{})
+		go func() {
+			defer close(adminDone)
+			n.ServeAdmin(al) // returns once the node shuts down or closes
+		}()
+		defer func() { <-adminDone }()
+		log.Info("admin serving", "addr", al.Addr().String(), "routes", "/metrics /healthz /readyz")
+	}
 	if cfg.DebugListen != "" {
 		dl, err := net.Listen("tcp", cfg.DebugListen)
 		if err != nil {

@@ -205,7 +205,7 @@ func TestRunDrainsOnSignal(t *testing.T) {
 	var runErr error
 	go func() {
 		defer close(returned)
-		runErr = run([]string{"--listen", "127.0.0.1:0", "--node-name", "in-process", "--reconnect-after", "1s"},
+		runErr = run([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--node-name", "in-process", "--reconnect-after", "1s"},
 			nil, io.Discard, log)
 	}()
 	serving := false
@@ -253,5 +253,28 @@ func TestRunDrainsOnSignal(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "msg=stopped") {
 		t.Error("run returned without logging stopped")
+	}
+}
+
+// Metrics are for operators: the client listener answers /metrics 404, as
+// any path it does not serve, and the admin listener serves them, with
+// the health checks.
+func TestMetricsOnlyOnTheAdminListener(t *testing.T) {
+	p := startBinary(t)
+	resp, body := httpDo(t, http.MethodGet, p.URL+"/metrics", "", "")
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), `"error":"not_found"`) {
+		t.Fatalf("the client listener answered /metrics %d %s, want 404 not_found", resp.StatusCode, body)
+	}
+	resp, body = httpDo(t, http.MethodGet, p.AdminURL+"/metrics", "", "")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "pushd_connections") {
+		t.Fatalf("the admin listener answered /metrics %d, want 200 with pushd's metrics:\n%.300s", resp.StatusCode, body)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if resp, body := httpDo(t, http.MethodGet, p.AdminURL+path, "", ""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("the admin listener answered %s %d %s", path, resp.StatusCode, body)
+		}
+	}
+	if resp, _ := httpDo(t, http.MethodGet, p.AdminURL+"/v1/events", "", ""); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("the admin listener answered /v1/events %d, want 404: it serves no client routes", resp.StatusCode)
 	}
 }

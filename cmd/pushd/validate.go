@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pushd/pushd/admission"
@@ -28,6 +29,10 @@ func (c config) validate(from origins) error {
 	checkAddr(bad, "debug-listen", c.DebugListen, true)
 	if c.DebugListen != "" && c.DebugListen == c.Listen {
 		bad("debug-listen", "must differ from --listen: profiles are never served on the public address")
+	}
+	checkAddr(bad, "admin-listen", c.AdminListen, true)
+	if c.AdminListen != "" && !strings.HasSuffix(c.AdminListen, ":0") && (c.AdminListen == c.Listen || c.AdminListen == c.DebugListen) {
+		bad("admin-listen", "must differ from --listen and --debug-listen: metrics are never served on the public address")
 	}
 	for name, u := range map[string]string{
 		"redis-url": c.RedisURL, "redis-cache-url": c.RedisCacheURL,
