@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -692,9 +693,16 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 				return nil, err
 			}
 		}
+		adminPort, err := freePort()
+		if err != nil {
+			return nil, err
+		}
 		args := append([]string{"--listen", "127.0.0.1:" + strconv.Itoa(port)}, common...)
 		args = append(append(args, "--node-name", name), cfg.ServerArgs...)
-		f = append(f, &serverProc{name: "pushd", health: "/healthz", bin: bin, args: args, env: env, port: port, logDir: logDir})
+		// The admin listener through the environment: a server built from
+		// a commit older than it still starts.
+		nodeEnv := append(slices.Clip(env), "PUSHD_ADMIN_LISTEN=127.0.0.1:"+strconv.Itoa(adminPort))
+		f = append(f, &serverProc{name: "pushd", health: "/healthz", bin: bin, args: args, env: nodeEnv, port: port, adminPort: adminPort, logDir: logDir})
 	}
 	return f, nil
 }

@@ -232,8 +232,12 @@ type serverProc struct {
 	args   []string
 	env    []string
 	port   int
-	logDir string
-	starts int
+	// adminPort, when set, is the admin listener's, which serves /metrics
+	// (pushd's --admin-listen); a server older than it (-server-src) serves
+	// them on port, which a failed scrape of adminPort falls back to.
+	adminPort int
+	logDir    string
+	starts    int
 
 	mu   sync.Mutex
 	proc *proc // guarded by mu
@@ -241,6 +245,14 @@ type serverProc struct {
 }
 
 func (s *serverProc) baseURL() string { return "http://127.0.0.1:" + strconv.Itoa(s.port) }
+
+// metricsURLs are where the server's /metrics may be, in the order to try.
+func (s *serverProc) metricsURLs() []string {
+	if s.adminPort == 0 {
+		return []string{s.baseURL()}
+	}
+	return []string{"http://127.0.0.1:" + strconv.Itoa(s.adminPort), s.baseURL()}
+}
 
 func (s *serverProc) current() *proc {
 	s.mu.Lock()

@@ -111,7 +111,13 @@ func (f fleet) scrape(ctx context.Context) (metrics, error) {
 func (f fleet) scrapeEach(ctx context.Context) ([]metrics, error) {
 	out := make([]metrics, len(f))
 	for i, s := range f {
-		m, err := scrape(ctx, s.baseURL())
+		var m metrics
+		var err error
+		for _, base := range s.metricsURLs() {
+			if m, err = scrape(ctx, base); err == nil {
+				break
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("node %d: %w", i, err)
 		}

@@ -41,11 +41,12 @@ var testSecret = []byte("web-test-secret-0123456789abcdef!")
 // testNode is a node on a real listener.
 type testNode struct {
 	*node.Node
-	URL  string
-	Name string
+	URL      string
+	AdminURL string // the admin listener's: /metrics
+	Name     string
 
-	once   sync.Once
-	served chan error
+	once                sync.Once
+	served, adminServed chan error
 }
 
 // startNode runs a node on a real listener until the test ends.
@@ -68,8 +69,14 @@ func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := &testNode{Node: n, URL: "http://" + l.Addr().String(), Name: cfg.NodeName, served: make(chan error, 1)}
+	al, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := &testNode{Node: n, URL: "http://" + l.Addr().String(), AdminURL: "http://" + al.Addr().String(), Name: cfg.NodeName,
+		served: make(chan error, 1), adminServed: make(chan error, 1)}
 	go func() { tn.served <- n.Serve(l) }()
+	go func() { tn.adminServed <- n.ServeAdmin(al) }()
 	t.Cleanup(func() { tn.shutdown(t) })
 	return tn
 }
@@ -82,6 +89,9 @@ func (n *testNode) shutdown(t *testing.T) {
 		n.Shutdown(ctx)
 		if err := <-n.served; err != nil {
 			t.Errorf("serve: %v", err)
+		}
+		if err := <-n.adminServed; err != nil {
+			t.Errorf("serve admin: %v", err)
 		}
 	})
 }

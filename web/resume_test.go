@@ -45,9 +45,9 @@ func TestClientResumesFromTheSync(t *testing.T) {
 		}
 		// The sync's cursor is the node's position in the stream: the
 		// node has read every entry before the test reconnects.
-		base := testenv.Scrape(t, n.URL)["pushd_stream_entries_total"] - entries
+		base := testenv.Scrape(t, n.AdminURL)["pushd_stream_entries_total"] - entries
 		testenv.Eventually(t, "the node read the stream", func() bool {
-			return testenv.Scrape(t, n.URL)["pushd_stream_entries_total"]-base >= entries
+			return testenv.Scrape(t, n.AdminURL)["pushd_stream_entries_total"]-base >= entries
 		})
 	}
 	publish(watched, 1)
@@ -78,10 +78,10 @@ func TestClientResumesFromTheSync(t *testing.T) {
 	}
 	reconnect := func() (resumes, fallbacks float64) {
 		t.Helper()
-		r0, f0 := served(testenv.Scrape(t, n.URL))
+		r0, f0 := served(testenv.Scrape(t, n.AdminURL))
 		eval[bool](p, `(window.__syncs = 0, window.__client.interrupt(), true)`)
 		testenv.Eventually(t, "the node served the reconnect", func() bool {
-			r, f := served(testenv.Scrape(t, n.URL))
+			r, f := served(testenv.Scrape(t, n.AdminURL))
 			resumes, fallbacks = r-r0, f-f0
 			return resumes+fallbacks > 0
 		})

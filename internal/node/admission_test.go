@@ -223,7 +223,7 @@ func TestUserCapAcrossTwoNodes(t *testing.T) {
 	if st, _, body, _ := sseStatus(t, n1.URL, tok); st != http.StatusOK {
 		t.Fatalf("after a close: %d %s", st, body)
 	}
-	wantMetric(t, n1.URL, `pushd_admission_rejected_total{rule="user_cap"} 2`)
+	wantMetric(t, n1.AdminURL, `pushd_admission_rejected_total{rule="user_cap"} 2`)
 
 	// A count corrupted by hand is repaired by the periodic reconcile.
 	c.redis.Client.Set(context.Background(), userKey, 40, 0)
@@ -305,7 +305,7 @@ func TestControlRedisDownFallsBackToLocalLimits(t *testing.T) {
 	if srv.Admission().Stats().Fallbacks < 2 {
 		t.Fatalf("fallbacks %d", srv.Admission().Stats().Fallbacks)
 	}
-	resp, mbody := httpDo(t, http.MethodGet, srv.URL+"/metrics", "", "")
+	resp, mbody := httpDo(t, http.MethodGet, srv.AdminURL+"/metrics", "", "")
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(mbody), "\npushd_admission_store_up 0\n") || strings.Contains(string(mbody), "\npushd_admission_fallbacks_total 0\n") {
 		t.Fatalf("metrics do not show the fallback")
 	}

@@ -213,8 +213,8 @@ func TestRedisKilledClientsPollThenConverge(t *testing.T) {
 	if toPolling > 3*time.Second {
 		t.Fatalf("every client in polling mode %v after Redis was killed, want within 3s", toPolling.Round(time.Millisecond))
 	}
-	wantMetric(t, s.URL, `pushd_mode{mode="polling"} 1`)
-	wantMetric(t, s.URL, `pushd_mode_switches_total 1`)
+	wantMetric(t, s.AdminURL, `pushd_mode{mode="polling"} 1`)
+	wantMetric(t, s.AdminURL, `pushd_mode_switches_total 1`)
 
 	// The Task State Service keeps writing PostgreSQL during the outage.
 	written := time.Now()
@@ -238,8 +238,8 @@ func TestRedisKilledClientsPollThenConverge(t *testing.T) {
 	for _, w := range ws {
 		w.waitMode(t, "push")
 	}
-	wantMetric(t, s.URL, `pushd_mode{mode="push"} 1`)
-	wantMetric(t, s.URL, `pushd_mode_switches_total 2`)
+	wantMetric(t, s.AdminURL, `pushd_mode{mode="push"} 1`)
+	wantMetric(t, s.AdminURL, `pushd_mode_switches_total 2`)
 	c.write(t, task, 3, true)
 	for i, w := range ws {
 		w.waitVersion(t, 3, &last[i])
@@ -371,7 +371,7 @@ func TestReconnectStormWithColdRedisQueriesEachTaskOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, hs := s.Store().Stats(), s.Hub().Stats()
-	losses := testenv.Scrape(t, s.URL)["pushd_pubsub_subscription_losses_total"]
+	losses := testenv.Scrape(t, s.AdminURL)["pushd_pubsub_subscription_losses_total"]
 	t.Logf("%d clients over %d tasks: %d PostgreSQL queries, %d Redis reads, %d write-backs (%+v); bus losses %v, resyncs %d, poll rounds %d",
 		clients, tasks, st.DBQueries, st.RedisReads, st.WriteBacks, st, losses, hs.Resyncs, hs.Polls)
 	// The promise is a storm's against a healthy bus and Redis. Had either

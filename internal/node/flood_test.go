@@ -141,7 +141,7 @@ func TestPingFloodClosesTheFlooderOnly(t *testing.T) {
 		t.Fatalf("the neighbour got v%d, want v2", s.Version)
 	}
 	testenv.Eventually(t, "the flooders counted", func() bool {
-		return testenv.Scrape(t, srv.URL)[`pushd_disconnects_total{reason="control_flood"}`] == flooders
+		return testenv.Scrape(t, srv.AdminURL)[`pushd_disconnects_total{reason="control_flood"}`] == flooders
 	})
 	if st := srv.Hub().Stats(); st.FloodClosed != flooders {
 		t.Fatalf("%d connections closed for flooding, want %d", st.FloodClosed, flooders)

@@ -29,7 +29,8 @@ const waitFor = 10 * time.Second
 // server is a node listening on a real socket.
 type server struct {
 	*node.Node
-	URL string
+	URL      string
+	AdminURL string // the admin listener's: /metrics
 }
 
 // Options every test node gets before its own: tests wait for cleanups and
@@ -57,8 +58,13 @@ func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
+	al, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, adminServed := make(chan error, 1), make(chan error, 1)
 	go func() { served <- n.Serve(l) }()
+	go func() { adminServed <- n.ServeAdmin(al) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -66,8 +72,11 @@ func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *server {
 		if err := <-served; err != nil {
 			t.Errorf("serve: %v", err)
 		}
+		if err := <-adminServed; err != nil {
+			t.Errorf("serve admin: %v", err)
+		}
 	})
-	return &server{Node: n, URL: "http://" + l.Addr().String()}
+	return &server{Node: n, URL: "http://" + l.Addr().String(), AdminURL: "http://" + al.Addr().String()}
 }
 
 func token(t testing.TB, tenant, user string) string {

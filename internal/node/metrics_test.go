@@ -130,7 +130,7 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	// everything they are sent.
 	cfg.WriteTimeout = time.Second
 	srv := startNode(t, cfg)
-	s := &session{t: t, base: srv.URL, last: testenv.Scrape(t, srv.URL)}
+	s := &session{t: t, base: srv.AdminURL, last: testenv.Scrape(t, srv.AdminURL)}
 	if v := s.last[`pushd_mode{mode="push"}`]; v != 1 {
 		t.Fatalf(`pushd_mode{mode="push"} = %g, want 1`, v)
 	}
@@ -343,7 +343,7 @@ func TestMetricsStreamLength(t *testing.T) {
 	for v := int64(1); v <= entries; v++ {
 		streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(task, tenant, v))
 	}
-	before := testenv.Scrape(t, srv.URL)
+	before := testenv.Scrape(t, srv.AdminURL)
 	for _, k := range []string{`stream_length{stat="sum"}`, `stream_length{stat="max"}`, `pushd_streams_tailed`} {
 		if v := before[k]; v != 0 {
 			t.Fatalf("%s = %g before anyone watches, want 0", k, v)
@@ -355,7 +355,7 @@ func TestMetricsStreamLength(t *testing.T) {
 	}
 	var now map[string]float64
 	testenv.Eventually(t, "the tenant's stream tailed", func() bool {
-		now = testenv.Scrape(t, srv.URL)
+		now = testenv.Scrape(t, srv.AdminURL)
 		return now[`pushd_streams_tailed`] == 1 && now[`stream_length{stat="sum"}`] > 0
 	})
 	for k, want := range map[string]float64{
@@ -374,7 +374,7 @@ func TestMetricsStreamLength(t *testing.T) {
 		t.Fatalf("got v%d, want v%d", v, entries+1)
 	}
 	testenv.Eventually(t, "the new entry read from the stream", func() bool {
-		now = testenv.Scrape(t, srv.URL)
+		now = testenv.Scrape(t, srv.AdminURL)
 		return now[`pushd_stream_entries_total`]-before[`pushd_stream_entries_total`] >= 1
 	})
 	for k, want := range map[string]float64{

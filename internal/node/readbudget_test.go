@@ -71,7 +71,7 @@ func TestSubscribeFloodStaysWithinReadBudget(t *testing.T) {
 	if queries > budget {
 		t.Fatalf("the flood caused %d PostgreSQL queries in %v, want at most its budget %d", queries, elapsed, budget)
 	}
-	if got := testenv.Scrape(t, s.URL)["pushd_subscribe_reads_limited_total"]; got != float64(limited) {
+	if got := testenv.Scrape(t, s.AdminURL)["pushd_subscribe_reads_limited_total"]; got != float64(limited) {
 		t.Fatalf("pushd_subscribe_reads_limited_total %v, want the %d ids refused", got, limited)
 	}
 
@@ -117,7 +117,7 @@ func TestReconnectIsChargedOnlyForWhatIsNew(t *testing.T) {
 	gone := func(cl *sseClient, held ...string) {
 		cl.Close()
 		testenv.Eventually(t, "the connection closed and its tasks uncached", func() bool {
-			return testenv.Scrape(t, s.URL)["pushd_connections"] == 0 &&
+			return testenv.Scrape(t, s.AdminURL)["pushd_connections"] == 0 &&
 				!slices.ContainsFunc(held, s.Store().Cached)
 		})
 	}

@@ -36,7 +36,7 @@ func TestUnannouncedWriteReachesWatchers(t *testing.T) {
 	t.Run("one redis", func(t *testing.T) {
 		r := testenv.StartRedis(t)
 		srv := startNode(t, node.Config{RedisURL: r.URL}, repairOpts...)
-		if _, ok := testenv.Scrape(t, srv.URL)["pushd_announce_reconcile_rounds_total"]; ok {
+		if _, ok := testenv.Scrape(t, srv.AdminURL)["pushd_announce_reconcile_rounds_total"]; ok {
 			t.Fatal("a node on one Redis reconciles")
 		}
 	})
@@ -75,6 +75,6 @@ func unannouncedReachesWatcher(t *testing.T, srv *server, cache, realtime redis.
 		return realtime.Exists(ctx, names.Unannounced(tenant)).Val() == 0
 	})
 	testenv.Eventually(t, "the repair counted", func() bool {
-		return testenv.Scrape(t, srv.URL)["pushd_announce_repairs_total"] == 1
+		return testenv.Scrape(t, srv.AdminURL)["pushd_announce_repairs_total"] == 1
 	})
 }

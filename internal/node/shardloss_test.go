@@ -135,9 +135,9 @@ func TestClusterShardLostOnlyItsTenantsPoll(t *testing.T) {
 	t.Logf("a change no notification announced reached them %v later, by polling", time.Since(written).Round(time.Millisecond))
 	keptT.write(t, pg, cc, 2, true)
 	keptT.waitVersionNoMode(t, 2)
-	wantMetric(t, s.URL, `pushd_polling_tenants 1`)
-	wantMetric(t, s.URL, `pushd_mode{mode="push"} 1`)
-	wantMetric(t, s.URL, `pushd_mode_switches_total 0`)
+	wantMetric(t, s.AdminURL, `pushd_polling_tenants 1`)
+	wantMetric(t, s.AdminURL, `pushd_mode{mode="push"} 1`)
+	wantMetric(t, s.AdminURL, `pushd_mode_switches_total 0`)
 
 	allowed := time.Now()
 	replica.ConfigSet("cluster-replica-no-failover", "no") // it takes over the dead master's slots
@@ -145,7 +145,7 @@ func TestClusterShardLostOnlyItsTenantsPoll(t *testing.T) {
 		w.waitMode(t, "push")
 	}
 	t.Logf("back in push mode %v after the replica was allowed to take over", time.Since(allowed).Round(time.Millisecond))
-	wantMetric(t, s.URL, `pushd_polling_tenants 0`)
+	wantMetric(t, s.AdminURL, `pushd_polling_tenants 0`)
 	// Both are pushed again; the kept tenant heard no mode event at all.
 	lostT.write(t, pg, cc, 3, true)
 	lostT.waitVersionNoMode(t, 3)

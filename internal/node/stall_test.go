@@ -116,7 +116,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 			b, stalledSSE+stalledWS)
 	}
 	t.Logf("healthy clients converged %v after the last publish; %d writes queued for stalled clients", converged, st.Backlogged)
-	if got := testenv.Scrape(t, s.URL)["pushd_writes_backlogged_total"]; got < stalledSSE+stalledWS {
+	if got := testenv.Scrape(t, s.AdminURL)["pushd_writes_backlogged_total"]; got < stalledSSE+stalledWS {
 		t.Fatalf("pushd_writes_backlogged_total %v, want at least %d", got, stalledSSE+stalledWS)
 	}
 	http.DefaultClient.CloseIdleConnections() // the scrape's keep-alive connection is not the node's to count

@@ -125,7 +125,7 @@ func TestResumeOnAnotherNodeSendsOnlyWhatMoved(t *testing.T) {
 		t.Fatalf("node b: resumes %d, replayed %d, tasks %d, fallbacks %d; want 1, 50, 5, 0",
 			st.Resumes, ts.Replayed, st.ResumeTasks, st.ResumeFallbacks)
 	}
-	wantMetric(t, b.URL, `pushd_resume_replayed_entries_total 50`)
+	wantMetric(t, b.AdminURL, `pushd_resume_replayed_entries_total 50`)
 }
 
 func TestUnusableCursorsGetAFullResyncOfTheClientsOwnTasks(t *testing.T) {
@@ -228,7 +228,7 @@ func TestUnusableCursorsGetAFullResyncOfTheClientsOwnTasks(t *testing.T) {
 			t.Fatalf("fallbacks %v, want %d for %s", ts.ResumeFallbacks, want, reason)
 		}
 	}
-	wantMetric(t, s.URL, `pushd_resume_fallbacks_total{reason="trimmed"} 1`)
+	wantMetric(t, s.AdminURL, `pushd_resume_fallbacks_total{reason="trimmed"} 1`)
 }
 
 func TestPubSubGapIsClosedFromTheStreamWithoutResync(t *testing.T) {
@@ -362,7 +362,7 @@ func TestStreamStaysWithinItsBoundThroughTheNode(t *testing.T) {
 	if most > 50+100 || n < 50 {
 		t.Fatalf("XLEN reached %d (now %d), want within [50, 150]", most, n)
 	}
-	resp, _ := httpDo(t, http.MethodGet, s.URL+"/metrics", "", "")
+	resp, _ := httpDo(t, http.MethodGet, s.AdminURL+"/metrics", "", "")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/metrics %d", resp.StatusCode)
 	}
@@ -417,7 +417,7 @@ func TestStreamResumeWithAnAddedTaskSendsIt(t *testing.T) {
 		t.Fatalf("mismatches %d, fallbacks %d, resumes %d, reconnects %d; want 1, 1, 1, 2",
 			st.ResumeMismatches, st.ResumeFallbacks, st.Resumes, st.Reconnects[hub.TransportSSE])
 	}
-	wantMetric(t, s.URL, `pushd_resume_fallbacks_total{reason="subscription"} 1`)
+	wantMetric(t, s.AdminURL, `pushd_resume_fallbacks_total{reason="subscription"} 1`)
 }
 
 // The fingerprint is of the canonical subscription: the same tasks in

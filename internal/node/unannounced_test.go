@@ -122,11 +122,11 @@ func TestChangeNeverAnnouncedReachesWatchers(t *testing.T) {
 		t.Fatalf("Redis holds %s v%d %s after the repair, want v2 SUCCEEDED", dbOnly, s.Version, s.Status)
 	}
 	testenv.Eventually(t, "the repairs counted", func() bool {
-		m := testenv.Scrape(t, srv.URL)
+		m := testenv.Scrape(t, srv.AdminURL)
 		return m[`pushd_repairs_total{found="database_newer"}`] == 1 && m[`pushd_repairs_total{found="redis_newer"}`] == 1 &&
 			m["pushd_repair_age_seconds_count"] == 2
 	})
-	m := testenv.Scrape(t, srv.URL)
+	m := testenv.Scrape(t, srv.AdminURL)
 	if m["pushd_repair_checked_total"] < float64(len(tasks)) || m["pushd_repair_db_queries_total"] < 1 || m["pushd_repair_db_rows_total"] < float64(len(tasks)) {
 		t.Fatalf("repair checked %v tasks in %v queries reading %v rows, want at least %d, 1, %d",
 			m["pushd_repair_checked_total"], m["pushd_repair_db_queries_total"], m["pushd_repair_db_rows_total"], len(tasks), len(tasks))
@@ -211,7 +211,7 @@ func createdNeverAnnouncedReachesScopes(t *testing.T, srv *server, pg testenv.Po
 	// The node counts a repair once its publish returned, which may be
 	// after the client had it.
 	testenv.Eventually(t, "the repair and the announcement counted", func() bool {
-		m := testenv.Scrape(t, srv.URL)
+		m := testenv.Scrape(t, srv.AdminURL)
 		return m[`pushd_repairs_total{found="database_newer"}`] == 1 && m["pushd_repair_scopes_listed_total"] >= 1 && m["pushd_repair_announced_total"] >= 1
 	})
 }
@@ -410,7 +410,7 @@ func TestChangeMissingFromTheStreamReachesAResumedClient(t *testing.T) {
 		t.Fatalf("after the repair got %s v%d, want %s v2: a quiet task was sent again", s.TaskID, s.Version, tasks[1])
 	}
 	testenv.Eventually(t, "the repair counted", func() bool {
-		return testenv.Scrape(t, srv.URL)[`pushd_repairs_total{found="not_held"}`] == 1
+		return testenv.Scrape(t, srv.AdminURL)[`pushd_repairs_total{found="not_held"}`] == 1
 	})
 
 	// A WebSocket client back over the same kind of gap, with the
@@ -462,7 +462,7 @@ func neverAnnouncedReaches(t *testing.T, srv *server, pg testenv.Postgres, cache
 	untilVersions(t, cl, map[string]int64{dbOnly: 2, redisOnly: 2})
 	withinBound(t, "SSE had both changes", time.Since(written))
 	testenv.Eventually(t, "the repairs counted", func() bool {
-		m := testenv.Scrape(t, srv.URL)
+		m := testenv.Scrape(t, srv.AdminURL)
 		return m[`pushd_repairs_total{found="database_newer"}`] == 1 && m[`pushd_repairs_total{found="redis_newer"}`] == 1
 	})
 }
