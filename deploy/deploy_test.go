@@ -198,3 +198,33 @@ func TestNginxPassesStreamsUnbuffered(t *testing.T) {
 		}
 	}
 }
+
+// The balancer passes the client routes only: the one location that
+// proxies matches the protocol, the client, the index and the health
+// checks, never /metrics, /debug/ or /demo/; every other path is a 404
+// of its own.
+func TestNginxPassesClientRoutesOnly(t *testing.T) {
+	b, err := os.ReadFile("nginx.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := string(b)
+	proxied := regexp.MustCompile(`location ~ (\S+) \{\s*proxy_pass`).FindAllStringSubmatch(conf, -1)
+	if len(proxied) != 1 || strings.Count(conf, "proxy_pass") != 1 {
+		t.Fatalf("nginx.conf proxies in %d regex locations (%d proxy_pass), want exactly one", len(proxied), strings.Count(conf, "proxy_pass"))
+	}
+	route := regexp.MustCompile(proxied[0][1])
+	for _, path := range []string{"/v1/events", "/v1/ws", "/v1/tasks/t1", "/v1/publish", "/client/pushd.js", "/healthz", "/readyz", "/"} {
+		if !route.MatchString(path) {
+			t.Errorf("nginx.conf does not pass %s", path)
+		}
+	}
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/demo/", "/demo/token", "/healthzx", "/v1", "/metrics/"} {
+		if route.MatchString(path) {
+			t.Errorf("nginx.conf passes %s", path)
+		}
+	}
+	if !regexp.MustCompile(`location / \{\s*default_type application/json;\s*return 404`).MatchString(conf) {
+		t.Errorf("nginx.conf answers other paths otherwise than with its own 404")
+	}
+}

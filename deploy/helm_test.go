@@ -61,6 +61,7 @@ func minimalValues() map[string]any {
 type manifests struct {
 	deployment *appsv1.Deployment
 	service    *corev1.Service
+	admin      *corev1.Service // the admin port's, with serviceMonitor.enabled
 	pdb        *policyv1.PodDisruptionBudget
 	secrets    []*corev1.Secret
 	monitors   []*monitoringv1.ServiceMonitor
@@ -136,6 +137,10 @@ func decodeManifests(files map[string]string) (*manifests, error) {
 				}
 				m.deployment = o
 			case *corev1.Service:
+				if strings.HasSuffix(o.Name, "-admin") {
+					m.admin = o
+					continue
+				}
 				if m.service != nil {
 					errs = append(errs, fmt.Errorf("%s: a second Service", name))
 				}
@@ -270,8 +275,8 @@ func checkManifests(t *testing.T, m *manifests) {
 	c := pod.Containers[0]
 	e := env(c)
 
-	if len(c.Ports) != 1 || c.Ports[0].Name != "http" {
-		t.Fatalf("container ports %+v, want one named http", c.Ports)
+	if len(c.Ports) != 2 || c.Ports[0].Name != "http" || c.Ports[1].Name != "admin" {
+		t.Fatalf("container ports %+v, want http, then admin", c.Ports)
 	}
 	port := c.Ports[0]
 	if got, want := e["PUSHD_LISTEN"].Value, fmt.Sprintf(":%d", port.ContainerPort); got != want {
@@ -407,13 +412,29 @@ func checkManifests(t *testing.T, m *manifests) {
 	if pdbSel, err := selectorOf(m.pdb.Spec.Selector.MatchLabels); err != nil || !pdbSel.Matches(podLabels) {
 		t.Errorf("PodDisruptionBudget selector %v does not match the pods", m.pdb.Spec.Selector)
 	}
+	// Metrics are on the admin port only: the container serves it, the
+	// clients' Service never carries it, and the ServiceMonitor scrapes it
+	// through the admin Service alone.
+	admin := containerPort(m, "admin")
+	if admin == nil || e["PUSHD_ADMIN_LISTEN"].Value != fmt.Sprintf(":%d", admin.ContainerPort) || admin.ContainerPort == port.ContainerPort {
+		t.Errorf("container port admin %+v with PUSHD_ADMIN_LISTEN %q, want the admin listener on a port of its own", admin, e["PUSHD_ADMIN_LISTEN"].Value)
+	}
 	for _, sm := range m.monitors {
-		smSel, err := selectorOf(sm.Spec.Selector.MatchLabels)
-		if err != nil || !smSel.Matches(labels.Set(m.service.Labels)) {
-			t.Errorf("ServiceMonitor selector %v does not match the Service's labels %v", sm.Spec.Selector, m.service.Labels)
+		if m.admin == nil {
+			t.Fatal("a ServiceMonitor without the admin Service")
 		}
-		if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != m.service.Spec.Ports[0].Name || sm.Spec.Endpoints[0].Path != "/metrics" {
-			t.Errorf("ServiceMonitor endpoints %+v, want /metrics on the Service's port %s", sm.Spec.Endpoints, m.service.Spec.Ports[0].Name)
+		if ps := m.admin.Spec.Ports; len(ps) != 1 || ps[0].Name != "admin" || ps[0].TargetPort.String() != "admin" || m.admin.Spec.Type != corev1.ServiceTypeClusterIP {
+			t.Errorf("admin Service %s ports %+v, want one ClusterIP port admin", m.admin.Spec.Type, ps)
+		}
+		if !labels.SelectorFromSet(m.admin.Spec.Selector).Matches(podLabels) {
+			t.Errorf("admin Service selector %v does not match the pods", m.admin.Spec.Selector)
+		}
+		smSel, err := selectorOf(sm.Spec.Selector.MatchLabels)
+		if err != nil || !smSel.Matches(labels.Set(m.admin.Labels)) || smSel.Matches(labels.Set(m.service.Labels)) {
+			t.Errorf("ServiceMonitor selector %v: want it to match the admin Service's labels %v and not the clients' %v", sm.Spec.Selector, m.admin.Labels, m.service.Labels)
+		}
+		if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "admin" || sm.Spec.Endpoints[0].Path != "/metrics" {
+			t.Errorf("ServiceMonitor endpoints %+v, want /metrics on port admin", sm.Spec.Endpoints)
 		}
 	}
 	if m.notes == "" {
@@ -472,6 +493,16 @@ func checkMountedFromSecret(t *testing.T, m *manifests, c corev1.Container, pod 
 }
 
 func container(m *manifests) corev1.Container { return m.deployment.Spec.Template.Spec.Containers[0] }
+
+// containerPort is the container's port of that name, nil if none.
+func containerPort(m *manifests, name string) *corev1.ContainerPort {
+	for _, p := range container(m).Ports {
+		if p.Name == name {
+			return &p
+		}
+	}
+	return nil
+}
 
 func secretData(t *testing.T, m *manifests, key string) string {
 	t.Helper()
@@ -671,6 +702,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 	}{
 		{"no redis url", func(v map[string]any) { delete(v["secrets"].(map[string]any), "redisUrl") }, "secrets.redisUrl"},
 		{"no jwt secret", func(v map[string]any) { delete(v["secrets"].(map[string]any), "jwtSecret") }, "secrets.jwtSecret"},
+		{"admin port on the clients' port", func(v map[string]any) { v["adminPort"] = 8080 }, "adminPort"},
 		{"cluster with role URLs", func(v map[string]any) {
 			v["redis"] = map[string]any{"mode": "cluster", "separateRoles": []any{"cache"}}
 		}, "redis.separateRoles"},
