@@ -58,6 +58,9 @@ type config struct {
 	PubEvery    time.Duration // the publisher's schedule tick: updates due are sent together
 	PGWrites    string        // auto, always, fallback, off
 	StormJitter time.Duration
+	// PingFlooders: fanout on pushd: WebSocket clients that send pings as
+	// fast as their socket takes them while the updates flow.
+	PingFlooders int
 
 	DatabaseURL string
 	RedisServer string
@@ -108,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.PubEvery, "publish-every", time.Millisecond, "the publisher sends the updates due every this often, together: 1ms spreads them evenly, 100ms sends bursts of a tenth of a second's updates")
 	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always (the row first, then Redis, as the Task State Service does), fallback (only when Redis fails), off; auto is off for idle, always otherwise")
 	fs.DurationVar(&c.StormJitter, "storm-jitter", 0, "storm: each client waits a random delay up to this before reconnecting (0: all at once)")
+	fs.IntVar(&c.PingFlooders, "ping-flooders", 0, "fanout on pushd: this many extra WebSocket clients send pings as fast as their socket takes them while updates flow, each reconnecting a second after the server closes it")
 	fs.StringVar(&c.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server on which a database of the run's own is created and dropped")
 	fs.StringVar(&c.RedisServer, "redis-server", "redis-server", "redis-server binary for the private Redis")
 	fs.StringVar(&c.ServerBin, "server-bin", "", "a pushd binary to run instead of building one")

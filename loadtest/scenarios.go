@@ -64,7 +64,9 @@ func runFanout(ctx context.Context, r *run) error {
 			return err
 		}
 	} else {
+		stop := r.floodPings(ctx)
 		pr = r.pub.run(ctx, r.cfg.Rate, r.cfg.Duration)
+		stop()
 	}
 	after, m1 := r.mark(), r.scrape(ctx)
 	if err := r.phase(ctx, "drain"); err != nil {
@@ -99,6 +101,11 @@ func runFanout(ctx context.Context, r *run) error {
 	r.res.fig("other_cores", cpu.OtherCores, "cores", false)
 	if r.kind.name == "pushd" {
 		r.res.fig("conflated", m1["pushd_conflated_total"]-m0["pushd_conflated_total"], "", false)
+	}
+	if r.cfg.PingFlooders > 0 {
+		flooded := `pushd_disconnects_total{reason="control_flood"}`
+		r.res.fig("ping_flooders", float64(r.cfg.PingFlooders), "", true)
+		r.res.fig("flood_closed", m1[flooded]-m0[flooded], "", true)
 	}
 	if rss := lastRSS(r); rss > 0 {
 		r.res.fig("server_rss_mb", float64(rss)/1024, "MB", r.cfg.Cluster)
