@@ -47,15 +47,19 @@ type Config struct {
 	// Issuer, when set, is the iss claim every JWT must carry. Empty checks
 	// no issuer.
 	Issuer string
-	// MaxTTL, when positive, is the longest lifetime a JWT may claim:
-	// exp - iat, or, for a token without iat, exp - now less the leeway. A
-	// token past it is refused however it is signed, so a leaked long-lived
-	// one cannot be used here. Zero means no limit; negative is an error.
+	// MaxTTL is the longest lifetime a JWT may claim: exp - iat, or, for a
+	// token without iat, exp - now less the leeway. A token past it is
+	// refused however it is signed, so a leaked long-lived one cannot be
+	// used here. Zero means DefaultMaxTTL; negative is an error.
 	MaxTTL time.Duration
 	// Sessions, when set, resolves opaque session tokens (any token that is
 	// not a JWT, see IsSessionToken); nil means only JWTs are accepted.
 	Sessions SessionResolver
 }
+
+// DefaultMaxTTL is Config.MaxTTL's default: a day covers an auth service's
+// usual tokens (minutes to hours) and refuses one minted for years.
+const DefaultMaxTTL = 24 * time.Hour
 
 // Verifier checks tokens. It is safe for concurrent use.
 type Verifier struct {
@@ -77,6 +81,9 @@ func New(cfg Config) (*Verifier, error) {
 	}
 	if cfg.MaxTTL < 0 {
 		return nil, errors.New("auth: negative maximum token lifetime")
+	}
+	if cfg.MaxTTL == 0 {
+		cfg.MaxTTL = DefaultMaxTTL
 	}
 	if slices.Contains(cfg.Audience, "") {
 		return nil, errors.New("auth: empty audience")

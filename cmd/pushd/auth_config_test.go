@@ -41,14 +41,15 @@ func TestJWTClaimFlags(t *testing.T) {
 	if got := c.jwtAudience(); !slices.Equal(got, []string{"pushd", "pushd-staging"}) {
 		t.Errorf("audiences %q", got)
 	}
-	if c, _ := parseConfig(nil, env(), io.Discard); c.jwtAudience() != nil || c.JWTIssuer != "" || c.JWTMaxTTL != 0 {
+	if c, _ := parseConfig(nil, env(), io.Discard); c.jwtAudience() != nil || c.JWTIssuer != "" || c.JWTMaxTTL != 24*time.Hour {
 		t.Errorf("defaults check claims: audience %q, issuer %q, max ttl %v", c.jwtAudience(), c.JWTIssuer, c.JWTMaxTTL)
 	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--jwt-max-ttl", "-1h"}, "--jwt-max-ttl (from the command line): -1h0m0s: must not be negative"},
+		{[]string{"--jwt-max-ttl", "-1h"}, "--jwt-max-ttl (from the command line): -1h0m0s: must be positive"},
+		{[]string{"--jwt-max-ttl", "0"}, "--jwt-max-ttl (from the command line): 0s: must be positive"},
 		{[]string{"--jwt-audience", "pushd"}, "--jwt-audience (from the command line): needs --jwt-secret or --jwt-public-key"},
 		{[]string{"--jwt-issuer", "https://login.example"}, "--jwt-issuer (from the command line): needs --jwt-secret or --jwt-public-key"},
 	} {

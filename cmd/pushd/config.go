@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/auth/session"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/node"
@@ -159,7 +160,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.JWTAlgorithm, "jwt-algorithm", "", "pin the token algorithm (HS256, RS256, ES256, EdDSA); default from the key")
 	fs.StringVar(&c.JWTAudience, "jwt-audience", "", "comma-separated audiences: a token's aud claim must name one of them (401 otherwise); empty checks no audience")
 	fs.StringVar(&c.JWTIssuer, "jwt-issuer", "", "the iss claim every token must carry (401 otherwise); empty checks no issuer")
-	durationVar(fs, &c.JWTMaxTTL, "jwt-max-ttl", 0, "longest lifetime a token may claim, exp - iat (exp - now when it has no iat); a longer one is refused with 401; 0 means no limit")
+	durationVar(fs, &c.JWTMaxTTL, "jwt-max-ttl", auth.DefaultMaxTTL, "longest lifetime a token may claim, exp - iat (exp - now when it has no iat); a longer one is refused with 401, and pushd token mints within it")
 	fs.StringVar(&c.APIKey, "api-key", "", "key for POST /v1/publish (X-API-Key); empty allows loopback callers only")
 	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file holding --api-key, one trailing newline trimmed; set one of the two")
 	fs.StringVar(&c.NodeName, "node-name", "", "name shown in hello and metrics; empty means the host name")

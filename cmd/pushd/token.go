@@ -126,11 +126,9 @@ func tokenCommand(args, environ []string, stdin io.Reader, stdout, stderr io.Wri
 	}
 	if ttl == 0 {
 		ttl = defaultTokenTTL
-		if c.JWTMaxTTL > 0 {
-			ttl = min(ttl, c.JWTMaxTTL)
-		}
+		ttl = min(ttl, c.JWTMaxTTL)
 	}
-	if c.JWTMaxTTL > 0 && ttl > c.JWTMaxTTL {
+	if ttl > c.JWTMaxTTL {
 		return usageErrorf("--ttl %v is longer than --jwt-max-ttl %v (from %s): the node would refuse the token", ttl, c.JWTMaxTTL, c.from.of("jwt-max-ttl"))
 	}
 

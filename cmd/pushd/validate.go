@@ -66,8 +66,8 @@ func (c config) validate(from origins) error {
 	default:
 		bad("jwt-algorithm", "%q: want HS256, RS256, ES256 or EdDSA", c.JWTAlgorithm)
 	}
-	if c.JWTMaxTTL < 0 {
-		bad("jwt-max-ttl", "%v: must not be negative", c.JWTMaxTTL)
+	if c.JWTMaxTTL <= 0 {
+		bad("jwt-max-ttl", "%v: must be positive (every token's lifetime is bounded; set a longer bound, 720h say, for longer tokens)", c.JWTMaxTTL)
 	}
 	if c.NodeName == "" {
 		bad("node-name", "the host name is unknown: set one")

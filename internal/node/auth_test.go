@@ -246,3 +246,27 @@ func TestBadTokenFloodIsLimitedPerAddress(t *testing.T) {
 		}
 	}
 }
+
+// A token's lifetime is bounded by default: a JWT valid for ten years,
+// with or without iat, is refused (401) by a node with default settings,
+// and taken by a node whose operator set a longer bound.
+func TestTenYearTokenRefusedByDefault(t *testing.T) {
+	c := newCluster(t)
+	def := startNode(t, c.config())
+	cfg := c.config()
+	cfg.JWTMaxTTL = 11 * 365 * 24 * time.Hour
+	long := startNode(t, cfg)
+	now := time.Now()
+	exp := now.AddDate(10, 0, 0)
+	for name, claims := range map[string]jwt.MapClaims{
+		"with iat":    {"sub": "u1", "tenant_id": "t1", "iat": now.Unix(), "exp": exp.Unix()},
+		"without iat": {"sub": "u1", "tenant_id": "t1", "exp": exp.Unix()},
+	} {
+		tok := jwtWith(t, claims)
+		resp, body := httpDo(t, http.MethodGet, def.URL+"/v1/tasks/"+testenv.UniqueID("task"), tok, "")
+		wantError(t, resp, body, http.StatusUnauthorized, "unauthorized")
+		if resp, body := httpDo(t, http.MethodGet, long.URL+"/v1/tasks/"+testenv.UniqueID("task"), tok, ""); resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("%s: a node with --jwt-max-ttl 11y answered %d %s, want the token taken (404 for a task that does not exist)", name, resp.StatusCode, body)
+		}
+	}
+}
