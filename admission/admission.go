@@ -152,7 +152,7 @@ type counters struct {
 	byEndpoint                                                   endpointStats
 	fallbacks, storeErrors                                       atomic.Int64
 	leasesAcquired, leasesReleased, leasesExpired, leasesReadded atomic.Int64
-	reconciles, reconcileDiff, sessionsClosed                    atomic.Int64
+	reconciles, reconcileDiff, sessionsClosed, sessionChecks     atomic.Int64
 }
 
 // Stats are a Controller's counters since it started and its gauges now.
@@ -178,6 +178,7 @@ type Stats struct {
 	Reconciles     int64 // tenants reconciled
 	ReconcileDiff  int64 // sum of |count - live leases| the reconciles repaired
 	SessionsClosed int64 // sessions found deleted or expired on re-validation
+	SessionChecks  int64 // re-validations of every open session that ran to their end
 }
 
 // Controller makes admission decisions. It is safe for concurrent use;
@@ -253,8 +254,8 @@ func (c *Controller) Stats() Stats {
 		LeasesReadded:  c.stats.leasesReadded.Load(),
 		Reconciles:     c.stats.reconciles.Load(),
 		ReconcileDiff:  c.stats.reconcileDiff.Load(),
-		SessionsClosed: c.stats.sessionsClosed.Load(),
-		Rules:          c.stats.byEndpoint.stats(),
+		SessionsClosed: c.stats.sessionsClosed.Load(), SessionChecks: c.stats.sessionChecks.Load(),
+		Rules: c.stats.byEndpoint.stats(),
 	}
 	for _, r := range rules {
 		s.Allowed[r], s.Rejected[r] = 0, 0

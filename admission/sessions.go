@@ -2,15 +2,18 @@ package admission
 
 import (
 	"context"
+
+	"github.com/pushd/pushd/auth"
 	"sync"
 	"sync/atomic"
 )
 
 // Sessions re-validates opaque session tokens; auth/session's Store
-// implements it. Valid reports, for each token, whether its session still
-// exists; a token missing from the answer is taken as still valid.
+// implements it. Presence reports, for each token, what each store holds
+// of it now; Revoke makes every node refuse the token from now on.
 type Sessions interface {
-	Valid(ctx context.Context, tokens []string) (map[string]bool, error)
+	Presence(ctx context.Context, tokens []string) (map[string]auth.SessionPresence, error)
+	Revoke(ctx context.Context, token string) error
 }
 
 // sessionEntry is one session with open connections on this node.
@@ -18,6 +21,24 @@ type sessionEntry struct {
 	token   string
 	refs    int // guarded by sessionSet.mu
 	revoked atomic.Bool
+	// Where a re-validation found the session once; only checkSessions,
+	// one goroutine, reads and writes them. A session that leaves a store
+	// it was seen in was logged out there.
+	seenRedis, seenDB bool
+}
+
+// ended reports whether the session ended by what p found, and records
+// where it was found.
+func (e *sessionEntry) ended(p auth.SessionPresence) bool {
+	switch {
+	case p.Ended, e.seenRedis && !p.Redis, e.seenDB && p.DBChecked && !p.DB:
+		return true
+	case !p.Redis && !p.DB && (p.DBChecked || !e.seenDB):
+		return true // in no store that answered, nor ever seen in one that did not
+	}
+	e.seenRedis = e.seenRedis || p.Redis
+	e.seenDB = e.seenDB || p.DB
+	return false
 }
 
 // sessionSet is the node's live sessions.
@@ -52,8 +73,10 @@ func (s *sessionSet) remove(e *sessionEntry) {
 const sessionBatch = 500
 
 // checkSessions re-validates every live session in batches and revokes
-// those the store no longer has: the hub then ends their connections with
-// the token-expired close reason. A failing store revokes nothing.
+// those that ended in either store (deleted or expired in Redis or in the
+// database): the hub then ends their connections with the token-expired
+// close reason, and Revoke makes every node refuse the token. A store
+// that does not answer revokes nothing by what it would have said.
 func (c *Controller) checkSessions() {
 	if c.cfg.Sessions == nil {
 		return
@@ -73,17 +96,26 @@ func (c *Controller) checkSessions() {
 			tokens[i] = e.token
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.bgTimeout())
-		valid, err := c.cfg.Sessions.Valid(ctx, tokens)
-		cancel()
+		found, err := c.cfg.Sessions.Presence(ctx, tokens)
 		if err != nil {
+			cancel()
 			c.sessionsLost.Fail("session re-validation failed; sessions kept until it answers", err)
 			return
 		}
 		c.sessionsLost.OK("session re-validation answers again")
 		for _, e := range batch {
-			if ok, known := valid[e.token]; known && !ok && !e.revoked.Swap(true) {
+			p, ok := found[e.token]
+			if !ok || e.revoked.Load() || !e.ended(p) {
+				continue
+			}
+			if !e.revoked.Swap(true) {
 				c.stats.sessionsClosed.Add(1)
 			}
+			if err := c.cfg.Sessions.Revoke(ctx, e.token); err != nil {
+				c.log.Warn("session revoked here, but not for the fleet", "err", err)
+			}
 		}
+		cancel()
 	}
+	c.stats.sessionChecks.Add(1)
 }

@@ -15,6 +15,19 @@ type SessionResolver interface {
 	Resolve(ctx context.Context, token string) (Principal, error)
 }
 
+// SessionPresence is what one re-validation found of a session.
+type SessionPresence struct {
+	// Redis: a record the login service wrote (not a node's copy of a
+	// database row) is in Redis, unexpired.
+	Redis bool
+	// DB: the database has the row, unexpired. DBChecked says the
+	// database was asked: false without one, or when it did not answer.
+	DB, DBChecked bool
+	// Ended: a store says the session ended: it expired there, or a node
+	// revoked it.
+	Ended bool
+}
+
 // ErrUnavailable means a session token could not be checked because
 // neither the session cache nor the database answered. It does not match
 // ErrInvalidToken: the client should retry, not log in again.

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -37,8 +38,14 @@ type Config struct {
 	// Prefix is prepended to the Redis keys (keys.Names.Prefix).
 	Prefix string
 	// CacheTTL bounds how long a session read from the database is kept in
-	// Redis (never past its expiry); zero means 1h.
+	// Redis, marked as a copy (never past its expiry): a session deleted
+	// from the database is refused by every node's new requests within it.
+	// Zero means 10s.
 	CacheTTL time.Duration
+	// TombstoneTTL is how long a revoked session's tombstone stays in
+	// Redis, refusing the token on every node whatever the other store
+	// still holds; zero means 24h.
+	TombstoneTTL time.Duration
 	// Timeout bounds each lookup; zero means 2s.
 	Timeout time.Duration
 	// NegativeTTL is how long a token the database does not know is
@@ -70,12 +77,20 @@ type Store struct {
 	// when disabled.
 	unknown *lru.Cache[string, time.Time]
 	dbSlots *semaphore.Weighted
+	queries atomic.Int64 // database queries sent, lookups and re-checks
 }
+
+// Queries is how many database queries the store has sent: a lookup per
+// token Redis lacks, and one per re-check batch.
+func (s *Store) Queries() int64 { return s.queries.Load() }
 
 // New returns a session resolver.
 func New(cfg Config) *Store {
 	if cfg.CacheTTL <= 0 {
-		cfg.CacheTTL = time.Hour
+		cfg.CacheTTL = 10 * time.Second
+	}
+	if cfg.TombstoneTTL <= 0 {
+		cfg.TombstoneTTL = 24 * time.Hour
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second
@@ -108,6 +123,12 @@ type record struct {
 	// projects claim: none for the user's own tasks only, ["*"] for every
 	// project.
 	Projects []string `json:"projects,omitempty"`
+	// Copy marks a node's copy of a database row (the write-back), which
+	// is not a record of the login service's own.
+	Copy bool `json:"pushd_copy,omitempty"`
+	// Revoked marks a tombstone: a node found the session ended in one
+	// store and refuses it in every one.
+	Revoked bool `json:"revoked,omitempty"`
 	// ExpiresAt is Unix milliseconds; zero means the session names none.
 	// The write-back keeps it, so a session read from Redis ends its
 	// streams when the one read from PostgreSQL would.
@@ -155,6 +176,9 @@ func (s *Store) lookup(ctx context.Context, token string) (auth.Principal, error
 		if err := json.Unmarshal(raw, &sess); err != nil {
 			return auth.Principal{}, auth.Invalid("malformed session", err)
 		}
+		if sess.Revoked {
+			return auth.Principal{}, auth.Invalid("revoked session", nil)
+		}
 		var expires time.Time
 		if sess.ExpiresAt != 0 {
 			if expires = time.UnixMilli(sess.ExpiresAt); !time.Now().Before(expires) {
@@ -197,6 +221,7 @@ func (s *Store) lookup(ctx context.Context, token string) (auth.Principal, error
 	// Written back only when Redis answered the miss: a Redis that failed
 	// is left alone, and the next lookup tries it again.
 	if errors.Is(rerr, redis.Nil) && ttl > 0 {
+		sess.Copy = true
 		if b, err := json.Marshal(sess); err == nil {
 			s.cfg.Redis.Set(ctx, s.key(token), b, ttl)
 		}
@@ -227,6 +252,7 @@ func (s *Store) query(ctx context.Context, token string) (sess record, exp *time
 		return sess, nil, fmt.Errorf("%d session lookups in flight for %v", s.cfg.MaxDBQueries, s.cfg.DBQueueWait)
 	}
 	defer s.dbSlots.Release(1)
+	s.queries.Add(1)
 	err = s.cfg.DB.QueryRow(ctx, `SELECT tenant_id, user_id, plan, projects, expires_at FROM sessions
 		WHERE token = $1 AND (expires_at IS NULL OR expires_at > now())`, token).Scan(&sess.TenantID, &sess.UserID, &sess.Plan, &sess.Projects, &exp)
 	return sess, exp, err
@@ -247,43 +273,86 @@ func principalOf(token string, sess record, expires time.Time) (auth.Principal, 
 	return p, nil
 }
 
-// Valid reports which of tokens still name a live session: in Redis (one
-// pipelined EXISTS per token, which Redis Cluster can route), then in the
-// database for those Redis lacks. It fails, rather than report sessions
-// gone, when a store that must answer does not.
-func (s *Store) Valid(ctx context.Context, tokens []string) (map[string]bool, error) {
-	out := make(map[string]bool, len(tokens))
+// Presence reports what each store holds of each token now: one pipelined
+// GET per token in Redis (which Redis Cluster can route), and one query of
+// the database for all of them, in one of the bounded lookup slots. A
+// Redis that does not answer fails it; a database that does not answer
+// leaves DBChecked false.
+func (s *Store) Presence(ctx context.Context, tokens []string) (map[string]auth.SessionPresence, error) {
+	out := make(map[string]auth.SessionPresence, len(tokens))
 	pipe := s.cfg.Redis.Pipeline()
-	cmds := make([]*redis.IntCmd, len(tokens))
+	cmds := make([]*redis.StringCmd, len(tokens))
 	for i, t := range tokens {
-		cmds[i] = pipe.Exists(ctx, s.key(t))
+		cmds[i] = pipe.Get(ctx, s.key(t))
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("sessions: %w", err)
 	}
-	var missing []string
+	now := time.Now()
 	for i, t := range tokens {
-		if cmds[i].Val() > 0 {
-			out[t] = true
-		} else {
-			out[t] = false
-			missing = append(missing, t)
+		var p auth.SessionPresence
+		var sess record
+		if raw, err := cmds[i].Bytes(); err == nil && json.Unmarshal(raw, &sess) == nil {
+			switch {
+			case sess.Revoked, sess.ExpiresAt != 0 && !now.Before(time.UnixMilli(sess.ExpiresAt)):
+				p.Ended = true
+			case !sess.Copy:
+				p.Redis = true
+			}
 		}
+		out[t] = p
 	}
-	if len(missing) == 0 || s.cfg.DB == nil {
+	if s.cfg.DB == nil {
 		return out, nil
 	}
-	rows, err := s.cfg.DB.Query(ctx, `SELECT token FROM sessions
-		WHERE token = ANY($1) AND (expires_at IS NULL OR expires_at > now())`, missing)
+	rows, err := s.queryPresence(ctx, tokens)
 	if err != nil {
-		return nil, fmt.Errorf("sessions: %w", err)
+		return out, nil // DBChecked stays false: nothing is revoked by what it would have said
 	}
-	live, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("sessions: %w", err)
+	for t, expired := range rows {
+		p := out[t]
+		p.DB, p.Ended = !expired, p.Ended || expired
+		out[t] = p
 	}
-	for _, t := range live {
-		out[t] = true
+	for _, t := range tokens {
+		p := out[t]
+		p.DBChecked = true
+		out[t] = p
 	}
 	return out, nil
+}
+
+// queryPresence reads the rows of tokens, each with whether it expired,
+// holding one of MaxDBQueries slots.
+func (s *Store) queryPresence(ctx context.Context, tokens []string) (map[string]bool, error) {
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.DBQueueWait)
+	err := s.dbSlots.Acquire(wctx, 1)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%d session lookups in flight for %v", s.cfg.MaxDBQueries, s.cfg.DBQueueWait)
+	}
+	defer s.dbSlots.Release(1)
+	s.queries.Add(1)
+	rows, err := s.cfg.DB.Query(ctx, `SELECT token, expires_at IS NOT NULL AND expires_at <= now() FROM sessions WHERE token = ANY($1)`, tokens)
+	if err != nil {
+		return nil, fmt.Errorf("sessions: %w", err)
+	}
+	out := make(map[string]bool, len(tokens))
+	var token string
+	var expired bool
+	_, err = pgx.ForEachRow(rows, []any{&token, &expired}, func() error {
+		out[token] = expired
+		return nil
+	})
+	return out, err
+}
+
+// Revoke writes the token's tombstone in Redis: every node refuses the
+// token from now on, whatever the database still holds, for TombstoneTTL.
+func (s *Store) Revoke(ctx context.Context, token string) error {
+	b, _ := json.Marshal(record{Revoked: true})
+	if err := s.cfg.Redis.Set(ctx, s.key(token), b, s.cfg.TombstoneTTL).Err(); err != nil {
+		return fmt.Errorf("sessions: revoke: %w", err)
+	}
+	return nil
 }
