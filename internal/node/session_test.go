@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -80,4 +81,78 @@ func TestSessionTokens(t *testing.T) {
 	// An expired session in PostgreSQL is refused.
 	resp, body = httpDo(t, http.MethodGet, srv.URL+"/v1/tasks/task_s1", inPG, "")
 	wantError(t, resp, body, http.StatusUnauthorized, "unauthorized")
+}
+
+// A logout in either store ends the session's open streams within the
+// re-check interval, and every node refuses its token from then on:
+// deleted from PostgreSQL (the node's copy in Redis notwithstanding),
+// deleted from Redis (the row in PostgreSQL notwithstanding), or expired
+// by a rewrite in either.
+func TestLogoutInEitherStoreEndsTheSession(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	const interval = 300 * time.Millisecond
+	cfg.Admission = admission.Config{SessionCheckInterval: interval, MaxConnsPerUser: 100}
+	cfg.Heartbeat = 200 * time.Millisecond // the hub ends revoked connections on its tick
+	srv, other := startNode(t, cfg), startNode(t, cfg)
+	ctx := context.Background()
+	sessKey := func(tok string) string { return c.redis.Names.Prefix + "session:" + tok }
+	for _, tc := range []struct {
+		name          string
+		inRedis, inPG bool
+		logout        func(tok string) error
+	}{
+		{"deleted from PostgreSQL", false, true, func(tok string) error {
+			_, err := c.pg.Pool.Exec(ctx, `DELETE FROM sessions WHERE token = $1`, tok)
+			return err
+		}},
+		{"deleted from Redis", true, true, func(tok string) error { return c.redis.Client.Del(ctx, sessKey(tok)).Err() }},
+		{"expired in Redis", true, false, func(tok string) error {
+			return c.redis.Client.Set(ctx, sessKey(tok), fmt.Sprintf(`{"tenant_id":"t1","user_id":"u1","expires_at":%d}`, time.Now().Add(-time.Second).UnixMilli()), time.Hour).Err()
+		}},
+		{"expired in PostgreSQL", false, true, func(tok string) error {
+			_, err := c.pg.Pool.Exec(ctx, `UPDATE sessions SET expires_at = now() - interval '1 second' WHERE token = $1`, tok)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := sessionToken()
+			if tc.inRedis {
+				if err := c.redis.Client.Set(ctx, sessKey(tok), `{"tenant_id":"t1","user_id":"u1"}`, time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.inPG {
+				if _, err := c.pg.Pool.Exec(ctx, `INSERT INTO sessions (token, tenant_id, user_id, expires_at) VALUES ($1, 't1', 'u1', now() + interval '1 hour')`, tok); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sse := openSSE(t, srv.URL, tok, "task="+testenv.UniqueID("task"))
+			if sse.Status != http.StatusOK {
+				t.Fatalf("SSE with the session: %d %s", sse.Status, sse.Body)
+			}
+			ws := openWS(t, srv.URL, tok)
+			ws.send(t, map[string]any{"op": "subscribe", "id": 1})
+			ws.nextOf(t, "ack")
+			// One re-check that saw the session where it is.
+			checks := srv.Admission().Stats().SessionChecks
+			testenv.Eventually(t, "a re-check of the open session", func() bool { return srv.Admission().Stats().SessionChecks > checks })
+			if err := tc.logout(tok); err != nil {
+				t.Fatal(err)
+			}
+			out := time.Now()
+			late := sse.expiredAt(t, tc.name, out.Add(10*time.Second)).Sub(out)
+			if code := ws.closeStatus(t); code != pushdws.StatusTokenExpired {
+				t.Fatalf("WebSocket closed with %d, want %d", code, pushdws.StatusTokenExpired)
+			}
+			t.Logf("%s: the stream ended %v after the logout", tc.name, late.Round(time.Millisecond))
+			if bound := interval + time.Second; late > bound {
+				t.Fatalf("the stream ended %v after the logout, want within the re-check interval %v plus a tick and a second", late, interval)
+			}
+			for _, n := range []*server{srv, other} {
+				resp, body := httpDo(t, http.MethodGet, n.URL+"/v1/tasks/x1", tok, "")
+				wantError(t, resp, body, http.StatusUnauthorized, "unauthorized")
+			}
+		})
+	}
 }
