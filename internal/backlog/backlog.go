@@ -84,7 +84,7 @@ func (w *Writer) Write(b []byte) (int, error) {
 // which bounds what the kernel holds for a peer that stopped reading
 // before a Writer keeps the rest; n <= 0 leaves the kernel's autotuning.
 func SetSendBuffer(conn net.Conn, n int) {
-	if tc, ok := conn.(*net.TCPConn); ok && n > 0 {
+	if tc, ok := conn.(interface{ SetWriteBuffer(int) error }); ok && n > 0 {
 		tc.SetWriteBuffer(n)
 	}
 }

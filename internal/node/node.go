@@ -5,6 +5,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/api"
+	"github.com/pushd/pushd/internal/framing"
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/internal/metrics"
 	"github.com/pushd/pushd/snapshot/store"
@@ -116,7 +118,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	// read, and taking a stream's connection over (SSE, the WebSocket
 	// upgrade) clears it too.
 	n.srv = &http.Server{
-		Handler:           n.handler,
+		Handler:           framing.Handler(n.handler),
+		ConnContext:       framing.ConnContext,
 		ReadHeaderTimeout: cfg.RequestTimeout,
 		ReadTimeout:       cfg.RequestTimeout,
 		IdleTimeout:       2 * time.Minute,
@@ -246,7 +249,7 @@ func (n *Node) Stream() *stream.Tailer { return n.be.tailer }
 // Serve accepts connections on l until Shutdown or Close. Serve after
 // Shutdown returns at once.
 func (n *Node) Serve(l net.Listener) error {
-	err := n.srv.Serve(l)
+	err := n.srv.Serve(framing.Listener{Listener: l, MaxHead: cmp.Or(n.cfg.MaxHeaderBytes, http.DefaultMaxHeaderBytes) + 4096})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
