@@ -54,6 +54,7 @@ func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	backlog.SetSendBuffer(conn, s.sink.sendBuffer)
 	s.sink.bw = backlog.New(conn, s.sink.timeout, s.sink.drained)
+	s.sink.conn = conn
 	s.sink.out.w = s.sink.bw
 	r := brw.Reader
 	if r.Buffered() == 0 {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -464,6 +465,7 @@ type sink struct {
 	wc      *websocket.Conn
 	out     frameWriter     // under wc's buffered writer, over bw
 	bw      *backlog.Writer // every frame goes through it
+	conn    net.Conn        // the hijacked connection, set by Hijack
 	hc      *hub.Conn       // set by Bind, before any write
 	timeout time.Duration
 	// sendBuffer is the socket send buffer Hijack sets; 0 leaves it.
@@ -486,6 +488,11 @@ func (s *sink) controlFrame(budget *rate.Limiter) bool {
 	}
 	if s.hc != nil {
 		s.hc.Flooded()
+	}
+	// Read nothing more: a flooder never answers the close frame, and the
+	// close handshake would read its flood for seconds.
+	if s.conn != nil {
+		s.conn.SetReadDeadline(time.Now())
 	}
 	return false
 }
