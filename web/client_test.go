@@ -145,16 +145,7 @@ func TestClientFiresEachStateChangeOnce(t *testing.T) {
 			token := demoToken(t, n.URL, tenant, "u1")
 			p := b.tab(t)
 			p.do("navigate", chromedp.Navigate(n.URL+"/healthz")) // any page of the origin
-			eval[bool](p, fmt.Sprintf(`import('/client/pushd.js').then((m) => {
-				const c = new m.PushdClient({ token: %q, transport: %q, projects: ['p1'] });
-				window.__states = [];
-				window.__tasks = [];
-				c.addEventListener('state', (e) => window.__states.push(e.detail));
-				c.addEventListener('task', (e) => window.__tasks.push(e.detail.task));
-				window.__client = c;
-				c.start();
-				return true;
-			})`, token, transport))
+			startClient(p, fmt.Sprintf(`{ token: %q, transport: %q, projects: ['p1'] }`, token, transport))
 			p.wait("streaming", `window.__client.state === 'streaming'`)
 			// A task started now arrives over the stream after anything the
 			// hello fired: by then every state event of the connection is in.
@@ -196,18 +187,8 @@ func TestClientRefreshesTheTokenOverWebSocket(t *testing.T) {
 	short, long := sign(expires), sign(time.Now().Add(time.Hour))
 	p := b.tab(t)
 	p.do("navigate", chromedp.Navigate(n.URL+"/healthz"))
-	eval[bool](p, fmt.Sprintf(`import('/client/pushd.js').then((m) => {
-		const tokens = [%q, %q];
-		let calls = 0;
-		const c = new m.PushdClient({ token: async () => tokens[Math.min(calls++, 1)], transport: 'ws', projects: ['p1'] });
-		window.__states = [];
-		window.__tasks = [];
-		c.addEventListener('state', (e) => window.__states.push(e.detail));
-		c.addEventListener('task', (e) => window.__tasks.push(e.detail.task));
-		window.__client = c;
-		c.start();
-		return true;
-	})`, short, long))
+	// The token function gives the short token first, the long one after.
+	startClient(p, fmt.Sprintf(`{ token: (() => { const tokens = [%q, %q]; let calls = 0; return async () => tokens[Math.min(calls++, 1)]; })(), transport: 'ws', projects: ['p1'] }`, short, long))
 	p.wait("streaming", `window.__client.state === 'streaming'`)
 	// Past the first token's exp and the node's next expiry check.
 	p.wait("the first token's exp passed", fmt.Sprintf(`Date.now() > %d`, expires.Add(1500*time.Millisecond).UnixMilli()))
@@ -218,6 +199,23 @@ func TestClientRefreshesTheTokenOverWebSocket(t *testing.T) {
 		p.fatalf("%d refreshes and %d connections closed at exp, want 1 and 0", st.Refreshes, st.ExpiredClosed)
 	}
 	eval[bool](p, `(window.__client.close(), true)`)
+}
+
+// startClient starts a PushdClient with options (a JavaScript object) on
+// the page, as window.__client, recording its state events in
+// window.__states and its tasks in window.__tasks.
+func startClient(p *page, options string) {
+	p.t.Helper()
+	eval[bool](p, `import('/client/pushd.js').then((m) => {
+		const c = new m.PushdClient(`+options+`);
+		window.__states = [];
+		window.__tasks = [];
+		c.addEventListener('state', (e) => window.__states.push(e.detail));
+		c.addEventListener('task', (e) => window.__tasks.push(e.detail.task));
+		window.__client = c;
+		c.start();
+		return true;
+	})`)
 }
 
 // checkStates checks the client's state events so far: their states, with

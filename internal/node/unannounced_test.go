@@ -169,17 +169,7 @@ func TestTaskCreatedNeverAnnouncedReachesScopes(t *testing.T) {
 		srv := startNode(t, c.repairConfig())
 		createdNeverAnnouncedReachesScopes(t, srv, c.pg, c.redis.Client, c.redis.Names)
 	})
-	pg := testenv.Database(t)
-	t.Run("cluster", func(t *testing.T) {
-		c := testenv.StartRedisCluster(t, 3)
-		srv := startNode(t, node.Config{RedisURL: c.Seeds, RedisCluster: true, DatabaseURL: pg.URL, RepairInterval: testRepairInterval})
-		createdNeverAnnouncedReachesScopes(t, srv, pg, c.Client(), clusterNames)
-	})
-	t.Run("split", func(t *testing.T) {
-		cache, realtime := testenv.StartRedis(t), testenv.StartRedis(t)
-		srv := startNode(t, node.Config{RedisURL: realtime.URL, RedisCacheURL: cache.URL, DatabaseURL: pg.URL, RepairInterval: testRepairInterval})
-		createdNeverAnnouncedReachesScopes(t, srv, pg, cache.Client(), keys.Names{})
-	})
+	onClusterAndSplitRedis(t, createdNeverAnnouncedReachesScopes)
 }
 
 func createdNeverAnnouncedReachesScopes(t *testing.T, srv *server, pg testenv.Postgres, cache redis.UniversalClient, names keys.Names) {
@@ -233,15 +223,7 @@ func TestScopeListingCostDoesNotGrowWithNodes(t *testing.T) {
 		ws.send(t, map[string]any{"op": "subscribe", "id": 2, "scope": "user"})
 		ws.nextOf(t, "ack")
 	}
-	nodes := []*server{startNode(t, cfg)}
-	watch(nodes[0])
-	alone := measureRepair(t, nodes, 3)
-	for range 2 {
-		srv := startNode(t, cfg)
-		watch(srv)
-		nodes = append(nodes, srv)
-	}
-	three := measureRepair(t, nodes, 3)
+	alone, three := aloneThenThree(t, cfg, watch)
 	t.Logf("three intervals, one node: %d scopes listed in %d queries; three nodes: %d in %d", alone.scopes, alone.queries, three.scopes, three.queries)
 	// Each round: the seed's check by id, and one listing of each kind.
 	if alone.scopes != 6 || alone.queries != 9 {
@@ -275,15 +257,7 @@ func TestRepairCostDoesNotGrowWithNodes(t *testing.T) {
 		}
 		ws.nextOf(t, "ack")
 	}
-	nodes := []*server{startNode(t, cfg)}
-	watch(nodes[0])
-	alone := measureRepair(t, nodes, 3)
-	for range 2 {
-		srv := startNode(t, cfg)
-		watch(srv)
-		nodes = append(nodes, srv)
-	}
-	three := measureRepair(t, nodes, 3)
+	alone, three := aloneThenThree(t, cfg, watch)
 	t.Logf("three intervals, one node: %d queries, %d rows; three nodes: %d queries, %d rows", alone.queries, alone.rows, three.queries, three.rows)
 	if alone.queries != 3 || alone.rows != 3*n {
 		t.Fatalf("one node: %d queries reading %d rows in three intervals, want 3 and %d", alone.queries, alone.rows, 3*n)
@@ -305,6 +279,21 @@ func insertTasks(t *testing.T, pg testenv.Postgres, tenant string, ids []string)
 }
 
 type repairCost struct{ queries, rows, scopes uint64 }
+
+// aloneThenThree measures three repair rounds of one node whose clients
+// watch what watch subscribes to, then of three such nodes.
+func aloneThenThree(t *testing.T, cfg node.Config, watch func(*server)) (alone, three repairCost) {
+	t.Helper()
+	nodes := []*server{startNode(t, cfg)}
+	watch(nodes[0])
+	alone = measureRepair(t, nodes, 3)
+	for range 2 {
+		srv := startNode(t, cfg)
+		watch(srv)
+		nodes = append(nodes, srv)
+	}
+	return alone, measureRepair(t, nodes, 3)
+}
 
 // measureRepair sums the nodes' repair reads of PostgreSQL over the given
 // number of repair rounds. The rounds start at the same instants on every
@@ -429,16 +418,23 @@ func TestChangeMissingFromTheStreamReachesAResumedClient(t *testing.T) {
 // publish in three steps) and with the cache and realtime roles on two
 // Redis servers.
 func TestChangeNeverAnnouncedReachesWatchersOnEveryRedisMode(t *testing.T) {
+	onClusterAndSplitRedis(t, neverAnnouncedReaches)
+}
+
+// onClusterAndSplitRedis runs f against a node with the tests' repair
+// interval on a private Redis Cluster, then on two Redis servers holding
+// the cache and realtime roles apart: cache is where f finds the snapshots.
+func onClusterAndSplitRedis(t *testing.T, f func(t *testing.T, srv *server, pg testenv.Postgres, cache redis.UniversalClient, names keys.Names)) {
 	pg := testenv.Database(t)
 	t.Run("cluster", func(t *testing.T) {
 		c := testenv.StartRedisCluster(t, 3)
 		srv := startNode(t, node.Config{RedisURL: c.Seeds, RedisCluster: true, DatabaseURL: pg.URL, RepairInterval: testRepairInterval})
-		neverAnnouncedReaches(t, srv, pg, c.Client(), clusterNames)
+		f(t, srv, pg, c.Client(), clusterNames)
 	})
 	t.Run("split", func(t *testing.T) {
 		cache, realtime := testenv.StartRedis(t), testenv.StartRedis(t)
 		srv := startNode(t, node.Config{RedisURL: realtime.URL, RedisCacheURL: cache.URL, DatabaseURL: pg.URL, RepairInterval: testRepairInterval})
-		neverAnnouncedReaches(t, srv, pg, cache.Client(), keys.Names{})
+		f(t, srv, pg, cache.Client(), keys.Names{})
 	})
 }
 
