@@ -84,8 +84,8 @@ func (r *run) startCentrifugo(ctx context.Context, bin string) error {
 		return err
 	}
 	r.nodes = fleet{&serverProc{name: "centrifugo", health: "/health", bin: bin, args: []string{"--config", path},
-		env: r.cfg.ServerEnv, port: port, logDir: r.tmp}}
-	r.res.Server.Env = r.cfg.ServerEnv
+		env: r.cfg.serverEnv(), port: port, logDir: r.tmp, cpus: r.cfg.serverCPUs()}}
+	r.res.Server.Env = r.cfg.serverEnv()
 	if err := r.nodes.start(ctx); err != nil {
 		return err
 	}

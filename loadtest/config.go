@@ -61,6 +61,8 @@ type config struct {
 	// PingFlooders: fanout on pushd: WebSocket clients that send pings as
 	// fast as their socket takes them while the updates flow.
 	PingFlooders int
+	// Pin: the server on CPU 0 with GOMAXPROCS 1, everything else on CPU 1.
+	Pin bool
 
 	DatabaseURL string
 	RedisServer string
@@ -111,6 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.PubEvery, "publish-every", time.Millisecond, "the publisher sends the updates due every this often, together: 1ms spreads them evenly, 100ms sends bursts of a tenth of a second's updates")
 	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always (the row first, then Redis, as the Task State Service does), fallback (only when Redis fails), off; auto is off for idle, always otherwise")
 	fs.DurationVar(&c.StormJitter, "storm-jitter", 0, "storm: each client waits a random delay up to this before reconnecting (0: all at once)")
+	fs.BoolVar(&c.Pin, "pin", false, "on two cores: run the server under test on CPU 0 alone with GOMAXPROCS=1 (pushd and Centrifugo alike), and the load generator, its workers, the private Redis and the shared PostgreSQL's processes on CPU 1 (given every CPU back after the run); figures then count the server's own core")
 	fs.IntVar(&c.PingFlooders, "ping-flooders", 0, "fanout on pushd: this many extra WebSocket clients send pings as fast as their socket takes them while updates flow, each reconnecting a second after the server closes it")
 	fs.StringVar(&c.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server on which a database of the run's own is created and dropped")
 	fs.StringVar(&c.RedisServer, "redis-server", "redis-server", "redis-server binary for the private Redis")
@@ -370,4 +373,29 @@ func commandLine(args []string) string {
 		parts = append(parts, a)
 	}
 	return strings.Join(parts, " ")
+}
+
+// serverCPUs and loadCPUs are where -pin runs the server under test and
+// everything else; "" without -pin.
+func (c config) serverCPUs() string {
+	if c.Pin {
+		return serverCPU
+	}
+	return ""
+}
+
+func (c config) loadCPUs() string {
+	if c.Pin {
+		return loadCPU
+	}
+	return ""
+}
+
+// serverEnv is the environment of the server under test: -server-env's,
+// with GOMAXPROCS=1 under -pin unless it sets one.
+func (c config) serverEnv() []string {
+	if !c.Pin || slices.ContainsFunc(c.ServerEnv, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
+		return c.ServerEnv
+	}
+	return append(slices.Clip(c.ServerEnv), "GOMAXPROCS=1")
 }

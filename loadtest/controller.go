@@ -38,12 +38,15 @@ type workerProc struct {
 	prog   reply // the latest progress, of any expectation
 }
 
-func startWorker(idx int, profileDir string, stderr io.Writer) (*workerProc, error) {
+func startWorker(idx int, profileDir, cpus string, stderr io.Writer) (*workerProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(exe, "-worker")
+	if err := pinTo(cmd, cpus); err != nil {
+		return nil, err
+	}
 	cmd.Env = append(os.Environ(), workerEnv+"=1")
 	if profileDir != "" {
 		abs, _ := filepath.Abs(profileDir)
@@ -512,6 +515,16 @@ func runOne(ctx context.Context, cfg config, bin, commit, dir string, stderr io.
 		res.finish(r)
 	}()
 
+	if cfg.Pin {
+		if err := pinSelf(1); err != nil {
+			return res, err
+		}
+		restore, err := pinProcesses("postgres", 1)
+		defer restore()
+		if err != nil {
+			return res, err
+		}
+	}
 	if r.redis, err = startRedis(ctx, cfg, dir); err != nil {
 		return res, err
 	}
@@ -595,7 +608,7 @@ func (r *run) startPushd(ctx context.Context, bin string) error {
 		return err
 	}
 	r.res.Server.Args = cfg.ServerArgs
-	r.res.Server.Env = cfg.ServerEnv
+	r.res.Server.Env = cfg.serverEnv()
 	if err := r.nodes.start(ctx); err != nil {
 		return err // with the node's log
 	}
@@ -614,7 +627,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 		sources = append(sources, "127.0.0."+strconv.Itoa(2+i))
 	}
 	for i := range r.cfg.Workers {
-		w, err := startWorker(i, r.cfg.ProfileWorkers, r.stderr)
+		w, err := startWorker(i, r.cfg.ProfileWorkers, r.cfg.loadCPUs(), r.stderr)
 		if err != nil {
 			return err
 		}
@@ -648,7 +661,7 @@ func startRedis(ctx context.Context, cfg config, dir string) (redisDeployment, e
 	if err != nil {
 		return nil, err
 	}
-	rs := &redisServer{bin: cfg.RedisServer, dir: dir, port: port}
+	rs := &redisServer{bin: cfg.RedisServer, dir: dir, port: port, cpus: cfg.loadCPUs()}
 	if err := rs.start(ctx); err != nil {
 		return nil, err
 	}
@@ -676,7 +689,7 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 	// built from commits older than the flags still start.
 	env := append([]string{"PUSHD_CONNECT_IP_BURST=0", "PUSHD_CONNECT_USER_BURST=0",
 		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0",
-		"PUSHD_AUTH_FAILURE_BURST=0"}, cfg.ServerEnv...)
+		"PUSHD_AUTH_FAILURE_BURST=0"}, cfg.serverEnv()...)
 	if cfg.RepairInterval > 0 {
 		env = append(env, "PUSHD_REPAIR_INTERVAL="+cfg.RepairInterval.String())
 	}
@@ -702,7 +715,7 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 		// The admin listener through the environment: a server built from
 		// a commit older than it still starts.
 		nodeEnv := append(slices.Clip(env), "PUSHD_ADMIN_LISTEN=127.0.0.1:"+strconv.Itoa(adminPort))
-		f = append(f, &serverProc{name: "pushd", health: "/healthz", bin: bin, args: args, env: nodeEnv, port: port, adminPort: adminPort, logDir: logDir})
+		f = append(f, &serverProc{name: "pushd", health: "/healthz", bin: bin, args: args, env: nodeEnv, port: port, adminPort: adminPort, logDir: logDir, cpus: cfg.serverCPUs()})
 	}
 	return f, nil
 }

@@ -94,6 +94,7 @@ func (p *proc) stop(timeout time.Duration) {
 // redisServer is the run's private redis-server: no persistence, so a
 // restart comes back empty.
 type redisServer struct {
+	cpus string // -pin: the CPUs it runs on
 	bin  string
 	dir  string
 	port int
@@ -109,6 +110,9 @@ func (r *redisServer) start(ctx context.Context) error {
 		"--save", "", "--appendonly", "no", "--dir", r.dir,
 		"--logfile", filepath.Join(r.dir, "redis.log"), "--maxclients", "10000")
 	cmd.Args = append(cmd.Args, r.args...)
+	if err := pinTo(cmd, r.cpus); err != nil {
+		return err
+	}
 	p, err := startProc("redis-server", cmd)
 	if err != nil {
 		return err
@@ -237,6 +241,7 @@ type serverProc struct {
 	// them on port, which a failed scrape of adminPort falls back to.
 	adminPort int
 	logDir    string
+	cpus      string // -pin: the CPUs it runs on
 	starts    int
 
 	mu   sync.Mutex
@@ -271,6 +276,10 @@ func (s *serverProc) start(ctx context.Context) (time.Time, error) {
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Env = append(os.Environ(), s.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := pinTo(cmd, s.cpus); err != nil {
+		logf.Close()
+		return time.Time{}, err
+	}
 	p, err := startProc(s.name, cmd)
 	if err != nil {
 		logf.Close()

@@ -94,6 +94,11 @@ func runFanout(ctx context.Context, r *run) error {
 	r.res.fig("server_deliveries_per_s", (r.kind.deliveries(m1)-r.kind.deliveries(m0))/cpu.Seconds, "/s", false)
 	r.res.fig("publishes_per_s", pr.PerSecond, "/s", false)
 	r.res.fig("server_cores", cpu.Server, "cores", true)
+	if meas.Deliveries > 0 {
+		// The server's CPU time per delivery: the yardstick that a shared
+		// machine's noise moves least, under -pin least of all.
+		r.res.fig("server_us_per_delivery", cpu.Server*cpu.Seconds/float64(meas.Deliveries)*1e6, "µs", true)
+	}
 	r.res.fig("loadgen_cores", cpu.LoadGen, "cores", false)
 	r.res.fig("worker_cores", cpu.Workers, "cores", false)
 	r.res.fig("redis_cores", cpu.Redis, "cores", false)
