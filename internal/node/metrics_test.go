@@ -285,6 +285,11 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 		query[i] = "task=" + ids[i]
 		c.goPublish(t, doc(ids[i], "t1", 1, "RUNNING"))
 	}
+	// A publish returns before the node hears its hint: the v1 hints must
+	// be heard before anyone watches the tasks, or they count as watched.
+	testenv.Eventually(t, "the v1 hints heard", func() bool {
+		return testenv.Scrape(t, s.base)[`pushd_notifications_total`]-s.last[`pushd_notifications_total`] >= tasks
+	})
 	stalledSSE(t, srv.URL, token(t, "t1", testenv.UniqueID("user")), query)
 	pad := strings.Repeat("x", 60<<10)
 	for v := int64(2); v <= rounds+1; v++ {
