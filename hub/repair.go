@@ -121,29 +121,36 @@ func (h *Hub) repairRound(finished bool) bool {
 	defer h.stats.repairRounds.Add(1) // counted once done, so a count read means a round finished
 	ctx, cancel := context.WithTimeout(h.ctx, repairRoundBudget)
 	defer cancel()
+	// Every batch is checked even after one failed: a check that found
+	// PostgreSQL busy or slow skipped or ended its own part, and the next
+	// round comes later for it; the batches after it lose nothing by trying.
+	ok := true
+	failed := func(what string, n int, err error) {
+		if ok {
+			h.stats.repairErrors.Add(1)
+		}
+		ok = false
+		h.log.Debug("repair check failed", what, n, "err", err)
+	}
 	ids := h.repairIDs()
 	var targets []*Conn
-	for i := 0; i < len(ids); i += RepairBatch {
+	for i := 0; i < len(ids) && ctx.Err() == nil; i += RepairBatch {
 		found, err := h.cfg.Checker.Check(ctx, ids[i:min(i+RepairBatch, len(ids))], finished)
 		if targets = h.offerChecked(found, targets); err != nil {
-			h.stats.repairErrors.Add(1)
-			h.log.Debug("repair check failed", "tasks", len(ids), "err", err)
-			return false
+			failed("tasks", len(ids), err)
 		}
 	}
 	scopes := h.idx.scopes()
 	slices.SortFunc(scopes, func(a, b snapshot.Scope) int {
 		return cmp.Or(cmp.Compare(a.TenantID, b.TenantID), cmp.Compare(a.ProjectID, b.ProjectID), cmp.Compare(a.UserID, b.UserID))
 	})
-	for i := 0; i < len(scopes); i += RepairBatch {
+	for i := 0; i < len(scopes) && ctx.Err() == nil; i += RepairBatch {
 		found, err := h.cfg.Checker.CheckScopes(ctx, scopes[i:min(i+RepairBatch, len(scopes))])
 		if targets = h.offerChecked(found, targets); err != nil {
-			h.stats.repairErrors.Add(1)
-			h.log.Debug("repair scope check failed", "scopes", len(scopes), "err", err)
-			return false
+			failed("scopes", len(scopes), err)
 		}
 	}
-	return true
+	return ok
 }
 
 // offerChecked offers what a check found to its watchers. What a failed

@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		Source: n.be.source, Bus: n.be.hubBus, Stream: n.be.hubStream, HeartbeatInterval: cfg.Heartbeat, PollInterval: cfg.PollInterval,
 		NodeName: cfg.NodeName, Logger: cfg.Logger, Writers: cfg.Writers,
 		MaxSubscriptions: cfg.MaxSubscriptions, SubscribeReads: cfg.SubscribeReads, SubscribeReadBurst: cfg.SubscribeReadBurst,
-		HotTaskWatchers: cfg.HotTaskWatchers, Checker: n.be.checker(cfg.RepairInterval), RepairInterval: cfg.RepairInterval,
+		HotTaskWatchers: cfg.HotTaskWatchers, Checker: n.checker(), RepairInterval: cfg.RepairInterval,
 		Plans: planNames(cfg.Admission.Plans),
 	})
 	n.be.start(n.hub)
@@ -152,6 +152,15 @@ func (n *Node) adminHandler() http.Handler {
 		httperr.Write(w, http.StatusNotFound, httperr.NotFound, "the admin listener serves /metrics, /healthz and /readyz")
 	})
 	return mux
+}
+
+// checker is the hub's repair Checker: the backend's, unless a test runs
+// without repair.
+func (n *Node) checker() hub.Checker {
+	if n.tuning.noRepair {
+		return nil
+	}
+	return n.be.checker(n.cfg.RepairInterval)
 }
 
 // planNames are the configured plans (admission's defaults when none are):

@@ -13,6 +13,7 @@ type tuning struct {
 	snapshotFetchTimeout time.Duration
 	demoStep             time.Duration
 	announceGrace        time.Duration
+	noRepair             bool
 }
 
 // WithLivenessInterval is how often the bus checks its subscription by
@@ -36,6 +37,12 @@ func WithSnapshotFetchTimeout(d time.Duration) Option {
 // WithDemoStep is the demo simulator's time between two states of a task.
 func WithDemoStep(d time.Duration) Option {
 	return func(t *tuning) { t.demoStep = d }
+}
+
+// WithoutRepair runs no repair rounds: a test that counts every read the
+// node makes would otherwise find a round's reads among them now and then.
+func WithoutRepair() Option {
+	return func(t *tuning) { t.noRepair = true }
 }
 
 // WithAnnounceGrace is how old an entry of the unannounced journal must be
