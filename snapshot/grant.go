@@ -75,5 +75,5 @@ func (g *Grant) Project(id string) bool {
 // Allows reports whether a principal of user userID holding g may see s,
 // a task of its own tenant (the tenant is checked apart, first).
 func (g *Grant) Allows(userID string, s *Snapshot) bool {
-	return (userID != "" && s.UserID == userID) || (s.ProjectID != "" && g.Project(s.ProjectID)) || (g != nil && g.All)
+	return (userID != "" && s.UserID == userID) || (g != nil && (g.All || s.ProjectID != "" && g.Project(s.ProjectID)))
 }

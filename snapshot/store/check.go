@@ -119,9 +119,7 @@ func (s *Store) Check(ctx context.Context, req CheckRequest) (Checked, error) {
 	if s.db == nil {
 		return out, nil
 	}
-	if len(s.sem) >= max(cap(s.sem)/2, 1) {
-		s.stats.checkSkipped.Add(1)
-		out.Skipped = true
+	if out.Skipped = s.checkYields(); out.Skipped {
 		return out, nil
 	}
 	claimed, err := s.claim(ctx, req.IDs, req.Hold, req.Finished)
@@ -294,6 +292,16 @@ func (s *Store) claimKeys(ctx context.Context, keys []string, hold time.Duration
 		vals[i] = v[0]
 	}
 	return vals, nil
+}
+
+// checkYields reports, counting it, whether a check leaves PostgreSQL to
+// subscribers' reads: half of the node's slots or more are busy.
+func (s *Store) checkYields() bool {
+	if len(s.sem) >= max(cap(s.sem)/2, 1) {
+		s.stats.checkSkipped.Add(1)
+		return true
+	}
+	return false
 }
 
 var errBusy = fmt.Errorf("%w: postgres slots busy", snapshot.ErrUnavailable)

@@ -108,9 +108,7 @@ func (s *Store) CheckScopes(ctx context.Context, req ScopeCheckRequest) (ScopesC
 	defer s.inflight.Done()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
 	defer cancel()
-	if len(s.sem) >= max(cap(s.sem)/2, 1) {
-		s.stats.checkSkipped.Add(1)
-		out.Skipped = true
+	if out.Skipped = s.checkYields(); out.Skipped {
 		return out, nil
 	}
 	keys := make([]string, len(req.Scopes))
