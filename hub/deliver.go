@@ -162,41 +162,88 @@ func (h *Hub) observe(ev *Event, now int64) {
 	}
 }
 
+// readBatch is the most tasks one dispatcher reads together.
+const readBatch = 64
+
 // dispatchLoop reads the snapshots that notifications announce and offers
-// them to the connections that watch them.
+// them to the connections that watch them. Tasks queued together are read
+// together: one MGET (or pipeline) and one wake-up for the lot.
 func (h *Hub) dispatchLoop() {
 	defer h.wg.Done()
-	var targets []*Conn
+	var (
+		targets []*Conn
+		batch   []notice
+		keys    []key
+		ids     []string
+		ok      bool
+	)
 	for {
-		k, a, ok := h.dispatch.pop()
+		batch, keys, ok = h.dispatch.popBatch(batch, keys, readBatch)
 		if !ok {
 			return
 		}
-		targets = h.deliver(k, a, targets[:0])
+		if len(batch) == 1 {
+			targets = h.deliver(batch[0], targets)
+			continue
+		}
+		targets, ids = h.deliverBatch(batch, targets, ids)
 	}
 }
 
-func (h *Hub) deliver(k key, a announced, targets []*Conn) []*Conn {
+// deliver reads one announced task and offers it to its watchers.
+func (h *Hub) deliver(n notice, targets []*Conn) []*Conn {
 	// No per-read timeout here: the source bounds its own fetches, and a
 	// context per notification would be the delivery path's only allocation.
 	// Nor a cancel: a context that never ends lets the store read on this
 	// goroutine rather than one of its own per read; Close waits out at
 	// most one bounded fetch per dispatcher.
-	snap, err := h.cfg.Source.Get(context.Background(), k.id, a.version)
+	snap, err := h.cfg.Source.Get(context.Background(), n.id, n.version)
 	h.stats.fetches.Add(1)
 	if err != nil {
 		if !errors.Is(err, snapshot.ErrNotFound) {
 			h.stats.fetchErrors.Add(1)
-			h.log.Warn("snapshot read for notification failed", "tenant", k.tenant, "task", k.id, "err", err)
+			h.log.Warn("snapshot read for notification failed", "tenant", n.tenant, "task", n.id, "err", err)
 		}
 		return targets
 	}
-	if snap.TenantID != k.tenant {
+	return h.offerRead(n, snap, targets)
+}
+
+// deliverBatch reads several announced tasks with one GetMany and offers
+// each to its watchers. A task read older than announced (Redis lost the
+// write) or not at all (GetMany trusts the negative cache, which a read
+// begun before the write may have filled) is read again alone, by Get,
+// which knows where to look for the rest: a batch never delivers less than
+// its tasks read one by one would.
+func (h *Hub) deliverBatch(batch []notice, targets []*Conn, ids []string) ([]*Conn, []string) {
+	ids = ids[:0]
+	for _, n := range batch {
+		ids = append(ids, n.id)
+	}
+	h.stats.batchedReads.Add(1)
+	snaps, err := h.cfg.Source.GetMany(context.Background(), ids)
+	clear(ids)
+	for _, n := range batch {
+		// On an error each task is read alone, as if it came by itself: one
+		// bad id must not cost the others their delivery.
+		if snap := snaps[n.id]; err == nil && snap != nil && snap.Version >= n.version {
+			h.stats.fetches.Add(1)
+			targets = h.offerRead(n, snap, targets)
+		} else {
+			targets = h.deliver(n, targets)
+		}
+	}
+	return targets, ids
+}
+
+// offerRead offers snap, read for notice n, to its watchers.
+func (h *Hub) offerRead(n notice, snap *snapshot.Snapshot, targets []*Conn) []*Conn {
+	if snap.TenantID != n.tenant {
 		// A notification on one tenant's channel for another tenant's task.
 		h.stats.droppedTenant.Add(1)
 		return targets
 	}
-	return h.offerToWatchers(snap, news{heard: a.heard, live: true}, targets)
+	return h.offerToWatchers(snap, news{heard: n.heard, live: true}, targets[:0])
 }
 
 // offerToWatchers offers s to every local connection of its tenant that

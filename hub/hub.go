@@ -557,7 +557,7 @@ type counters struct {
 	opened, closed, notifications, resyncs                         atomic.Int64
 	fetches, fetchErrors, delivered, conflated                     atomic.Int64
 	droppedStale, droppedTenant, droppedGrant, refreshes           atomic.Int64
-	floodClosed                                                    atomic.Int64
+	floodClosed, batchedReads                                      atomic.Int64
 	slowClosed, expiredClosed, writeErrors, backlogged, heartbeats atomic.Int64
 	dispatchNoWatch, modeSwitches, polls, pollErrors, busRetries   atomic.Int64
 	readRetries, readsLimited                                      atomic.Int64
@@ -583,6 +583,7 @@ type Stats struct {
 	Notifications   int64
 	Resyncs         int64
 	Fetches         int64 // snapshot reads for notifications
+	BatchedReads    int64 // reads that served several notified tasks at once
 	FetchErrors     int64
 	Delivered       int64 // task events written
 	Conflated       int64 // pending snapshots replaced by a newer one
@@ -654,7 +655,7 @@ func (h *Hub) Stats() Stats {
 		Conns: h.Len(), ConnCounts: h.ConnCounts(),
 		Opened: c.opened.Load(), Closed: c.closed.Load(),
 		Notifications: c.notifications.Load(), Resyncs: c.resyncs.Load(),
-		Fetches: c.fetches.Load(), FetchErrors: c.fetchErrors.Load(),
+		Fetches: c.fetches.Load(), BatchedReads: c.batchedReads.Load(), FetchErrors: c.fetchErrors.Load(),
 		Delivered: c.delivered.Load(), Conflated: c.conflated.Load(),
 		DroppedStale: c.droppedStale.Load(), DroppedTenant: c.droppedTenant.Load(), DroppedGrant: c.droppedGrant.Load(), Refreshes: c.refreshes.Load(), FloodClosed: c.floodClosed.Load(),
 		SlowClosed: c.slowClosed.Load(), ExpiredClosed: c.expiredClosed.Load(),

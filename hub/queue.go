@@ -42,6 +42,47 @@ func (q *workQueue[T]) pushAll(vs []T) {
 	}
 }
 
+// pushQuiet queues v and wakes a waiter only if the queue was empty: a
+// waiter woken earlier has not popped yet and takes v with the rest, so
+// items that arrive together cost one wake-up, not one each.
+func (q *workQueue[T]) pushQuiet(v T) {
+	q.mu.Lock()
+	wasEmpty := q.head == len(q.items)
+	q.items = append(q.items, v)
+	q.mu.Unlock()
+	if wasEmpty {
+		q.cond.Signal()
+	}
+}
+
+// popUpTo blocks until an item is queued or the queue is closed, then
+// appends up to n items to dst, and wakes another waiter for any left.
+func (q *workQueue[T]) popUpTo(dst []T, n int) ([]T, bool) {
+	q.mu.Lock()
+	for q.head == len(q.items) && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		q.mu.Unlock()
+		return dst, false
+	}
+	take := min(n, len(q.items)-q.head)
+	dst = append(dst, q.items[q.head:q.head+take]...)
+	clear(q.items[q.head : q.head+take])
+	q.head += take
+	left := q.head < len(q.items)
+	if !left {
+		q.items, q.head = q.items[:0], 0
+	} else if q.head > 1024 && q.head*2 > len(q.items) {
+		q.items, q.head = append(q.items[:0], q.items[q.head:]...), 0
+	}
+	q.mu.Unlock()
+	if left {
+		q.cond.Signal()
+	}
+	return dst, true
+}
+
 // pop blocks until an item is queued or the queue is closed.
 func (q *workQueue[T]) pop() (T, bool) {
 	q.mu.Lock()
@@ -101,19 +142,32 @@ func (d *dispatchQueue) push(k key, version, heard int64) {
 	}
 	d.pending[k] = announced{version, heard}
 	d.mu.Unlock()
-	d.q.push(k)
+	d.q.pushQuiet(k)
 }
 
-func (d *dispatchQueue) pop() (key, announced, bool) {
-	k, ok := d.q.pop()
+// notice is a queued task and what its notifications announced.
+type notice struct {
+	key
+	announced
+}
+
+// popBatch blocks until a task is queued or the queue is closed, then
+// returns up to n queued tasks in batch, reusing its and keys' arrays:
+// hints that arrived together are read together.
+func (d *dispatchQueue) popBatch(batch []notice, keys []key, n int) ([]notice, []key, bool) {
+	keys, ok := d.q.popUpTo(keys[:0], n)
 	if !ok {
-		return k, announced{}, false
+		return batch[:0], keys, false
 	}
+	batch = batch[:0]
 	d.mu.Lock()
-	a := d.pending[k]
-	delete(d.pending, k)
+	for _, k := range keys {
+		batch = append(batch, notice{k, d.pending[k]})
+		delete(d.pending, k)
+	}
 	d.mu.Unlock()
-	return k, a, true
+	clear(keys)
+	return batch, keys, true
 }
 
 func (d *dispatchQueue) close() { d.q.close() }

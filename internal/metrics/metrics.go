@@ -94,6 +94,7 @@ var (
 	notifications = counter("notifications_total", "Change notifications heard.")
 	fetches       = counter("notification_fetches_total", "Snapshot reads made for notifications (one per notified task however many watch it).")
 	fetchErrors   = counter("notification_fetch_errors_total", "Snapshot reads for notifications that failed.")
+	batchedReads  = counter("notification_batched_reads_total", "Reads that served the notifications of several tasks at once (one MGET or pipeline).")
 	delivered     = counter("deliveries_total", "Task snapshots written to clients.")
 	conflated     = counter("conflated_total", "Pending snapshots replaced by a newer version before a slow client took them.")
 	dropped       = counter("dropped_total", "Snapshots not delivered, by reason: stale (not newer than what the client has), tenant (another tenant's) or grant (of a project the connection's token does not grant).", "reason")
@@ -187,7 +188,7 @@ var (
 	reconcileAbandoned = counter("announce_abandoned_total", "Unannounced journal entries the reconcile removed because their version was never stored (the publisher died before the write).")
 	reconcileErrors    = counter("announce_reconcile_errors_total", "Reconcile rounds in which a Redis read or a repair failed; the entries stay for the next round.")
 
-	all = []metric{connections, mode, pollTenants, modeSwitches, opened, notifications, fetches, fetchErrors, delivered, conflated,
+	all = []metric{connections, mode, pollTenants, modeSwitches, opened, notifications, fetches, batchedReads, fetchErrors, delivered, conflated,
 		dropped, disconnects, heartbeats, refreshes, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
 		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard,
@@ -283,6 +284,7 @@ func (e emitter) hub(st hub.Stats) {
 	e.emit(opened, float64(st.Opened))
 	e.emit(notifications, float64(st.Notifications))
 	e.emit(fetches, float64(st.Fetches))
+	e.emit(batchedReads, float64(st.BatchedReads))
 	e.emit(fetchErrors, float64(st.FetchErrors))
 	e.emit(delivered, float64(st.Delivered))
 	e.emit(conflated, float64(st.Conflated))
