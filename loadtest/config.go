@@ -63,6 +63,8 @@ type config struct {
 	PingFlooders int
 	// Pin: the server on CPU 0 with GOMAXPROCS 1, everything else on CPU 1.
 	Pin bool
+	// FindMax: fanout at rising rates until the highest one held.
+	FindMax bool
 
 	DatabaseURL string
 	RedisServer string
@@ -114,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always (the row first, then Redis, as the Task State Service does), fallback (only when Redis fails), off; auto is off for idle, always otherwise")
 	fs.DurationVar(&c.StormJitter, "storm-jitter", 0, "storm: each client waits a random delay up to this before reconnecting (0: all at once)")
 	fs.BoolVar(&c.Pin, "pin", false, "on two cores: run the server under test on CPU 0 alone with GOMAXPROCS=1 (pushd and Centrifugo alike), and the load generator, its workers, the private Redis and the shared PostgreSQL's processes on CPU 1 (given every CPU back after the run); figures then count the server's own core")
+	fs.BoolVar(&c.FindMax, "find-max", false, "fanout: find the highest rate each server holds (every update delivered, p99 ≤ 100 ms, the publisher keeping up): runs from -rate, doubling while held, then halving the gap to within 10 %; reports max_held_rate")
 	fs.IntVar(&c.PingFlooders, "ping-flooders", 0, "fanout on pushd: this many extra WebSocket clients send pings as fast as their socket takes them while updates flow, each reconnecting a second after the server closes it")
 	fs.StringVar(&c.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server on which a database of the run's own is created and dropped")
 	fs.StringVar(&c.RedisServer, "redis-server", "redis-server", "redis-server binary for the private Redis")
@@ -123,7 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	serverArgs := fs.String("server-args", "", "extra pushd flags, space-separated (they win over the loadtest's own)")
 	serverEnv := fs.String("server-env", "", "extra environment of the server under test (pushd or Centrifugo), KEY=VAL,KEY=VAL (GOMAXPROCS, GOGC, GOMEMLIMIT, ...)")
 	fs.StringVar(&c.CentrifugoBin, "centrifugo-bin", "", "a Centrifugo 6.9.1 binary for -target centrifugo or both: build Centrifugo 6.9.1 yourself and pass its path")
-	fs.StringVar(&c.Out, "out", "", "write the JSON result here (with -quick or -target both: a JSON array of every run)")
+	fs.StringVar(&c.Out, "out", "", "write the JSON result here (with -quick, -find-max or -target both: a JSON array of every run)")
 	fs.BoolVar(&c.Verbose, "v", false, "log progress to stderr")
 	fs.StringVar(&c.ProfileWorkers, "profile-workers", "", "write each worker's CPU profile to this directory")
 	fs.Bool("worker", false, "run as a worker (internal)")
@@ -184,6 +187,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if err := c.checkTarget(); err != nil {
 		return c, err
+	}
+	if c.FindMax && (c.Quick || c.Scenario != "fanout" || c.KillMaster) {
+		return c, fmt.Errorf("-find-max runs -scenario fanout only, without -quick or -kill-master")
 	}
 	switch c.PGWrites {
 	case "auto", "always", "fallback", "off":

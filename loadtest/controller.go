@@ -412,6 +412,15 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 	var results []*result
 	for i, c := range runs {
 		dir := filepath.Join(tmp, fmt.Sprintf("run%d", i))
+		if cfg.FindMax {
+			found, held := findMax(ctx, c, bins[c.Target], commits[c.Target], dir, stdout, stderr)
+			results = append(results, found...)
+			ok = ok && held
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
 		os.MkdirAll(dir, 0o755)
 		res, _ := runOne(ctx, c, bins[c.Target], commits[c.Target], dir, stderr) // an error is in res.Problems
 		res.report(stderr)
@@ -424,7 +433,7 @@ func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool,
 	}
 	if cfg.Out != "" {
 		var v any = results[0]
-		if cfg.Quick || len(runs) > 1 {
+		if cfg.Quick || cfg.FindMax || len(runs) > 1 {
 			v = results
 		}
 		b, err := json.MarshalIndent(v, "", "  ")
