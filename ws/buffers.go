@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 
 	"github.com/pushd/pushd/internal/backlog"
 )
@@ -19,8 +20,8 @@ import (
 // client's request is a few dozen bytes (a subscribe to its tasks) and
 // arrives in one read; a larger one passes through in pieces, and one of
 // more than the buffer is read straight into the message. The writer
-// carries only the library's control frames (the sink writes its messages
-// below it), and must hold the largest of them whole: see frameWriter.
+// carries only the library's close frame (the sink writes its messages
+// and control frames below it), and must hold it whole: see frameWriter.
 const (
 	readBufferSize  = 256
 	writeBufferSize = 256
@@ -34,11 +35,12 @@ const maxControlFrame = 2 + 125
 const _ = uint(writeBufferSize - maxControlFrame)
 
 // smallBuffers gives coder/websocket smaller buffers when it hijacks the
-// connection, and puts the sink's frameWriter, over its backlog writer,
-// under the library's writer, so no frame write ever waits for the peer.
-// The handshake's response is written before Hijack returns, so that
-// writer sees frames only. If the client already sent bytes past the
-// handshake, the original reader holding them is kept.
+// connection, puts the sink's gate under the library's reader, and the
+// sink's frameWriter, over its backlog writer, under the library's writer,
+// so no frame write ever waits for the peer. The handshake's response is
+// written before Hijack returns, so that writer sees frames only. If the
+// client already sent bytes past the handshake, the gate reads the
+// original reader holding them first.
 type smallBuffers struct {
 	http.ResponseWriter
 	sink *sink // its backlog writer is set by Hijack
@@ -56,18 +58,37 @@ func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	s.sink.bw = backlog.New(conn, s.sink.timeout, s.sink.drained)
 	s.sink.conn = conn
 	s.sink.out.w = s.sink.bw
-	r := brw.Reader
-	if r.Buffered() == 0 {
-		r = bufio.NewReaderSize(conn, readBufferSize)
+	g := &s.sink.g
+	g.conn = conn
+	if brw.Reader.Buffered() > 0 {
+		g.pre = brw.Reader // the client's first bytes, sent with the handshake
 	}
-	return conn, bufio.NewReadWriter(r, bufio.NewWriterSize(&s.sink.out, writeBufferSize)), nil
+	if sc, ok := conn.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			raw.Control(func(fd uintptr) { s.sink.fd = int(fd) })
+			s.sink.raw = raw
+		}
+	}
+	s.sink.br = bufio.NewReaderSize(g, readBufferSize)
+	// The library reads the connection it is handed, under its reader: it
+	// must be the gate.
+	return gatedConn{conn, g}, bufio.NewReadWriter(s.sink.br, bufio.NewWriterSize(&s.sink.out, writeBufferSize)), nil
 }
 
+// gatedConn is the hijacked connection as coder/websocket sees it: its
+// reads go through the gate.
+type gatedConn struct {
+	net.Conn
+	g *gate
+}
+
+func (c gatedConn) Read(p []byte) (int, error) { return c.g.Read(p) }
+
 // frameWriter is the one way frames reach the backlog writer, under
-// coder/websocket's buffered writer. The library writes its control frames
-// (pongs, pings, a close) through it: it flushes after every frame, and
-// those frames fit its buffer (maxControlFrame), so each of its writes
-// here is one whole frame. The sink writes its data frames here itself, all the
+// coder/websocket's buffered writer. The library writes its close frame
+// through it: it flushes after every frame, and control frames fit its
+// buffer (maxControlFrame), so each of its writes here is one whole frame;
+// the sink's pings and pongs come here whole too. The sink writes its data frames here itself, all the
 // frames of one Write in one write: the library would take two locks and
 // a write(2) per frame. A close frame seen going out ends the data frames,
 // as the library's own writer would.
@@ -93,7 +114,8 @@ func (f *frameWriter) Write(p []byte) (int, error) {
 	return f.w.Write(p)
 }
 
-// writeData writes data frames, unless the close frame went out first.
+// writeData writes the sink's frames (data, and its pings and pongs),
+// unless the close frame went out first.
 func (f *frameWriter) writeData(frames []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -119,6 +141,13 @@ func appendTextFrame(b, p []byte) []byte {
 		b = append(b, 127)
 		b = binary.BigEndian.AppendUint64(b, uint64(n))
 	}
+	return append(b, p...)
+}
+
+// appendControlFrame appends a server's control frame of opcode op (ping or
+// pong) carrying p, at most 125 bytes.
+func appendControlFrame(b []byte, op byte, p []byte) []byte {
+	b = append(b, 0x80|op, byte(len(p)))
 	return append(b, p...)
 }
 

@@ -90,20 +90,23 @@ func TestSinkWritesSeveralFramesInOneWrite(t *testing.T) {
 	readVersions(t, p, 1)
 }
 
-// TestDataFramesAndTheLibrarysFramesStayWhole: task frames the sink
-// writes and pings coder/websocket writes from another goroutine share the
-// socket without cutting into each other: the client reads every task
-// frame intact and in order, and answers every ping.
-func TestDataFramesAndTheLibrarysFramesStayWhole(t *testing.T) {
+// TestDataFramesAndControlFramesStayWhole: task frames the sink writes and
+// pings written from another goroutine share the socket without cutting
+// into each other: the client reads every task frame intact and in order,
+// and answers every ping, whose pong the server's reader takes.
+func TestDataFramesAndControlFramesStayWhole(t *testing.T) {
 	p := newPair(t, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	const writes = 200
+	const writes, pings = 200, 50
 	pinged := make(chan error, 1)
 	go func() {
-		for range 50 {
-			if err := p.sink.wc.Ping(ctx); err != nil {
-				pinged <- err
+		for range pings {
+			p.sink.ping()
+			select {
+			case <-p.pongs:
+			case <-ctx.Done():
+				pinged <- ctx.Err()
 				return
 			}
 		}

@@ -28,18 +28,13 @@ import (
 
 // maxIdleBytesPerConn bounds what an idle WebSocket keeps live: the hub's
 // Conn with what it watches and delivered, the index entry of its task,
-// the sink and its backlog writer, coder/websocket's Conn and buffers, the
-// reader goroutine with its stack, and both ends of the TCP connection (the
-// client's is in this process too; it has no goroutine). The reader's
-// stack is 4 KiB of it: blocked in coder/websocket's read it is more than
-// 2 KiB deep. It measured 10,650 bytes before the hub's sets became
-// slices, 10,020 after, 9,000-9,040 once the reader stopped arming a
-// watch on its context for every read and keeping a logger and the
-// first-request timer, and 8,720-9,200 with a 256-byte read buffer as the
-// first test of its process, as CI runs it (7,400-7,800 in later ones,
-// whose baseline holds more goroutine stacks). The bound sits above that
-// spread and below what came before the reader's fixes.
-const maxIdleBytesPerConn = 9700
+// the sink with its gate and backlog writer, coder/websocket's Conn and
+// buffers, and both ends of the TCP connection (the client's is in this
+// process too; it has no goroutine). A parked connection has no reader
+// goroutine: it measured 4,700-4,790 bytes, where a reader blocked in
+// coder/websocket's read (a stack of 4 KiB) made it 8,720-9,200. The bound
+// sits above that spread and far below what a reader would add.
+const maxIdleBytesPerConn = 5600
 
 // TestIdleWebSocketMemory opens conns real WebSockets, each subscribed to
 // a task of its own as the idle load test's are, waits until each has its

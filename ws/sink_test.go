@@ -24,6 +24,7 @@ type pair struct {
 	sink   *sink
 	client *websocket.Conn
 	gone   context.Context // done once the server end is closed
+	pongs  chan struct{}   // told of each pong the server takes, if there is room
 }
 
 func newPair(tb testing.TB, timeout time.Duration) *pair {
@@ -33,14 +34,25 @@ func newPair(tb testing.TB, timeout time.Duration) *pair {
 		gone context.Context
 	}
 	accepted := make(chan server, 1)
+	pongs := make(chan struct{}, 64)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s := &sink{timeout: timeout}
+		s := newSink(New(Config{WriteTimeout: timeout, ControlFrames: 1000}).cfg)
+		s.g.control = func(op byte, payload []byte) bool {
+			if op == opPong {
+				select {
+				case pongs <- struct{}{}:
+				default:
+				}
+			}
+			return s.onControl(op, payload)
+		}
 		wc, err := websocket.Accept(smallBuffers{w, s}, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}})
 		if err != nil {
 			return
 		}
 		s.wc = wc
-		// The server's reader answers the client's pings, as run does.
+		// The server's reader answers the client's pings, as a
+		// connection's readers do.
 		accepted <- server{s, wc.CloseRead(context.Background())}
 	}))
 	tb.Cleanup(srv.Close)
@@ -51,7 +63,7 @@ func newPair(tb testing.TB, timeout time.Duration) *pair {
 		tb.Fatal(err)
 	}
 	a := <-accepted
-	p := &pair{sink: a.sink, client: client, gone: a.gone}
+	p := &pair{sink: a.sink, client: client, gone: a.gone, pongs: pongs}
 	tb.Cleanup(func() {
 		p.client.CloseNow()
 		p.sink.wc.CloseNow()
@@ -92,7 +104,7 @@ func taskEvent(tb testing.TB, version int64) hub.Event {
 
 // TestSinkWriteLeavesNoDeadline: the write timeout bounds a backlog only. A
 // connection idle for longer than the write timeout must still answer a
-// client's ping (coder/websocket writes the pong itself), and take the next
+// client's ping (the sink's gate writes the pong), and take the next
 // batch.
 func TestSinkWriteLeavesNoDeadline(t *testing.T) {
 	const timeout = 50 * time.Millisecond

@@ -1,9 +1,11 @@
 // Package ws is the WebSocket transport (subprotocol pushd.v1): clients
 // subscribe and unsubscribe with JSON requests on one connection and receive
-// snapshots, acks, mode changes and errors as JSON text frames.
+// snapshots, acks, mode changes and errors as JSON text frames. An idle
+// connection parks with no goroutine of its own.
 package ws
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +15,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -70,10 +73,9 @@ type Config struct {
 	// means 10s.
 	SubscribeTimeout time.Duration
 	// ControlFrames bounds the control frames (pings and pongs) a client
-	// may send per second, with bursts of twice that: the library answers a
-	// ping by itself, so a flood of them costs the node a write each. One
-	// past it is not answered and closes the connection with 1008. Zero
-	// means 5.
+	// may send per second, with bursts of twice that: every ping is
+	// answered, so a flood of them costs the node a write each. One past it
+	// is not answered and closes the connection with 1008. Zero means 5.
 	ControlFrames float64
 	// Authenticate checks the token of a refresh request as the
 	// connection's first token was checked. Its error wraps
@@ -94,10 +96,12 @@ var (
 type Handler struct {
 	cfg Config
 	log *slog.Logger
-	wg  sync.WaitGroup // one per connection: its reader
+	wg  sync.WaitGroup // one per connection, from its open to its end
 
 	mu      sync.Mutex
-	waiting bool // Wait was called: no new connection goroutines
+	waiting bool    // Wait was called: no new connection goroutines
+	poller  *poller // wakes parked connections; made by the first to park
+	noPark  bool    // the poller could not be made: every connection keeps its reader
 }
 
 // New returns a Handler.
@@ -153,16 +157,12 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down; reconnect")
 		return
 	}
-	s := &sink{timeout: h.cfg.WriteTimeout, sendBuffer: h.cfg.SendBuffer}
-	// Control frames reach the callbacks on the reader, after Bind.
-	control := rate.NewLimiter(rate.Limit(h.cfg.ControlFrames), int(2*h.cfg.ControlFrames))
+	s := newSink(h.cfg)
 	wc, err := websocket.Accept(smallBuffers{w, s}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{Subprotocol},
 		OriginPatterns: h.cfg.OriginPatterns,
 		// The sink writes its frames itself, uncompressed (appendTextFrame).
 		CompressionMode: websocket.CompressionDisabled,
-		OnPingReceived:  func(context.Context, []byte) bool { return s.controlFrame(control) },
-		OnPongReceived:  func(context.Context, []byte) { s.controlFrame(control) },
 	})
 	if err != nil {
 		return // Accept answered the client: 400 for a bad handshake (the API refused foreign origins before)
@@ -180,11 +180,12 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		wc.Close(websocket.StatusServiceRestart, "node shutting down")
 		return
 	}
-	// The connection gets one goroutine of its own, its reader; the
-	// handler's goroutine returns, taking its stack (grown deep by the
-	// HTTP and routing layers) with it. coder/websocket needs a reader for
-	// pongs and close frames anyway. Writes come from the hub's writers,
-	// pings from its heartbeats.
+	// The handler's goroutine returns, taking its stack (grown deep by the
+	// HTTP and routing layers) with it. A reader reads the connection's
+	// requests while any arrive, and between them the connection parks
+	// with no goroutine: the poller starts a reader when the socket turns
+	// readable. Writes come from the hub's writers, pings from its
+	// heartbeats.
 	h.mu.Lock()
 	if h.waiting { // the node is stopping
 		h.mu.Unlock()
@@ -193,38 +194,72 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		return
 	}
 	h.wg.Add(1)
+	s.poller = h.pollerLocked()
 	h.mu.Unlock()
-	// A connection that never asks for anything would hold its socket,
-	// buffers and reader for nothing. A timer, not the first Read's
-	// context: coder/websocket drops the connection without a close frame
-	// when a read's context ends, and the client should learn why.
+	s.run = func() { h.run(s) }
+	s.finish = func(err error) { h.finish(s, err) }
+	// A connection that never asks for anything would hold its socket and
+	// buffers for nothing. A timer, not the first Read's context:
+	// coder/websocket drops the connection without a close frame when a
+	// read's context ends, and the client should learn why.
+	s.mu.Lock()
 	s.wg.Add(1)
-	first := time.AfterFunc(h.cfg.FirstRequestTimeout, func() {
+	s.first = time.AfterFunc(h.cfg.FirstRequestTimeout, func() {
 		defer s.wg.Done()
 		s.closeWith(websocket.StatusPolicyViolation, "no request within "+h.cfg.FirstRequestTimeout.String())
 	})
-	go h.run(wc, c, s, first)
+	s.mu.Unlock()
+	go s.run()
 }
 
-// run reads the connection's requests until it ends, then closes it.
-func (h *Handler) run(wc *websocket.Conn, c *hub.Conn, s *sink, first *time.Timer) {
-	defer h.wg.Done()
+// pollerLocked returns the poller, made at the first call; nil where
+// connections cannot park. Called under h.mu.
+func (h *Handler) pollerLocked() *poller {
+	if h.poller == nil && !h.noPark {
+		p, err := newPoller()
+		if err != nil {
+			h.noPark = true
+			if !errors.Is(err, errors.ErrUnsupported) {
+				h.log.Warn("websocket connections will not park: no poller", "err", err)
+			}
+			return nil
+		}
+		h.poller = p
+	}
+	return h.poller
+}
+
+// run reads the connection's requests until it parks or ends.
+func (h *Handler) run(s *sink) {
 	// Reads get a context that never ends: coder/websocket arms a watch on
-	// a read's context for every read (allocations kept while the idle
-	// read waits), and would drop the connection without a close frame if
-	// it ended. The connection ends by closing it instead.
-	err := h.readLoop(context.Background(), wc, c, s, &first)
-	s.stopFirst(first)
-	c.Close() // no hub writes after this returns
+	// a read's context for every read, and would drop the connection
+	// without a close frame if it ended. The connection ends by closing it
+	// instead.
+	err := h.readLoop(context.Background(), s)
+	if errors.Is(err, errParked) {
+		return
+	}
+	h.finish(s, err)
+}
+
+// finish ends the connection: on the goroutine of its last reader, or of
+// the close that found it parked.
+func (h *Handler) finish(s *sink, err error) {
+	defer h.wg.Done()
+	s.stopTimers()
+	s.hc.Close() // no hub writes after this returns
 	code, reason := closeFor(err)
 	if ecode, ereason, ended := s.ended(); ended {
 		code, reason = ecode, ereason // the sink is closing it with this code
 	}
 	if code >= 0 {
-		wc.Close(code, reason)
+		s.wc.Close(code, reason)
 	}
-	wc.CloseNow()
-	s.wg.Wait() // pings and the close the hub asked for
+	if s.poller != nil {
+		s.poller.forget(s) // before the socket closes, whose number may be reused
+	}
+	s.wc.CloseNow()
+	s.wg.Wait() // the close the hub asked for, and the timers' functions
 }
 
 // connLog is the logger of a connection's lines. It is made for each line:
@@ -242,45 +277,49 @@ func (h *Handler) Wait() {
 	h.waiting = true
 	h.mu.Unlock()
 	h.wg.Wait()
+	h.mu.Lock()
+	p := h.poller
+	h.mu.Unlock()
+	if p != nil {
+		p.close()
+	}
 }
 
-// readLoop reads client requests until the connection fails. Its error
-// chooses the close code. It stops the first-request timer at the first
-// message and lets go of it.
-func (h *Handler) readLoop(ctx context.Context, wc *websocket.Conn, c *hub.Conn, s *sink, first **time.Timer) error {
-	bad := 0
-	limit := rate.NewLimiter(rate.Limit(h.cfg.RequestRate), h.cfg.RequestBurst)
+// readLoop reads client requests until the connection fails, or parks
+// it (errParked) when nothing is arriving. Its error chooses the close
+// code. It stops the first-request timer at the first message.
+func (h *Handler) readLoop(ctx context.Context, s *sink) error {
 	for {
-		typ, data, err := wc.Read(ctx)
+		if s.park() {
+			return errParked
+		}
+		typ, data, err := s.wc.Read(ctx)
 		if err != nil {
 			return err
 		}
-		if *first != nil {
-			s.stopFirst(*first)
-			*first = nil
-		}
+		s.stopFirst()
 		if typ != websocket.MessageText {
 			return errBinary
 		}
-		if now := time.Now(); !limit.AllowN(now, 1) {
+		if now := time.Now(); !s.limit.AllowN(now, 1) {
 			// Dropped unread: a flood costs no decoding and no reads. The
 			// wait is until the bucket holds a token again.
-			bad++
-			ms := httperr.RetryAfterMS(time.Duration((1 - limit.TokensAt(now)) / h.cfg.RequestRate * float64(time.Second)))
-			c.Send(hub.Event{Kind: hub.KindError, Code: httperr.RateLimitExceeded,
+			s.bad++
+			ms := httperr.RetryAfterMS(time.Duration((1 - s.limit.TokensAt(now)) / h.cfg.RequestRate * float64(time.Second)))
+			s.hc.Send(hub.Event{Kind: hub.KindError, Code: httperr.RateLimitExceeded,
 				Message:    fmt.Sprintf("at most %g requests per second; this one was dropped", h.cfg.RequestRate),
 				RetryAfter: httperr.RetryAfterSeconds(ms), RetryAfterMS: ms})
-			if bad >= h.cfg.MaxBadMessages {
+			if s.bad >= h.cfg.MaxBadMessages {
 				return errTooFast
 			}
 			continue
 		}
 		// Decoding and handling go deep (encoding/json, then Redis and
 		// PostgreSQL for a subscribe); a short-lived goroutine takes that
-		// stack, so the reader's stays small for the connection's idle
-		// life. The reader waits: requests are handled in order.
+		// stack, so the reader's stays small. The reader waits: requests
+		// are handled in order.
 		var stop error
-		shallow(func() { stop = h.handle(ctx, data, c, &bad) })
+		shallow(func() { stop = h.handle(ctx, data, s.hc, &s.bad) })
 		if stop != nil {
 			return stop
 		}
@@ -368,6 +407,8 @@ func shallow(f func()) {
 }
 
 var (
+	errParked     = errors.New("parked")
+	errEnding     = errors.New("closed by the node")
 	errBinary     = errors.New("binary message")
 	errTooManyBad = errors.New("too many malformed requests")
 	errTooFast    = errors.New("requests too fast")
@@ -459,8 +500,9 @@ func closeForReason(r hub.CloseReason) (websocket.StatusCode, string) {
 	return websocket.StatusGoingAway, "closing"
 }
 
-// sink writes events as JSON text frames. Write is called by one hub writer
-// at a time.
+// sink writes events as JSON text frames, and holds what a connection's
+// readers share: each reads while requests arrive, and the connection
+// parks between them. Write is called by one hub writer at a time.
 type sink struct {
 	wc      *websocket.Conn
 	out     frameWriter     // under wc's buffered writer, over bw
@@ -471,28 +513,105 @@ type sink struct {
 	// sendBuffer is the socket send buffer Hijack sets; 0 leaves it.
 	sendBuffer int
 
-	wg     sync.WaitGroup // pings, closes and the first-request timer in flight; run waits for them
-	mu     sync.Mutex     // guards the fields below
-	code   websocket.StatusCode
-	reason string
-	ending bool
+	// What the connection's readers share; one reads at a time.
+	g      gate          // under the library's reader, br
+	br     *bufio.Reader // the library's reader, set by Hijack
+	budget *rate.Limiter // the client's control frames
+	limit  *rate.Limiter // the client's requests
+	bad    int           // malformed or dropped requests in a row
+	run    func()        // reads until the connection parks or ends
+	finish func(error)   // ends the connection
+
+	// How the poller knows the connection; raw is nil where it cannot park.
+	poller *poller
+	raw    syscall.RawConn
+	fd     int
+	pollID uint64 // the poller's, under its lock
+
+	wg       sync.WaitGroup // closes and timers in flight; finish waits for them
+	mu       sync.Mutex     // guards the fields below
+	parked   bool           // no reader: the poller starts one
+	first    *time.Timer    // until the first request
+	pongWait *time.Timer    // until the pong of the ping in flight
+	code     websocket.StatusCode
+	reason   string
+	ending   bool
+}
+
+// newSink returns the sink of a connection under cfg, with its defaults.
+func newSink(cfg Config) *sink {
+	s := &sink{timeout: cfg.WriteTimeout, sendBuffer: cfg.SendBuffer,
+		budget: rate.NewLimiter(rate.Limit(cfg.ControlFrames), int(2*cfg.ControlFrames)),
+		limit:  rate.NewLimiter(rate.Limit(cfg.RequestRate), cfg.RequestBurst)}
+	s.g.control = s.onControl
+	return s
 }
 
 func (s *sink) Bind(c *hub.Conn) { s.hc = c }
 
+// park gives the connection up to the poller when nothing is arriving:
+// pings and pongs already read are answered, nothing is half read, and the
+// connection is not ending. It reports whether it parked; the caller then
+// stops reading at once, as the poller may already have started the next
+// reader.
+func (s *sink) park() bool {
+	if s.poller == nil || s.raw == nil {
+		return false
+	}
+	if s.g.pump(s.readNow) || !s.g.idle() || s.br.Buffered() > 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ending || s.poller.arm(s) != nil {
+		return false
+	}
+	s.parked = true
+	return true
+}
+
+// wake is the poller's: the parked connection's socket turned readable.
+func (s *sink) wake() {
+	s.mu.Lock()
+	parked := s.parked
+	s.parked = false
+	s.mu.Unlock()
+	if parked {
+		go s.run()
+	}
+}
+
+// onControl is the gate's: it answers a client's ping and takes a pong, as
+// long as the client keeps within its budget of control frames.
+func (s *sink) onControl(op byte, payload []byte) bool {
+	if !s.controlFrame(s.budget) {
+		return false
+	}
+	if op == opPing {
+		var b [maxControlFrame]byte
+		s.out.writeData(appendControlFrame(b[:0], opPong, payload)) // a failed write ends the connection through the reader
+		return true
+	}
+	s.mu.Lock()
+	t := s.pongWait
+	s.pongWait = nil
+	s.mu.Unlock()
+	if t != nil && t.Stop() {
+		s.wg.Done()
+	}
+	return true
+}
+
 // controlFrame takes a control frame from the connection's budget and
-// reports whether it is answered; one past the budget ends the connection.
+// reports whether it is answered; one past the budget ends the connection
+// (the gate reads nothing more: a flooder never answers the close frame,
+// and the close handshake would read its flood for seconds).
 func (s *sink) controlFrame(budget *rate.Limiter) bool {
 	if budget.Allow() {
 		return true
 	}
 	if s.hc != nil {
 		s.hc.Flooded()
-	}
-	// Read nothing more: a flooder never answers the close frame, and the
-	// close handshake would read its flood for seconds.
-	if s.conn != nil {
-		s.conn.SetReadDeadline(time.Now())
 	}
 	return false
 }
@@ -534,20 +653,31 @@ func (s *sink) drained(err error) {
 	}
 }
 
-// ping checks an idle peer with a protocol ping. coder/websocket's Ping
-// waits for the pong, which the connection's reader delivers; a short-lived
-// goroutine waits for it so no writer does. A peer that does not answer
-// within the write timeout is closed.
+// ping checks an idle peer with a protocol ping, one at a time; a peer that
+// does not answer within the write timeout is closed. The gate takes the
+// pong, so a parked connection answers pings without waking.
 func (s *sink) ping() {
+	s.mu.Lock()
+	if s.ending || s.pongWait != nil {
+		s.mu.Unlock()
+		return
+	}
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		defer cancel()
-		if err := s.wc.Ping(ctx); err != nil {
-			s.wc.CloseNow() // the reader fails, and Serve cleans up
-		}
-	}()
+	s.pongWait = time.AfterFunc(s.timeout, s.pongLate)
+	s.mu.Unlock()
+	var b [2]byte
+	s.out.writeData(appendControlFrame(b[:0], opPing, nil)) // a failed write ends the connection through the reader
+}
+
+func (s *sink) pongLate() {
+	defer s.wg.Done()
+	s.mu.Lock()
+	late := s.pongWait != nil
+	s.pongWait = nil
+	s.mu.Unlock()
+	if late {
+		s.closeWith(-1, "") // no close frame: the peer is not reading
+	}
 }
 
 // Closed closes the WebSocket with the code for the hub's reason.
@@ -556,9 +686,11 @@ func (s *sink) Closed(r hub.CloseReason) {
 	s.closeWith(code, reason)
 }
 
-// closeWith closes the WebSocket with code, once. The close handshake
-// waits for the peer, so it runs in its own short-lived goroutine: Closed
-// is called under the hub's locks and must not block.
+// closeWith closes the WebSocket with code, once; a negative code closes it
+// without a close frame. The close handshake waits for the peer, so it
+// runs in its own short-lived goroutine: Closed is called under the hub's
+// locks and must not block. A parked connection has no reader to notice,
+// so that goroutine ends it too.
 func (s *sink) closeWith(code websocket.StatusCode, reason string) {
 	s.mu.Lock()
 	if s.ending {
@@ -566,18 +698,45 @@ func (s *sink) closeWith(code websocket.StatusCode, reason string) {
 		return
 	}
 	s.ending, s.code, s.reason = true, code, reason
+	parked := s.parked
+	s.parked = false
 	s.mu.Unlock()
+	if parked {
+		go s.finish(errEnding)
+		return
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.wc.Close(code, reason)
+		if code >= 0 {
+			s.wc.Close(code, reason)
+		} else {
+			s.wc.CloseNow()
+		}
 	}()
 }
 
-// stopFirst stops the first-request timer; nil is a timer stopped before.
-func (s *sink) stopFirst(t *time.Timer) {
+// stopFirst stops the first-request timer, if it still runs.
+func (s *sink) stopFirst() {
+	s.mu.Lock()
+	t := s.first
+	s.first = nil
+	s.mu.Unlock()
 	if t != nil && t.Stop() {
 		s.wg.Done() // the timer's function will not run
+	}
+}
+
+// stopTimers stops the connection's timers, so finish need not wait them
+// out.
+func (s *sink) stopTimers() {
+	s.stopFirst()
+	s.mu.Lock()
+	t := s.pongWait
+	s.pongWait = nil
+	s.mu.Unlock()
+	if t != nil && t.Stop() {
+		s.wg.Done()
 	}
 }
 

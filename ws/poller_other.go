@@ -1,0 +1,16 @@
+//go:build !linux
+
+package ws
+
+import "errors"
+
+// poller parks nothing here: every connection keeps its reader.
+type poller struct{}
+
+func newPoller() (*poller, error) { return nil, errors.ErrUnsupported }
+
+func (*poller) arm(*sink) error { return errors.ErrUnsupported }
+func (*poller) forget(*sink)    {}
+func (*poller) close()          {}
+
+func (*sink) readNow([]byte) (int, error) { return 0, errWouldBlock }
