@@ -65,7 +65,6 @@ func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	if sc, ok := conn.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
-			raw.Control(func(fd uintptr) { s.sink.fd = int(fd) })
 			s.sink.raw = raw
 		}
 	}

@@ -54,25 +54,34 @@ type rawClient struct {
 // in the same write.
 func rawDial(t *testing.T, addr string, first ...[]byte) *rawClient {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	r, err := rawDialErr(t, addr, first...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return r
+}
+
+// rawDialErr is rawDial for other goroutines than the test's.
+func rawDialErr(t *testing.T, addr string, first ...[]byte) (*rawClient, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
 	}
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(testenv.Wait))
 	req := fmt.Appendf(nil, "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: %s\r\n\r\n", Subprotocol)
 	if _, err := c.Write(bytes.Join(append([][]byte{req}, first...), nil)); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	r := &rawClient{t: t, c: c, br: bufio.NewReader(c)}
 	for {
 		line, err := r.br.ReadString('\n')
 		if err != nil {
-			t.Fatalf("handshake: %v", err)
+			return nil, fmt.Errorf("handshake: %w", err)
 		}
 		if line == "\r\n" {
-			return r
+			return r, nil
 		}
 	}
 }
@@ -264,6 +273,67 @@ func TestUnansweredPingEndsTheConnection(t *testing.T) {
 		if op == opPing {
 			answered++
 			answers.send(frame(true, opPong, p))
+		}
+	}
+}
+
+// Connections that come and go (close handshakes, whose answer closes the
+// socket before the connection ends) beside parked ones leave those awake:
+// every parked connection takes its next request. The poller's own test
+// pins down the socket number reused.
+func TestChurnLeavesParkedConnectionsAwake(t *testing.T) {
+	const workers, cycles = 16, 40
+	_, addr := serveHub(t, hub.Config{}, Config{})
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			errs <- func() error {
+				for i := range cycles {
+					c, err := rawDialErr(t, addr, frame(true, opText, []byte(`{"op":"subscribe","id":1}`)))
+					if err != nil {
+						return err
+					}
+					if _, err := c.untilErr(opText, `"id":1`); err != nil {
+						return err
+					}
+					if (w+i)%2 == 0 {
+						// A close handshake: the library closes the socket as
+						// it answers, before the connection ends.
+						c.c.Write(frame(true, opClose, []byte{0x03, 0xe8}))
+						c.untilErr(opClose, "")
+						c.c.Close()
+						continue
+					}
+					// Parked by now or soon; a request must wake it.
+					if _, err := c.c.Write(frame(true, opText, []byte(`{"op":"subscribe","id":2}`))); err != nil {
+						return err
+					}
+					if _, err := c.untilErr(opText, `"id":2`); err != nil {
+						return fmt.Errorf("worker %d cycle %d: the request of a parked connection: %w", w, i, err)
+					}
+					c.c.Close()
+				}
+				return nil
+			}()
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// untilErr is until for other goroutines than the test's: it returns the
+// error instead of failing.
+func (r *rawClient) untilErr(op byte, want string) ([]byte, error) {
+	for {
+		got, p, err := r.next()
+		if err != nil {
+			return nil, err
+		}
+		if got == op && bytes.Contains(p, []byte(want)) {
+			return p, nil
 		}
 	}
 }

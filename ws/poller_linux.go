@@ -62,7 +62,7 @@ func (p *poller) arm(s *sink) error {
 	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT}
 	setID(&ev, s.pollID)
-	if err := unix.EpollCtl(p.epfd, op, s.fd, &ev); err != nil {
+	if err := s.onFD(func(fd int) error { return unix.EpollCtl(p.epfd, op, fd, &ev) }); err != nil {
 		if op == unix.EPOLL_CTL_ADD {
 			s.pollID = 0
 		}
@@ -72,7 +72,9 @@ func (p *poller) arm(s *sink) error {
 	return nil
 }
 
-// forget drops s's entry, before its socket closes.
+// forget drops s's entry. A socket closed already left the epoll set by
+// itself, and its number may be another connection's now: that one's
+// entry must stay.
 func (p *poller) forget(s *sink) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -81,9 +83,19 @@ func (p *poller) forget(s *sink) {
 	}
 	delete(p.conns, s.pollID)
 	if !p.closed {
-		unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, s.fd, nil) // fails only if the socket closed, which dropped it too
+		s.onFD(func(fd int) error { return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, fd, nil) })
 	}
 	s.pollID = 0
+}
+
+// onFD runs f on s's socket while it is open: its number is the socket's
+// for as long as f runs. A closed socket is an error, f not run.
+func (s *sink) onFD(f func(fd int) error) error {
+	var err error
+	if cerr := s.raw.Control(func(fd uintptr) { err = f(int(fd)) }); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 var errPollerClosed = errors.New("ws: poller closed")

@@ -525,7 +525,6 @@ type sink struct {
 	// How the poller knows the connection; raw is nil where it cannot park.
 	poller *poller
 	raw    syscall.RawConn
-	fd     int
 	pollID uint64 // the poller's, under its lock
 
 	wg       sync.WaitGroup // closes and timers in flight; finish waits for them
