@@ -5,38 +5,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
-	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
-	"github.com/pushd/pushd/snapshot"
 )
 
 // serve runs a Handler over an in-memory hub on a real socket and returns
 // its ws:// URL.
 func serve(t *testing.T, cfg Config) string {
 	t.Helper()
-	bus := fanout.NewMemoryBus()
-	h := hub.New(hub.Config{Source: snapshot.NewMemoryStore(), Bus: bus})
-	bus.Start(h)
-	cfg.Hub = h
-	wh := New(cfg)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		wh.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1", Grant: &snapshot.Grant{All: true}})
-	}))
-	t.Cleanup(func() {
-		srv.Close()
-		h.Close()
-		wh.Wait()
-		bus.Close()
-	})
-	return "ws" + strings.TrimPrefix(srv.URL, "http")
+	_, addr := serveHub(t, hub.Config{}, cfg)
+	return "ws://" + addr
 }
 
 func dial(t *testing.T, u string) *websocket.Conn {

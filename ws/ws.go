@@ -591,13 +591,7 @@ func (s *sink) onControl(op byte, payload []byte) bool {
 		s.out.writeData(appendControlFrame(b[:0], opPong, payload)) // a failed write ends the connection through the reader
 		return true
 	}
-	s.mu.Lock()
-	t := s.pongWait
-	s.pongWait = nil
-	s.mu.Unlock()
-	if t != nil && t.Stop() {
-		s.wg.Done()
-	}
+	s.stopPongWait()
 	return true
 }
 
@@ -730,12 +724,18 @@ func (s *sink) stopFirst() {
 // out.
 func (s *sink) stopTimers() {
 	s.stopFirst()
+	s.stopPongWait()
+}
+
+// stopPongWait stops waiting for the pong of the ping in flight: it came,
+// or the connection ends.
+func (s *sink) stopPongWait() {
 	s.mu.Lock()
 	t := s.pongWait
 	s.pongWait = nil
 	s.mu.Unlock()
 	if t != nil && t.Stop() {
-		s.wg.Done()
+		s.wg.Done() // the timer's function will not run
 	}
 }
 
