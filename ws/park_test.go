@@ -22,7 +22,7 @@ import (
 
 // serveHub is serve with the hub's settings, returning the hub too and the
 // server's address.
-func serveHub(t *testing.T, hc hub.Config, cfg Config) (*hub.Hub, string) {
+func serveHub(t testing.TB, hc hub.Config, cfg Config) (*hub.Hub, string) {
 	t.Helper()
 	bus := fanout.NewMemoryBus()
 	hc.Source, hc.Bus = snapshot.NewMemoryStore(), bus
@@ -45,7 +45,7 @@ func serveHub(t *testing.T, hc hub.Config, cfg Config) (*hub.Hub, string) {
 // rawClient is a WebSocket client written by hand, so a test decides every
 // frame, and answers nothing by itself.
 type rawClient struct {
-	t  *testing.T
+	t  testing.TB
 	c  net.Conn
 	br *bufio.Reader
 }
@@ -62,7 +62,7 @@ func rawDial(t *testing.T, addr string, first ...[]byte) *rawClient {
 }
 
 // rawDialErr is rawDial for other goroutines than the test's.
-func rawDialErr(t *testing.T, addr string, first ...[]byte) (*rawClient, error) {
+func rawDialErr(t testing.TB, addr string, first ...[]byte) (*rawClient, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		return nil, err

@@ -5,18 +5,24 @@ package ws
 import (
 	"errors"
 	"io"
+	"os"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
 // poller wakes parked connections when their sockets turn readable: one
-// goroutine waits in epoll_wait for all of them, each registered one-shot,
-// so a parked connection costs an epoll entry and no goroutine. It watches
-// the sockets beside the Go runtime's own poller, which keeps them for the
-// reads and writes made through net.Conn.
+// epoll set holds them all, each registered one-shot, so a parked
+// connection costs an epoll entry and no goroutine. The set's own fd waits
+// in the Go runtime's poller, like a socket: the poller's goroutine parks
+// there, and wakes as any reader does, without a thread of its own
+// blocked in epoll_wait. The sockets stay in the runtime's poller too, for
+// the reads and writes made through net.Conn.
 type poller struct {
-	epfd, wakefd int // wakefd: an eventfd that stops the loop
+	epfd int
+	file *os.File        // epfd, for the runtime's poller
+	raw  syscall.RawConn // file's
 
 	mu     sync.Mutex
 	conns  map[uint64]*sink // by the id each epoll entry carries
@@ -30,18 +36,17 @@ func newPoller() (*poller, error) {
 	if err != nil {
 		return nil, err
 	}
-	wakefd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, err
+	}
+	file := os.NewFile(uintptr(epfd), "epoll")
+	raw, err := file.SyscallConn()
 	if err != nil {
-		unix.Close(epfd)
+		file.Close()
 		return nil, err
 	}
-	// Id 0 is the eventfd's; connections count from 1.
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &unix.EpollEvent{Events: unix.EPOLLIN}); err != nil {
-		unix.Close(epfd)
-		unix.Close(wakefd)
-		return nil, err
-	}
-	p := &poller{epfd: epfd, wakefd: wakefd, conns: make(map[uint64]*sink), done: make(chan struct{})}
+	p := &poller{epfd: epfd, file: file, raw: raw, conns: make(map[uint64]*sink), done: make(chan struct{})}
 	go p.loop()
 	return p, nil
 }
@@ -105,23 +110,19 @@ func (p *poller) loop() {
 	events := make([]unix.EpollEvent, 128)
 	var woken []*sink
 	for {
-		n, err := unix.EpollWait(p.epfd, events, -1)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return // EBADF after close, or worse: parked connections then end with the node
+		n := 0
+		var werr error
+		err := p.raw.Read(func(fd uintptr) bool {
+			n, werr = unix.EpollWait(int(fd), events, 0)
+			return n > 0 || (werr != nil && !errors.Is(werr, unix.EINTR))
+		})
+		if err != nil || werr != nil {
+			return // closed; or worse, and parked connections then end with the node
 		}
 		woken = woken[:0]
-		stop := false
 		p.mu.Lock()
 		for _, ev := range events[:n] {
-			id := eventID(&ev)
-			if id == 0 {
-				stop = true
-				continue
-			}
-			if s := p.conns[id]; s != nil {
+			if s := p.conns[eventID(&ev)]; s != nil {
 				woken = append(woken, s)
 			}
 		}
@@ -130,14 +131,11 @@ func (p *poller) loop() {
 			s.wake()
 			woken[i] = nil
 		}
-		if stop {
-			return
-		}
 	}
 }
 
-// close stops the loop and releases the epoll and event fds; connections
-// still parked then never wake, so it comes after every one ended.
+// close stops the loop and closes the epoll set; connections still parked
+// then never wake, so it comes after every one ended.
 func (p *poller) close() {
 	p.mu.Lock()
 	if p.closed {
@@ -146,11 +144,8 @@ func (p *poller) close() {
 	}
 	p.closed = true
 	p.mu.Unlock()
-	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
-	unix.Write(p.wakefd, one)
+	p.file.Close() // ends the loop's wait
 	<-p.done
-	unix.Close(p.epfd)
-	unix.Close(p.wakefd)
 }
 
 // setID and eventID keep a 64-bit id in the event's data, which

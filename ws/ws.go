@@ -570,12 +570,15 @@ func (s *sink) park() bool {
 }
 
 // wake is the poller's: the parked connection's socket turned readable.
+// What it holds is taken on the poller's goroutine, which never waits:
+// pings and pongs are answered there and the connection parks again, and
+// a reader starts only for a frame of the library's (or a socket's end).
 func (s *sink) wake() {
 	s.mu.Lock()
 	parked := s.parked
 	s.parked = false
 	s.mu.Unlock()
-	if parked {
+	if parked && !s.park() {
 		go s.run()
 	}
 }
