@@ -68,14 +68,8 @@ func (q *workQueue[T]) popUpTo(dst []T, n int) ([]T, bool) {
 	}
 	take := min(n, len(q.items)-q.head)
 	dst = append(dst, q.items[q.head:q.head+take]...)
-	clear(q.items[q.head : q.head+take])
-	q.head += take
+	q.dropLocked(take)
 	left := q.head < len(q.items)
-	if !left {
-		q.items, q.head = q.items[:0], 0
-	} else if q.head > 1024 && q.head*2 > len(q.items) {
-		q.items, q.head = append(q.items[:0], q.items[q.head:]...), 0
-	}
 	q.mu.Unlock()
 	if left {
 		q.cond.Signal()
@@ -95,14 +89,20 @@ func (q *workQueue[T]) pop() (T, bool) {
 		return zero, false
 	}
 	v := q.items[q.head]
-	q.items[q.head] = zero
-	q.head++
+	q.dropLocked(1)
+	return v, true
+}
+
+// dropLocked drops the n items at the head, taken, and lets go of the
+// space before the head once it is most of the array.
+func (q *workQueue[T]) dropLocked(n int) {
+	clear(q.items[q.head : q.head+n])
+	q.head += n
 	if q.head == len(q.items) {
 		q.items, q.head = q.items[:0], 0
 	} else if q.head > 1024 && q.head*2 > len(q.items) {
 		q.items, q.head = append(q.items[:0], q.items[q.head:]...), 0
 	}
-	return v, true
 }
 
 func (q *workQueue[T]) close() {

@@ -55,10 +55,7 @@ func (g *gate) Read(p []byte) (int, error) {
 				n = copy(p, g.buf[g.r:g.w])
 				g.r += n
 			} else {
-				n, g.err = g.source().Read(p)
-				if g.pre != nil && g.pre.Buffered() == 0 {
-					g.pre = nil
-				}
+				n, g.err = g.readSource(p)
 			}
 			g.pass -= int64(n)
 			if n > 0 || g.err == nil {
@@ -69,7 +66,7 @@ func (g *gate) Read(p []byte) (int, error) {
 			return 0, g.err
 		}
 		if !g.step() {
-			g.fill(g.source().Read)
+			g.fill(g.readSource)
 		}
 	}
 }
@@ -88,7 +85,7 @@ func (g *gate) pump(readNow func([]byte) (int, error)) (busy bool) {
 			continue
 		}
 		if g.pre != nil {
-			g.fill(g.pre.Read)
+			g.fill(g.readSource) // buffered: it never waits
 			continue
 		}
 		if !g.fill(readNow) {
@@ -107,11 +104,17 @@ func (g *gate) idle() bool {
 	return g.pass == 0 && g.pre == nil && g.err == nil
 }
 
-func (g *gate) source() io.Reader {
-	if g.pre != nil {
-		return g.pre
+// readSource reads the bytes net/http read past the handshake, then the
+// connection.
+func (g *gate) readSource(p []byte) (int, error) {
+	if g.pre == nil {
+		return g.conn.Read(p)
 	}
-	return g.conn
+	n, err := g.pre.Read(p)
+	if g.pre.Buffered() == 0 {
+		g.pre = nil
+	}
+	return n, err
 }
 
 // fill reads once into the buffer's free end, moving what is unread to its
@@ -124,9 +127,6 @@ func (g *gate) fill(read func([]byte) (int, error)) bool {
 	}
 	n, err := read(g.buf[g.w:])
 	g.w += n
-	if g.pre != nil && g.pre.Buffered() == 0 {
-		g.pre = nil
-	}
 	switch {
 	case errors.Is(err, errWouldBlock):
 	case err != nil:

@@ -713,15 +713,11 @@ func (s *sink) closeWith(code websocket.StatusCode, reason string) {
 }
 
 // stopFirst stops the first-request timer, if it still runs.
-func (s *sink) stopFirst() {
-	s.mu.Lock()
-	t := s.first
-	s.first = nil
-	s.mu.Unlock()
-	if t != nil && t.Stop() {
-		s.wg.Done() // the timer's function will not run
-	}
-}
+func (s *sink) stopFirst() { s.stopTimer(&s.first) }
+
+// stopPongWait stops waiting for the pong of the ping in flight: it came,
+// or the connection ends.
+func (s *sink) stopPongWait() { s.stopTimer(&s.pongWait) }
 
 // stopTimers stops the connection's timers, so finish need not wait them
 // out.
@@ -730,14 +726,14 @@ func (s *sink) stopTimers() {
 	s.stopPongWait()
 }
 
-// stopPongWait stops waiting for the pong of the ping in flight: it came,
-// or the connection ends.
-func (s *sink) stopPongWait() {
+// stopTimer stops the timer *t (a field under s.mu), if it still runs, and
+// forgets it.
+func (s *sink) stopTimer(t **time.Timer) {
 	s.mu.Lock()
-	t := s.pongWait
-	s.pongWait = nil
+	timer := *t
+	*t = nil
 	s.mu.Unlock()
-	if t != nil && t.Stop() {
+	if timer != nil && timer.Stop() {
 		s.wg.Done() // the timer's function will not run
 	}
 }
