@@ -162,11 +162,11 @@ func (c *Conn) offerTracked(s *snapshot.Snapshot, n news, repair bool) (push, ta
 		return false, false, 0
 	case s.TenantID != c.TenantID: // checked on every delivery, not only at subscribe
 		c.mu.Unlock()
-		h.stats.droppedTenant.Add(1)
+		h.drop(DropTenant)
 		return false, false, 0
 	case !c.Grant.Allows(c.UserID, s): // a task moved out of a granted project stops here
 		c.mu.Unlock()
-		h.stats.droppedGrant.Add(1)
+		h.drop(DropGrant)
 		return false, false, 0
 	case !c.watchesLocked(s):
 		c.mu.Unlock()
@@ -183,13 +183,13 @@ func (c *Conn) offerTracked(s *snapshot.Snapshot, n news, repair bool) (push, ta
 		return false, false, 0
 	case !s.NewerThan(had):
 		c.mu.Unlock()
-		h.stats.droppedStale.Add(1)
+		h.drop(DropStale)
 		return false, false, had
 	case t != nil && t.snap != nil:
 		had = t.snap.Version
 		if !s.NewerThan(had) {
 			c.mu.Unlock()
-			h.stats.droppedStale.Add(1)
+			h.drop(DropStale)
 			return false, false, had
 		}
 		h.stats.conflated.Add(1)
@@ -198,7 +198,7 @@ func (c *Conn) offerTracked(s *snapshot.Snapshot, n news, repair bool) (push, ta
 			// More distinct tasks waiting than the connection can watch at
 			// once (a scope whose tasks come and go faster than the client
 			// reads): the client is too slow to hold them.
-			h.stats.slowClosed.Add(1)
+			h.cut(CutSlow)
 			c.endLocked(CloseWriteFailed)
 			c.mu.Unlock()
 			return false, false, had
@@ -258,7 +258,7 @@ func (c *Conn) sendControlLocked(ev Event) {
 		}
 	}
 	if len(c.control)+len(c.trailer) >= c.hub.cfg.MaxControl {
-		c.hub.stats.slowClosed.Add(1)
+		c.hub.cut(CutSlow)
 		c.endLocked(CloseWriteFailed)
 		return
 	}
@@ -460,7 +460,7 @@ func (c *Conn) Flooded() {
 	if c.closed || c.ending {
 		return
 	}
-	c.hub.stats.floodClosed.Add(1)
+	c.hub.cut(CutFlooded)
 	c.endLocked(CloseFlooded)
 }
 

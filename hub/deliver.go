@@ -140,14 +140,14 @@ func (c *Conn) resumeLocked() bool {
 }
 
 func (h *Hub) writeFailed(c *Conn, err error) {
-	h.stats.writeErrors.Add(1)
+	h.cut(CutWriteFailed)
 	h.log.Debug("write failed; closing", "conn", c.ID, "tenant", c.TenantID, "err", err)
 	c.end(CloseWriteFailed)
 }
 
 func (h *Hub) endAfterWrite(c *Conn, reason CloseReason) {
 	if reason == CloseTokenExpired {
-		h.stats.expiredClosed.Add(1)
+		h.cut(CutTokenExpired)
 	}
 	c.end(reason)
 }
@@ -240,7 +240,7 @@ func (h *Hub) deliverBatch(batch []notice, targets []*Conn, ids []string) ([]*Co
 func (h *Hub) offerRead(n notice, snap *snapshot.Snapshot, targets []*Conn) []*Conn {
 	if snap.TenantID != n.tenant {
 		// A notification on one tenant's channel for another tenant's task.
-		h.stats.droppedTenant.Add(1)
+		h.drop(DropTenant)
 		return targets
 	}
 	return h.offerToWatchers(snap, news{heard: n.heard, live: true}, targets[:0])

@@ -1,11 +1,3 @@
-// Package hub holds a node's connections and what each watches, and delivers
-// snapshots to them: one snapshot read per notification however many
-// connections watch the task, a conflating outbox per connection (the newest
-// version of a task replaces a pending older one), versions that only go up
-// per connection and task, and a small pool of writers so that an idle
-// connection costs no goroutine of its own. The writers never wait for a
-// client: a stalled one's bytes wait on a goroutine of its own (Sink), and
-// its outbox keeps conflating meanwhile.
 package hub
 
 import (
@@ -15,29 +7,11 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pushd/pushd/internal/histogram"
 	"github.com/pushd/pushd/snapshot"
 )
-
-// Source is what the hub reads snapshots from; snapshot/store's Store and
-// snapshot.MemoryStore implement it.
-type Source interface {
-	Get(ctx context.Context, taskID string, atLeast int64) (*snapshot.Snapshot, error)
-	ListProject(ctx context.Context, tenantID, projectID string) ([]*snapshot.Snapshot, error)
-	ListUser(ctx context.Context, tenantID, userID string) ([]*snapshot.Snapshot, error)
-	Reload(ctx context.Context, taskIDs []string) (map[string]*snapshot.Snapshot, error)
-	GetMany(ctx context.Context, taskIDs []string) (map[string]*snapshot.Snapshot, error)
-	Observe(taskID string, version int64)
-	// Cached and ListCached report whether a Get of the task, or a listing
-	// of the project (projectID set) or user (userID set), would be
-	// answered without a remote read (from a cache in process, or because
-	// there is no remote source): such reads cost no user's read budget.
-	Cached(taskID string) bool
-	ListCached(tenantID, projectID, userID string) bool
-}
 
 // Bus is the subscription side of a notification bus (fanout.RedisBus,
 // fanout.MemoryBus, fanout.ClusterBus). Hub implements the handler a bus
@@ -53,8 +27,8 @@ var ErrClosed = errors.New("hub: closed")
 // Config configures a Hub. New(Config{Source: s, Bus: b}) works; every other
 // zero value has a default.
 type Config struct {
-	Source Source // required
-	Bus    Bus    // required
+	Source snapshot.Source // required
+	Bus    Bus             // required
 	// Stream, when set, closes the bus's gaps from a replayable log instead
 	// of re-reading, and gives resume cursors (see Stream). Nil means none:
 	// gaps are closed by re-reading, and resume relies on Subscription.Since.
@@ -549,134 +523,4 @@ func (h *Hub) Shutdown(ctx context.Context, maxAfter time.Duration) error {
 	}
 	h.Close()
 	return err
-}
-
-// counters are what Stats reads: atomic adds on the delivery path, and
-// the two histograms.
-type counters struct {
-	opened, closed, notifications, resyncs                         atomic.Int64
-	fetches, fetchErrors, delivered, conflated                     atomic.Int64
-	droppedStale, droppedTenant, droppedGrant, refreshes           atomic.Int64
-	floodClosed, batchedReads                                      atomic.Int64
-	slowClosed, expiredClosed, writeErrors, backlogged, heartbeats atomic.Int64
-	dispatchNoWatch, modeSwitches, polls, pollErrors, busRetries   atomic.Int64
-	readRetries, readsLimited                                      atomic.Int64
-	catchUps, resumes, resumeTasks, resumeFallbacks                atomic.Int64
-	resumeMismatches                                               atomic.Int64
-	repairRounds, repairErrors, repairOlder, repairUnheld          atomic.Int64
-	pushed, reconnects                                             [NumTransports]atomic.Int64
-	notifyToWrite, staleness, repairAge                            *histogram.Histogram
-}
-
-// Stats are the hub's counters since it started and its gauges now, for
-// tests and metrics.
-type Stats struct {
-	Conns      int         // open connections (Len)
-	ConnCounts []ConnCount // the same by transport and plan
-	Mode       string      // ModePush or ModePolling
-	// PollingTenants are the tenants polled because their shard of the
-	// bus is lost (Redis Cluster), now.
-	PollingTenants int
-
-	Opened          int64
-	Closed          int64
-	Notifications   int64
-	Resyncs         int64
-	Fetches         int64 // snapshot reads for notifications
-	BatchedReads    int64 // reads that served several notified tasks at once
-	FetchErrors     int64
-	Delivered       int64 // task events written
-	Conflated       int64 // pending snapshots replaced by a newer one
-	DroppedStale    int64 // snapshots not newer than what a connection has
-	DroppedTenant   int64 // snapshots whose tenant is not the connection's
-	DroppedGrant    int64 // snapshots of the connection's tenant that its grant does not allow
-	Refreshes       int64 // tokens connections were refreshed with
-	FloodClosed     int64 // connections ended for control frames past their budget
-	SlowClosed      int64
-	ExpiredClosed   int64
-	WriteErrors     int64
-	Backlogged      int64 // writes a sink queued because the client's socket was full
-	Heartbeats      int64
-	DispatchNoWatch int64 // notifications no local connection watches
-	ModeSwitches    int64 // push ↔ polling
-	Polls           int64 // rounds of re-reading every watched task, or those of the tenants of lost shards
-	PollErrors      int64 // rounds in which no source answered for some tasks
-	BusRetries      int64 // bus subscriptions retried after failing
-	ReadRetries     int64 // rounds re-reading, in batches, the tenants of connections whose initial read failed
-	ReadsLimited    int64 // subscribed ids and scopes refused because their user's read budget was spent
-	// HotTasks are the tasks watched by id by Config.HotTaskWatchers of
-	// this node's connections or more, now; HotTasksDetected counts the
-	// times a task reached that many, once per crossing.
-	HotTasks         int
-	HotTasksDetected int64
-
-	// With a Stream.
-	CatchUps        int64 // bus gaps (a tenant's Resync, a lost bus's poll round or its restoration) closed by the stream instead of re-reading
-	Resumes         int64 // subscriptions served by replaying the stream after the client's cursor
-	ResumeTasks     int64 // tasks those replays read and offered
-	ResumeFallbacks int64 // resume cursors the stream could not serve: the subscription read everything
-	// Of ResumeFallbacks, the cursors not even offered to the stream: they
-	// were issued for another subscription (Subscription.ResumeMismatch).
-	ResumeMismatches int64
-
-	// With a Checker.
-	RepairRounds int64 // repair rounds run
-	RepairErrors int64 // rounds a check failed in
-	// RepairOlder and RepairUnheld count the tasks a repair round found
-	// in Redis and delivered, at least a second after their updated_at, to
-	// a connection here that held an older version (a hint lost or never
-	// published), or that held none (a resume past a change its stream
-	// lacks, a task created without a hint).
-	RepairOlder  int64
-	RepairUnheld int64
-	// RepairAge is the time from a repaired change's updated_at to the
-	// round that found it: the counted ones above, and those the Checker
-	// found newer in the database.
-	RepairAge histogram.Snapshot
-
-	// By Transport.
-	Pushed     [NumTransports]int64 // task events written
-	Reconnects [NumTransports]int64 // connections that subscribed with a resume position (Subscription.Resume, ResumeMismatch or Since)
-
-	// NotifyToWrite is the time from Notify to the write of the snapshot
-	// the notification announced, per task event written. Staleness is the
-	// time from a snapshot's updated_at to its write, per task event of a
-	// change learned after the subscription (notification, poll, stream);
-	// the initial state of a subscription is measured by neither.
-	NotifyToWrite histogram.Snapshot
-	Staleness     histogram.Snapshot
-}
-
-// Stats reads the hub's counters and gauges. Each is read atomically, not
-// all of them at one instant.
-func (h *Hub) Stats() Stats {
-	c := &h.stats
-	s := Stats{
-		Conns: h.Len(), ConnCounts: h.ConnCounts(),
-		Opened: c.opened.Load(), Closed: c.closed.Load(),
-		Notifications: c.notifications.Load(), Resyncs: c.resyncs.Load(),
-		Fetches: c.fetches.Load(), BatchedReads: c.batchedReads.Load(), FetchErrors: c.fetchErrors.Load(),
-		Delivered: c.delivered.Load(), Conflated: c.conflated.Load(),
-		DroppedStale: c.droppedStale.Load(), DroppedTenant: c.droppedTenant.Load(), DroppedGrant: c.droppedGrant.Load(), Refreshes: c.refreshes.Load(), FloodClosed: c.floodClosed.Load(),
-		SlowClosed: c.slowClosed.Load(), ExpiredClosed: c.expiredClosed.Load(),
-		WriteErrors: c.writeErrors.Load(), Backlogged: c.backlogged.Load(), Heartbeats: c.heartbeats.Load(),
-		DispatchNoWatch: c.dispatchNoWatch.Load(), ModeSwitches: c.modeSwitches.Load(),
-		Polls: c.polls.Load(), PollErrors: c.pollErrors.Load(), BusRetries: c.busRetries.Load(),
-		ReadRetries: c.readRetries.Load(), ReadsLimited: c.readsLimited.Load(),
-		HotTasks: h.idx.hotTasks(), HotTasksDetected: h.idx.hotCrossings.Load(),
-		CatchUps: c.catchUps.Load(),
-		Resumes:  c.resumes.Load(), ResumeTasks: c.resumeTasks.Load(), ResumeFallbacks: c.resumeFallbacks.Load(), ResumeMismatches: c.resumeMismatches.Load(),
-		NotifyToWrite: c.notifyToWrite.Snapshot(),
-		Staleness:     c.staleness.Snapshot(),
-		RepairRounds:  c.repairRounds.Load(), RepairErrors: c.repairErrors.Load(),
-		RepairOlder: c.repairOlder.Load(), RepairUnheld: c.repairUnheld.Load(),
-		RepairAge: c.repairAge.Snapshot(),
-	}
-	s.Mode, _ = h.Mode()
-	s.PollingTenants = h.PollingTenants()
-	for t := range NumTransports {
-		s.Pushed[t] = c.pushed[t].Load()
-		s.Reconnects[t] = c.reconnects[t].Load()
-	}
-	return s
 }

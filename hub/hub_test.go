@@ -13,6 +13,7 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -231,13 +232,7 @@ func TestSlowClientOutboxConflates(t *testing.T) {
 		e.publish(t, snap(t, "t1", "task_a", v))
 	}
 	// Every version queued behind the stuck write; only the newest survives.
-	deadline := time.Now().Add(10 * time.Second)
-	for hub.PendingVersion(c, "task_a") != 50 {
-		if time.Now().After(deadline) {
-			t.Fatalf("pending version %d, want 50", hub.PendingVersion(c, "task_a"))
-		}
-		runtime.Gosched()
-	}
+	testenv.Eventually(t, "version 50 pending", func() bool { return hub.PendingVersion(c, "task_a") == 50 })
 	released = true
 	close(gate)
 	if got := r.nextTask(t); got.Version != 50 {
@@ -286,7 +281,7 @@ func TestTenantIsolation(t *testing.T) {
 	if got.TaskID != "task_missing" || got.TenantID != "tA" {
 		t.Fatalf("tenant A received %s of tenant %s", got.TaskID, got.TenantID)
 	}
-	if e.hub.Stats().DroppedTenant == 0 {
+	if e.hub.Stats().Dropped[hub.DropTenant] == 0 {
 		t.Fatal("the notification on A's channel for B's task was not counted as dropped")
 	}
 }
@@ -557,7 +552,7 @@ func TestGrantFiltersEveryDelivery(t *testing.T) {
 	if s := r.nextTask(t); s.TaskID != "task_own" || s.Version != 2 {
 		t.Fatalf("got %s v%d, want task_own v2 alone", s.TaskID, s.Version)
 	}
-	if st := e.hub.Stats(); st.DroppedGrant < 2 {
-		t.Fatalf("%d drops by grant, want the two hidden changes counted", st.DroppedGrant)
+	if st := e.hub.Stats(); st.Dropped[hub.DropGrant] < 2 {
+		t.Fatalf("%d drops by grant, want the two hidden changes counted", st.Dropped[hub.DropGrant])
 	}
 }

@@ -21,8 +21,7 @@ const (
 )
 
 // index maps (tenant, task | project | user) to the local connections that
-// watch it. Lock order: Hub.mu, then Conn.mu, then a shard's mu; nothing is
-// locked while a shard's mu is held.
+// watch it. A shard's mu is a leaf of the hub's lock order (see doc.go).
 type index struct {
 	seed   maphash.Seed
 	shards [shardCount]indexShard

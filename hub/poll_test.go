@@ -9,6 +9,7 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -207,13 +208,7 @@ func TestFailedInitialReadIsRetried(t *testing.T) {
 		t.Fatalf("subscribe while down: %v %v", rej, err)
 	}
 	// Retried while still down, with backoff, and not given up on.
-	deadline := time.Now().Add(10 * time.Second)
-	for src.reads.Load() < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d reads in 10s: the failed read is not retried", src.reads.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the failed read retried", func() bool { return src.reads.Load() >= 3 })
 	src.down.Store(false)
 	if s := r.nextTask(t); s.TaskID != "done" || s.Version != 7 {
 		t.Fatalf("got %s v%d", s.TaskID, s.Version)

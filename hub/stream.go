@@ -72,7 +72,7 @@ func (h *Hub) readAndOffer(ctx context.Context, tenant string, ids []string, c *
 		for _, s := range snaps {
 			switch {
 			case s.TenantID != tenant:
-				h.stats.droppedTenant.Add(1)
+				h.drop(DropTenant)
 			case c != nil: // a resuming connection's initial state
 				c.offer(s, news{})
 			default:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/sse"
 )
@@ -62,9 +63,7 @@ func TestStalledStreamHoldsNoWriter(t *testing.T) {
 			fmt.Fprintf(healthy, "GET /?task=task_small HTTP/1.1\r\nHost: x\r\n\r\n")
 			br := bufio.NewReader(healthy)
 			waitVersion(t, br, 1)
-			for h.Len() != 2 {
-				time.Sleep(10 * time.Millisecond) // polling the hub for the stalled stream's registration
-			}
+			testenv.Eventually(t, "the stalled stream registered", func() bool { return h.Len() == 2 })
 
 			// 7 MB for the stalled client, past what loopback buffers take
 			// (about 3 MB), in far less time than the write timeout.
@@ -77,19 +76,13 @@ func TestStalledStreamHoldsNoWriter(t *testing.T) {
 				waitVersion(t, br, v)
 			}
 			st := h.Stats()
-			if n, we := h.Len(), st.WriteErrors; n != 2 || we != 0 {
+			if n, we := h.Len(), st.Cuts[hub.CutWriteFailed]; n != 2 || we != 0 {
 				t.Fatalf("when the healthy stream had every change: %d streams, %d write errors; the stalled one was cut first, so the healthy one waited for it", n, we)
 			}
 			if st.Backlogged == 0 {
 				t.Fatal("no write was queued behind the stalled stream: it did not stall, so the test proves nothing")
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for h.Len() != 1 {
-				if time.Now().After(deadline) {
-					t.Fatal("the stalled stream was not cut after its write timeout")
-				}
-				time.Sleep(20 * time.Millisecond) // polling the hub while the write timeout runs out
-			}
+			testenv.EventuallyWithin(t, "the stalled stream cut after its write timeout", 30*time.Second, func() bool { return h.Len() == 1 })
 		})
 	}
 }

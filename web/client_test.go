@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/snapshot"
@@ -195,8 +196,8 @@ func TestClientRefreshesTheTokenOverWebSocket(t *testing.T) {
 	started := startDemoTask(t, n.URL, long, "p1")
 	p.wait("a task over the refreshed connection", fmt.Sprintf(`window.__tasks.some((t) => t.task_id === %q)`, started))
 	checkStates(p, "connecting streaming")
-	if st := n.Hub().Stats(); st.Refreshes != 1 || st.ExpiredClosed != 0 {
-		p.fatalf("%d refreshes and %d connections closed at exp, want 1 and 0", st.Refreshes, st.ExpiredClosed)
+	if st := n.Hub().Stats(); st.Refreshes != 1 || st.Cuts[hub.CutTokenExpired] != 0 {
+		p.fatalf("%d refreshes and %d connections closed at exp, want 1 and 0", st.Refreshes, st.Cuts[hub.CutTokenExpired])
 	}
 	eval[bool](p, `(window.__client.close(), true)`)
 }

@@ -288,12 +288,16 @@ func (e emitter) hub(st hub.Stats) {
 	e.emit(fetchErrors, float64(st.FetchErrors))
 	e.emit(delivered, float64(st.Delivered))
 	e.emit(conflated, float64(st.Conflated))
-	e.emit(dropped, float64(st.DroppedStale), "stale")
-	e.emit(dropped, float64(st.DroppedTenant), "tenant")
-	e.emit(dropped, float64(st.DroppedGrant), "grant")
-	e.emit(disconnects, float64(st.WriteErrors+st.SlowClosed), "slow_client")
-	e.emit(disconnects, float64(st.ExpiredClosed), "token_expired")
-	e.emit(disconnects, float64(st.FloodClosed), "control_flood")
+	for d := range hub.NumDrops {
+		e.emit(dropped, float64(st.Dropped[d]), d.String())
+	}
+	cuts := make(map[string]int64, hub.NumCuts) // reasons may share a label
+	for r := range hub.NumCuts {
+		cuts[r.String()] += st.Cuts[r]
+	}
+	for label, n := range cuts {
+		e.emit(disconnects, float64(n), label)
+	}
 	e.emit(heartbeats, float64(st.Heartbeats))
 	e.emit(refreshes, float64(st.Refreshes))
 	e.emit(backlogged, float64(st.Backlogged))

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/testenv"
 )
 
@@ -106,7 +107,7 @@ func TestPingFloodClosesTheFlooderOnly(t *testing.T) {
 	neighbour := openWS(t, srv.URL, tok)
 	neighbour.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{task}})
 	neighbour.nextTask(t)
-	neighbour.nextOf(t, "ack")
+	neighbour.NextOf(t, "ack")
 
 	const flooders = 4
 	var wg sync.WaitGroup
@@ -143,7 +144,7 @@ func TestPingFloodClosesTheFlooderOnly(t *testing.T) {
 	testenv.Eventually(t, "the flooders counted", func() bool {
 		return testenv.Scrape(t, srv.AdminURL)[`pushd_disconnects_total{reason="control_flood"}`] == flooders
 	})
-	if st := srv.Hub().Stats(); st.FloodClosed != flooders {
-		t.Fatalf("%d connections closed for flooding, want %d", st.FloodClosed, flooders)
+	if st := srv.Hub().Stats(); st.Cuts[hub.CutFlooded] != flooders {
+		t.Fatalf("%d connections closed for flooding, want %d", st.Cuts[hub.CutFlooded], flooders)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -125,7 +126,7 @@ func TestGrantLimitsEveryReadPath(t *testing.T) {
 			sse := openSSE(t, srv.URL, tok, "task="+strings.Join(all, "&task="))
 			var got, refused []string
 			for len(got)+len(refused) < len(all) {
-				switch ev := sse.next(t); ev.Event {
+				switch ev := sse.Next(t); ev.Event {
 				case "task":
 					got = append(got, parseDoc(t, ev.Data).TaskID)
 				case "error":
@@ -147,7 +148,7 @@ func TestGrantLimitsEveryReadPath(t *testing.T) {
 			for range tc.sees {
 				got = append(got, ws.nextTask(t).TaskID)
 			}
-			if m := ws.nextOf(t, "ack"); !sameSet(got, tc.sees) {
+			if m := ws.NextOf(t, "ack"); !sameSet(got, tc.sees) {
 				t.Fatalf("WebSocket by project received %v before its ack %s, want %v", got, rawString(m), tc.sees)
 			}
 			// Live: a change to every task; only the visible ones arrive,
@@ -160,7 +161,7 @@ func TestGrantLimitsEveryReadPath(t *testing.T) {
 			c.goPublish(t, scopedDoc(f.own, f.tenant, "P2", "u1", marker))
 			for _, cl := range []taskClient{{"SSE", sse.nextTask}, {"WebSocket", ws.nextTask}} {
 				for {
-					s := cl.next(t)
+					s := cl.Next(t)
 					if !slices.Contains(tc.sees, s.TaskID) {
 						t.Fatalf("%s received %s, which the token does not see", cl.name, s.TaskID)
 					}
@@ -194,7 +195,7 @@ func TestTaskMovedOutOfAGrantIsNoLongerDelivered(t *testing.T) {
 	for _, cl := range clients {
 		untilVersions(t, cl, map[string]int64{f.p1: 1, f.own: 1})
 	}
-	ws.nextOf(t, "ack")
+	ws.NextOf(t, "ack")
 	c.goPublish(t, scopedDoc(f.p1, f.tenant, "P1", "u2", 2))
 	for _, cl := range clients {
 		untilVersions(t, cl, map[string]int64{f.p1: 2})
@@ -202,11 +203,11 @@ func TestTaskMovedOutOfAGrantIsNoLongerDelivered(t *testing.T) {
 	c.goPublish(t, scopedDoc(f.p1, f.tenant, "P2", "u2", 3)) // moved out of P1
 	c.goPublish(t, scopedDoc(f.own, f.tenant, "P2", "u1", 2))
 	for _, cl := range clients {
-		if s := cl.next(t); s.TaskID != f.own || s.Version != 2 {
+		if s := cl.Next(t); s.TaskID != f.own || s.Version != 2 {
 			t.Fatalf("%s received %s v%d after the move, want %s v2 next", cl.name, s.TaskID, s.Version, f.own)
 		}
 	}
-	if st := srv.Hub().Stats(); st.DroppedGrant == 0 {
+	if st := srv.Hub().Stats(); st.Dropped[hub.DropGrant] == 0 {
 		t.Fatalf("no drop counted for the moved task")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -162,8 +163,8 @@ func TestRandomizedTenantIsolation(t *testing.T) {
 	}
 	var dropped, hidden int64
 	for _, n := range nodes {
-		dropped += n.Hub().Stats().DroppedTenant
-		hidden += n.Hub().Stats().DroppedGrant
+		dropped += n.Hub().Stats().Dropped[hub.DropTenant]
+		hidden += n.Hub().Stats().Dropped[hub.DropGrant]
 	}
 	t.Logf("%d operations: %d publishes, %d forged or garbage hints, %d reconnects with another client's cursor, %d WebSocket (un)subscribes; "+
 		"%d task messages checked, every one of the client's tenant and grant; %d snapshots of another tenant and %d outside a grant dropped by the nodes",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/testenv"
 )
 
@@ -61,20 +62,16 @@ func TestSlowReaderDoesNotDelayOthers(t *testing.T) {
 	// Everything reached the good client while the slow one was still
 	// connected: nobody waited for its write timeout.
 	st := s.Hub().Stats()
-	if n, we := s.Hub().Len(), st.WriteErrors; n != 2 || we != 0 {
+	if n, we := s.Hub().Len(), st.Cuts[hub.CutWriteFailed]; n != 2 || we != 0 {
 		t.Fatalf("after the good client caught up: %d connections, %d write errors; the slow client was cut before, so the test proves nothing", n, we)
 	}
 	if st.Conflated == 0 {
 		t.Fatal("nothing conflated: the slow client's outbox did not bound what it holds")
 	}
 	// And the slow client is disconnected and counted once its write times out.
-	deadline := time.Now().Add(waitFor)
-	for s.Hub().Len() != 1 || s.Hub().Stats().WriteErrors == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("slow client not disconnected: %d connections, %d write errors", s.Hub().Len(), s.Hub().Stats().WriteErrors)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the hub while the write deadline runs out
-	}
+	testenv.Eventually(t, "the slow client cut and counted", func() bool {
+		return s.Hub().Len() == 1 && s.Hub().Stats().Cuts[hub.CutWriteFailed] > 0
+	})
 }
 
 // rawSSE opens an SSE request on a bare socket, so the client side holds no
@@ -151,7 +148,7 @@ func TestIdleWebSocketConnectionsHoldOneGoroutine(t *testing.T) {
 		w := openWS(t, s.URL, tok)
 		w.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{task}})
 		w.nextTask(t)
-		w.nextOf(t, "ack")
+		w.NextOf(t, "ack")
 	}
 	// Each connection costs the test's client one reader goroutine and the
 	// server one: its reader. Nothing is parked for writing or pinging.
@@ -175,13 +172,9 @@ func TestUnresponsiveWebSocketPeerIsClosedAfterPing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.CloseNow()
-	deadline := time.Now().Add(waitFor)
-	for s.Hub().Stats().Opened == 0 || s.Hub().Len() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("a peer that answers no ping was not closed")
-		}
-		time.Sleep(20 * time.Millisecond) // polling the hub while the ping times out
-	}
+	testenv.Eventually(t, "a peer that answers no ping closed", func() bool {
+		return s.Hub().Stats().Opened > 0 && s.Hub().Len() == 0
+	})
 }
 
 // stalledSSE opens an SSE stream for query that reads its response headers

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/testenv"
 )
 
@@ -77,7 +78,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 		stalled = append(stalled, stalledWSConn(t, s.URL, tok, append(ids[:tasks:tasks], bigIDs...)))
 	}
 	for _, h := range ok {
-		if v := h.next(t); v != 1 {
+		if v := h.Next(t); v != 1 {
 			t.Fatalf("initial version %d, want 1", v)
 		}
 	}
@@ -98,7 +99,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 	lastPublish := time.Now()
 	for _, h := range ok {
 		for v := int64(0); v != rounds; {
-			got := h.next(t)
+			got := h.Next(t)
 			if got <= v {
 				t.Fatalf("task %s: version %d after %d", h.task, got, v)
 			}
@@ -107,7 +108,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 	}
 	converged := time.Since(lastPublish)
 	st := s.Hub().Stats()
-	if n, we := s.Hub().Len(), st.WriteErrors; n != all || we != 0 {
+	if n, we := s.Hub().Len(), st.Cuts[hub.CutWriteFailed]; n != all || we != 0 {
 		t.Fatalf("when the healthy clients had every change (%v after the last publish): %d of %d connections, %d write errors; "+
 			"stalled clients were cut first, so the healthy ones waited for them", converged, n, all, we)
 	}
@@ -131,7 +132,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 		for _, id := range bigIDs {
 			c.goPublish(t, strings.Replace(doc(id, "t1", v, "RUNNING"), `"x_custom"`, `"pad":"`+pad+`","x_custom"`, 1))
 		}
-		return s.Hub().Len() == healthySSE+healthyWS && s.Hub().Stats().WriteErrors >= stalledSSE+stalledWS
+		return s.Hub().Len() == healthySSE+healthyWS && s.Hub().Stats().Cuts[hub.CutWriteFailed] >= stalledSSE+stalledWS
 	})
 	t.Logf("stalled clients cut %v after the last publish", time.Since(lastPublish))
 	for _, conn := range stalled {
@@ -155,7 +156,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 // healthyClient reads the versions of one task as they arrive.
 type healthyClient struct {
 	task  string
-	next  func(*testing.T) int64
+	Next  func(*testing.T) int64
 	close func()
 }
 
@@ -291,18 +292,18 @@ func TestStreamsOutliveTheWriteTimeout(t *testing.T) {
 	ws := healthyWSClient(t, s.URL, tok, task)
 	defer ws.close()
 	for _, h := range []*healthyClient{sse, ws} {
-		if v := h.next(t); v != 1 {
+		if v := h.Next(t); v != 1 {
 			t.Fatalf("initial version %d", v)
 		}
 	}
 	time.Sleep(3 * cfg.WriteTimeout) // the streams outlive the timeout: the scenario, not synchronization
 	c.goPublish(t, doc(task, "t1", 2, "RUNNING"))
 	for name, h := range map[string]*healthyClient{"SSE": sse, "WebSocket": ws} {
-		if v := h.next(t); v != 2 {
+		if v := h.Next(t); v != 2 {
 			t.Fatalf("%s: version %d after the write timeout passed, want 2", name, v)
 		}
 	}
-	if we := s.Hub().Stats().WriteErrors; we != 0 {
+	if we := s.Hub().Stats().Cuts[hub.CutWriteFailed]; we != 0 {
 		t.Fatalf("%d write errors on streams whose clients read everything", we)
 	}
 }
