@@ -43,7 +43,7 @@ func TestRedisPublisherRefusesRollbackOverDeepDocument(t *testing.T) {
 	if s := p.Stats(); s.UnreadableStored != 1 {
 		t.Fatalf("stats %+v, want one unreadable refusal", s)
 	}
-	reader := store.NewStore(store.Config{Redis: rd.Client, Names: rd.Names})
+	reader := store.New(store.Config{Redis: rd.Client, Names: rd.Names})
 	t.Cleanup(reader.Close)
 	if got, err := reader.Get(ctx, task, 0); err == nil && got.Version == 3 {
 		t.Fatalf("a reader got v3 after v5 was stored")
@@ -87,7 +87,7 @@ func TestRedisPublisherRefusesAnotherTenant(t *testing.T) {
 	if s := p.Stats(); s.TenantMismatches != 3 {
 		t.Fatalf("stats %+v, want three tenant mismatches", s)
 	}
-	reader := store.NewStore(store.Config{Redis: rd.Client, Names: rd.Names})
+	reader := store.New(store.Config{Redis: rd.Client, Names: rd.Names})
 	t.Cleanup(reader.Close)
 	if got, err := reader.Get(ctx, task, 0); err != nil || got.TenantID != owner || got.Version != 2 {
 		t.Fatalf("a reader got %+v, %v; want the owner's v2", got, err)

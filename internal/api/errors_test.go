@@ -43,7 +43,7 @@ func newNode(t *testing.T, edit func(*api.Config)) *node {
 	t.Helper()
 	rd := testenv.SharedRedis(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	store := store.NewStore(store.Config{Redis: rd.Client, Names: rd.Names, Logger: quiet})
+	store := store.New(store.Config{Redis: rd.Client, Names: rd.Names, Logger: quiet})
 	t.Cleanup(store.Close)
 	bus := fanout.NewMemoryBus()
 	h := hub.New(hub.Config{Source: store, Bus: bus, Logger: quiet})
@@ -297,7 +297,7 @@ func TestReadEndpointErrors(t *testing.T) {
 	})
 	wantError(t, "session store down", do(t, down.url, req{method: "GET", path: "/v1/tasks/task_1", header: bearer("sess" + testenv.RandomSuffix(12))}), 503, "unavailable")
 	noSource := newNode(t, func(c *api.Config) {
-		c.Source = store.NewStore(store.Config{Redis: dead, CacheTTL: -1, NegativeTTL: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		c.Source = store.New(store.Config{Redis: dead, CacheTTL: -1, NegativeTTL: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	})
 	tok := noSource.token(t, time.Now().Add(time.Hour))
 	for _, path := range []string{"/v1/tasks/task_1", "/v1/tasks?ids=task_1,task_2", "/v1/projects/p1/tasks"} {

@@ -127,7 +127,7 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redis
 			return err
 		}
 	}
-	b.store = store.NewStore(store.Config{Redis: r.cache, DB: b.pool, Names: names, FetchTimeout: t.snapshotFetchTimeout, Logger: cfg.Logger})
+	b.store = store.New(store.Config{Redis: r.cache, DB: b.pool, Names: names, FetchTimeout: t.snapshotFetchTimeout, Logger: cfg.Logger})
 	b.onClose(func() { b.store.Close() }) // waits for fetches callers gave up on, before their clients go
 	b.source = b.store
 	b.ready = readiness(cfg, r.cache, b.pool)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"log/slog"
 	"net"
 	"strings"
@@ -222,7 +223,7 @@ func (c Config) Problems() []*SettingError {
 				bad(r.setting, "is for standalone Redis; with --redis-cluster the cluster serves every role")
 			}
 		}
-	} else if c.Streams && c.RedisURL != "" && orDefault(c.RedisCacheURL, c.RedisURL) != orDefault(c.RedisRealtimeURL, c.RedisURL) {
+	} else if c.Streams && c.RedisURL != "" && cmp.Or(c.RedisCacheURL, c.RedisURL) != cmp.Or(c.RedisRealtimeURL, c.RedisURL) {
 		bad("streams", "needs the cache and realtime roles on one Redis: a publish writes the snapshot and appends to the stream in one script")
 	}
 	noKey := len(c.JWTSecret) == 0 && len(c.JWTPublicKeyPEM) == 0
@@ -239,11 +240,4 @@ func (c Config) Problems() []*SettingError {
 		}
 	}
 	return out
-}
-
-func orDefault(v, def string) string {
-	if v != "" {
-		return v
-	}
-	return def
 }

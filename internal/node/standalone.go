@@ -42,13 +42,13 @@ func newStandalone(ctx context.Context, cfg Config, t tuning) (*backend, error) 
 		return c, nil
 	}
 	var r redisRoles
-	realtime, err := dial("realtime", orDefault(cfg.RedisRealtimeURL, cfg.RedisURL))
+	realtime, err := dial("realtime", cmp.Or(cfg.RedisRealtimeURL, cfg.RedisURL))
 	if err == nil {
 		r.realtime = realtime
-		r.cache, err = dial("cache", orDefault(cfg.RedisCacheURL, cfg.RedisURL))
+		r.cache, err = dial("cache", cmp.Or(cfg.RedisCacheURL, cfg.RedisURL))
 	}
 	if err == nil {
-		r.control, err = dial("control", orDefault(cfg.RedisControlURL, cfg.RedisURL))
+		r.control, err = dial("control", cmp.Or(cfg.RedisControlURL, cfg.RedisURL))
 	}
 	if err != nil {
 		b.close()

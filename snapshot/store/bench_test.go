@@ -42,7 +42,7 @@ func BenchmarkGetCacheHit(b *testing.B) {
 func uncachedStore(tb testing.TB) *store.Store {
 	tb.Helper()
 	r := testenv.SharedRedis(tb)
-	s := store.NewStore(store.Config{Redis: r.Client, Names: r.Names, CacheTTL: -1})
+	s := store.New(store.Config{Redis: r.Client, Names: r.Names, CacheTTL: -1})
 	tb.Cleanup(s.Close)
 	if _, err := s.SetIfNewer(context.Background(), testenv.Snapshot(tb, "bench", "t1", "SUCCEEDED", 7)); err != nil {
 		tb.Fatal(err)

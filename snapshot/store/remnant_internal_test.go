@@ -12,7 +12,7 @@ import (
 // older than that version is answered as read and not cached, a newer one
 // is cached.
 func TestRememberAfterExpiryKeepsOnlyTheVersion(t *testing.T) {
-	s := NewStore(Config{})
+	s := New(Config{})
 	at := func(v int64) *snapshot.Snapshot {
 		t.Helper()
 		snap, err := snapshot.Parse(fmt.Appendf(nil, `{"task_id":"task_1","tenant_id":"t1","status":"RUNNING","version":%d}`, v))

@@ -202,10 +202,10 @@ var (
 	_ snapshot.Writer = (*Store)(nil)
 )
 
-// NewStore returns a Store reading from cfg.Redis and cfg.DB. It starts no
+// New returns a Store reading from cfg.Redis and cfg.DB. It starts no
 // goroutine of its own (its caches' sweeps run on timers, which stop once
 // nothing is left to sweep); it does not own, and never closes, the clients.
-func NewStore(cfg Config) *Store {
+func New(cfg Config) *Store {
 	cfg = cfg.withDefaults()
 	s := &Store{
 		cfg:      cfg,

@@ -38,7 +38,7 @@ func newEnv(t *testing.T, cfg store.Config) env {
 
 func newStore(t testing.TB, cfg store.Config) *store.Store {
 	t.Helper()
-	s := store.NewStore(cfg)
+	s := store.New(cfg)
 	t.Cleanup(s.Close)
 	return s
 }
