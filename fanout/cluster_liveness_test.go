@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 // firstSlot reads the node's own line of CLUSTER NODES, whichever line it
@@ -53,17 +55,7 @@ func (b *ClusterBus) liveChannels() map[string]string {
 // want, each with the channel want gives it, and returns what it has.
 func waitLiveChannels(t *testing.T, b *ClusterBus, want map[string]string) {
 	t.Helper()
-	ctx := testContext(t)
-	for {
-		got := b.liveChannels()
-		if maps.Equal(got, want) {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("liveness channels %v, want %v", got, want)
-		}
-		time.Sleep(10 * time.Millisecond) // the shards' readers name them on their own; poll with a deadline
-	}
+	testenv.Eventually(t, fmt.Sprintf("liveness channels %v", want), func() bool { return maps.Equal(b.liveChannels(), want) })
 }
 
 // firstSlots asks each master which slots it serves (CLUSTER SHARDS, the
@@ -145,12 +137,7 @@ func TestClusterBusLivenessChannelIsTheMastersFirstSlot(t *testing.T) {
 	// there; each counts its own. Wait until each sent enough that the
 	// other's messages, were they counted, would show.
 	for _, b := range []*ClusterBus{f.bus, other} {
-		for b.Stats().LivenessSent < 30 {
-			if ctx.Err() != nil {
-				t.Fatalf("liveness messages sent: %d", b.Stats().LivenessSent)
-			}
-			time.Sleep(10 * time.Millisecond) // the liveness goroutine publishes on its own timer; poll with a deadline
-		}
+		testenv.Eventually(t, "30 liveness messages sent", func() bool { return b.Stats().LivenessSent >= 30 })
 	}
 	closeBus(t, other)
 	closeBus(t, f.bus)

@@ -213,12 +213,9 @@ func TestClusterBusLinger(t *testing.T) {
 	release := mustSubscribe(t, f.bus, tenant)
 	release()
 	ctx := testContext(t)
-	for len(f.bus.Subscribed()) > 0 || len(f.bus.Shards()) > 0 {
-		if ctx.Err() != nil {
-			t.Fatalf("still subscribed to %v on %v after the linger", f.bus.Subscribed(), f.bus.Shards())
-		}
-		time.Sleep(10 * time.Millisecond) // the linger timer runs on its own; poll its effect with a deadline
-	}
+	testenv.Eventually(t, "unsubscribed after the linger", func() bool {
+		return len(f.bus.Subscribed()) == 0 && len(f.bus.Shards()) == 0
+	})
 	m := redis.NewClient(&redis.Options{Addr: f.c.MasterOf(clusterNames.Channel(tenant))})
 	defer m.Close()
 	if n, err := m.PubSubShardNumSub(ctx, clusterNames.Channel(tenant)).Result(); err != nil || n[clusterNames.Channel(tenant)] != 0 {

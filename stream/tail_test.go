@@ -257,13 +257,7 @@ func TestCloseEndsTheReaders(t *testing.T) {
 		releases = append(releases, release)
 	}
 	// Wait until some reader is inside its minute-long XREAD.
-	deadline := time.Now().Add(waitFor)
-	for tl.Stats().Reads == 0 && !blocked(t, r.Client) {
-		if time.Now().After(deadline) {
-			t.Fatal("no reader blocked in XREAD")
-		}
-		time.Sleep(10 * time.Millisecond) // polling Redis's client list
-	}
+	testenv.EventuallyWithin(t, "a reader blocked in XREAD", waitFor, func() bool { return tl.Stats().Reads > 0 || blocked(t, r.Client) })
 	if err := tl.Close(); err != nil {
 		t.Fatal(err)
 	}

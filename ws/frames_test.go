@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 // countingWriter counts the writes that reach the backlog writer: one per
@@ -143,12 +144,7 @@ func TestNoDataFrameAfterTheCloseFrame(t *testing.T) {
 	defer cancel()
 	reason := strings.Repeat("r", maxControlFrame-2-2)    // less the header and the status code
 	go p.sink.wc.Close(websocket.StatusGoingAway, reason) // waits for the client's close
-	for !closeSent(p) {
-		if ctx.Err() != nil {
-			t.Fatal("the close frame never went out")
-		}
-		time.Sleep(time.Millisecond) // polling a condition under a deadline
-	}
+	testenv.Eventually(t, "the close frame sent", func() bool { return closeSent(p) })
 	if _, err := p.sink.Write([]hub.Event{taskEvent(t, 1)}); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Write after the close frame: %v; want net.ErrClosed", err)
 	}

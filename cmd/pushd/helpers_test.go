@@ -251,95 +251,15 @@ func decode(t *testing.T, b []byte, v any) {
 	}
 }
 
-// sseEvent is one dispatched Server-Sent Event.
-type sseEvent = testenv.SSEEvent
-
-// sseClient reads an EventSource stream over a real socket.
-type sseClient struct {
-	events chan sseEvent // closed when the stream ends
-	cancel context.CancelFunc
-	done   chan struct{}
-}
+type sseClient = testenv.SSEClient
 
 // openSSE opens GET base+path with a bearer token and fails unless the
 // answer is a 200 event stream.
 func openSSE(t *testing.T, base, path, tok string) *sseClient {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
+	c := testenv.OpenSSE(t, client, base+path, "Authorization", "Bearer "+tok, "Accept", "text/event-stream")
+	if c.Status != http.StatusOK || !strings.HasPrefix(c.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("GET %s: %d %s %s", path, c.Status, c.Header.Get("Content-Type"), c.Body)
 	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := client.Do(req)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		cancel()
-		t.Fatalf("GET %s: %d %s %s", path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
-	}
-	c := &sseClient{events: make(chan sseEvent, 256), cancel: cancel, done: make(chan struct{})}
-	go c.read(resp.Body)
-	t.Cleanup(c.Close)
 	return c
-}
-
-func (c *sseClient) read(body io.ReadCloser) {
-	defer close(c.done)
-	defer close(c.events)
-	defer body.Close()
-	testenv.ReadSSE(body, func(ev sseEvent) { c.events <- ev })
-}
-
-// Close disconnects and waits for the reader.
-func (c *sseClient) Close() {
-	c.cancel()
-	<-c.done
-}
-
-// next returns the next event other than a comment (heartbeat); ok is
-// false when the stream ended.
-func (c *sseClient) next(t *testing.T) (ev sseEvent, ok bool) {
-	t.Helper()
-	timer := time.NewTimer(waitFor)
-	defer timer.Stop()
-	for {
-		select {
-		case ev, ok := <-c.events:
-			if ok && ev.Event == "comment" {
-				continue
-			}
-			return ev, ok
-		case <-timer.C:
-			t.Fatalf("no SSE event within %v", waitFor)
-		}
-	}
-}
-
-// nextOf returns the next event, which must be named name.
-func (c *sseClient) nextOf(t *testing.T, name string) sseEvent {
-	t.Helper()
-	ev, ok := c.next(t)
-	if !ok {
-		t.Fatalf("SSE stream ended, want event %q", name)
-	}
-	if ev.Event != name {
-		t.Fatalf("got event %q (%s), want %q", ev.Event, ev.Data, name)
-	}
-	return ev
-}
-
-// ended waits for the server to end the stream, failing on any event but a
-// heartbeat.
-func (c *sseClient) ended(t *testing.T) {
-	t.Helper()
-	if ev, ok := c.next(t); ok {
-		t.Fatalf("got event %q (%s), want the stream to end", ev.Event, ev.Data)
-	}
 }

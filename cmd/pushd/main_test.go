@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 // taskDoc is the part of a snapshot the tests look at.
@@ -49,7 +51,7 @@ func publish(t *testing.T, base string, version int64, status string, progress i
 // wantTask reads the next event and checks it is task_1 at version.
 func wantTask(t *testing.T, c *sseClient, version int64, status string, progress int) {
 	t.Helper()
-	ev := c.nextOf(t, "task")
+	ev := c.NextOf(t, "task")
 	if ev.ID == "" {
 		t.Errorf("task event v%d has no id: line", version)
 	}
@@ -90,7 +92,7 @@ func wantHealthy(t *testing.T, base string) {
 // then ends.
 func wantDrained(t *testing.T, c *sseClient) {
 	t.Helper()
-	ev := c.nextOf(t, "reconnect")
+	ev := c.NextOf(t, "reconnect")
 	var rc struct {
 		AfterMS int `json:"after_ms"`
 	}
@@ -98,7 +100,7 @@ func wantDrained(t *testing.T, c *sseClient) {
 	if rc.AfterMS <= 0 || rc.AfterMS > 5000 || ev.Retry != rc.AfterMS {
 		t.Errorf("reconnect after_ms %d retry %d, want equal and in (0, 5000] (--reconnect-after 5s)", rc.AfterMS, ev.Retry)
 	}
-	c.ended(t)
+	c.Ended(t)
 }
 
 // TestBinaryEmbeddedModeDeliversPublish runs the README's quick start: the
@@ -116,19 +118,13 @@ func TestBinaryEmbeddedModeDeliversPublish(t *testing.T) {
 		p.URL + "/v1/events?task=task_1",
 		"curl -X POST " + p.URL + "/v1/publish",
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	for _, want := range wants {
-		for !strings.Contains(p.log.String(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("startup log lacks %q", want)
-			}
-			time.Sleep(10 * time.Millisecond) // polling the process's output, with a deadline
-		}
+		testenv.Eventually(t, "the startup log says "+want, func() bool { return strings.Contains(p.log.String(), want) })
 	}
 
 	tok := demoToken(t, p.URL)
 	c := openSSE(t, p.URL, "/v1/events?task=task_1", tok)
-	hello := c.nextOf(t, "hello")
+	hello := c.NextOf(t, "hello")
 	var h struct {
 		ConnID string `json:"conn_id"`
 	}
@@ -140,7 +136,7 @@ func TestBinaryEmbeddedModeDeliversPublish(t *testing.T) {
 		Code   string `json:"code"`
 		TaskID string `json:"task_id"`
 	}
-	decode(t, []byte(c.nextOf(t, "error").Data), &nf)
+	decode(t, []byte(c.NextOf(t, "error").Data), &nf)
 	if nf.Code != "not_found" || nf.TaskID != "task_1" {
 		t.Fatalf("error event %+v, want not_found for task_1", nf)
 	}
@@ -230,19 +226,19 @@ func TestRunDrainsOnSignal(t *testing.T) {
 	serving = true
 	wantHealthy(t, base)
 	c := openSSE(t, base, "/v1/events?task=task_1", demoToken(t, base))
-	c.nextOf(t, "hello")
-	c.nextOf(t, "error")
+	c.NextOf(t, "hello")
+	c.NextOf(t, "error")
 	publish(t, base, 1, "RUNNING", 45)
 	wantTask(t, c, 1, "RUNNING", 45)
 
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	ev := c.nextOf(t, "reconnect")
+	ev := c.NextOf(t, "reconnect")
 	if ev.Retry <= 0 || ev.Retry > 1000 {
 		t.Errorf("reconnect retry %d, want in (0, 1000] (--reconnect-after 1s)", ev.Retry)
 	}
-	c.ended(t)
+	c.Ended(t)
 	select {
 	case <-returned:
 	case <-time.After(waitFor):

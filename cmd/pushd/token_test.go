@@ -97,7 +97,7 @@ func TestMintedTokenWorksOverSSEWebSocketAndHTTP(t *testing.T) {
 
 	// SSE.
 	sse := openSSE(t, p.URL, "/v1/events?task=task_1", tok)
-	sse.nextOf(t, "hello")
+	sse.NextOf(t, "hello")
 	wantTask(t, sse, 1, "RUNNING", 45)
 
 	// WebSocket, the token in the query as a browser sends it.

@@ -358,13 +358,13 @@ func TestRedisRolesOnThreeServers(t *testing.T) {
 	}
 	ws := openWS(t, srv.URL, tok)
 	ws.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{"task_r1"}})
-	ws.nextOf(t, "ack")
+	ws.NextOf(t, "ack")
 	resp, body := httpDo(t, http.MethodPost, srv.URL+"/v1/publish", "", doc("task_r1", "t1", 3, "RUNNING"))
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("publish %d %s", resp.StatusCode, body)
 	}
 	for {
-		ev := sc.next(t)
+		ev := sc.Next(t)
 		if ev.Event == "task" {
 			if s := parseDoc(t, ev.Data); s.Version != 3 {
 				t.Fatalf("SSE got v%d", s.Version)

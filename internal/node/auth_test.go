@@ -24,7 +24,7 @@ func (c *sseClient) expiredAt(t *testing.T, name string, deadline time.Time) tim
 	defer timer.Stop()
 	for {
 		select {
-		case ev, ok := <-c.events:
+		case ev, ok := <-c.Events():
 			if !ok {
 				t.Fatalf("%s: SSE stream ended without token_expired", name)
 			}
@@ -86,7 +86,7 @@ func TestSessionStreamsEndAtExpiresAt(t *testing.T) {
 		if late < -50*time.Millisecond || late > bound {
 			t.Errorf("%s: token_expired %v after expires_at, want within [-50ms, %v]", sc.name, late, bound)
 		}
-		sc.ended(t)
+		sc.Ended(t)
 	}
 }
 

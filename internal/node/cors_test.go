@@ -110,7 +110,7 @@ func TestTokensNeverLogged(t *testing.T) {
 	sse.nextTask(t)
 	ws := openWS(t, s.URL, good)
 	ws.sendRaw(t, websocket.MessageText, []byte(`{"op":"subscribe","tasks":["`+good+`"]}`))
-	ws.nextOf(t, "error")
+	ws.NextOf(t, "error")
 	sse.Close()
 	ws.Close()
 	out := logs.String()

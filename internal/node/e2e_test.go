@@ -81,7 +81,7 @@ func TestSSEAndWebSocketSeeEveryVersionPublishedThreeWays(t *testing.T) {
 	ws := openWS(t, s.URL, token(t, "t1", "u1"))
 	ws.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{task}})
 
-	hello := sse.next(t)
+	hello := sse.Next(t)
 	if hello.Event != "hello" || hello.Retry < 2000 || hello.Retry > 3000 {
 		t.Fatalf("first SSE event %+v, want hello with retry in [2000,3000]", hello)
 	}
@@ -90,7 +90,7 @@ func TestSSEAndWebSocketSeeEveryVersionPublishedThreeWays(t *testing.T) {
 	if h.Mode != "push" || h.Node == "" {
 		t.Fatalf("hello %s", hello.Data)
 	}
-	first := sse.nextOf(t, "task")
+	first := sse.NextOf(t, "task")
 	if snap := parseDoc(t, first.Data); snap.Version != 1 || first.ID == "" {
 		t.Fatalf("initial SSE event %+v", first)
 	}
@@ -100,7 +100,7 @@ func TestSSEAndWebSocketSeeEveryVersionPublishedThreeWays(t *testing.T) {
 	if got := ws.nextTask(t); got.Version != 1 {
 		t.Fatalf("initial WS version %d", got.Version)
 	}
-	ack := ws.nextOf(t, "ack")
+	ack := ws.NextOf(t, "ack")
 	if string(ack["id"]) != "1" || string(ack["rejected"]) != "[]" {
 		t.Fatalf("ack %s", rawString(ack))
 	}
@@ -136,7 +136,7 @@ func TestOlderVersionIsNeverDelivered(t *testing.T) {
 	if v := ws.nextTask(t).Version; v != 5 {
 		t.Fatalf("initial %d", v)
 	}
-	ws.nextOf(t, "ack")
+	ws.NextOf(t, "ack")
 	// A misbehaving writer overwrites Redis with an older version and
 	// announces it; then the real next version comes.
 	c.tssWrite(t, doc(task, "t1", 3, "RUNNING"))
@@ -239,7 +239,7 @@ func TestPublishReachesWatchersOnTwoNodes(t *testing.T) {
 	onB.send(t, map[string]any{"op": "subscribe", "id": 7, "tasks": []string{task}})
 	onA.nextTask(t)
 	onB.nextTask(t)
-	onB.nextOf(t, "ack")
+	onB.NextOf(t, "ack")
 
 	httpPublish(t, a.URL, doc(task, "t1", 2, "RUNNING")) // through node A's API
 	if v := onA.nextTask(t).Version; v != 2 {
@@ -278,7 +278,7 @@ func TestOtherTenantsTaskLooksAbsent(t *testing.T) {
 	var codes []string
 	sawMine := false
 	for len(codes) < 2 || !sawMine {
-		ev := sse.next(t)
+		ev := sse.Next(t)
 		switch ev.Event {
 		case "error":
 			var e struct{ Code string }
@@ -299,7 +299,7 @@ func TestOtherTenantsTaskLooksAbsent(t *testing.T) {
 	if got := ws.nextTask(t); got.TaskID != mine {
 		t.Fatalf("tenant A's WS received %s", got.TaskID)
 	}
-	ack := ws.nextOf(t, "ack")
+	ack := ws.NextOf(t, "ack")
 	var rej []struct{ Code string }
 	json.Unmarshal(ack["rejected"], &rej)
 	if len(rej) != 2 || rej[0].Code != "not_found" || rej[1].Code != "not_found" {
@@ -367,21 +367,21 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 	t.Run("websocket", func(t *testing.T) {
 		ws := openWS(t, s.URL, tok)
 		ws.sendRaw(t, websocket.MessageText, []byte(`{not json`))
-		if e := ws.nextOf(t, "error"); !strings.Contains(string(e["code"]), "bad_request") {
+		if e := ws.NextOf(t, "error"); !strings.Contains(string(e["code"]), "bad_request") {
 			t.Fatalf("error %s", rawString(e))
 		}
 		ws.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{"bad id"}})
-		ws.nextOf(t, "error")
+		ws.NextOf(t, "error")
 		ws.send(t, map[string]any{"op": "dance", "id": 2})
-		ws.nextOf(t, "error")
+		ws.NextOf(t, "error")
 		ws.send(t, map[string]any{"op": "subscribe", "id": 3, "tasks": []string{task}, "extra": true})
-		ws.nextOf(t, "error")
+		ws.NextOf(t, "error")
 		// The connection still works after bad requests.
 		ws.send(t, map[string]any{"op": "subscribe", "id": 4, "tasks": []string{task}})
 		if v := ws.nextTask(t).Version; v != 1 {
 			t.Fatalf("version %d", v)
 		}
-		ws.nextOf(t, "ack")
+		ws.NextOf(t, "ack")
 
 		// The server stops reading at the limit and closes with 1009. It may
 		// close while the client is still writing the rest, in which case
@@ -456,8 +456,8 @@ func TestResumeSkipsTasksThatDidNotMove(t *testing.T) {
 	c.goPublish(t, doc(b, "t1", 1, "RUNNING"))
 	tok := token(t, "t1", "u1")
 	first := openSSE(t, s.URL, tok, "task="+a+"&task="+b)
-	first.nextOf(t, "task")
-	last := first.nextOf(t, "task")
+	first.NextOf(t, "task")
+	last := first.NextOf(t, "task")
 	first.Close()
 
 	c.goPublish(t, doc(b, "t1", 2, "RUNNING"))
@@ -475,12 +475,12 @@ func TestTokenExpiryEndsStream(t *testing.T) {
 	s := startNode(t, cfg)
 	sse := openSSE(t, s.URL, tokenExp(t, "t1", "u1", time.Now().Add(1500*time.Millisecond)), "task=x1")
 	for {
-		ev := sse.next(t)
+		ev := sse.Next(t)
 		if ev.Event == "error" && strings.Contains(ev.Data, "token_expired") {
 			break
 		}
 	}
-	sse.ended(t)
+	sse.Ended(t)
 }
 
 func TestDisconnectedClientsLeaveNothingBehind(t *testing.T) {
@@ -508,12 +508,8 @@ func TestDisconnectedClientsLeaveNothingBehind(t *testing.T) {
 		sses[i].Close()
 		wss[i].Close()
 	}
-	deadline := time.Now().Add(waitFor)
-	for s.Hub().Len() > 0 || runtime.NumGoroutine() > base+5 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after disconnects: %d connections in the hub, %d goroutines (was %d)", s.Hub().Len(), runtime.NumGoroutine(), base)
-		}
-		time.Sleep(10 * time.Millisecond) // polling for the server to notice closed sockets
-	}
+	testenv.Eventually(t, "every connection and its goroutines gone after the disconnects", func() bool {
+		return s.Hub().Len() == 0 && runtime.NumGoroutine() <= base+5
+	})
 	http.DefaultClient.CloseIdleConnections()
 }

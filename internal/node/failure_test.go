@@ -102,7 +102,7 @@ func sseWatcher(cl *sseClient) *watcher {
 	return &watcher{name: "sse",
 		mode: func(t *testing.T) string {
 			for {
-				ev := cl.next(t)
+				ev := cl.Next(t)
 				if ev.Event == "mode" {
 					var m struct{ Mode string }
 					json.Unmarshal([]byte(ev.Data), &m)
@@ -112,7 +112,7 @@ func sseWatcher(cl *sseClient) *watcher {
 		},
 		task: func(t *testing.T) (*snapshot.Snapshot, bool) {
 			for {
-				ev := cl.next(t)
+				ev := cl.Next(t)
 				switch ev.Event {
 				case "task":
 					return parseDoc(t, ev.Data), true
@@ -610,7 +610,7 @@ func TestBothSourcesDownClientsKeepStateAndAreTold(t *testing.T) {
 	c.rs.Stop()
 	proxy.Drop()
 	for {
-		ev := cl.next(t)
+		ev := cl.Next(t)
 		if ev.Event == "task" {
 			t.Fatalf("a task event while no source answers: %s", ev.Data)
 		}
@@ -626,7 +626,7 @@ func TestBothSourcesDownClientsKeepStateAndAreTold(t *testing.T) {
 	proxy.Pass()
 	c.rs.Start()
 	for {
-		ev := cl.next(t)
+		ev := cl.Next(t)
 		if ev.Event == "task" {
 			if v := parseDoc(t, ev.Data).Version; v != 2 {
 				t.Fatalf("version %d after recovery, want 2", v)

@@ -33,7 +33,7 @@ func helloOfSSE(t *testing.T, s *server, tok, task string) hello {
 	t.Helper()
 	cl := openSSE(t, s.URL, tok, "task="+task)
 	defer cl.Close()
-	ev := cl.next(t)
+	ev := cl.Next(t)
 	if ev.Event != "hello" {
 		t.Fatalf("SSE: first event %q, want hello", ev.Event)
 	}
@@ -57,7 +57,7 @@ func helloOfWS(t *testing.T, s *server, tok string) hello {
 func (c *sseClient) nextMode(t *testing.T) hello {
 	t.Helper()
 	for {
-		if ev := c.next(t); ev.Event == "mode" {
+		if ev := c.Next(t); ev.Event == "mode" {
 			return readHello(t, "SSE mode", []byte(ev.Data))
 		}
 	}

@@ -113,109 +113,21 @@ func parseDoc(t testing.TB, s string) *snapshot.Snapshot {
 // sseEvent is one dispatched Server-Sent Event.
 type sseEvent = testenv.SSEEvent
 
-// sseClient reads an EventSource stream over a real socket.
-type sseClient struct {
-	Status int
-	Header http.Header
-	Body   string // the body of a refused request
-	events chan sseEvent
-	cancel context.CancelFunc
-	done   chan struct{}
-}
+// sseClient is testenv's, with this package's ways of reading it.
+type sseClient struct{ *testenv.SSEClient }
 
 // openSSE opens GET /v1/events?query with a bearer token ("" for none).
 func openSSE(t *testing.T, base, tok, query string, header ...string) *sseClient {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/events?"+query, nil)
 	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+		header = append(header, "Authorization", "Bearer "+tok)
 	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	c := &sseClient{Status: resp.StatusCode, Header: resp.Header, events: make(chan sseEvent, 1024), cancel: cancel, done: make(chan struct{})}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		cancel()
-		c.Body = string(b)
-		close(c.done)
-		close(c.events)
-		return c
-	}
-	go c.read(resp.Body)
-	t.Cleanup(c.Close)
-	return c
-}
-
-func (c *sseClient) read(body io.ReadCloser) {
-	defer close(c.done)
-	defer close(c.events)
-	defer body.Close()
-	testenv.ReadSSE(body, func(ev sseEvent) { c.events <- ev })
-}
-
-// Close disconnects and waits for the reader.
-func (c *sseClient) Close() {
-	c.cancel()
-	<-c.done
-}
-
-// next returns the next event other than heartbeats.
-func (c *sseClient) next(t *testing.T) sseEvent {
-	t.Helper()
-	timer := time.NewTimer(waitFor)
-	defer timer.Stop()
-	for {
-		select {
-		case ev, ok := <-c.events:
-			if !ok {
-				t.Fatal("SSE stream ended")
-			}
-			if ev.Event == "comment" {
-				continue
-			}
-			return ev
-		case <-timer.C:
-			t.Fatal("no SSE event within", waitFor)
-		}
-	}
-}
-
-// nextOf returns the next event named name, skipping hello and mode.
-func (c *sseClient) nextOf(t *testing.T, name string) sseEvent {
-	t.Helper()
-	for {
-		ev := c.next(t)
-		if ev.Event == "hello" || ev.Event == "mode" {
-			continue
-		}
-		if ev.Event != name {
-			t.Fatalf("got event %q (%s), want %q", ev.Event, ev.Data, name)
-		}
-		return ev
-	}
+	return &sseClient{testenv.OpenSSE(t, nil, base+"/v1/events?"+query, header...)}
 }
 
 func (c *sseClient) nextTask(t *testing.T) *snapshot.Snapshot {
 	t.Helper()
-	return parseDoc(t, c.nextOf(t, "task").Data)
-}
-
-// ended waits for the server to end the stream.
-func (c *sseClient) ended(t *testing.T) {
-	t.Helper()
-	select {
-	case <-c.done:
-	case <-time.After(waitFor):
-		t.Fatal("stream not ended")
-	}
+	return parseDoc(t, c.NextOf(t, "task").Data)
 }
 
 // wsClient is a WebSocket client over a real socket.
@@ -305,7 +217,7 @@ func msgType(m map[string]json.RawMessage) string {
 }
 
 // next returns the next message other than hello and mode.
-func (c *wsClient) next(t *testing.T) map[string]json.RawMessage {
+func (c *wsClient) Next(t *testing.T) map[string]json.RawMessage {
 	t.Helper()
 	timer := time.NewTimer(waitFor)
 	defer timer.Stop()
@@ -340,9 +252,9 @@ func (c *wsClient) nextAny(t *testing.T) map[string]json.RawMessage {
 	}
 }
 
-func (c *wsClient) nextOf(t *testing.T, typ string) map[string]json.RawMessage {
+func (c *wsClient) NextOf(t *testing.T, typ string) map[string]json.RawMessage {
 	t.Helper()
-	m := c.next(t)
+	m := c.Next(t)
 	if got := msgType(m); got != typ {
 		t.Fatalf("got %q message %v, want %q", got, rawString(m), typ)
 	}
@@ -351,7 +263,7 @@ func (c *wsClient) nextOf(t *testing.T, typ string) map[string]json.RawMessage {
 
 func (c *wsClient) nextTask(t *testing.T) *snapshot.Snapshot {
 	t.Helper()
-	return parseDoc(t, string(c.nextOf(t, "task")["task"]))
+	return parseDoc(t, string(c.NextOf(t, "task")["task"]))
 }
 
 // closeStatus waits for the server to close the connection and returns its

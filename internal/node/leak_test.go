@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/coder/websocket"
 
@@ -119,20 +118,12 @@ func TestConnectDisconnectCyclesLeaveNothingBehind(t *testing.T) {
 	// settle waits until the node has closed every connection and its
 	// goroutines are at most want, then returns them and the live heap.
 	settle := func(want int) (goroutines int, heap uint64) {
-		deadline := time.Now().Add(waitFor)
-		for {
+		testenv.Eventually(t, fmt.Sprintf("every connection closed and at most %d goroutines", want), func() bool {
 			runtime.GC()
 			goroutines = runtime.NumGoroutine()
 			st := srv.Hub().Stats()
-			if st.Opened == st.Closed && goroutines <= want {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after %v: %d connections still open on the node, %d goroutines (want at most %d)",
-					waitFor, st.Opened-st.Closed, goroutines, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return st.Opened == st.Closed && goroutines <= want
+		})
 		runtime.GC() // twice: the first sweeps what finalizers held
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)

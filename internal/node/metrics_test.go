@@ -155,7 +155,7 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	}
 	ws1 := openWS(t, srv.URL, u1)
 	ws1.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{taskA}, "since": map[string]int64{taskA: 1}})
-	ws1.nextOf(t, "ack")
+	ws1.NextOf(t, "ack")
 	s.step("connect", map[string]float64{
 		`sse_push_total`: 1,
 		`client_reconnect_total{transport="websocket"}`:                                1,
@@ -223,7 +223,7 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	if got := ws1.nextTask(t); got.TaskID != taskB || got.Version != 5 {
 		t.Fatalf("got %s v%d, want %s v5", got.TaskID, got.Version, taskB)
 	}
-	ws1.nextOf(t, "ack")
+	ws1.NextOf(t, "ack")
 	s.step("cache miss and PostgreSQL fallback", map[string]float64{
 		`websocket_push_total`: 1,
 		`task_snapshot_refetch_total{outcome="miss",source="local_cache"}`: 1,
@@ -249,7 +249,7 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	// 6. A hot task cools: the WebSocket stops watching A, which two
 	// connections watch now. Unsubscribing is acked once it is done.
 	ws1.send(t, map[string]any{"op": "unsubscribe", "id": 3, "tasks": []string{taskA}})
-	ws1.nextOf(t, "ack")
+	ws1.NextOf(t, "ack")
 	s.step("hot task cools", map[string]float64{
 		`pushd_hot_tasks`: -1,
 	}, nil)
@@ -258,7 +258,7 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	// the version it has: counted a second time, nothing pushed. The read
 	// that checks A's version is the local cache's or Redis's.
 	ws1.send(t, map[string]any{"op": "subscribe", "id": 4, "tasks": []string{taskA}, "since": map[string]int64{taskA: 2}})
-	ws1.nextOf(t, "ack")
+	ws1.NextOf(t, "ack")
 	s.step("hot task again", map[string]float64{
 		`hot_key_detected_total`: 1,
 		`pushd_hot_tasks`:        1,

@@ -46,7 +46,7 @@ func TestSubscribeFloodStaysWithinReadBudget(t *testing.T) {
 				RetryAfterMS int64  `json:"retry_after_ms"`
 			} `json:"rejected"`
 		}
-		raw := rawMessage(flood.nextOf(t, "ack"))
+		raw := rawMessage(flood.NextOf(t, "ack"))
 		json.Unmarshal(raw, &ack)
 		for _, r := range ack.Rejected {
 			if r.Code == hub.CodeRateLimitExceeded {
@@ -59,7 +59,7 @@ func TestSubscribeFloodStaysWithinReadBudget(t *testing.T) {
 			}
 		}
 		flood.send(t, map[string]any{"op": "unsubscribe", "id": 2*round + 1, "tasks": ids})
-		flood.nextOf(t, "ack")
+		flood.NextOf(t, "ack")
 	}
 	elapsed := time.Since(start)
 	queries := s.Store().Stats().DBQueries - before
@@ -82,7 +82,7 @@ func TestSubscribeFloodStaysWithinReadBudget(t *testing.T) {
 		if snap := w.nextTask(t); snap.TaskID != who.task {
 			t.Fatalf("%s/%s got %s", who.tenant, who.user, snap.TaskID)
 		}
-		if ack := rawString(w.nextOf(t, "ack")); ack != `{"id":1,"rejected":[],"type":"ack"}` {
+		if ack := rawString(w.NextOf(t, "ack")); ack != `{"id":1,"rejected":[],"type":"ack"}` {
 			t.Fatalf("%s/%s: %s", who.tenant, who.user, ack)
 		}
 	}
@@ -140,7 +140,7 @@ func wantSSE(t *testing.T, cl *sseClient, tasks, refused []string) {
 	t.Helper()
 	var gotTasks, gotRefused []string
 	for len(gotTasks)+len(gotRefused) < len(tasks)+len(refused) {
-		ev := cl.next(t)
+		ev := cl.Next(t)
 		switch ev.Event {
 		case "hello", "mode":
 		case "task":

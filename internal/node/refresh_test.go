@@ -25,13 +25,13 @@ func TestWebSocketRefreshOutlivesTheFirstToken(t *testing.T) {
 		cl := openWS(t, srv.URL, short)
 		cl.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{f.p1, f.p2}})
 		untilVersions(t, taskClient{"WebSocket", cl.nextTask}, map[string]int64{f.p1: 1, f.p2: 1})
-		cl.nextOf(t, "ack")
+		cl.NextOf(t, "ack")
 		return cl
 	}
 	refreshed, control := open(), open()
 	// The new token sees P1 and the user's own tasks, no longer P2.
 	refreshed.send(t, map[string]any{"op": "refresh", "id": 2, "token": tokenFor(t, f.tenant, "P1")})
-	if ack := refreshed.nextOf(t, "ack"); string(ack["id"]) != "2" {
+	if ack := refreshed.NextOf(t, "ack"); string(ack["id"]) != "2" {
 		t.Fatalf("refresh answered %s, want the ack of id 2", rawString(ack))
 	}
 	if code := control.closeStatus(t); code != ws.StatusTokenExpired {
@@ -64,7 +64,7 @@ func TestWebSocketRefreshRefusesAnotherPrincipal(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := openWS(t, srv.URL, token(t, tenant, "u1"))
 			cl.send(t, map[string]any{"op": "refresh", "id": 1, "token": tc.token})
-			m := cl.nextOf(t, "error")
+			m := cl.NextOf(t, "error")
 			var code string
 			json.Unmarshal(m["code"], &code)
 			if code != tc.code {

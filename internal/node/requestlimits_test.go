@@ -40,7 +40,7 @@ func TestBodiesThatNeverArriveAreCut(t *testing.T) {
 	if v := ws.nextTask(t).Version; v != 1 {
 		t.Fatalf("WebSocket version %d, want 1", v)
 	}
-	ws.nextOf(t, "ack")
+	ws.NextOf(t, "ack")
 
 	const n = 90
 	routes := []string{"POST /v1/publish", "GET /healthz", "POST /nowhere"}

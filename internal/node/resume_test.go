@@ -33,7 +33,7 @@ func versionsCursor(t *testing.T, id string) map[string]int64 {
 // cursor names exactly cursor, and returns the event's id.
 func (c *sseClient) wantTask(t *testing.T, id string, v int64, cursor map[string]int64) string {
 	t.Helper()
-	ev := c.nextOf(t, "task")
+	ev := c.NextOf(t, "task")
 	c.checkTask(t, ev, id, v, cursor)
 	return ev.ID
 }
@@ -53,7 +53,7 @@ func (c *sseClient) checkTask(t *testing.T, ev sseEvent, id string, v int64, cur
 // not_found, without an id of its own: the client keeps its Last-Event-ID.
 func (c *sseClient) wantNotFound(t *testing.T, id string) {
 	t.Helper()
-	ev := c.nextOf(t, "error")
+	ev := c.NextOf(t, "error")
 	c.checkNotFound(t, ev, id)
 }
 
@@ -74,7 +74,7 @@ func (c *sseClient) wantResumed(t *testing.T, id string, v int64, cursor map[str
 	t.Helper()
 	var task, refused bool
 	for !task || !refused {
-		ev := c.next(t)
+		ev := c.Next(t)
 		switch ev.Event {
 		case "hello", "mode":
 		case "error":
@@ -125,7 +125,7 @@ func TestSecondResumeOnAnotherNodeSendsOnlyWhatMovedAgain(t *testing.T) {
 	var last string
 	refused := false
 	for i := 0; i < len(tasks) || !refused; {
-		ev := first.next(t)
+		ev := first.Next(t)
 		switch ev.Event {
 		case "hello":
 		case "error":

@@ -31,7 +31,7 @@ func TestProjectAndUserSubscriptionsFromPostgres(t *testing.T) {
 	if got := byUser.nextTask(t); got.TaskID != older {
 		t.Fatalf("user watcher's first task %s", got.TaskID)
 	}
-	byUser.nextOf(t, "ack")
+	byUser.NextOf(t, "ack")
 
 	// A task created later in that project, for that user, reaches both.
 	created := testenv.UniqueID("task")
@@ -72,16 +72,10 @@ func TestTaskReadWithETag(t *testing.T) {
 	}
 	c.goPublish(t, doc(task, "t1", 4, "RUNNING"))
 	// The node hears the change, so its cached v3 is not served again.
-	deadline := time.Now().Add(waitFor)
-	for {
+	testenv.Eventually(t, "the newer version served", func() bool {
 		resp, body = httpDo(t, http.MethodGet, s.URL+"/v1/tasks/"+task, tok, "", "If-None-Match", `"v3"`)
-		if resp.StatusCode == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still %d after a newer version was published", resp.StatusCode)
-		}
-	}
+		return resp.StatusCode == http.StatusOK
+	})
 	if parseDoc(t, string(body)).Version != 4 {
 		t.Fatalf("got %s", body)
 	}
@@ -93,7 +87,7 @@ func TestWebSocketTokenExpiryClosesWith4001(t *testing.T) {
 	cfg.Heartbeat = 100 * time.Millisecond
 	s := startNode(t, cfg)
 	ws := openWS(t, s.URL, tokenExp(t, "t1", "u1", time.Now().Add(1500*time.Millisecond)))
-	if e := ws.nextOf(t, "error"); !strings.Contains(string(e["code"]), "token_expired") {
+	if e := ws.NextOf(t, "error"); !strings.Contains(string(e["code"]), "token_expired") {
 		t.Fatalf("got %s", rawString(e))
 	}
 	if code := ws.closeStatus(t); code != 4001 {
@@ -113,19 +107,19 @@ func TestShutdownTellsClientsToReconnect(t *testing.T) {
 	ws := openWS(t, s.URL, token(t, "t1", "u1"))
 	ws.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{task}})
 	ws.nextTask(t)
-	ws.nextOf(t, "ack")
+	ws.NextOf(t, "ack")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.Shutdown(ctx) }()
 
-	ev := sse.nextOf(t, "reconnect")
+	ev := sse.NextOf(t, "reconnect")
 	if ev.Retry < 1 || ev.Retry > 3000 {
 		t.Fatalf("SSE reconnect with retry %d, want 1..3000", ev.Retry)
 	}
-	sse.ended(t)
-	m := ws.nextOf(t, "reconnect")
+	sse.Ended(t)
+	m := ws.NextOf(t, "reconnect")
 	var after int
 	json.Unmarshal(m["after_ms"], &after)
 	if after < 1 || after > 3000 {
@@ -209,8 +203,8 @@ func TestDrainingNodeAnswers503(t *testing.T) {
 	}
 
 	for _, sse := range streams {
-		sse.nextOf(t, "reconnect")
-		sse.ended(t)
+		sse.NextOf(t, "reconnect")
+		sse.Ended(t)
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("shutdown: %v", err)

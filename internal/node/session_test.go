@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,12 +46,12 @@ func TestSessionTokens(t *testing.T) {
 	// reason, on both transports.
 	c.redis.Client.Del(ctx, sessKey(inRedis))
 	for {
-		ev := sc.next(t)
-		if ev.Event == "error" {
+		ev := sc.Next(t)
+		if ev.Event == "error" && strings.Contains(ev.Data, `"token_expired"`) {
 			break
 		}
 	}
-	sc.ended(t)
+	sc.Ended(t)
 	if code := ws.closeStatus(t); code != pushdws.StatusTokenExpired {
 		t.Fatalf("WebSocket closed with %d, want the token-expired close", code)
 	}
@@ -77,7 +78,7 @@ func TestSessionTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.redis.Client.Del(ctx, sessKey(inPG))
-	pc.ended(t)
+	pc.Ended(t)
 	// An expired session in PostgreSQL is refused.
 	resp, body = httpDo(t, http.MethodGet, srv.URL+"/v1/tasks/task_s1", inPG, "")
 	wantError(t, resp, body, http.StatusUnauthorized, "unauthorized")
@@ -133,7 +134,7 @@ func TestLogoutInEitherStoreEndsTheSession(t *testing.T) {
 			}
 			ws := openWS(t, srv.URL, tok)
 			ws.send(t, map[string]any{"op": "subscribe", "id": 1})
-			ws.nextOf(t, "ack")
+			ws.NextOf(t, "ack")
 			// One re-check that saw the session where it is.
 			checks := srv.Admission().Stats().SessionChecks
 			testenv.Eventually(t, "a re-check of the open session", func() bool { return srv.Admission().Stats().SessionChecks > checks })

@@ -49,7 +49,7 @@ func (c *sseClient) untilCursor(t *testing.T) (map[string]*snapshot.Snapshot, st
 	t.Helper()
 	got := make(map[string]*snapshot.Snapshot)
 	for {
-		ev := c.next(t)
+		ev := c.Next(t)
 		switch ev.Event {
 		case "hello", "mode":
 			continue
@@ -168,7 +168,7 @@ func TestUnusableCursorsGetAFullResyncOfTheClientsOwnTasks(t *testing.T) {
 			return true
 		}
 		for !current() || !notFound {
-			ev := cl.next(t)
+			ev := cl.Next(t)
 			switch ev.Event {
 			case "task":
 				snap := parseDoc(t, ev.Data)
@@ -270,13 +270,9 @@ func TestPubSubGapIsClosedFromTheStreamWithoutResync(t *testing.T) {
 	// while the stream covers) proves the subscription is back, and that
 	// the tenant's Resync, which comes before it on the connection, was
 	// handled.
-	deadline := time.Now().Add(waitFor)
-	for c.rdb.PubSubNumSub(ctx, keys.Names{}.Channel("t1")).Val()[keys.Names{}.Channel("t1")] == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the bus did not subscribe again")
-		}
-		time.Sleep(20 * time.Millisecond) // polling Redis for the resubscription
-	}
+	testenv.Eventually(t, "the bus subscribed again", func() bool {
+		return c.rdb.PubSubNumSub(ctx, keys.Names{}.Channel("t1")).Val()[keys.Names{}.Channel("t1")] > 0
+	})
 	c.write(t, task, 7, true) // PUBLISH without XADD
 	for i, w := range ws {
 		w.waitVersion(t, 7, &last[i])
@@ -323,18 +319,11 @@ func TestRedisRestartedEmptyTheTailResyncsAndClientsConverge(t *testing.T) {
 		w.waitVersion(t, 3, &last[i])
 	}
 	// The tail noticed that the stream it followed is gone.
-	deadline := time.Now().Add(waitFor)
-	for {
+	testenv.Eventually(t, "the tail noticed the lost stream", func() bool {
 		r := s.Stream().Stats().TailResyncs
-		if r[stream.ResyncBackwards]+r[stream.ResyncEpoch] > 0 {
-			t.Logf("tail resyncs after the restart: %v", r)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the tail did not notice the lost stream: %v", r)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the tail's counters
-	}
+		return r[stream.ResyncBackwards]+r[stream.ResyncEpoch] > 0
+	})
+	t.Logf("tail resyncs after the restart: %v", s.Stream().Stats().TailResyncs)
 	write(4, true)
 	for i, w := range ws {
 		w.waitVersion(t, 4, &last[i])
@@ -533,7 +522,7 @@ func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
 	last := ""
 	held, refused := 0, false
 	for held < 2 || !refused {
-		switch ev := first.next(t); {
+		switch ev := first.Next(t); {
 		case ev.Event == "task":
 			if snap := parseDoc(t, ev.Data); snap.TaskID != tasks[held] {
 				t.Fatalf("got %s, want %s", snap.TaskID, tasks[held])
@@ -561,9 +550,9 @@ func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
 			t.Fatalf("%s still refused after %v", tasks[2], waitFor)
 		}
 		again := openSSE(t, s.URL, tok, query, "Last-Event-ID", last)
-		ev := again.next(t)
+		ev := again.Next(t)
 		for ev.Event == "hello" || ev.Event == "mode" {
-			ev = again.next(t)
+			ev = again.Next(t)
 		}
 		if limited(ev) {
 			// As a client does: come back after retry_after_ms.

@@ -48,7 +48,7 @@ func (c *cluster) setByHand(t *testing.T, d string) {
 // taskClient is an SSE or a WebSocket client reduced to its task events.
 type taskClient struct {
 	name string
-	next func(t *testing.T) *snapshot.Snapshot
+	Next func(t *testing.T) *snapshot.Snapshot
 }
 
 // untilVersions reads task events until every task of want arrived in its
@@ -57,7 +57,7 @@ func untilVersions(t *testing.T, cl taskClient, want map[string]int64) {
 	t.Helper()
 	have := make(map[string]int64)
 	for done := 0; done < len(want); {
-		s := cl.next(t)
+		s := cl.Next(t)
 		if s.Version < have[s.TaskID] {
 			t.Fatalf("%s: %s went from v%d to v%d", cl.name, s.TaskID, have[s.TaskID], s.Version)
 		}
@@ -106,7 +106,7 @@ func TestChangeNeverAnnouncedReachesWatchers(t *testing.T) {
 	for _, cl := range clients {
 		untilVersions(t, cl, initial)
 	}
-	ws.nextOf(t, "ack")
+	ws.NextOf(t, "ack")
 
 	// Case A: PostgreSQL has v2, Redis still v1, no hint.
 	c.pg.InsertTask(t, testenv.Task{ID: dbOnly, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "SUCCEEDED", Progress: 100, Version: 2})
@@ -149,7 +149,7 @@ func TestChangeNeverAnnouncedReachesScopes(t *testing.T) {
 	for _, cl := range clients {
 		untilVersions(t, cl, map[string]int64{task: 1})
 	}
-	ws.nextOf(t, "ack")
+	ws.NextOf(t, "ack")
 	c.pg.InsertTask(t, testenv.Task{ID: task, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "POST_PROCESSING", Progress: 90, Version: 2})
 	written := time.Now()
 	for _, cl := range clients {
@@ -186,7 +186,7 @@ func createdNeverAnnouncedReachesScopes(t *testing.T, srv *server, pg testenv.Po
 	for _, cl := range clients {
 		untilVersions(t, cl, map[string]int64{seed: 1})
 	}
-	ws.nextOf(t, "ack")
+	ws.NextOf(t, "ack")
 
 	pg.InsertTask(t, testenv.Task{ID: dbOnly, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "QUEUED", Version: 1})
 	pg.InsertTask(t, testenv.Task{ID: redisOnly, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Version: 1})
@@ -219,9 +219,9 @@ func TestScopeListingCostDoesNotGrowWithNodes(t *testing.T) {
 		ws := openWS(t, srv.URL, token(t, tenant, "u1"))
 		ws.send(t, map[string]any{"op": "subscribe", "id": 1, "projects": []string{"p1"}})
 		untilVersions(t, taskClient{"WebSocket", ws.nextTask}, map[string]int64{seed: 1})
-		ws.nextOf(t, "ack")
+		ws.NextOf(t, "ack")
 		ws.send(t, map[string]any{"op": "subscribe", "id": 2, "scope": "user"})
-		ws.nextOf(t, "ack")
+		ws.NextOf(t, "ack")
 	}
 	alone, three := aloneThenThree(t, cfg, watch)
 	t.Logf("three intervals, one node: %d scopes listed in %d queries; three nodes: %d in %d", alone.scopes, alone.queries, three.scopes, three.queries)
@@ -255,7 +255,7 @@ func TestRepairCostDoesNotGrowWithNodes(t *testing.T) {
 		for range n {
 			ws.nextTask(t)
 		}
-		ws.nextOf(t, "ack")
+		ws.NextOf(t, "ack")
 	}
 	alone, three := aloneThenThree(t, cfg, watch)
 	t.Logf("three intervals, one node: %d queries, %d rows; three nodes: %d queries, %d rows", alone.queries, alone.rows, three.queries, three.rows)

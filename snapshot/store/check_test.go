@@ -133,7 +133,7 @@ func TestCheckYieldsBusyPostgresSlots(t *testing.T) {
 	unlock := lockTasks(t, e.pg)
 	done := make(chan error, 1)
 	go func() { _, err := e.store.Get(context.Background(), busy, 0); done <- err }()
-	waitFor(t, "a read holding a slot", func() bool { return e.store.Stats().DBQueries == 1 })
+	testenv.Eventually(t, "a read holding a slot", func() bool { return e.store.Stats().DBQueries == 1 })
 	res, err := e.store.Check(testenv.Context(t), store.CheckRequest{IDs: []string{id}, Hold: time.Hour, Publish: noPublish(t)})
 	if err != nil || !res.Skipped || res.Found[id] == nil || e.store.Stats().Checked != 0 {
 		t.Fatalf("Check = %+v, %v, checked %d; want Redis's v1, the PostgreSQL part skipped", res, err, e.store.Stats().Checked)
@@ -160,7 +160,7 @@ func TestCheckReportsSlowPostgres(t *testing.T) {
 	unlock := lockTasks(t, e.pg)
 	done := make(chan store.Checked, 1)
 	go func() { res, _ := e.store.Check(ctx, req); done <- res }()
-	waitFor(t, "the versions query blocked on the lock", func() bool {
+	testenv.Eventually(t, "the versions query blocked on the lock", func() bool {
 		var n int
 		e.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%version, status%'`).Scan(&n)
 		return n == 1

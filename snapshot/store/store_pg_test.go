@@ -36,23 +36,6 @@ func lockTasks(t *testing.T, pg testenv.Postgres) (unlock func()) {
 	return unlock
 }
 
-// waitFor polls cond until it holds or the test's deadline passes. It is for
-// conditions that signal nothing, like a query blocking on a lock inside
-// PostgreSQL.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx := testenv.Context(t)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
 func TestStoreStatementTimeout(t *testing.T) {
 	pg := testenv.Database(t)
 	// The fetch may take a minute; only the server-side statement timeout
@@ -90,7 +73,7 @@ func TestStoreDBQueryCap(t *testing.T) {
 		snap, err := s.Get(context.Background(), id, 0)
 		first <- result{snap, err}
 	}()
-	waitFor(t, "the first query", func() bool { return s.Stats().DBQueries == 1 })
+	testenv.Eventually(t, "the first query", func() bool { return s.Stats().DBQueries == 1 })
 
 	// Another read waits for a slot while its context lasts, then gives up
 	// without querying.
@@ -124,7 +107,7 @@ func TestStoreCallerCancelDoesNotFailSharedFetch(t *testing.T) {
 		_, err := s.Get(ctx, id, 0)
 		gaveUp <- err
 	}()
-	waitFor(t, "the shared query", func() bool { return s.Stats().DBQueries == 1 })
+	testenv.Eventually(t, "the shared query", func() bool { return s.Stats().DBQueries == 1 })
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Get: %v, want context.Canceled", err)
@@ -160,17 +143,17 @@ func TestStoreGetAndGetManyShareAQuery(t *testing.T) {
 		snap, err := e.store.Get(context.Background(), a, 0)
 		results <- result{map[string]*snapshot.Snapshot{a: snap}, err}
 	}()
-	waitFor(t, "the Get's query", func() bool { return e.store.Stats().DBQueries == 1 })
+	testenv.Eventually(t, "the Get's query", func() bool { return e.store.Stats().DBQueries == 1 })
 	go func() {
 		got, err := e.store.GetMany(context.Background(), []string{a, b})
 		results <- result{got, err}
 	}()
-	waitFor(t, "the GetMany's query", func() bool { return e.store.Stats().DBQueries == 2 })
+	testenv.Eventually(t, "the GetMany's query", func() bool { return e.store.Stats().DBQueries == 2 })
 	go func() {
 		got, err := e.store.Reload(context.Background(), []string{a})
 		results <- result{got, err}
 	}()
-	waitFor(t, "the Reload's query", func() bool { return e.store.Stats().DBQueries == 3 })
+	testenv.Eventually(t, "the Reload's query", func() bool { return e.store.Stats().DBQueries == 3 })
 
 	unlock()
 	for range 3 {
@@ -213,7 +196,7 @@ func TestStoreReloadSharesAQueryNotYetSent(t *testing.T) {
 	// The only slot: a query blocked on the lock.
 	go get(other)
 	<-registered
-	waitFor(t, "the first query", func() bool { return e.store.Stats().DBQueries == 1 })
+	testenv.Eventually(t, "the first query", func() bool { return e.store.Stats().DBQueries == 1 })
 	// a's read is registered and waits for the slot.
 	go get(a)
 	<-registered
@@ -253,7 +236,7 @@ func TestStoreSharedQueryOutlivesItsCaller(t *testing.T) {
 		_, err := e.store.GetMany(ctx, []string{a})
 		left <- err
 	}()
-	waitFor(t, "the batch's query", func() bool { return e.store.Stats().DBQueries == 1 })
+	testenv.Eventually(t, "the batch's query", func() bool { return e.store.Stats().DBQueries == 1 })
 	cancel() // its caller is gone; the query is still registered
 	got := make(chan error, 1)
 	go func() {
