@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,117 +19,6 @@ import (
 	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/keys"
 )
-
-// workerProc is the controller's handle on one worker process.
-type workerProc struct {
-	idx  int
-	proc *proc
-
-	inMu  sync.Mutex
-	in    *json.Encoder
-	stdin io.Closer
-
-	replies chan reply // everything but progress and log lines
-
-	progMu sync.Mutex
-	prog   reply // the latest progress, of any expectation
-}
-
-func startWorker(idx int, profileDir, cpus string, stderr io.Writer) (*workerProc, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(exe, "-worker")
-	if err := pinTo(cmd, cpus); err != nil {
-		return nil, err
-	}
-	cmd.Env = append(os.Environ(), workerEnv+"=1")
-	if profileDir != "" {
-		abs, _ := filepath.Abs(profileDir)
-		cmd.Env = append(cmd.Env, profileEnv+"="+abs)
-	}
-	cmd.Stderr = stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	p, err := startProc("worker "+strconv.Itoa(idx), cmd)
-	if err != nil {
-		return nil, err
-	}
-	w := &workerProc{idx: idx, proc: p, in: json.NewEncoder(stdin), stdin: stdin, replies: make(chan reply, 64)}
-	go w.read(stdout, stderr)
-	return w, nil
-}
-
-func (w *workerProc) read(r io.Reader, stderr io.Writer) {
-	defer close(w.replies)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 256<<20)
-	for sc.Scan() {
-		var rp reply
-		if err := json.Unmarshal(sc.Bytes(), &rp); err != nil {
-			fmt.Fprintf(stderr, "loadtest: worker %d: bad reply: %v\n", w.idx, err)
-			continue
-		}
-		switch rp.Type {
-		case "progress":
-			w.progMu.Lock()
-			w.prog = rp
-			w.progMu.Unlock()
-		case "log":
-			fmt.Fprintln(stderr, "loadtest:", rp.Msg)
-		default:
-			w.replies <- rp
-		}
-	}
-}
-
-func (w *workerProc) send(cmd command) error {
-	w.inMu.Lock()
-	defer w.inMu.Unlock()
-	if err := w.in.Encode(cmd); err != nil {
-		return fmt.Errorf("worker %d: %w", w.idx, err)
-	}
-	return nil
-}
-
-// await returns the next reply, which must be of type want.
-func (w *workerProc) await(ctx context.Context, want string, timeout time.Duration) (reply, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case rp, ok := <-w.replies:
-		if !ok {
-			return rp, fmt.Errorf("worker %d exited (%v)", w.idx, w.proc.err)
-		}
-		if rp.Type != want {
-			return rp, fmt.Errorf("worker %d: got %q, want %q", w.idx, rp.Type, want)
-		}
-		return rp, nil
-	case <-t.C:
-		return reply{}, fmt.Errorf("worker %d: no %q within %v", w.idx, want, timeout)
-	case <-ctx.Done():
-		return reply{}, ctx.Err()
-	}
-}
-
-func (w *workerProc) quit() {
-	w.send(command{Cmd: "quit"})
-	w.stdin.Close()
-	t := time.NewTimer(5 * time.Second)
-	defer t.Stop()
-	select {
-	case <-w.proc.done:
-	case <-t.C:
-		w.proc.kill()
-	}
-}
 
 // run is one scenario's world: the servers, the publisher, the workers and
 // the result being filled in.
@@ -384,130 +270,6 @@ func (r *run) scrape(ctx context.Context) metrics {
 		return metrics{}
 	}
 	return m
-}
-
-// runAll builds pushd once and runs what cfg asks: one scenario, or with
-// -quick every scenario for each transport, against each server -target
-// names (pushd first). ok is false when a run did not converge or saw a
-// regression.
-func runAll(ctx context.Context, cfg config, stdout, stderr io.Writer) (ok bool, err error) {
-	redis.SetLogger(quietRedis{})
-	if soft, hard, err := raiseNoFile(); err != nil {
-		fmt.Fprintf(stderr, "loadtest: raise RLIMIT_NOFILE: %v\n", err)
-	} else if soft < uint64(cfg.PerWorker+1000) {
-		fmt.Fprintf(stderr, "loadtest: RLIMIT_NOFILE is %d (hard %d): a worker cannot hold %d connections\n", soft, hard, cfg.PerWorker)
-	}
-	tmp, err := os.MkdirTemp("", "pushd-loadtest-")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(tmp)
-	bins, commits, err := serverBins(ctx, cfg, tmp)
-	if err != nil {
-		return false, err
-	}
-	runs := cfg.runs()
-	fmt.Fprintln(stdout, tableHeader)
-	ok = true
-	var results []*result
-	for i, c := range runs {
-		dir := filepath.Join(tmp, fmt.Sprintf("run%d", i))
-		if cfg.FindMax {
-			found, held := findMax(ctx, c, bins[c.Target], commits[c.Target], dir, stdout, stderr)
-			results = append(results, found...)
-			ok = ok && held
-			if ctx.Err() != nil {
-				break
-			}
-			continue
-		}
-		os.MkdirAll(dir, 0o755)
-		res, _ := runOne(ctx, c, bins[c.Target], commits[c.Target], dir, stderr) // an error is in res.Problems
-		res.report(stderr)
-		fmt.Fprintln(stdout, res.row())
-		results = append(results, res)
-		ok = ok && res.OK
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	if cfg.Out != "" {
-		var v any = results[0]
-		if cfg.Quick || cfg.FindMax || len(runs) > 1 {
-			v = results
-		}
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return false, fmt.Errorf("-out: %w", err)
-		}
-		if err := os.WriteFile(cfg.Out, append(b, '\n'), 0o644); err != nil {
-			return false, err
-		}
-	}
-	if ctx.Err() != nil {
-		return false, ctx.Err()
-	}
-	return ok, nil
-}
-
-// serverBins is the binary of each server cfg measures and what the
-// result calls it: pushd built once for the whole invocation (a commit),
-// Centrifugo as -centrifugo-bin names it (its version).
-func serverBins(ctx context.Context, cfg config, tmp string) (bins, commits map[string]string, err error) {
-	bins, commits = map[string]string{}, map[string]string{}
-	for _, t := range runTargets(cfg.Target) {
-		if t == "centrifugo" {
-			commits[t], err = centrifugoVersion(ctx, cfg.CentrifugoBin)
-			bins[t] = cfg.CentrifugoBin
-		} else {
-			bins[t], commits[t], err = buildServer(ctx, cfg, tmp)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-	}
-	return bins, commits, nil
-}
-
-// runs are the runs cfg asks for, with their scenario's defaults: one
-// scenario, or with -quick every scenario (with -cluster: fanout, storm,
-// and fanout with a master killed), for each transport and each target, in
-// that nesting, so the runs of one setting against each server follow each
-// other.
-func (cfg config) runs() []config {
-	type variant struct {
-		scenario   string
-		killMaster bool
-	}
-	var variants []variant
-	switch {
-	case cfg.Scenario != "":
-		variants = []variant{{cfg.Scenario, cfg.KillMaster}}
-	case cfg.Cluster:
-		variants = []variant{{"fanout", false}, {"storm", false}, {"fanout", true}}
-	default:
-		for _, s := range scenarios {
-			variants = append(variants, variant{s, false})
-		}
-	}
-	transports := []string{cfg.Transport}
-	if cfg.Transport == "" {
-		transports = []string{"sse", "ws"}
-	}
-	var runs []config
-	for _, v := range variants {
-		for _, t := range transports {
-			if v.scenario == "stall" && t != transports[0] {
-				continue // one run has both transports
-			}
-			for _, target := range runTargets(cfg.Target) {
-				c := cfg
-				c.Scenario, c.KillMaster, c.Transport, c.Target = v.scenario, v.killMaster, t, target
-				runs = append(runs, c.withDefaults())
-			}
-		}
-	}
-	return runs
 }
 
 // runOne sets up the servers and workers of one run, runs its scenario and
