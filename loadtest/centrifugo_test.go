@@ -309,8 +309,17 @@ func TestTargetFlags(t *testing.T) {
 	if len(runs) != 2 || runs[0].Target != "pushd" || runs[1].Target != "centrifugo" {
 		t.Fatalf("runs %+v", runs)
 	}
-	if runs[0].PGWrites != "always" || runs[1].PGWrites != "off" || runs[1].Transport != "ws" || runs[1].Conns != runs[0].Conns {
+	// Side by side, neither publisher writes rows unless asked: the load
+	// generator's core then carries the same work beside both servers.
+	if runs[0].PGWrites != "off" || runs[1].PGWrites != "off" || runs[1].Transport != "ws" || runs[1].Conns != runs[0].Conns {
 		t.Errorf("pushd: pg %s; centrifugo: pg %s, transport %s, conns %d vs %d", runs[0].PGWrites, runs[1].PGWrites, runs[1].Transport, runs[1].Conns, runs[0].Conns)
+	}
+	cfg, err = parseFlags([]string{"-scenario", "fanout", "-target", "both", "-pg-writes", "always", "-centrifugo-bin", "/bin/true"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs := cfg.runs(); runs[0].PGWrites != "always" || runs[1].PGWrites != "off" {
+		t.Errorf("-pg-writes always side by side: pushd %s, centrifugo %s; want always and off", runs[0].PGWrites, runs[1].PGWrites)
 	}
 	if cfg, _ := parseFlags([]string{"-scenario", "churn"}, io.Discard); cfg.runs()[0].Target != "pushd" {
 		t.Error("the default target is not pushd")

@@ -113,7 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.Sources, "sources", 16, "loopback source addresses to dial from (127.0.0.2 and up)")
 	fs.IntVar(&c.Publishers, "publishers", 16, "publisher goroutines (publishes in flight)")
 	fs.DurationVar(&c.PubEvery, "publish-every", time.Millisecond, "the publisher sends the updates due every this often, together: 1ms spreads them evenly, 100ms sends bursts of a tenth of a second's updates")
-	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always (the row first, then Redis, as the Task State Service does), fallback (only when Redis fails), off; auto is off for idle, always otherwise")
+	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always (the row first, then Redis, as the Task State Service does), fallback (only when Redis fails), off; auto is off for idle, repair and -target both, always otherwise")
 	fs.DurationVar(&c.StormJitter, "storm-jitter", 0, "storm: each client waits a random delay up to this before reconnecting (0: all at once)")
 	fs.BoolVar(&c.Pin, "pin", false, "on two cores: run the server under test on CPU 0 alone with GOMAXPROCS=1 (pushd and Centrifugo alike), and the load generator, its workers, the private Redis and the shared PostgreSQL's processes on CPU 1 (given every CPU back after the run); figures then count the server's own core")
 	fs.BoolVar(&c.FindMax, "find-max", false, "fanout: find the highest rate each server holds (every update delivered, p99 ≤ 100 ms, the publisher keeping up): runs from -rate, doubling while held, then halving the gap to within 10 %; reports max_held_rate")
