@@ -119,6 +119,12 @@ func (cfg config) runs() []config {
 	if cfg.Transport == "" {
 		transports = []string{"sse", "ws"}
 	}
+	if cfg.Target == "both" && cfg.PGWrites == "auto" {
+		// Centrifugo's publisher writes no rows; pushd's then writes none
+		// either, so the load generator's core carries the same work
+		// beside both servers.
+		cfg.PGWrites = "off"
+	}
 	var runs []config
 	for _, v := range variants {
 		for _, t := range transports {
@@ -127,12 +133,6 @@ func (cfg config) runs() []config {
 			}
 			for _, target := range runTargets(cfg.Target) {
 				c := cfg
-				if cfg.Target == "both" && c.PGWrites == "auto" {
-					// Centrifugo's publisher writes no rows; pushd's then
-					// writes none either, so the load generator's core
-					// carries the same work beside both servers.
-					c.PGWrites = "off"
-				}
 				c.Scenario, c.KillMaster, c.Transport, c.Target = v.scenario, v.killMaster, t, target
 				runs = append(runs, c.withDefaults())
 			}

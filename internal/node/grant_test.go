@@ -161,7 +161,7 @@ func TestGrantLimitsEveryReadPath(t *testing.T) {
 			c.goPublish(t, scopedDoc(f.own, f.tenant, "P2", "u1", marker))
 			for _, cl := range []taskClient{{"SSE", sse.nextTask}, {"WebSocket", ws.nextTask}} {
 				for {
-					s := cl.Next(t)
+					s := cl.next(t)
 					if !slices.Contains(tc.sees, s.TaskID) {
 						t.Fatalf("%s received %s, which the token does not see", cl.name, s.TaskID)
 					}
@@ -203,7 +203,7 @@ func TestTaskMovedOutOfAGrantIsNoLongerDelivered(t *testing.T) {
 	c.goPublish(t, scopedDoc(f.p1, f.tenant, "P2", "u2", 3)) // moved out of P1
 	c.goPublish(t, scopedDoc(f.own, f.tenant, "P2", "u1", 2))
 	for _, cl := range clients {
-		if s := cl.Next(t); s.TaskID != f.own || s.Version != 2 {
+		if s := cl.next(t); s.TaskID != f.own || s.Version != 2 {
 			t.Fatalf("%s received %s v%d after the move, want %s v2 next", cl.name, s.TaskID, s.Version, f.own)
 		}
 	}

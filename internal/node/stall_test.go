@@ -78,7 +78,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 		stalled = append(stalled, stalledWSConn(t, s.URL, tok, append(ids[:tasks:tasks], bigIDs...)))
 	}
 	for _, h := range ok {
-		if v := h.Next(t); v != 1 {
+		if v := h.next(t); v != 1 {
 			t.Fatalf("initial version %d, want 1", v)
 		}
 	}
@@ -99,7 +99,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 	lastPublish := time.Now()
 	for _, h := range ok {
 		for v := int64(0); v != rounds; {
-			got := h.Next(t)
+			got := h.next(t)
 			if got <= v {
 				t.Fatalf("task %s: version %d after %d", h.task, got, v)
 			}
@@ -156,7 +156,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 // healthyClient reads the versions of one task as they arrive.
 type healthyClient struct {
 	task  string
-	Next  func(*testing.T) int64
+	next  func(*testing.T) int64
 	close func()
 }
 
@@ -292,14 +292,14 @@ func TestStreamsOutliveTheWriteTimeout(t *testing.T) {
 	ws := healthyWSClient(t, s.URL, tok, task)
 	defer ws.close()
 	for _, h := range []*healthyClient{sse, ws} {
-		if v := h.Next(t); v != 1 {
+		if v := h.next(t); v != 1 {
 			t.Fatalf("initial version %d", v)
 		}
 	}
 	time.Sleep(3 * cfg.WriteTimeout) // the streams outlive the timeout: the scenario, not synchronization
 	c.goPublish(t, doc(task, "t1", 2, "RUNNING"))
 	for name, h := range map[string]*healthyClient{"SSE": sse, "WebSocket": ws} {
-		if v := h.Next(t); v != 2 {
+		if v := h.next(t); v != 2 {
 			t.Fatalf("%s: version %d after the write timeout passed, want 2", name, v)
 		}
 	}

@@ -48,7 +48,7 @@ func (c *cluster) setByHand(t *testing.T, d string) {
 // taskClient is an SSE or a WebSocket client reduced to its task events.
 type taskClient struct {
 	name string
-	Next func(t *testing.T) *snapshot.Snapshot
+	next func(t *testing.T) *snapshot.Snapshot
 }
 
 // untilVersions reads task events until every task of want arrived in its
@@ -57,7 +57,7 @@ func untilVersions(t *testing.T, cl taskClient, want map[string]int64) {
 	t.Helper()
 	have := make(map[string]int64)
 	for done := 0; done < len(want); {
-		s := cl.Next(t)
+		s := cl.next(t)
 		if s.Version < have[s.TaskID] {
 			t.Fatalf("%s: %s went from v%d to v%d", cl.name, s.TaskID, have[s.TaskID], s.Version)
 		}
