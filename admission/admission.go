@@ -28,8 +28,8 @@ func DefaultPlans() map[string]int {
 }
 
 // Config configures a Controller. New(Config{}) works: local only, and no
-// limit at all, since each limit's zero value means none; cmd/pushd's flags
-// carry the production defaults.
+// limit at all, since each limit's zero value means none; DefaultConfig
+// holds the production limits.
 type Config struct {
 	// Redis is the control store the limits, leases and tenant plans live
 	// in. Nil means local limits only (the embedded mode). A client made
@@ -94,7 +94,20 @@ type Config struct {
 	Logger *slog.Logger // nil means slog.Default()
 }
 
-func (c *Config) setDefaults() {
+// DefaultConfig is the limits a node runs with unless told otherwise.
+func DefaultConfig() Config {
+	c := Config{
+		ConnectUserBurst: 20, ConnectUserRate: 1,
+		ConnectIPBurst: 200, ConnectIPRate: 20,
+		MaxConnsPerUser: 50, MaxConnsPerTenant: 10000,
+		Plans: DefaultPlans(),
+	}
+	return c.WithDefaults()
+}
+
+// WithDefaults returns c with each zero setting that has a default set to
+// it; it is the one place those defaults are written.
+func (c Config) WithDefaults() Config {
 	defd := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
 			*v = d
@@ -117,6 +130,7 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	return c
 }
 
 // Rules a decision names, in metrics and logs.
@@ -210,7 +224,7 @@ type Controller struct {
 // New starts a Controller. Its goroutine renews leases, releases closed
 // connections' leases, reconciles counts and forgets idle local limits.
 func New(cfg Config) *Controller {
-	cfg.setDefaults()
+	cfg = cfg.WithDefaults()
 	c := &Controller{
 		cfg: cfg, log: cfg.Logger, rdb: cfg.Redis, names: names{prefix: cfg.Prefix},
 		lost:         episode.New(cfg.Logger, "admission store still failing; using local limits"),

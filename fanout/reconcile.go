@@ -57,7 +57,9 @@ type ReconcileConfig struct {
 	Logger *slog.Logger
 }
 
-func (c ReconcileConfig) withDefaults() ReconcileConfig {
+// WithDefaults returns c with each zero setting that has a default set to
+// it; it is the one place those defaults are written.
+func (c ReconcileConfig) WithDefaults() ReconcileConfig {
 	if c.Interval <= 0 {
 		c.Interval = 5 * time.Second
 	}
@@ -103,7 +105,7 @@ type ReconcileStats struct {
 
 // NewReconciler returns a reconciler; Start runs it.
 func NewReconciler(cfg ReconcileConfig) *Reconciler {
-	return &Reconciler{cfg: cfg.withDefaults(), stop: make(chan struct{})}
+	return &Reconciler{cfg: cfg.WithDefaults(), stop: make(chan struct{})}
 }
 
 // Start runs rounds until Close.

@@ -90,12 +90,45 @@ type Config struct {
 	// MaxControl bounds queued non-task events (errors) per connection; past
 	// it the connection is closed as a slow client. Zero means 256.
 	MaxControl int
+
+	// What every transport keeps per connection, read through Hub.Config:
+	// here so that each has one home however many transports there are.
+	//
+	// MaxIDs bounds the tasks plus projects of one request (CheckRequest);
+	// zero means 100.
+	MaxIDs int
+	// SubscribeTimeout bounds the initial reads of one subscription; zero
+	// means 10s.
+	SubscribeTimeout time.Duration
+	// WriteTimeout bounds each write to a client; a client slower than
+	// that is disconnected and resyncs on reconnect. Zero means 10s.
+	WriteTimeout time.Duration
+	// SendBuffer, when positive, sets each connection's socket send buffer
+	// (SO_SNDBUF), which bounds what the kernel holds for a client that
+	// stopped reading; zero leaves the kernel's autotuning (up to 4 MB a
+	// socket on Linux). DefaultConfig sets DefaultSendBuffer.
+	SendBuffer int
+
 	// NodeName is shown to clients in hello; zero means "pushd".
 	NodeName string
 	Logger   *slog.Logger // nil means slog.Default()
 }
 
-func (c *Config) setDefaults() {
+// DefaultSendBuffer is the socket send buffer DefaultConfig gives each
+// connection: what a client that stopped reading may hold in the kernel
+// before its bytes wait in pushd and its write timeout runs.
+const DefaultSendBuffer = 256 << 10
+
+// DefaultConfig is the settings a node runs with unless told otherwise:
+// WithDefaults, and a bounded socket send buffer.
+func DefaultConfig() Config {
+	c := Config{SendBuffer: DefaultSendBuffer}
+	return c.WithDefaults()
+}
+
+// WithDefaults returns c with each zero setting that has a default set to
+// it; it is the one place those defaults are written.
+func (c Config) WithDefaults() Config {
 	if c.Writers <= 0 {
 		c.Writers = 32
 	}
@@ -132,12 +165,22 @@ func (c *Config) setDefaults() {
 	if c.MaxControl <= 0 {
 		c.MaxControl = 256
 	}
+	if c.MaxIDs <= 0 {
+		c.MaxIDs = 100
+	}
+	if c.SubscribeTimeout <= 0 {
+		c.SubscribeTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
 	if c.NodeName == "" {
 		c.NodeName = "pushd"
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	return c
 }
 
 // key names a task, project or user within a tenant. Every index is keyed by
@@ -183,7 +226,7 @@ type Hub struct {
 
 // New starts a hub. Close or Shutdown stops it.
 func New(cfg Config) *Hub {
-	cfg.setDefaults()
+	cfg = cfg.WithDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Hub{
 		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,

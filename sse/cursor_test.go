@@ -90,7 +90,7 @@ func TestStreamCursorIsWrittenAndVersionsStillKept(t *testing.T) {
 }
 
 func TestParseRequestSplitsCursorFormats(t *testing.T) {
-	h := New(Config{})
+	h := newParser(t)
 	defer h.Close()
 	fp := fingerprint(hub.Subscription{Tasks: []string{"a", "b"}})
 	for _, tc := range []struct {
@@ -150,7 +150,7 @@ func TestFingerprintIsOfTheCanonicalSubscription(t *testing.T) {
 // same subscription (in another order) resumes from with the hub's own
 // cursor; a request for more does not.
 func TestStreamCursorRoundTrips(t *testing.T) {
-	h := New(Config{})
+	h := newParser(t)
 	defer h.Close()
 	parse := func(query, id string) hub.Subscription {
 		t.Helper()
@@ -208,7 +208,7 @@ func TestEncoderVersionsAreBounded(t *testing.T) {
 // resumed connection names the versions it resumed with, of the tasks it
 // watches only, and a version delivered since replaces the one resumed.
 func TestResumedCursorCarriesWhatTheClientHolds(t *testing.T) {
-	h := New(Config{})
+	h := newParser(t)
 	defer h.Close()
 	r := httptest.NewRequest(http.MethodGet, "/v1/events?task=a&task=b&task=c", nil)
 	r.Header.Set("Last-Event-ID", "a=3,b=4,gone=9")

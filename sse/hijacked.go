@@ -67,8 +67,8 @@ func hijack(w http.ResponseWriter) (net.Conn, bool) {
 // connection has no goroutine. The hub's writers write to it; the reaper
 // notices a client that went away and closes what the hub ends.
 func (h *Handler) serveHijacked(conn net.Conn, head string, p hub.Principal, sub hub.Subscription) {
-	backlog.SetSendBuffer(conn, h.cfg.SendBuffer)
-	conn.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
+	backlog.SetSendBuffer(conn, h.limits.SendBuffer)
+	conn.SetWriteDeadline(time.Now().Add(h.limits.WriteTimeout))
 	if _, err := conn.Write([]byte(head)); err != nil {
 		conn.Close()
 		return
@@ -76,7 +76,7 @@ func (h *Handler) serveHijacked(conn net.Conn, head string, p hub.Principal, sub
 	conn.SetWriteDeadline(time.Time{}) // the backlog writer bounds what follows; a deadline left here would cut it
 
 	s := &hijackedSink{conn: conn, enc: h.newEncoder(sub), reaper: h.reaper}
-	s.w = backlog.New(conn, h.cfg.WriteTimeout, s.drained)
+	s.w = backlog.New(conn, h.limits.WriteTimeout, s.drained)
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil {
 		s.Write([]hub.Event{{Kind: hub.KindError, Code: hub.CodeShuttingDown, Message: "the node is shutting down; reconnect"}})

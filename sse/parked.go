@@ -22,11 +22,11 @@ func (h *Handler) serveParked(w http.ResponseWriter, r *http.Request, p hub.Prin
 	hdr.Set("Cache-Control", "no-cache")
 	hdr.Set("X-Accel-Buffering", "no") // nginx must not buffer the stream
 	w.WriteHeader(http.StatusOK)
-	rc.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
+	rc.SetWriteDeadline(time.Now().Add(h.limits.WriteTimeout))
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	s := &parkedSink{w: w, rc: rc, timeout: h.cfg.WriteTimeout, enc: h.newEncoder(sub),
+	s := &parkedSink{w: w, rc: rc, timeout: h.limits.WriteTimeout, enc: h.newEncoder(sub),
 		work: make(chan *bytes.Buffer, 1), done: make(chan struct{})}
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil { // draining since the check in Serve; nobody else writes yet

@@ -5,12 +5,14 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream/cursor"
 )
 
 // FuzzParseRequest feeds /v1/events query strings and Last-Event-ID
-// headers. An accepted subscription holds at most MaxTasks valid ids and
+// headers. An accepted subscription holds at most the hub's MaxIDs valid ids and
 // asks for something, and resumes from a stream cursor or from versions,
 // never both; a refusal has a code and a bounded message.
 func FuzzParseRequest(f *testing.F) {
@@ -28,7 +30,7 @@ func FuzzParseRequest(f *testing.F) {
 	} {
 		f.Add(seed[0], seed[1])
 	}
-	h := New(Config{Hub: nil})
+	h := newParser(f)
 	f.Fuzz(func(t *testing.T, query, lastEventID string) {
 		r := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/v1/events", RawQuery: query}, Header: http.Header{}}
 		if lastEventID != "" {
@@ -41,7 +43,7 @@ func FuzzParseRequest(f *testing.F) {
 			}
 			return
 		}
-		if len(sub.Tasks)+len(sub.Projects) > h.cfg.MaxTasks {
+		if len(sub.Tasks)+len(sub.Projects) > h.limits.MaxIDs {
 			t.Fatalf("accepted %d tasks and %d projects", len(sub.Tasks), len(sub.Projects))
 		}
 		if len(sub.Tasks) == 0 && len(sub.Projects) == 0 && !sub.User {
@@ -61,4 +63,15 @@ func FuzzParseRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// newParser is a Handler for parsing requests, on a hub of its own.
+func newParser(tb testing.TB) *Handler {
+	hb := hub.New(hub.Config{Source: snapshot.NewMemoryStore(), Bus: fanout.NewMemoryBus()})
+	h := New(Config{Hub: hb})
+	tb.Cleanup(func() {
+		hb.Close()
+		h.Close()
+	})
+	return h
 }

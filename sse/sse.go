@@ -15,32 +15,26 @@ import (
 
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
-	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream/cursor"
 )
 
-// Config configures a Handler; zero values have defaults.
+// Path is the endpoint a node serves the event stream at
+// (docs/PROTOCOL.md).
+const Path = "/v1/events"
+
+// Config configures a Handler; zero values have defaults. The limits
+// every transport keeps (write timeout, send buffer, ids per request,
+// subscribe timeout) are the Hub's (hub.Config).
 type Config struct {
 	Hub *hub.Hub // required
 	// Retry is the base reconnect delay sent in the retry: field; each
 	// connection adds up to 50 % jitter so a fleet's clients do not return
 	// together. Zero means 2s.
 	Retry time.Duration
-	// WriteTimeout bounds each write; a client slower than that is
-	// disconnected and resyncs on reconnect. Zero means 10s.
-	WriteTimeout time.Duration
-	// SubscribeTimeout bounds the initial reads of a new connection; zero means 10s.
-	SubscribeTimeout time.Duration
-	// MaxTasks bounds the task and project parameters of one request; zero means 100.
-	MaxTasks int
 	// CheckInterval is how often taken-over connections are checked for a
 	// client that went away (one non-blocking peek per connection); between
 	// checks, the next write notices. Zero means 5s.
 	CheckInterval time.Duration
-	// SendBuffer, when positive, sets each taken-over connection's socket
-	// send buffer (SO_SNDBUF), which bounds what the kernel holds for a
-	// client that stopped reading; zero leaves the kernel's autotuning.
-	SendBuffer int
 	// NoHijack keeps every connection in its handler goroutine, as HTTP/2
 	// streams are; for comparison and debugging.
 	NoHijack bool
@@ -51,31 +45,30 @@ type Config struct {
 // took over.
 type Handler struct {
 	cfg    Config
+	limits hub.Config // the per-connection limits every transport keeps
 	log    *slog.Logger
 	reaper *reaper
 }
 
+// WithDefaults returns c with each zero setting that has a default set to
+// it; it is the one place those defaults are written.
+func (c Config) WithDefaults() Config {
+	if c.Retry <= 0 {
+		c.Retry = 2 * time.Second
+	}
+	if c.CheckInterval <= 0 {
+		c.CheckInterval = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
 // New returns a Handler.
 func New(cfg Config) *Handler {
-	if cfg.Retry <= 0 {
-		cfg.Retry = 2 * time.Second
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 10 * time.Second
-	}
-	if cfg.SubscribeTimeout <= 0 {
-		cfg.SubscribeTimeout = 10 * time.Second
-	}
-	if cfg.MaxTasks <= 0 {
-		cfg.MaxTasks = 100
-	}
-	if cfg.CheckInterval <= 0 {
-		cfg.CheckInterval = 5 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	h := &Handler{cfg: cfg, log: cfg.Logger}
+	cfg = cfg.WithDefaults()
+	h := &Handler{cfg: cfg, limits: cfg.Hub.Config(), log: cfg.Logger}
 	h.reaper = newReaper(cfg.CheckInterval, cfg.Logger)
 	return h
 }
@@ -104,13 +97,8 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 	// connection's life.
 	s.Tasks = cloneAll(q["task"])
 	s.Projects = cloneAll(q["project"])
-	if len(s.Tasks)+len(s.Projects) > h.cfg.MaxTasks {
-		return s, httperr.TooMany, "at most " + strconv.Itoa(h.cfg.MaxTasks) + " tasks and projects per connection"
-	}
-	for _, id := range append(s.Tasks[:len(s.Tasks):len(s.Tasks)], s.Projects...) {
-		if !snapshot.ValidID(id) {
-			return s, httperr.InvalidID, "invalid id " + httperr.Truncate(strconv.Quote(id), 80)
-		}
+	if code, msg := h.cfg.Hub.CheckIDs(s.Tasks, s.Projects); code != "" {
+		return s, code, msg
 	}
 	switch scope := q["scope"]; {
 	case len(scope) == 0:
@@ -174,7 +162,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 // subscribe runs the connection's initial subscription and reports what
 // was refused as error events.
 func (h *Handler) subscribe(ctx context.Context, c *hub.Conn, sub hub.Subscription) {
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.SubscribeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, h.limits.SubscribeTimeout)
 	rejected, err := c.Subscribe(ctx, sub)
 	cancel()
 	if err != nil && !errors.Is(err, context.Canceled) {

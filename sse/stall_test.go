@@ -30,9 +30,9 @@ func TestStalledStreamHoldsNoWriter(t *testing.T) {
 		t.Run(fmt.Sprintf("NoHijack=%v", noHijack), func(t *testing.T) {
 			store := snapshot.NewMemoryStore()
 			bus := fanout.NewMemoryBus()
-			h := hub.New(hub.Config{Source: store, Bus: bus, Writers: 1})
+			h := hub.New(hub.Config{Source: store, Bus: bus, Writers: 1, WriteTimeout: 8 * time.Second})
 			bus.Start(h)
-			s := sse.New(sse.Config{Hub: h, WriteTimeout: 8 * time.Second, NoHijack: noHijack, CheckInterval: 50 * time.Millisecond})
+			s := sse.New(sse.Config{Hub: h, NoHijack: noHijack, CheckInterval: 50 * time.Millisecond})
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				s.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1", Grant: &snapshot.Grant{All: true}})
 			}))

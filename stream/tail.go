@@ -80,7 +80,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with each zero setting that has a default set to
+// it; it is the one place those defaults are written.
+func (c Config) WithDefaults() Config {
 	if c.Readers <= 0 {
 		c.Readers = 4
 	}
@@ -173,7 +175,7 @@ type tail struct {
 
 // NewTailer returns a Tailer; it does no I/O. Start begins the readers.
 func NewTailer(cfg Config) *Tailer {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Tailer{
 		cfg: cfg, log: cfg.Logger.With("component", "stream"),

@@ -60,7 +60,10 @@ func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *testNode {
 	}
 	// Before the test's own options, which win: a task moves within a
 	// test's wait, and a closed page's stream is noticed within 100ms.
-	opts = append([]node.Option{node.WithDemoStep(demoStep), node.WithDisconnectCheck(100 * time.Millisecond)}, opts...)
+	if cfg.SSE.CheckInterval == 0 {
+		cfg.SSE.CheckInterval = 100 * time.Millisecond
+	}
+	opts = append([]node.Option{node.WithDemoStep(demoStep)}, opts...)
 	n, err := node.New(context.Background(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/internal/node"
 )
@@ -42,7 +43,7 @@ func TestServerPollingModeShownAndTasksKeepMoving(t *testing.T) {
 	b := newBrowser(t)
 	for _, transport := range transports {
 		t.Run(transport, func(t *testing.T) {
-			n := startNode(t, node.Config{PollInterval: 200 * time.Millisecond}, node.WithDemoStep(150*time.Millisecond))
+			n := startNode(t, node.Config{Hub: hub.Config{PollInterval: 200 * time.Millisecond}}, node.WithDemoStep(150*time.Millisecond))
 			p := b.tab(t)
 			p.open(n.URL, "transport="+transport)
 			p.waitMode("push")

@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
@@ -25,7 +26,7 @@ import (
 func TestClientAsksAgainForIDsRefusedRateLimited(t *testing.T) {
 	redis := testenv.SharedRedis(t)
 	n := startNode(t, node.Config{RedisURL: redis.URL, KeyPrefix: redis.Names.Prefix, JWTSecret: testSecret,
-		SubscribeReads: 2, SubscribeReadBurst: 2})
+		Hub: hub.Config{SubscribeReads: 2, SubscribeReadBurst: 2}})
 	pub := fanout.NewRedisPublisher(redis.Client, redis.Names)
 	b := newBrowser(t)
 	for _, transport := range transports {

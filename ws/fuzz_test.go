@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -29,7 +31,9 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	h := New(Config{Hub: nil})
+	hb := hub.New(hub.Config{Source: snapshot.NewMemoryStore(), Bus: fanout.NewMemoryBus()})
+	f.Cleanup(hb.Close)
+	h := New(Config{Hub: hb})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req, msg := h.parse(data)
 		if msg != "" {
@@ -41,7 +45,7 @@ func FuzzParse(f *testing.F) {
 		if req.Op != "subscribe" && req.Op != "unsubscribe" {
 			t.Fatalf("accepted op %q", req.Op)
 		}
-		if len(req.Tasks)+len(req.Projects) > h.cfg.MaxIDs || len(req.Since) > h.cfg.MaxIDs {
+		if len(req.Tasks)+len(req.Projects) > h.limits.MaxIDs || len(req.Since) > h.limits.MaxIDs {
 			t.Fatalf("accepted %d tasks, %d projects, %d since entries", len(req.Tasks), len(req.Projects), len(req.Since))
 		}
 		for _, id := range append(req.Tasks, req.Projects...) {

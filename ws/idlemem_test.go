@@ -53,7 +53,7 @@ func TestIdleWebSocketMemory(t *testing.T) {
 	}))
 	t.Cleanup(func() {
 		h.Close()
-		wh.Wait()
+		wh.Close()
 		bus.Close()
 		srv.Close()
 	})

@@ -36,7 +36,7 @@ func serveHub(t testing.TB, hc hub.Config, cfg Config) (*hub.Hub, string) {
 	t.Cleanup(func() {
 		srv.Close()
 		h.Close()
-		wh.Wait()
+		wh.Close()
 		bus.Close()
 	})
 	return h, strings.TrimPrefix(srv.URL, "http://")
@@ -228,7 +228,7 @@ func TestRequestsInAnyShape(t *testing.T) {
 // The node pings an idle client every heartbeat: one that answers stays,
 // one that does not is closed once the write timeout passed.
 func TestUnansweredPingEndsTheConnection(t *testing.T) {
-	h, addr := serveHub(t, hub.Config{HeartbeatInterval: 50 * time.Millisecond}, Config{WriteTimeout: 200 * time.Millisecond})
+	h, addr := serveHub(t, hub.Config{HeartbeatInterval: 50 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, Config{})
 	answers := rawDial(t, addr)
 	silent := rawDial(t, addr)
 	for _, c := range []*rawClient{answers, silent} {

@@ -53,9 +53,10 @@ type sink struct {
 	ending   bool
 }
 
-// newSink returns the sink of a connection under cfg, with its defaults.
-func newSink(cfg Config) *sink {
-	s := &sink{timeout: cfg.WriteTimeout, sendBuffer: cfg.SendBuffer,
+// newSink returns the sink of a connection under cfg and the hub's
+// per-connection limits.
+func newSink(cfg Config, limits hub.Config) *sink {
+	s := &sink{timeout: limits.WriteTimeout, sendBuffer: limits.SendBuffer,
 		budget: rate.NewLimiter(rate.Limit(cfg.ControlFrames), int(2*cfg.ControlFrames)),
 		limit:  rate.NewLimiter(rate.Limit(cfg.RequestRate), cfg.RequestBurst)}
 	s.g.control = s.onControl

@@ -36,7 +36,7 @@ func newPair(tb testing.TB, timeout time.Duration) *pair {
 	accepted := make(chan server, 1)
 	pongs := make(chan struct{}, 64)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s := newSink(New(Config{WriteTimeout: timeout, ControlFrames: 1000}).cfg)
+		s := newSink(Config{ControlFrames: 1000}.WithDefaults(), hub.Config{WriteTimeout: timeout}.WithDefaults())
 		s.g.control = func(op byte, payload []byte) bool {
 			if op == opPong {
 				select {

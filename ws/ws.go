@@ -19,11 +19,13 @@ import (
 
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
-	"github.com/pushd/pushd/snapshot"
 )
 
 // Subprotocol is the only subprotocol pushd speaks.
 const Subprotocol = "pushd.v1"
+
+// Path is the endpoint a node serves WebSockets at (docs/PROTOCOL.md).
+const Path = "/v1/ws"
 
 // Close codes beyond RFC 6455's, in the application range.
 const (
@@ -32,7 +34,9 @@ const (
 	StatusSlowClient   websocket.StatusCode = 4008 // writes timed out; reconnect and resync
 )
 
-// Config configures a Handler; zero values have defaults.
+// Config configures a Handler; zero values have defaults. The limits
+// every transport keeps (write timeout, send buffer, ids per request,
+// subscribe timeout) are the Hub's (hub.Config).
 type Config struct {
 	Hub *hub.Hub // required
 	// OriginPatterns lists the origins allowed besides the request's own
@@ -42,13 +46,9 @@ type Config struct {
 	// ReadLimit bounds one client message; a larger one closes the
 	// connection with 1009. Zero means 64 KiB.
 	ReadLimit int64
-	// WriteTimeout bounds each write; zero means 10s.
-	WriteTimeout time.Duration
 	// MaxBadMessages is how many malformed requests in a row end the
 	// connection with 1008; zero means 10.
 	MaxBadMessages int
-	// MaxIDs bounds the tasks plus projects of one request; zero means 100.
-	MaxIDs int
 	// FirstRequestTimeout is how long a new connection may wait before its
 	// first request (a subscribe, possibly empty); a connection that asks
 	// for nothing is closed with 1008. Zero means 10s.
@@ -60,13 +60,6 @@ type Config struct {
 	// Zero means 10 per second with bursts of 20.
 	RequestRate  float64
 	RequestBurst int
-	// SendBuffer, when positive, sets each connection's socket send buffer
-	// (SO_SNDBUF), which bounds what the kernel holds for a client that
-	// stopped reading; zero leaves the kernel's autotuning.
-	SendBuffer int
-	// SubscribeTimeout bounds the reads of one subscribe request; zero
-	// means 10s.
-	SubscribeTimeout time.Duration
 	// ControlFrames bounds the control frames (pings and pongs) a client
 	// may send per second, with bursts of twice that: every ping is
 	// answered, so a flood of them costs the node a write each. One past it
@@ -89,49 +82,48 @@ var (
 
 // Handler serves /v1/ws.
 type Handler struct {
-	cfg Config
-	log *slog.Logger
-	wg  sync.WaitGroup // one per connection, from its open to its end
+	cfg    Config
+	limits hub.Config // the per-connection limits every transport keeps
+	log    *slog.Logger
+	wg     sync.WaitGroup // one per connection, from its open to its end
 
-	mu      sync.Mutex
-	waiting bool    // Wait was called: no new connection goroutines
-	poller  *poller // wakes parked connections; made by the first to park
-	noPark  bool    // the poller could not be made: every connection keeps its reader
+	mu     sync.Mutex
+	closed bool    // Close was called: no new connection goroutines
+	poller *poller // wakes parked connections; made by the first to park
+	noPark bool    // the poller could not be made: every connection keeps its reader
+}
+
+// WithDefaults returns c with each zero setting that has a default set to
+// it; it is the one place those defaults are written.
+func (c Config) WithDefaults() Config {
+	if c.ReadLimit <= 0 {
+		c.ReadLimit = 64 << 10
+	}
+	if c.MaxBadMessages <= 0 {
+		c.MaxBadMessages = 10
+	}
+	if c.FirstRequestTimeout <= 0 {
+		c.FirstRequestTimeout = 10 * time.Second
+	}
+	if c.RequestRate <= 0 {
+		c.RequestRate = 10
+	}
+	if c.RequestBurst <= 0 {
+		c.RequestBurst = 20
+	}
+	if c.ControlFrames <= 0 {
+		c.ControlFrames = 5
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
 }
 
 // New returns a Handler.
 func New(cfg Config) *Handler {
-	if cfg.ReadLimit <= 0 {
-		cfg.ReadLimit = 64 << 10
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 10 * time.Second
-	}
-	if cfg.MaxBadMessages <= 0 {
-		cfg.MaxBadMessages = 10
-	}
-	if cfg.MaxIDs <= 0 {
-		cfg.MaxIDs = 100
-	}
-	if cfg.FirstRequestTimeout <= 0 {
-		cfg.FirstRequestTimeout = 10 * time.Second
-	}
-	if cfg.RequestRate <= 0 {
-		cfg.RequestRate = 10
-	}
-	if cfg.RequestBurst <= 0 {
-		cfg.RequestBurst = 20
-	}
-	if cfg.SubscribeTimeout <= 0 {
-		cfg.SubscribeTimeout = 10 * time.Second
-	}
-	if cfg.ControlFrames <= 0 {
-		cfg.ControlFrames = 5
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	return &Handler{cfg: cfg, log: cfg.Logger}
+	cfg = cfg.WithDefaults()
+	return &Handler{cfg: cfg, limits: cfg.Hub.Config(), log: cfg.Logger}
 }
 
 // request is a client message.
@@ -152,7 +144,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down; reconnect")
 		return
 	}
-	s := newSink(h.cfg)
+	s := newSink(h.cfg, h.limits)
 	wc, err := websocket.Accept(smallBuffers{w, s}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{Subprotocol},
 		OriginPatterns: h.cfg.OriginPatterns,
@@ -182,7 +174,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 	// readable. Writes come from the hub's writers, pings from its
 	// heartbeats.
 	h.mu.Lock()
-	if h.waiting { // the node is stopping
+	if h.closed { // the node is stopping
 		h.mu.Unlock()
 		c.Close()
 		wc.Close(websocket.StatusGoingAway, "node stopping")
@@ -264,12 +256,12 @@ func (h *Handler) connLog(c *hub.Conn) *slog.Logger {
 	return h.log.With("conn", c.ID, "tenant", c.TenantID)
 }
 
-// Wait waits for every connection's goroutine. Connections end when the hub
-// ends them or their clients go, so call it after the hub's Shutdown or
-// Close.
-func (h *Handler) Wait() {
+// Close waits for every connection's goroutine and stops the poller of
+// parked connections. Connections end when the hub ends them or their
+// clients go, so call it after the hub's Shutdown or Close.
+func (h *Handler) Close() {
 	h.mu.Lock()
-	h.waiting = true
+	h.closed = true
 	h.mu.Unlock()
 	h.wg.Wait()
 	h.mu.Lock()
@@ -336,7 +328,7 @@ func (h *Handler) handle(ctx context.Context, data []byte, c *hub.Conn, bad *int
 	*bad = 0
 	switch req.Op {
 	case "subscribe":
-		sctx, cancel := context.WithTimeout(ctx, h.cfg.SubscribeTimeout)
+		sctx, cancel := context.WithTimeout(ctx, h.limits.SubscribeTimeout)
 		rejected, err := c.Subscribe(sctx, hub.Subscription{
 			Tasks: req.Tasks, Projects: req.Projects, User: req.Scope == "user", Since: req.Since,
 		})
@@ -369,7 +361,7 @@ func (h *Handler) refresh(ctx context.Context, c *hub.Conn, req request) {
 		c.Send(hub.Event{Kind: hub.KindError, Code: hub.CodeUnavailable, Message: "this node cannot refresh tokens"})
 		return
 	}
-	actx, cancel := context.WithTimeout(ctx, h.cfg.SubscribeTimeout)
+	actx, cancel := context.WithTimeout(ctx, h.limits.SubscribeTimeout)
 	p, err := h.cfg.Authenticate(actx, req.Token)
 	cancel()
 	switch {
@@ -435,18 +427,11 @@ func (h *Handler) parse(data []byte) (request, string) {
 	default:
 		return req, fmt.Sprintf("unknown op %q", httperr.Truncate(req.Op, 32))
 	}
-	if len(req.Tasks)+len(req.Projects) > h.cfg.MaxIDs || len(req.Since) > h.cfg.MaxIDs {
-		return req, fmt.Sprintf("at most %d ids per request", h.cfg.MaxIDs)
+	if _, msg := h.cfg.Hub.CheckIDs(req.Tasks, req.Projects); msg != "" {
+		return req, msg
 	}
-	for _, id := range req.Tasks {
-		if !snapshot.ValidID(id) {
-			return req, fmt.Sprintf("invalid task id %q", httperr.Truncate(id, 64))
-		}
-	}
-	for _, id := range req.Projects {
-		if !snapshot.ValidID(id) {
-			return req, fmt.Sprintf("invalid project id %q", httperr.Truncate(id, 64))
-		}
+	if len(req.Since) > h.limits.MaxIDs {
+		return req, fmt.Sprintf("at most %d versions in since", h.limits.MaxIDs)
 	}
 	if req.Scope != "" && req.Scope != "user" {
 		return req, `scope must be "user"`

@@ -84,29 +84,36 @@ type Store struct {
 // token Redis lacks, and one per re-check batch.
 func (s *Store) Queries() int64 { return s.queries.Load() }
 
+// WithDefaults returns c with each zero setting that has a default set to
+// it; it is the one place those defaults are written.
+func (c Config) WithDefaults() Config {
+	if c.CacheTTL <= 0 {
+		c.CacheTTL = 10 * time.Second
+	}
+	if c.TombstoneTTL <= 0 {
+		c.TombstoneTTL = 24 * time.Hour
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 2 * time.Second
+	}
+	if c.NegativeTTL == 0 {
+		c.NegativeTTL = 10 * time.Second
+	}
+	if c.NegativeEntries <= 0 {
+		c.NegativeEntries = 1 << 16
+	}
+	if c.MaxDBQueries <= 0 {
+		c.MaxDBQueries = 4
+	}
+	if c.DBQueueWait <= 0 {
+		c.DBQueueWait = 500 * time.Millisecond
+	}
+	return c
+}
+
 // New returns a session resolver.
 func New(cfg Config) *Store {
-	if cfg.CacheTTL <= 0 {
-		cfg.CacheTTL = 10 * time.Second
-	}
-	if cfg.TombstoneTTL <= 0 {
-		cfg.TombstoneTTL = 24 * time.Hour
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 2 * time.Second
-	}
-	if cfg.NegativeTTL == 0 {
-		cfg.NegativeTTL = 10 * time.Second
-	}
-	if cfg.NegativeEntries <= 0 {
-		cfg.NegativeEntries = 1 << 16
-	}
-	if cfg.MaxDBQueries <= 0 {
-		cfg.MaxDBQueries = 4
-	}
-	if cfg.DBQueueWait <= 0 {
-		cfg.DBQueueWait = 500 * time.Millisecond
-	}
+	cfg = cfg.WithDefaults()
 	s := &Store{cfg: cfg, dbSlots: semaphore.NewWeighted(int64(cfg.MaxDBQueries))}
 	if cfg.NegativeTTL > 0 {
 		s.unknown, _ = lru.New[string, time.Time](cfg.NegativeEntries) // errs only on a size <= 0

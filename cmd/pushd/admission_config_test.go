@@ -16,28 +16,28 @@ func init() {
 	itoa := strconv.Itoa
 	ftoa := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 	for name, fc := range map[string]flagCase{
-		"redis-cache-url":          {"redis://env-c:6379/0", "redis://flag-c:6379/0", func(c config) string { return c.RedisCacheURL }},
-		"redis-control-url":        {"redis://env-k:6379/0", "redis://flag-k:6379/0", func(c config) string { return c.RedisControlURL }},
-		"redis-realtime-url":       {"redis://env-r:6379/0", "redis://flag-r:6379/0", func(c config) string { return c.RedisRealtimeURL }},
-		"connect-user-burst":       {"5", "6", func(c config) string { return itoa(c.Admission.UserBurst) }},
-		"connect-user-rate":        {"0.5", "2", func(c config) string { return ftoa(c.Admission.UserRate) }},
-		"connect-ip-burst":         {"50", "60", func(c config) string { return itoa(c.Admission.IPBurst) }},
-		"connect-ip-rate":          {"5", "6", func(c config) string { return ftoa(c.Admission.IPRate) }},
-		"max-conns-per-user":       {"7", "8", func(c config) string { return itoa(c.Admission.MaxPerUser) }},
-		"max-conns-per-tenant":     {"70", "80", func(c config) string { return itoa(c.Admission.MaxPerTenant) }},
-		"api-limit-free":           {"10", "11", func(c config) string { return itoa(c.Admission.Free) }},
-		"api-limit-pro":            {"100", "110", func(c config) string { return itoa(c.Admission.Pro) }},
-		"api-limit-enterprise":     {"1000", "1100", func(c config) string { return itoa(c.Admission.Enterprise) }},
-		"default-plan":             {"pro", "enterprise", func(c config) string { return c.Admission.DefaultPlan }},
-		"api-window":               {"30s", "2m0s", func(c config) string { return dur(c.Admission.APIWindow) }},
-		"plan-cache-ttl":           {"10s", "20s", func(c config) string { return dur(c.Admission.PlanCacheTTL) }},
-		"lease-ttl":                {"40s", "50s", func(c config) string { return dur(c.Admission.LeaseTTL) }},
-		"lease-renew-interval":     {"5s", "6s", func(c config) string { return dur(c.Admission.Renew) }},
-		"lease-reconcile-interval": {"2m0s", "3m0s", func(c config) string { return dur(c.Admission.Reconcile) }},
-		"expected-nodes":           {"3", "4", func(c config) string { return itoa(c.Admission.ExpectedNodes) }},
-		"admission-timeout":        {"50ms", "75ms", func(c config) string { return dur(c.Admission.Timeout) }},
-		"admission-retry":          {"2s", "3s", func(c config) string { return dur(c.Admission.Retry) }},
-		"session-check-interval":   {"5s", "15s", func(c config) string { return dur(c.Admission.SessionCheck) }},
+		"redis-cache-url":          {"redis://env-c:6379/0", "redis://flag-c:6379/0", func(c config) string { return c.Node.RedisCacheURL }},
+		"redis-control-url":        {"redis://env-k:6379/0", "redis://flag-k:6379/0", func(c config) string { return c.Node.RedisControlURL }},
+		"redis-realtime-url":       {"redis://env-r:6379/0", "redis://flag-r:6379/0", func(c config) string { return c.Node.RedisRealtimeURL }},
+		"connect-user-burst":       {"5", "6", func(c config) string { return itoa(c.Node.Admission.ConnectUserBurst) }},
+		"connect-user-rate":        {"0.5", "2", func(c config) string { return ftoa(c.Node.Admission.ConnectUserRate) }},
+		"connect-ip-burst":         {"50", "60", func(c config) string { return itoa(c.Node.Admission.ConnectIPBurst) }},
+		"connect-ip-rate":          {"5", "6", func(c config) string { return ftoa(c.Node.Admission.ConnectIPRate) }},
+		"max-conns-per-user":       {"7", "8", func(c config) string { return itoa(c.Node.Admission.MaxConnsPerUser) }},
+		"max-conns-per-tenant":     {"70", "80", func(c config) string { return itoa(c.Node.Admission.MaxConnsPerTenant) }},
+		"api-limit-free":           {"10", "11", func(c config) string { return itoa(c.Node.Admission.Plans[admission.PlanFree]) }},
+		"api-limit-pro":            {"100", "110", func(c config) string { return itoa(c.Node.Admission.Plans[admission.PlanPro]) }},
+		"api-limit-enterprise":     {"1000", "1100", func(c config) string { return itoa(c.Node.Admission.Plans[admission.PlanEnterprise]) }},
+		"default-plan":             {"pro", "enterprise", func(c config) string { return c.Node.Admission.DefaultPlan }},
+		"api-window":               {"30s", "2m0s", func(c config) string { return dur(c.Node.Admission.APIWindow) }},
+		"plan-cache-ttl":           {"10s", "20s", func(c config) string { return dur(c.Node.Admission.PlanCacheTTL) }},
+		"lease-ttl":                {"40s", "50s", func(c config) string { return dur(c.Node.Admission.LeaseTTL) }},
+		"lease-renew-interval":     {"5s", "6s", func(c config) string { return dur(c.Node.Admission.RenewInterval) }},
+		"lease-reconcile-interval": {"2m0s", "3m0s", func(c config) string { return dur(c.Node.Admission.ReconcileInterval) }},
+		"expected-nodes":           {"3", "4", func(c config) string { return itoa(c.Node.Admission.ExpectedNodes) }},
+		"admission-timeout":        {"50ms", "75ms", func(c config) string { return dur(c.Node.Admission.Timeout) }},
+		"admission-retry":          {"2s", "3s", func(c config) string { return dur(c.Node.Admission.RetryAfterFailure) }},
+		"session-check-interval":   {"5s", "15s", func(c config) string { return dur(c.Node.Admission.SessionCheckInterval) }},
 	} {
 		flagCases[name] = fc
 	}
@@ -51,7 +51,7 @@ func TestAdmissionDefaultsAreProduction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := c.Admission.config()
+	a := c.Node.Admission
 	if a.ConnectUserBurst != 20 || a.ConnectUserRate != 1 || a.ConnectIPBurst != 200 || a.ConnectIPRate != 20 ||
 		a.MaxConnsPerUser != 50 || a.MaxConnsPerTenant != 10000 || a.LeaseTTL != 30*time.Second ||
 		a.RenewInterval != 10*time.Second || a.Timeout != 100*time.Millisecond || a.ExpectedNodes != 1 {

@@ -14,15 +14,15 @@ import (
 func init() {
 	for name, fc := range map[string]flagCase{
 		"jwt-audience":             {"env-aud", "flag-aud", func(c config) string { return c.JWTAudience }},
-		"jwt-issuer":               {"https://env.example", "https://flag.example", func(c config) string { return c.JWTIssuer }},
-		"jwt-max-ttl":              {"1h0m0s", "2h0m0s", func(c config) string { return dur(c.JWTMaxTTL) }},
-		"auth-failure-burst":       {"5", "6", func(c config) string { return strconv.Itoa(c.AuthFailureBurst) }},
-		"auth-failure-rate":        {"0.5", "2", func(c config) string { return strconv.FormatFloat(c.AuthFailureRate, 'g', -1, 64) }},
-		"auth-failure-addresses":   {"100", "200", func(c config) string { return strconv.Itoa(c.AuthFailureAddresses) }},
-		"session-negative-ttl":     {"5s", "20s", func(c config) string { return dur(c.Sessions.NegativeTTL) }},
-		"session-negative-entries": {"10", "20", func(c config) string { return strconv.Itoa(c.Sessions.NegativeEntries) }},
-		"session-db-queries":       {"2", "3", func(c config) string { return strconv.Itoa(c.Sessions.DBQueries) }},
-		"session-db-wait":          {"100ms", "200ms", func(c config) string { return dur(c.Sessions.DBWait) }},
+		"jwt-issuer":               {"https://env.example", "https://flag.example", func(c config) string { return c.Node.JWTIssuer }},
+		"jwt-max-ttl":              {"1h0m0s", "2h0m0s", func(c config) string { return dur(c.Node.JWTMaxTTL) }},
+		"auth-failure-burst":       {"5", "6", func(c config) string { return strconv.Itoa(c.Node.API.AuthFailureBurst) }},
+		"auth-failure-rate":        {"0.5", "2", func(c config) string { return strconv.FormatFloat(c.Node.API.AuthFailureRate, 'g', -1, 64) }},
+		"auth-failure-addresses":   {"100", "200", func(c config) string { return strconv.Itoa(c.Node.API.AuthFailureAddresses) }},
+		"session-negative-ttl":     {"5s", "20s", func(c config) string { return dur(c.Node.Sessions.NegativeTTL) }},
+		"session-negative-entries": {"10", "20", func(c config) string { return strconv.Itoa(c.Node.Sessions.NegativeEntries) }},
+		"session-db-queries":       {"2", "3", func(c config) string { return strconv.Itoa(c.Node.Sessions.MaxDBQueries) }},
+		"session-db-wait":          {"100ms", "200ms", func(c config) string { return dur(c.Node.Sessions.DBQueueWait) }},
 		"jwt-secret-file":          {"testdata/env-secret", "testdata/flag-secret", func(c config) string { return c.JWTSecretFile }},
 		"api-key-file":             {"testdata/env-secret", "testdata/flag-secret", func(c config) string { return c.APIKeyFile }},
 	} {
@@ -41,8 +41,8 @@ func TestJWTClaimFlags(t *testing.T) {
 	if got := c.jwtAudience(); !slices.Equal(got, []string{"pushd", "pushd-staging"}) {
 		t.Errorf("audiences %q", got)
 	}
-	if c, _ := parseConfig(nil, env(), io.Discard); c.jwtAudience() != nil || c.JWTIssuer != "" || c.JWTMaxTTL != 24*time.Hour {
-		t.Errorf("defaults check claims: audience %q, issuer %q, max ttl %v", c.jwtAudience(), c.JWTIssuer, c.JWTMaxTTL)
+	if c, _ := parseConfig(nil, env(), io.Discard); c.jwtAudience() != nil || c.Node.JWTIssuer != "" || c.Node.JWTMaxTTL != 24*time.Hour {
+		t.Errorf("defaults check claims: audience %q, issuer %q, max ttl %v", c.jwtAudience(), c.Node.JWTIssuer, c.Node.JWTMaxTTL)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -65,8 +65,8 @@ func TestAuthFailureFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.AuthFailureBurst != 20 || c.AuthFailureRate != 1 || c.AuthFailureAddresses != 65536 {
-		t.Errorf("defaults: burst %d, rate %v, addresses %d", c.AuthFailureBurst, c.AuthFailureRate, c.AuthFailureAddresses)
+	if c.Node.API.AuthFailureBurst != 20 || c.Node.API.AuthFailureRate != 1 || c.Node.API.AuthFailureAddresses != 65536 {
+		t.Errorf("defaults: burst %d, rate %v, addresses %d", c.Node.API.AuthFailureBurst, c.Node.API.AuthFailureRate, c.Node.API.AuthFailureAddresses)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -89,7 +89,7 @@ func TestSessionLookupFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := c.Sessions.config(); s.NegativeTTL != 10*time.Second || s.NegativeEntries != 65536 || s.MaxDBQueries != 4 || s.DBQueueWait != 500*time.Millisecond {
+	if s := c.Node.Sessions; s.NegativeTTL != 10*time.Second || s.NegativeEntries != 65536 || s.MaxDBQueries != 4 || s.DBQueueWait != 500*time.Millisecond {
 		t.Errorf("defaults %+v", s)
 	}
 	for _, tc := range []struct {

@@ -92,8 +92,8 @@ func valueReason(f *flag.Flag, reason string) string {
 // looks like: "25" needs a unit, which time.ParseDuration only hints at.
 type durationValue time.Duration
 
-func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
-	*p = value
+// durationVar defines a duration flag whose default is *p.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, usage string) {
 	fs.Var((*durationValue)(p), name, usage)
 }
 

@@ -147,8 +147,8 @@ func TestUnknownEnvironmentVariablesWarn(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("warnings %q, want %q", got, want)
 	}
-	if c.RedisURL != "" || c.Heartbeat.String() != "7s" {
-		t.Errorf("redis-url %q heartbeat %v: the misspelt variable must be ignored, the known one read", c.RedisURL, c.Heartbeat)
+	if c.Node.RedisURL != "" || c.Node.Hub.HeartbeatInterval.String() != "7s" {
+		t.Errorf("redis-url %q heartbeat %v: the misspelt variable must be ignored, the known one read", c.Node.RedisURL, c.Node.Hub.HeartbeatInterval)
 	}
 }
 
@@ -206,8 +206,8 @@ func TestSecretFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.JWTSecret != "0123456789abcdef0123456789abcdef" || c.APIKey != "publish-key" {
-		t.Errorf("secret %q api key %q: want the files' contents less the trailing newline", c.JWTSecret, c.APIKey)
+	if c.JWTSecret != "0123456789abcdef0123456789abcdef" || c.Node.APIKey != "publish-key" {
+		t.Errorf("secret %q api key %q: want the files' contents less the trailing newline", c.JWTSecret, c.Node.APIKey)
 	}
 	conf := writeConfig(t, "jwt-secret-file = "+keep+"\n")
 	if c, err = parseConfig([]string{"--config", conf}, env(), io.Discard); err != nil || c.JWTSecret != "  blanks kept \n" {

@@ -8,13 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pushd/pushd/admission"
-	"github.com/pushd/pushd/auth"
-	"github.com/pushd/pushd/auth/session"
-	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/node"
 )
 
@@ -22,97 +20,31 @@ import (
 // twin and a key in the optional config file; precedence is flag, then
 // environment, then file, then default.
 type config struct {
+	// Node holds every setting the node takes as it is, each flag bound
+	// straight to its field; its defaults are node.DefaultConfig's.
+	Node node.Config
+
+	// What the node takes parsed, or the command alone uses.
 	ConfigFile     string
 	Listen         string
-	RedisURL       string
-	KeyPrefix      string
-	DatabaseURL    string
 	JWTSecret      string
 	JWTSecretFile  string
 	JWTPublicKey   string
-	JWTAlgorithm   string
 	JWTAudience    string
-	JWTIssuer      string
-	JWTMaxTTL      time.Duration
-	APIKey         string
 	APIKeyFile     string
-	NodeName       string
 	Origins        string
 	TrustedProxies string
-	Heartbeat      time.Duration
-	PollInterval   time.Duration
-	WriteTimeout   time.Duration
-	Retry          time.Duration
 	DrainTimeout   time.Duration
-	ReconnectAfter time.Duration
 	DebugListen    string
 	AdminListen    string
-	Streams        bool
-	StreamMaxLen   int64
-	StreamReads    int
-	AnnounceRepair time.Duration
-	RepairInterval time.Duration
-	RedisCluster   bool
-	Demo           bool
 	LogLevel       string
 	LogFormat      string
-	MaxConns       int
-	MaxConnsPerIP  int
-	RequestTimeout time.Duration
-	MaxHeaderBytes int
-	MaxURLBytes    int
-	Conn           connFlags
-
-	AuthFailureBurst     int
-	AuthFailureRate      float64
-	AuthFailureAddresses int
-	Sessions             sessionFlags
-
-	RedisCacheURL    string
-	RedisControlURL  string
-	RedisRealtimeURL string
-	Admission        admissionFlags
 
 	// warnings are what the start logs and goes on: unknown PUSHD_*
 	// variables, a short secret.
 	warnings []warning
 	from     origins // where each setting came from, for messages
 	jwtPEM   []byte  // --jwt-public-key's file, read by load
-}
-
-// connFlags are the per-connection limits and the writer pool.
-type connFlags struct {
-	Writers, MaxSubscriptions, MaxIDs     int
-	WSMaxMessageBytes                     int64
-	WSRequestRate, WSControlFrames        float64
-	WSRequestBurst, WSMaxBadMessages      int
-	FirstRequestTimeout, SubscribeTimeout time.Duration
-	SubscribeReads                        float64
-	SubscribeReadBurst                    int
-	SendBuffer                            int
-	HotTaskWatchers                       int
-}
-
-// admissionFlags are the admission limits (package admission); a limit of
-// zero is none.
-type admissionFlags struct {
-	UserBurst, IPBurst           int
-	UserRate, IPRate             float64
-	MaxPerUser, MaxPerTenant     int
-	Free, Pro, Enterprise        int
-	DefaultPlan                  string
-	APIWindow, PlanCacheTTL      time.Duration
-	LeaseTTL, Renew, Reconcile   time.Duration
-	ExpectedNodes                int
-	Timeout, Retry, SessionCheck time.Duration
-}
-
-// sessionFlags are the session token lookups' settings (session.Config).
-type sessionFlags struct {
-	NegativeTTL     time.Duration
-	NegativeEntries int
-	DBQueries       int
-	DBWait          time.Duration
 }
 
 // envName is a flag's environment twin: --redis-url is PUSHD_REDIS_URL.
@@ -142,94 +74,101 @@ func (o origins) settingError(name, format string, args ...any) error {
 	return fmt.Errorf("--%s (from %s): %s", name, o.of(name), fmt.Sprintf(format, args...))
 }
 
-// newFlagSet defines every setting on c. Defaults live here and only here:
-// -h, docs/CONFIG.md (checked by a test) and the config file all read them
-// from the flag set.
+// newFlagSet defines every setting on c. A flag's default is the value
+// its field holds in node.DefaultConfig, which the components' packages
+// give it (a test holds them together); -h, docs/CONFIG.md (checked by a
+// test) and the config file all read the defaults from the flag set.
 func newFlagSet(c *config) *flag.FlagSet {
+	c.Node = node.DefaultConfig()
+	n := &c.Node
 	fs := flag.NewFlagSet("pushd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parseArgs words the errors and prints -h
 	fs.StringVar(&c.ConfigFile, "config", "", "file of settings, one \"name = value\" a line (names are the flags'); flags and the environment win over it")
 	fs.StringVar(&c.Listen, "listen", ":8080", "address to serve")
-	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:port/db); empty with no database URL runs the embedded mode")
-	fs.BoolVar(&c.RedisCluster, "redis-cluster", false, "--redis-url lists seed nodes of a Redis Cluster, comma-separated; notifications travel on sharded Pub/Sub")
-	fs.StringVar(&c.KeyPrefix, "key-prefix", "", "prefix of every Redis key and channel, for sharing one Redis between environments; with --redis-cluster it must hold no { or }")
-	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (pgx), the fallback and fact source behind Redis")
+	fs.StringVar(&n.RedisURL, "redis-url", "", "Redis URL (redis://host:port/db); empty with no database URL runs the embedded mode")
+	fs.BoolVar(&n.RedisCluster, "redis-cluster", false, "--redis-url lists seed nodes of a Redis Cluster, comma-separated; notifications travel on sharded Pub/Sub")
+	fs.StringVar(&n.KeyPrefix, "key-prefix", "", "prefix of every Redis key and channel, for sharing one Redis between environments; with --redis-cluster it must hold no { or }")
+	fs.StringVar(&n.DatabaseURL, "database-url", "", "PostgreSQL URL (pgx), the fallback and fact source behind Redis")
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for client tokens; at least 32 random bytes (a shorter one is warned of)")
 	fs.StringVar(&c.JWTSecretFile, "jwt-secret-file", "", "file holding --jwt-secret, one trailing newline trimmed (for secrets mounted as files); set one of the two")
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of the RS256, ES256 or EdDSA public key for client tokens")
-	fs.StringVar(&c.JWTAlgorithm, "jwt-algorithm", "", "pin the token algorithm (HS256, RS256, ES256, EdDSA); default from the key")
+	fs.StringVar(&n.JWTAlgorithm, "jwt-algorithm", "", "pin the token algorithm (HS256, RS256, ES256, EdDSA); default from the key")
 	fs.StringVar(&c.JWTAudience, "jwt-audience", "", "comma-separated audiences: a token's aud claim must name one of them (401 otherwise); empty checks no audience")
-	fs.StringVar(&c.JWTIssuer, "jwt-issuer", "", "the iss claim every token must carry (401 otherwise); empty checks no issuer")
-	durationVar(fs, &c.JWTMaxTTL, "jwt-max-ttl", auth.DefaultMaxTTL, "longest lifetime a token may claim, exp - iat (exp - now when it has no iat); a longer one is refused with 401, and pushd token mints within it")
-	fs.StringVar(&c.APIKey, "api-key", "", "key for POST /v1/publish (X-API-Key); empty allows loopback callers only")
+	fs.StringVar(&n.JWTIssuer, "jwt-issuer", "", "the iss claim every token must carry (401 otherwise); empty checks no issuer")
+	durationVar(fs, &n.JWTMaxTTL, "jwt-max-ttl", "longest lifetime a token may claim, exp - iat (exp - now when it has no iat); a longer one is refused with 401, and pushd token mints within it")
+	fs.StringVar(&n.APIKey, "api-key", "", "key for POST /v1/publish (X-API-Key); empty allows loopback callers only")
 	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file holding --api-key, one trailing newline trimmed; set one of the two")
-	fs.StringVar(&c.NodeName, "node-name", "", "name shown in hello and metrics; empty means the host name")
+	fs.StringVar(&n.NodeName, "node-name", "", "name shown in hello and metrics; empty means the host name")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated addresses or CIDRs of load balancers whose X-Forwarded-For names the client for the per-address limits; empty trusts none")
 	fs.StringVar(&c.Origins, "allowed-origins", "", "comma-separated origin patterns (host or scheme://host, with * wildcards) whose pages may open WebSockets and use the token cookie, besides the server's own host; other origins get 403")
-	durationVar(fs, &c.Heartbeat, "heartbeat", 25*time.Second, "idle time after which a heartbeat is written")
-	durationVar(fs, &c.PollInterval, "poll-interval", 2*time.Second, "while Pub/Sub is down, how often watched tasks are re-read (jittered)")
-	durationVar(fs, &c.WriteTimeout, "write-timeout", 10*time.Second, "a client slower than this per write is disconnected")
-	durationVar(fs, &c.Retry, "sse-retry", 2*time.Second, "base SSE reconnect delay (each connection adds up to 50% jitter)")
-	durationVar(fs, &c.DrainTimeout, "drain-timeout", 10*time.Second, "how long shutdown spends closing connections")
-	durationVar(fs, &c.ReconnectAfter, "reconnect-after", 5*time.Second, "clients of a draining node reconnect after a random delay up to this")
-	fs.BoolVar(&c.Streams, "streams", false, "also append every change to the tenant's Redis Stream, tail the streams to close Pub/Sub gaps, and resume SSE clients from stream cursors")
-	fs.Int64Var(&c.StreamMaxLen, "stream-maxlen", 10000, "with --streams, trim each tenant's stream to about this many entries (XADD MAXLEN ~)")
-	fs.IntVar(&c.StreamReads, "stream-cluster-reads", 128, "with --streams on Redis Cluster, blocking stream reads (one per watched tenant, each on a connection of its own) this node keeps open on each master; the tenants past it are polled every second")
-	durationVar(fs, &c.AnnounceRepair, "announce-reconcile-interval", 5*time.Second, "on Redis Cluster or with the cache and realtime roles apart, how often (jittered) this node announces the stored snapshots of watched tenants whose publisher died before announcing them")
-	durationVar(fs, &c.RepairInterval, "repair-interval", hub.DefaultRepairInterval, "how often every watched task is checked against Redis and PostgreSQL (one node of the fleet per task), so a change written and never announced reaches its watchers within this plus 1s; finished tasks every 10th time")
+	durationVar(fs, &n.Hub.HeartbeatInterval, "heartbeat", "idle time after which a heartbeat is written")
+	durationVar(fs, &n.Hub.PollInterval, "poll-interval", "while Pub/Sub is down, how often watched tasks are re-read (jittered)")
+	durationVar(fs, &n.Hub.WriteTimeout, "write-timeout", "a client slower than this per write is disconnected")
+	durationVar(fs, &n.SSE.Retry, "sse-retry", "base SSE reconnect delay (each connection adds up to 50% jitter)")
+	c.DrainTimeout = 10 * time.Second
+	durationVar(fs, &c.DrainTimeout, "drain-timeout", "how long shutdown spends closing connections")
+	durationVar(fs, &n.ReconnectAfter, "reconnect-after", "clients of a draining node reconnect after a random delay up to this")
+	fs.BoolVar(&n.Streams, "streams", false, "also append every change to the tenant's Redis Stream, tail the streams to close Pub/Sub gaps, and resume SSE clients from stream cursors")
+	fs.Int64Var(&n.StreamMaxLen, "stream-maxlen", n.StreamMaxLen, "with --streams, trim each tenant's stream to about this many entries (XADD MAXLEN ~)")
+	fs.IntVar(&n.Stream.ClusterReads, "stream-cluster-reads", n.Stream.ClusterReads, "with --streams on Redis Cluster, blocking stream reads (one per watched tenant, each on a connection of its own) this node keeps open on each master; the tenants past it are polled every second")
+	durationVar(fs, &n.Reconcile.Interval, "announce-reconcile-interval", "on Redis Cluster or with the cache and realtime roles apart, how often (jittered) this node announces the stored snapshots of watched tenants whose publisher died before announcing them")
+	durationVar(fs, &n.Hub.RepairInterval, "repair-interval", "how often every watched task is checked against Redis and PostgreSQL (one node of the fleet per task), so a change written and never announced reaches its watchers within this plus 1s; finished tasks every 10th time")
 	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private")
 	fs.StringVar(&c.AdminListen, "admin-listen", "127.0.0.1:9464", "address of the admin listener: /metrics (Prometheus), /healthz and /readyz; empty serves none; keep it private (the client listener never serves /metrics)")
-	fs.BoolVar(&c.Demo, "demo", false, "serve the demo page and its task simulator at /demo/ (the embedded mode always does); with a configured secret or key the page asks for a token; with a database the simulator writes generation_tasks rows, as a Task State Service would")
-	fs.StringVar(&c.RedisCacheURL, "redis-cache-url", "", "Redis for task snapshots; empty means --redis-url")
-	fs.StringVar(&c.RedisControlURL, "redis-control-url", "", "Redis for rate limits, connection leases and sessions; empty means --redis-url")
-	fs.StringVar(&c.RedisRealtimeURL, "redis-realtime-url", "", "Redis for Pub/Sub and streams; empty means --redis-url")
-	fs.IntVar(&c.MaxConns, "max-conns", 0, "streams this node holds before it answers 503; 0 means the open-file limit less 1,000 kept for Redis, PostgreSQL and requests")
-	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 5000, "streams one client address may hold on this node (429 past it); 0 means no limit")
-	durationVar(fs, &c.RequestTimeout, "request-timeout", 10*time.Second, "how long a request may take to arrive, headers and body; a connection still waiting for one is closed (a publish is answered 408 first); established streams are not bounded by it")
-	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", 64<<10, "longest request line and headers, in bytes (431 past it)")
-	fs.IntVar(&c.MaxURLBytes, "max-url-bytes", 8<<10, "longest request URL, in bytes (414 past it); at most --max-header-bytes, which counts it too")
-	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", 20, "failed authentications (invalid tokens) a client address may make at once; past them it is answered 429 before its token is checked; 0 means no limit")
-	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", 1, "failed authentications per second a client address's bucket refills")
-	fs.IntVar(&c.AuthFailureAddresses, "auth-failure-addresses", 65536, "client addresses whose failed authentications this node tracks; past it the least recently seen are forgotten")
-	durationVar(fs, &c.Sessions.NegativeTTL, "session-negative-ttl", 10*time.Second, "how long this node remembers a session token PostgreSQL does not know, so its repeats cost no query (Redis is still asked)")
-	fs.IntVar(&c.Sessions.NegativeEntries, "session-negative-entries", 65536, "unknown session tokens this node remembers; past it the least recently refused are forgotten")
-	fs.IntVar(&c.Sessions.DBQueries, "session-db-queries", 4, "session lookups this node runs in PostgreSQL at once (besides the snapshot reads' 8); one more waits --session-db-wait, then gets 503")
-	durationVar(fs, &c.Sessions.DBWait, "session-db-wait", 500*time.Millisecond, "how long a session lookup waits for one of --session-db-queries before it is answered 503 unavailable")
-	cf := &c.Conn
-	fs.IntVar(&cf.Writers, "writers", 32, "goroutines writing to connections; they never wait for a client (a stalled one's bytes wait on a goroutine of its own), so this bounds CPU only")
-	fs.IntVar(&cf.MaxSubscriptions, "max-subscriptions", 200, "tasks plus projects one connection may watch; more are refused with too_many_subscriptions")
-	fs.IntVar(&cf.MaxIDs, "max-ids", 100, "tasks plus projects in one request: an SSE URL (400 past it) or a WebSocket subscribe (bad_request)")
-	durationVar(fs, &cf.SubscribeTimeout, "subscribe-timeout", 10*time.Second, "longest the initial reads of one subscription may take")
-	fs.Float64Var(&cf.SubscribeReads, "subscribe-reads", 50, "snapshot reads per second that one user's subscriptions may cause on this node (one per task id, project or user scope subscribed), refilling a bucket of --subscribe-read-burst; ids past it get rate_limit_exceeded with retry_after and retry_after_ms")
-	fs.IntVar(&cf.SubscribeReadBurst, "subscribe-read-burst", 500, "snapshot reads one user's subscriptions may cause at once on this node")
-	fs.IntVar(&cf.HotTaskWatchers, "hot-task-watchers", 1000, "connections on this node watching one task by id that make it a hot task, counted in hot_key_detected_total each time a task reaches it (again only after it fell below)")
-	fs.Int64Var(&cf.WSMaxMessageBytes, "ws-max-message-bytes", 64<<10, "longest WebSocket message a client may send; a longer one closes the connection with 1009")
-	fs.Float64Var(&cf.WSRequestRate, "ws-request-rate", 10, "requests per second one WebSocket may send (token bucket refill); one over it is dropped with rate_limit_exceeded")
-	fs.IntVar(&cf.WSRequestBurst, "ws-request-burst", 20, "requests one WebSocket may send at once")
-	fs.IntVar(&cf.WSMaxBadMessages, "ws-max-bad-messages", 10, "malformed or dropped WebSocket requests in a row before the connection is closed with 1008")
-	fs.Float64Var(&cf.WSControlFrames, "ws-control-frames", 5, "control frames (pings and pongs) one WebSocket client may send per second, in bursts of twice that; one past it closes the connection with 1008")
-	fs.IntVar(&cf.SendBuffer, "socket-send-buffer", 256<<10, "each stream's socket send buffer in bytes (SO_SNDBUF): what the kernel holds for a client that stopped reading, before its bytes wait in pushd and its write timeout runs; 0 leaves the kernel's autotuning (up to 4 MB a socket)")
-	durationVar(fs, &cf.FirstRequestTimeout, "first-request-timeout", 10*time.Second, "how long a new WebSocket may wait before its first request; then it is closed with 1008")
-	a := &c.Admission
-	fs.IntVar(&a.UserBurst, "connect-user-burst", 20, "connects a user may make at once (token bucket capacity); 0 means no limit")
-	fs.Float64Var(&a.UserRate, "connect-user-rate", 1, "connects per second a user's bucket refills")
-	fs.IntVar(&a.IPBurst, "connect-ip-burst", 200, "connects a client IP may make at once; 0 means no limit")
-	fs.Float64Var(&a.IPRate, "connect-ip-rate", 20, "connects per second a client IP's bucket refills")
-	fs.IntVar(&a.MaxPerUser, "max-conns-per-user", 50, "open connections a user may hold across the fleet; 0 means no cap")
-	fs.IntVar(&a.MaxPerTenant, "max-conns-per-tenant", 10000, "open connections a tenant may hold across the fleet; 0 means no cap")
-	fs.IntVar(&a.Free, "api-limit-free", 60, "snapshot API calls per tenant and endpoint per --api-window on the free plan; 0 means no limit")
-	fs.IntVar(&a.Pro, "api-limit-pro", 600, "the same on the pro plan")
-	fs.IntVar(&a.Enterprise, "api-limit-enterprise", 6000, "the same on the enterprise plan")
-	fs.StringVar(&a.DefaultPlan, "default-plan", "free", "plan of a tenant that neither its token (plan claim) nor its configuration (tenant:<id> hash, field plan) names")
-	durationVar(fs, &a.APIWindow, "api-window", time.Minute, "sliding window of the API limits")
-	durationVar(fs, &a.PlanCacheTTL, "plan-cache-ttl", time.Minute, "how long a tenant's configured plan is cached in process")
-	durationVar(fs, &a.LeaseTTL, "lease-ttl", 30*time.Second, "how long a connection's lease outlives its node's last renewal")
-	durationVar(fs, &a.Renew, "lease-renew-interval", 10*time.Second, "how often a node renews its connections' leases (one pipelined round trip)")
-	durationVar(fs, &a.Reconcile, "lease-reconcile-interval", time.Minute, "how often connection counts are rebuilt from live leases")
-	fs.IntVar(&a.ExpectedNodes, "expected-nodes", 1, "nodes in the fleet: while the control Redis is down each node allows this share of the caps and API limits")
-	durationVar(fs, &a.Timeout, "admission-timeout", 100*time.Millisecond, "longest wait for the control Redis per admission check before local limits decide")
-	durationVar(fs, &a.Retry, "admission-retry", time.Second, "after the control Redis failed, how long local limits decide before Redis is tried again")
-	durationVar(fs, &a.SessionCheck, "session-check-interval", 10*time.Second, "how often the sessions of open connections are re-validated")
+	fs.BoolVar(&n.Demo, "demo", false, "serve the demo page and its task simulator at /demo/ (the embedded mode always does); with a configured secret or key the page asks for a token; with a database the simulator writes generation_tasks rows, as a Task State Service would")
+	fs.StringVar(&n.RedisCacheURL, "redis-cache-url", "", "Redis for task snapshots; empty means --redis-url")
+	fs.StringVar(&n.RedisControlURL, "redis-control-url", "", "Redis for rate limits, connection leases and sessions; empty means --redis-url")
+	fs.StringVar(&n.RedisRealtimeURL, "redis-realtime-url", "", "Redis for Pub/Sub and streams; empty means --redis-url")
+	api := &n.API
+	fs.IntVar(&api.MaxConns, "max-conns", api.MaxConns, "streams this node holds before it answers 503; 0 means the open-file limit less 1,000 kept for Redis, PostgreSQL and requests")
+	fs.IntVar(&api.MaxConnsPerIP, "max-conns-per-ip", api.MaxConnsPerIP, "streams one client address may hold on this node (429 past it); 0 means no limit")
+	durationVar(fs, &n.RequestTimeout, "request-timeout", "how long a request may take to arrive, headers and body; a connection still waiting for one is closed (a publish is answered 408 first); established streams are not bounded by it")
+	fs.IntVar(&n.MaxHeaderBytes, "max-header-bytes", n.MaxHeaderBytes, "longest request line and headers, in bytes (431 past it)")
+	fs.IntVar(&api.MaxURLBytes, "max-url-bytes", api.MaxURLBytes, "longest request URL, in bytes (414 past it); at most --max-header-bytes, which counts it too")
+	fs.IntVar(&api.AuthFailureBurst, "auth-failure-burst", api.AuthFailureBurst, "failed authentications (invalid tokens) a client address may make at once; past them it is answered 429 before its token is checked; 0 means no limit")
+	fs.Float64Var(&api.AuthFailureRate, "auth-failure-rate", api.AuthFailureRate, "failed authentications per second a client address's bucket refills")
+	fs.IntVar(&api.AuthFailureAddresses, "auth-failure-addresses", api.AuthFailureAddresses, "client addresses whose failed authentications this node tracks; past it the least recently seen are forgotten")
+	ss := &n.Sessions
+	durationVar(fs, &ss.NegativeTTL, "session-negative-ttl", "how long this node remembers a session token PostgreSQL does not know, so its repeats cost no query (Redis is still asked)")
+	fs.IntVar(&ss.NegativeEntries, "session-negative-entries", ss.NegativeEntries, "unknown session tokens this node remembers; past it the least recently refused are forgotten")
+	fs.IntVar(&ss.MaxDBQueries, "session-db-queries", ss.MaxDBQueries, "session lookups this node runs in PostgreSQL at once (besides the snapshot reads' 8); one more waits --session-db-wait, then gets 503")
+	durationVar(fs, &ss.DBQueueWait, "session-db-wait", "how long a session lookup waits for one of --session-db-queries before it is answered 503 unavailable")
+	h := &n.Hub
+	fs.IntVar(&h.Writers, "writers", h.Writers, "goroutines writing to connections; they never wait for a client (a stalled one's bytes wait on a goroutine of its own), so this bounds CPU only")
+	fs.IntVar(&h.MaxSubscriptions, "max-subscriptions", h.MaxSubscriptions, "tasks plus projects one connection may watch; more are refused with too_many_subscriptions")
+	fs.IntVar(&h.MaxIDs, "max-ids", h.MaxIDs, "tasks plus projects in one request: an SSE URL (400 past it) or a WebSocket subscribe (bad_request)")
+	durationVar(fs, &h.SubscribeTimeout, "subscribe-timeout", "longest the initial reads of one subscription may take")
+	fs.Float64Var(&h.SubscribeReads, "subscribe-reads", h.SubscribeReads, "snapshot reads per second that one user's subscriptions may cause on this node (one per task id, project or user scope subscribed), refilling a bucket of --subscribe-read-burst; ids past it get rate_limit_exceeded with retry_after and retry_after_ms")
+	fs.IntVar(&h.SubscribeReadBurst, "subscribe-read-burst", h.SubscribeReadBurst, "snapshot reads one user's subscriptions may cause at once on this node")
+	fs.IntVar(&h.HotTaskWatchers, "hot-task-watchers", h.HotTaskWatchers, "connections on this node watching one task by id that make it a hot task, counted in hot_key_detected_total each time a task reaches it (again only after it fell below)")
+	fs.IntVar(&h.SendBuffer, "socket-send-buffer", h.SendBuffer, "each stream's socket send buffer in bytes (SO_SNDBUF): what the kernel holds for a client that stopped reading, before its bytes wait in pushd and its write timeout runs; 0 leaves the kernel's autotuning (up to 4 MB a socket)")
+	w := &n.WS
+	fs.Int64Var(&w.ReadLimit, "ws-max-message-bytes", w.ReadLimit, "longest WebSocket message a client may send; a longer one closes the connection with 1009")
+	fs.Float64Var(&w.RequestRate, "ws-request-rate", w.RequestRate, "requests per second one WebSocket may send (token bucket refill); one over it is dropped with rate_limit_exceeded")
+	fs.IntVar(&w.RequestBurst, "ws-request-burst", w.RequestBurst, "requests one WebSocket may send at once")
+	fs.IntVar(&w.MaxBadMessages, "ws-max-bad-messages", w.MaxBadMessages, "malformed or dropped WebSocket requests in a row before the connection is closed with 1008")
+	fs.Float64Var(&w.ControlFrames, "ws-control-frames", w.ControlFrames, "control frames (pings and pongs) one WebSocket client may send per second, in bursts of twice that; one past it closes the connection with 1008")
+	durationVar(fs, &w.FirstRequestTimeout, "first-request-timeout", "how long a new WebSocket may wait before its first request; then it is closed with 1008")
+	a := &n.Admission
+	fs.IntVar(&a.ConnectUserBurst, "connect-user-burst", a.ConnectUserBurst, "connects a user may make at once (token bucket capacity); 0 means no limit")
+	fs.Float64Var(&a.ConnectUserRate, "connect-user-rate", a.ConnectUserRate, "connects per second a user's bucket refills")
+	fs.IntVar(&a.ConnectIPBurst, "connect-ip-burst", a.ConnectIPBurst, "connects a client IP may make at once; 0 means no limit")
+	fs.Float64Var(&a.ConnectIPRate, "connect-ip-rate", a.ConnectIPRate, "connects per second a client IP's bucket refills")
+	fs.IntVar(&a.MaxConnsPerUser, "max-conns-per-user", a.MaxConnsPerUser, "open connections a user may hold across the fleet; 0 means no cap")
+	fs.IntVar(&a.MaxConnsPerTenant, "max-conns-per-tenant", a.MaxConnsPerTenant, "open connections a tenant may hold across the fleet; 0 means no cap")
+	fs.Var(planLimit{a.Plans, admission.PlanFree}, "api-limit-free", "snapshot API calls per tenant and endpoint per --api-window on the free plan; 0 means no limit")
+	fs.Var(planLimit{a.Plans, admission.PlanPro}, "api-limit-pro", "the same on the pro plan")
+	fs.Var(planLimit{a.Plans, admission.PlanEnterprise}, "api-limit-enterprise", "the same on the enterprise plan")
+	fs.StringVar(&a.DefaultPlan, "default-plan", a.DefaultPlan, "plan of a tenant that neither its token (plan claim) nor its configuration (tenant:<id> hash, field plan) names")
+	durationVar(fs, &a.APIWindow, "api-window", "sliding window of the API limits")
+	durationVar(fs, &a.PlanCacheTTL, "plan-cache-ttl", "how long a tenant's configured plan is cached in process")
+	durationVar(fs, &a.LeaseTTL, "lease-ttl", "how long a connection's lease outlives its node's last renewal")
+	durationVar(fs, &a.RenewInterval, "lease-renew-interval", "how often a node renews its connections' leases (one pipelined round trip)")
+	durationVar(fs, &a.ReconcileInterval, "lease-reconcile-interval", "how often connection counts are rebuilt from live leases")
+	fs.IntVar(&a.ExpectedNodes, "expected-nodes", a.ExpectedNodes, "nodes in the fleet: while the control Redis is down each node allows this share of the caps and API limits")
+	durationVar(fs, &a.Timeout, "admission-timeout", "longest wait for the control Redis per admission check before local limits decide")
+	durationVar(fs, &a.RetryAfterFailure, "admission-retry", "after the control Redis failed, how long local limits decide before Redis is tried again")
+	durationVar(fs, &a.SessionCheckInterval, "session-check-interval", "how often the sessions of open connections are re-validated")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {
@@ -304,10 +243,10 @@ func (c *config) load(fs *flag.FlagSet, env environment) error {
 		errs = append(errs, applyConfigFile(fs, c.ConfigFile, from)...)
 	}
 	errs = append(errs, c.readSecretFile("jwt-secret", &c.JWTSecret, c.JWTSecretFile, from))
-	errs = append(errs, c.readSecretFile("api-key", &c.APIKey, c.APIKeyFile, from))
+	errs = append(errs, c.readSecretFile("api-key", &c.Node.APIKey, c.APIKeyFile, from))
 	errs = append(errs, c.readPublicKey(from))
-	if c.NodeName == "" {
-		c.NodeName, _ = os.Hostname()
+	if c.Node.NodeName == "" {
+		c.Node.NodeName, _ = os.Hostname()
 	}
 	// A setting that failed to parse kept its default, which validate
 	// passes, so its errors are the other settings'.
@@ -387,7 +326,7 @@ func settingHint(fs *flag.FlagSet, name string) string {
 }
 
 // Embedded reports whether the node runs without Redis and PostgreSQL.
-func (c config) Embedded() bool { return c.RedisURL == "" && c.DatabaseURL == "" }
+func (c config) Embedded() bool { return c.Node.Embedded() }
 
 // trustedProxies parses --trusted-proxies: CIDRs, or single addresses.
 func (c config) trustedProxies() ([]*net.IPNet, error) {
@@ -435,27 +374,13 @@ func (c *config) readPublicKey(from origins) error {
 
 // nodeConfig is the node's Config of these settings.
 func (c config) nodeConfig(version string, log *slog.Logger) node.Config {
-	proxies, _ := c.trustedProxies() // validated with the other settings
-	return node.Config{
-		RedisURL: c.RedisURL, RedisCluster: c.RedisCluster, KeyPrefix: c.KeyPrefix, DatabaseURL: c.DatabaseURL,
-		RedisCacheURL: c.RedisCacheURL, RedisControlURL: c.RedisControlURL, RedisRealtimeURL: c.RedisRealtimeURL,
-		JWTSecret: []byte(c.JWTSecret), JWTPublicKeyPEM: c.jwtPEM, JWTAlgorithm: c.JWTAlgorithm,
-		JWTAudience: c.jwtAudience(), JWTIssuer: c.JWTIssuer, JWTMaxTTL: c.JWTMaxTTL,
-		APIKey: c.APIKey, NodeName: c.NodeName, Version: version, OriginPatterns: c.originPatterns(), TrustedProxies: proxies,
-		Heartbeat: c.Heartbeat, PollInterval: c.PollInterval, WriteTimeout: c.WriteTimeout, SSERetry: c.Retry,
-		ReconnectAfter: c.ReconnectAfter, Demo: c.Demo, Logger: log,
-		Streams: c.Streams, StreamMaxLen: c.StreamMaxLen, StreamClusterReads: c.StreamReads,
-		AnnounceReconcileInterval: c.AnnounceRepair, RepairInterval: c.RepairInterval,
-		Admission: c.Admission.config(), Sessions: c.Sessions.config(),
-		MaxConns: maxConns(c.MaxConns), MaxConnsPerIP: c.MaxConnsPerIP,
-		RequestTimeout: c.RequestTimeout, MaxHeaderBytes: c.MaxHeaderBytes, MaxURLBytes: c.MaxURLBytes,
-		Writers: c.Conn.Writers, MaxSubscriptions: c.Conn.MaxSubscriptions, MaxIDs: c.Conn.MaxIDs,
-		SubscribeTimeout: c.Conn.SubscribeTimeout, SubscribeReads: c.Conn.SubscribeReads, SubscribeReadBurst: c.Conn.SubscribeReadBurst,
-		WSMaxMessageBytes: c.Conn.WSMaxMessageBytes, WSRequestRate: c.Conn.WSRequestRate, WSRequestBurst: c.Conn.WSRequestBurst, WSControlFrames: c.Conn.WSControlFrames,
-		WSMaxBadMessages: c.Conn.WSMaxBadMessages, FirstRequestTimeout: c.Conn.FirstRequestTimeout, SendBuffer: c.Conn.SendBuffer,
-		HotTaskWatchers:  c.Conn.HotTaskWatchers,
-		AuthFailureBurst: c.AuthFailureBurst, AuthFailureRate: c.AuthFailureRate, AuthFailureAddresses: c.AuthFailureAddresses,
-	}
+	n := c.Node
+	n.JWTSecret, n.JWTPublicKeyPEM, n.JWTAudience = []byte(c.JWTSecret), c.jwtPEM, c.jwtAudience()
+	n.API.TrustedProxies, _ = c.trustedProxies() // validated with the other settings
+	n.API.OriginPatterns = c.originPatterns()
+	n.API.MaxConns = maxConns(n.API.MaxConns)
+	n.Version, n.Logger = version, log
+	return n
 }
 
 // jwtAudience parses --jwt-audience.
@@ -479,21 +404,25 @@ func (c config) originPatterns() []string {
 	return out
 }
 
-// config is the session.Config of the flags; the node adds its stores.
-func (s sessionFlags) config() session.Config {
-	return session.Config{NegativeTTL: s.NegativeTTL, NegativeEntries: s.NegativeEntries, MaxDBQueries: s.DBQueries, DBQueueWait: s.DBWait}
+// planLimit is the flag of one plan's API limit, an entry of
+// admission.Config.Plans.
+type planLimit struct {
+	plans map[string]int
+	plan  string
 }
 
-// config is the admission.Config of the flags; the node adds its Redis.
-func (a admissionFlags) config() admission.Config {
-	return admission.Config{
-		ConnectUserBurst: a.UserBurst, ConnectUserRate: a.UserRate,
-		ConnectIPBurst: a.IPBurst, ConnectIPRate: a.IPRate,
-		MaxConnsPerUser: a.MaxPerUser, MaxConnsPerTenant: a.MaxPerTenant,
-		Plans:       map[string]int{admission.PlanFree: a.Free, admission.PlanPro: a.Pro, admission.PlanEnterprise: a.Enterprise},
-		DefaultPlan: a.DefaultPlan, APIWindow: a.APIWindow, PlanCacheTTL: a.PlanCacheTTL,
-		LeaseTTL: a.LeaseTTL, RenewInterval: a.Renew, ReconcileInterval: a.Reconcile,
-		ExpectedNodes: a.ExpectedNodes, Timeout: a.Timeout, RetryAfterFailure: a.Retry,
-		SessionCheckInterval: a.SessionCheck,
+func (p planLimit) String() string {
+	if p.plans == nil { // the flag package's zero value, for -h
+		return "0"
 	}
+	return strconv.Itoa(p.plans[p.plan])
+}
+
+func (p planLimit) Set(s string) error {
+	n, err := strconv.ParseInt(s, 0, strconv.IntSize)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	p.plans[p.plan] = int(n)
+	return nil
 }

@@ -39,12 +39,12 @@ log-format = json
 		name      string
 		got, want any
 	}{
-		{"heartbeat: flag over env and file", c.Heartbeat, 31 * time.Second},
+		{"heartbeat: flag over env and file", c.Node.Hub.HeartbeatInterval, 31 * time.Second},
 		{"drain-timeout: env over file", c.DrainTimeout, 22 * time.Second},
-		{"redis-url: env over file", c.RedisURL, "redis://env:6379/0"},
-		{"write-timeout: file over default", c.WriteTimeout, 13 * time.Second},
+		{"redis-url: env over file", c.Node.RedisURL, "redis://env:6379/0"},
+		{"write-timeout: file over default", c.Node.Hub.WriteTimeout, 13 * time.Second},
 		{"log-format: file over default", c.LogFormat, "json"},
-		{"poll-interval: the default", c.PollInterval, 2 * time.Second},
+		{"poll-interval: the default", c.Node.Hub.PollInterval, 2 * time.Second},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, tc.got, tc.want)
@@ -56,13 +56,13 @@ log-format = json
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Heartbeat != 11*time.Second || c.RedisURL != "redis://file:6379/0" || c.ConfigFile != path {
-		t.Errorf("from PUSHD_CONFIG: heartbeat %v redis %q config %q", c.Heartbeat, c.RedisURL, c.ConfigFile)
+	if c.Node.Hub.HeartbeatInterval != 11*time.Second || c.Node.RedisURL != "redis://file:6379/0" || c.ConfigFile != path {
+		t.Errorf("from PUSHD_CONFIG: heartbeat %v redis %q config %q", c.Node.Hub.HeartbeatInterval, c.Node.RedisURL, c.ConfigFile)
 	}
 	// The --config flag wins over PUSHD_CONFIG like any other flag.
 	other := writeConfig(t, "heartbeat = 44s\n")
-	if c, err = parseConfig([]string{"--config", other}, env("PUSHD_CONFIG", path), io.Discard); err != nil || c.Heartbeat != 44*time.Second {
-		t.Errorf("--config over PUSHD_CONFIG: heartbeat %v, %v", c.Heartbeat, err)
+	if c, err = parseConfig([]string{"--config", other}, env("PUSHD_CONFIG", path), io.Discard); err != nil || c.Node.Hub.HeartbeatInterval != 44*time.Second {
+		t.Errorf("--config over PUSHD_CONFIG: heartbeat %v, %v", c.Node.Hub.HeartbeatInterval, err)
 	}
 }
 
@@ -80,8 +80,8 @@ redis-url = redis://r:6379/0
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.JWTSecret != "  spaces kept  " || c.APIKey != "abc#def" || c.NodeName != "n1" || c.Origins != "" || !c.Streams {
-		t.Errorf("parsed %q %q %q %q %v", c.JWTSecret, c.APIKey, c.NodeName, c.Origins, c.Streams)
+	if c.JWTSecret != "  spaces kept  " || c.Node.APIKey != "abc#def" || c.Node.NodeName != "n1" || c.Origins != "" || !c.Node.Streams {
+		t.Errorf("parsed %q %q %q %q %v", c.JWTSecret, c.Node.APIKey, c.Node.NodeName, c.Origins, c.Node.Streams)
 	}
 }
 

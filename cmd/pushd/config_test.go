@@ -35,36 +35,36 @@ func dur(d time.Duration) string { return d.String() }
 // it against the -h listing, so a new flag cannot go untested.
 var flagCases = map[string]flagCase{
 	"listen":                      {"127.0.0.1:9001", "127.0.0.1:9002", func(c config) string { return c.Listen }},
-	"redis-url":                   {"redis://env:6379/0", "redis://flag:6379/1", func(c config) string { return c.RedisURL }},
-	"key-prefix":                  {"env:", "flag:", func(c config) string { return c.KeyPrefix }},
-	"database-url":                {"postgres://env/db", "postgres://flag/db", func(c config) string { return c.DatabaseURL }},
+	"redis-url":                   {"redis://env:6379/0", "redis://flag:6379/1", func(c config) string { return c.Node.RedisURL }},
+	"key-prefix":                  {"env:", "flag:", func(c config) string { return c.Node.KeyPrefix }},
+	"database-url":                {"postgres://env/db", "postgres://flag/db", func(c config) string { return c.Node.DatabaseURL }},
 	"jwt-secret":                  {"env-secret", "flag-secret", func(c config) string { return c.JWTSecret }},
 	"jwt-public-key":              {"testdata/env-key.pem", "testdata/flag-key.pem", func(c config) string { return c.JWTPublicKey }},
-	"jwt-algorithm":               {"RS256", "ES256", func(c config) string { return c.JWTAlgorithm }},
-	"api-key":                     {"env-key", "flag-key", func(c config) string { return c.APIKey }},
-	"max-conns":                   {"100", "200", func(c config) string { return strconv.Itoa(c.MaxConns) }},
-	"max-conns-per-ip":            {"10", "20", func(c config) string { return strconv.Itoa(c.MaxConnsPerIP) }},
-	"request-timeout":             {"3s", "4s", func(c config) string { return dur(c.RequestTimeout) }},
-	"max-header-bytes":            {"32768", "16384", func(c config) string { return strconv.Itoa(c.MaxHeaderBytes) }},
-	"max-url-bytes":               {"4096", "2048", func(c config) string { return strconv.Itoa(c.MaxURLBytes) }},
-	"node-name":                   {"env-node", "flag-node", func(c config) string { return c.NodeName }},
+	"jwt-algorithm":               {"RS256", "ES256", func(c config) string { return c.Node.JWTAlgorithm }},
+	"api-key":                     {"env-key", "flag-key", func(c config) string { return c.Node.APIKey }},
+	"max-conns":                   {"100", "200", func(c config) string { return strconv.Itoa(c.Node.API.MaxConns) }},
+	"max-conns-per-ip":            {"10", "20", func(c config) string { return strconv.Itoa(c.Node.API.MaxConnsPerIP) }},
+	"request-timeout":             {"3s", "4s", func(c config) string { return dur(c.Node.RequestTimeout) }},
+	"max-header-bytes":            {"32768", "16384", func(c config) string { return strconv.Itoa(c.Node.MaxHeaderBytes) }},
+	"max-url-bytes":               {"4096", "2048", func(c config) string { return strconv.Itoa(c.Node.API.MaxURLBytes) }},
+	"node-name":                   {"env-node", "flag-node", func(c config) string { return c.Node.NodeName }},
 	"allowed-origins":             {"env.example", "flag.example", func(c config) string { return c.Origins }},
 	"trusted-proxies":             {"10.0.0.1", "10.0.0.0/8", func(c config) string { return c.TrustedProxies }},
-	"heartbeat":                   {"7s", "8s", func(c config) string { return dur(c.Heartbeat) }},
-	"poll-interval":               {"3s", "4s", func(c config) string { return dur(c.PollInterval) }},
-	"write-timeout":               {"3s", "4s", func(c config) string { return dur(c.WriteTimeout) }},
-	"sse-retry":                   {"1.5s", "2.5s", func(c config) string { return dur(c.Retry) }},
+	"heartbeat":                   {"7s", "8s", func(c config) string { return dur(c.Node.Hub.HeartbeatInterval) }},
+	"poll-interval":               {"3s", "4s", func(c config) string { return dur(c.Node.Hub.PollInterval) }},
+	"write-timeout":               {"3s", "4s", func(c config) string { return dur(c.Node.Hub.WriteTimeout) }},
+	"sse-retry":                   {"1.5s", "2.5s", func(c config) string { return dur(c.Node.SSE.Retry) }},
 	"drain-timeout":               {"1m0s", "2m0s", func(c config) string { return dur(c.DrainTimeout) }},
-	"reconnect-after":             {"9s", "11s", func(c config) string { return dur(c.ReconnectAfter) }},
+	"reconnect-after":             {"9s", "11s", func(c config) string { return dur(c.Node.ReconnectAfter) }},
 	"debug-listen":                {"127.0.0.1:1", "127.0.0.1:2", func(c config) string { return c.DebugListen }},
 	"admin-listen":                {"127.0.0.1:3", "127.0.0.1:4", func(c config) string { return c.AdminListen }},
-	"demo":                        {"true", "false", func(c config) string { return strconv.FormatBool(c.Demo) }},
-	"streams":                     {"true", "false", func(c config) string { return strconv.FormatBool(c.Streams) }},
-	"redis-cluster":               {"true", "false", func(c config) string { return strconv.FormatBool(c.RedisCluster) }},
-	"stream-maxlen":               {"500", "600", func(c config) string { return strconv.FormatInt(c.StreamMaxLen, 10) }},
-	"stream-cluster-reads":        {"32", "64", func(c config) string { return strconv.Itoa(c.StreamReads) }},
-	"announce-reconcile-interval": {"3s", "7s", func(c config) string { return dur(c.AnnounceRepair) }},
-	"repair-interval":             {"4s", "6s", func(c config) string { return dur(c.RepairInterval) }},
+	"demo":                        {"true", "false", func(c config) string { return strconv.FormatBool(c.Node.Demo) }},
+	"streams":                     {"true", "false", func(c config) string { return strconv.FormatBool(c.Node.Streams) }},
+	"redis-cluster":               {"true", "false", func(c config) string { return strconv.FormatBool(c.Node.RedisCluster) }},
+	"stream-maxlen":               {"500", "600", func(c config) string { return strconv.FormatInt(c.Node.StreamMaxLen, 10) }},
+	"stream-cluster-reads":        {"32", "64", func(c config) string { return strconv.Itoa(c.Node.Stream.ClusterReads) }},
+	"announce-reconcile-interval": {"3s", "7s", func(c config) string { return dur(c.Node.Reconcile.Interval) }},
+	"repair-interval":             {"4s", "6s", func(c config) string { return dur(c.Node.Hub.RepairInterval) }},
 	"log-level":                   {"debug", "warn", func(c config) string { return c.LogLevel }},
 	"log-format":                  {"json", "text", func(c config) string { return c.LogFormat }},
 }
@@ -145,15 +145,15 @@ func TestRedisURLFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.RedisURL != "redis://r:6379/2" || c.Embedded() {
-		t.Fatalf("RedisURL %q embedded %v, want the env value and not embedded", c.RedisURL, c.Embedded())
+	if c.Node.RedisURL != "redis://r:6379/2" || c.Embedded() {
+		t.Fatalf("RedisURL %q embedded %v, want the env value and not embedded", c.Node.RedisURL, c.Embedded())
 	}
 	c, err = parseConfig([]string{"--redis-url", "redis://flag:6379/0"}, env("PUSHD_REDIS_URL", "redis://r:6379/2", "PUSHD_JWT_SECRET", "s"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.RedisURL != "redis://flag:6379/0" {
-		t.Fatalf("RedisURL %q, want the flag's", c.RedisURL)
+	if c.Node.RedisURL != "redis://flag:6379/0" {
+		t.Fatalf("RedisURL %q, want the flag's", c.Node.RedisURL)
 	}
 }
 

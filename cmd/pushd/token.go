@@ -94,7 +94,7 @@ func tokenCommand(args, environ []string, stdin io.Reader, stdout, stderr io.Wri
 	fs.StringVar(&user, "user", "", "user the token is for (claim sub); required")
 	fs.StringVar(&projects, "projects", "", "projects claim: the project ids (comma-separated) whose tasks the token sees besides its user's own, or * for every project of the tenant; empty: the user's own tasks only")
 	fs.StringVar(&plan, "plan", "", "plan claim: free, pro or enterprise; empty leaves the tenant's configured plan")
-	durationVar(fs, &ttl, "ttl", 0, "lifetime of the token; 0 means 1h, or --jwt-max-ttl when that is shorter")
+	durationVar(fs, &ttl, "ttl", "lifetime of the token; 0 means 1h, or --jwt-max-ttl when that is shorter")
 	fs.StringVar(&privateKey, "private-key", "", "PEM file of the private key whose public key is --jwt-public-key (RS256, ES256, EdDSA); the node never needs it, so it is a flag only")
 	if err := parseArgs(fs, args, stdout); err != nil {
 		return err
@@ -126,10 +126,10 @@ func tokenCommand(args, environ []string, stdin io.Reader, stdout, stderr io.Wri
 	}
 	if ttl == 0 {
 		ttl = defaultTokenTTL
-		ttl = min(ttl, c.JWTMaxTTL)
+		ttl = min(ttl, c.Node.JWTMaxTTL)
 	}
-	if ttl > c.JWTMaxTTL {
-		return usageErrorf("--ttl %v is longer than --jwt-max-ttl %v (from %s): the node would refuse the token", ttl, c.JWTMaxTTL, c.from.of("jwt-max-ttl"))
+	if ttl > c.Node.JWTMaxTTL {
+		return usageErrorf("--ttl %v is longer than --jwt-max-ttl %v (from %s): the node would refuse the token", ttl, c.Node.JWTMaxTTL, c.from.of("jwt-max-ttl"))
 	}
 
 	method, key, err := c.signingKey(privateKey)
@@ -142,7 +142,7 @@ func tokenCommand(args, environ []string, stdin io.Reader, stdout, stderr io.Wri
 	}
 	now := time.Now()
 	claims := tokenClaims{TenantID: tenant, Plan: plan, Projects: grant.Claim(), RegisteredClaims: jwt.RegisteredClaims{
-		Subject: user, Issuer: c.JWTIssuer,
+		Subject: user, Issuer: c.Node.JWTIssuer,
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 	}}
 	if aud := c.jwtAudience(); len(aud) > 0 {
@@ -229,8 +229,8 @@ func (c config) verifier() (*auth.Verifier, error) {
 	if c.JWTSecret == "" && len(c.jwtPEM) == 0 {
 		return nil, usageErrorf("no --jwt-secret or --jwt-public-key: the embedded mode verifies only its own demo tokens, with a secret made at start")
 	}
-	return auth.New(auth.Config{Secret: []byte(c.JWTSecret), PublicKeyPEM: c.jwtPEM, Algorithm: c.JWTAlgorithm,
-		Audience: c.jwtAudience(), Issuer: c.JWTIssuer, MaxTTL: c.JWTMaxTTL})
+	return auth.New(auth.Config{Secret: []byte(c.JWTSecret), PublicKeyPEM: c.jwtPEM, Algorithm: c.Node.JWTAlgorithm,
+		Audience: c.jwtAudience(), Issuer: c.Node.JWTIssuer, MaxTTL: c.Node.JWTMaxTTL})
 }
 
 // verifyCommand is pushd token verify: it checks a token with the node's
@@ -355,8 +355,8 @@ func (c config) explain(v *auth.Verifier, tok string, err error) string {
 		if _, ok := mc["aud"]; !ok && c.JWTAudience != "" {
 			missing = append(missing, fmt.Sprintf("aud (--jwt-audience %s, from %s)", c.JWTAudience, c.from.of("jwt-audience")))
 		}
-		if _, ok := mc["iss"]; !ok && c.JWTIssuer != "" {
-			missing = append(missing, fmt.Sprintf("iss (--jwt-issuer %s, from %s)", c.JWTIssuer, c.from.of("jwt-issuer")))
+		if _, ok := mc["iss"]; !ok && c.Node.JWTIssuer != "" {
+			missing = append(missing, fmt.Sprintf("iss (--jwt-issuer %s, from %s)", c.Node.JWTIssuer, c.from.of("jwt-issuer")))
 		}
 		if len(missing) > 0 {
 			return "missing claim " + strings.Join(missing, ", ")
@@ -366,13 +366,13 @@ func (c config) explain(v *auth.Verifier, tok string, err error) string {
 		return fmt.Sprintf("aud %q names none of --jwt-audience %s (from %s)", []string(aud), c.JWTAudience, c.from.of("jwt-audience"))
 	case auth.ReasonIssuer:
 		iss, _ := mc.GetIssuer()
-		return fmt.Sprintf("iss %q is not --jwt-issuer %s (from %s)", iss, c.JWTIssuer, c.from.of("jwt-issuer"))
+		return fmt.Sprintf("iss %q is not --jwt-issuer %s (from %s)", iss, c.Node.JWTIssuer, c.from.of("jwt-issuer"))
 	case auth.ReasonLifetime:
 		life, how := time.Until(exp.Time), "exp - now"
 		if iat != nil {
 			life, how = exp.Sub(iat.Time), "exp - iat"
 		}
-		return fmt.Sprintf("lifetime %v (%s) is longer than --jwt-max-ttl %v (from %s)", life.Round(time.Second), how, c.JWTMaxTTL, c.from.of("jwt-max-ttl"))
+		return fmt.Sprintf("lifetime %v (%s) is longer than --jwt-max-ttl %v (from %s)", life.Round(time.Second), how, c.Node.JWTMaxTTL, c.from.of("jwt-max-ttl"))
 	case auth.ReasonSubject:
 		return badID(mc, "sub", "the user")
 	case auth.ReasonTenant:

@@ -35,22 +35,22 @@ func (c config) validate(from origins) error {
 		bad("admin-listen", "must differ from --listen and --debug-listen: metrics are never served on the public address")
 	}
 	for name, u := range map[string]string{
-		"redis-url": c.RedisURL, "redis-cache-url": c.RedisCacheURL,
-		"redis-control-url": c.RedisControlURL, "redis-realtime-url": c.RedisRealtimeURL,
+		"redis-url": c.Node.RedisURL, "redis-cache-url": c.Node.RedisCacheURL,
+		"redis-control-url": c.Node.RedisControlURL, "redis-realtime-url": c.Node.RedisRealtimeURL,
 	} {
 		if u == "" {
 			continue
 		}
 		check := checkRedisURL
-		if name == "redis-url" && c.RedisCluster {
+		if name == "redis-url" && c.Node.RedisCluster {
 			check = checkClusterURL
 		}
 		if err := check(u); err != nil {
 			bad(name, "%v", err)
 		}
 	}
-	if c.DatabaseURL != "" {
-		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+	if c.Node.DatabaseURL != "" {
+		if err := checkDatabaseURL(c.Node.DatabaseURL); err != nil {
 			bad("database-url", "%v", err)
 		}
 	}
@@ -61,15 +61,15 @@ func (c config) validate(from origins) error {
 	if c.JWTSecret != "" && c.JWTPublicKey != "" {
 		bad("jwt-public-key", "set --jwt-secret (from %s) or --jwt-public-key, not both", from.of("jwt-secret"))
 	}
-	switch c.JWTAlgorithm {
+	switch c.Node.JWTAlgorithm {
 	case "", auth.AlgHS256, auth.AlgRS256, auth.AlgES256, auth.AlgEdDSA:
 	default:
-		bad("jwt-algorithm", "%q: want HS256, RS256, ES256 or EdDSA", c.JWTAlgorithm)
+		bad("jwt-algorithm", "%q: want HS256, RS256, ES256 or EdDSA", c.Node.JWTAlgorithm)
 	}
-	if c.JWTMaxTTL <= 0 {
-		bad("jwt-max-ttl", "%v: must be positive (every token's lifetime is bounded; set a longer bound, 720h say, for longer tokens)", c.JWTMaxTTL)
+	if c.Node.JWTMaxTTL <= 0 {
+		bad("jwt-max-ttl", "%v: must be positive (every token's lifetime is bounded; set a longer bound, 720h say, for longer tokens)", c.Node.JWTMaxTTL)
 	}
-	if c.NodeName == "" {
+	if c.Node.NodeName == "" {
 		bad("node-name", "the host name is unknown: set one")
 	}
 	c.validateRanges(bad)
@@ -80,7 +80,7 @@ func (c config) validate(from origins) error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log-format", "%q: want text or json", c.LogFormat)
 	}
-	c.Admission.validate(bad)
+	validateAdmission(c.Node.Admission, bad)
 	// Which settings go together is the node's to say, for every front end.
 	for _, p := range c.nodeConfig("", nil).Problems() {
 		bad(p.Setting, "%s", p.Problem)
@@ -91,63 +91,66 @@ func (c config) validate(from origins) error {
 // validateRanges checks the numeric settings: the durations, sizes, counts
 // and rates the node would read a zero or a negative of as a default.
 func (c config) validateRanges(bad func(name, format string, args ...any)) {
+	n := c.Node
 	for name, d := range map[string]time.Duration{
-		"heartbeat": c.Heartbeat, "poll-interval": c.PollInterval, "write-timeout": c.WriteTimeout,
-		"sse-retry": c.Retry, "drain-timeout": c.DrainTimeout, "reconnect-after": c.ReconnectAfter,
-		"request-timeout": c.RequestTimeout, "announce-reconcile-interval": c.AnnounceRepair,
-		"repair-interval":   c.RepairInterval,
-		"subscribe-timeout": c.Conn.SubscribeTimeout, "first-request-timeout": c.Conn.FirstRequestTimeout,
-		"session-negative-ttl": c.Sessions.NegativeTTL, "session-db-wait": c.Sessions.DBWait,
+		"heartbeat": n.Hub.HeartbeatInterval, "poll-interval": n.Hub.PollInterval, "write-timeout": n.Hub.WriteTimeout,
+		"sse-retry": n.SSE.Retry, "drain-timeout": c.DrainTimeout, "reconnect-after": n.ReconnectAfter,
+		"request-timeout": n.RequestTimeout, "announce-reconcile-interval": n.Reconcile.Interval,
+		"repair-interval":   n.Hub.RepairInterval,
+		"subscribe-timeout": n.Hub.SubscribeTimeout, "first-request-timeout": n.WS.FirstRequestTimeout,
+		"session-negative-ttl": n.Sessions.NegativeTTL, "session-db-wait": n.Sessions.DBQueueWait,
 	} {
 		if d <= 0 {
 			bad(name, "%v: must be positive", d)
 		}
 	}
-	if c.StreamMaxLen <= 0 {
-		bad("stream-maxlen", "%d: must be positive", c.StreamMaxLen)
+	if n.StreamMaxLen <= 0 {
+		bad("stream-maxlen", "%d: must be positive", n.StreamMaxLen)
 	}
-	if c.StreamReads <= 0 {
-		bad("stream-cluster-reads", "%d: must be positive", c.StreamReads)
+	if n.Stream.ClusterReads <= 0 {
+		bad("stream-cluster-reads", "%d: must be positive", n.Stream.ClusterReads)
 	}
-	for name, n := range map[string]int{"max-conns": c.MaxConns, "max-conns-per-ip": c.MaxConnsPerIP, "auth-failure-burst": c.AuthFailureBurst,
-		"socket-send-buffer": c.Conn.SendBuffer} {
-		if n < 0 {
-			bad(name, "%d: must not be negative", n)
+	for name, v := range map[string]int{"max-conns": n.API.MaxConns, "max-conns-per-ip": n.API.MaxConnsPerIP, "auth-failure-burst": n.API.AuthFailureBurst,
+		"socket-send-buffer": n.Hub.SendBuffer} {
+		if v < 0 {
+			bad(name, "%d: must not be negative", v)
 		}
 	}
-	for name, n := range map[string]int{"max-header-bytes": c.MaxHeaderBytes, "max-url-bytes": c.MaxURLBytes,
-		"writers": c.Conn.Writers, "max-subscriptions": c.Conn.MaxSubscriptions, "max-ids": c.Conn.MaxIDs,
-		"subscribe-read-burst": c.Conn.SubscribeReadBurst, "ws-request-burst": c.Conn.WSRequestBurst, "hot-task-watchers": c.Conn.HotTaskWatchers,
-		"ws-max-bad-messages": c.Conn.WSMaxBadMessages, "ws-max-message-bytes": int(min(c.Conn.WSMaxMessageBytes, 1<<30))} {
-		if n <= 0 {
-			bad(name, "%d: must be positive", n)
+	for name, v := range map[string]int{"max-header-bytes": n.MaxHeaderBytes, "max-url-bytes": n.API.MaxURLBytes,
+		"writers": n.Hub.Writers, "max-subscriptions": n.Hub.MaxSubscriptions, "max-ids": n.Hub.MaxIDs,
+		"subscribe-read-burst": n.Hub.SubscribeReadBurst, "ws-request-burst": n.WS.RequestBurst, "hot-task-watchers": n.Hub.HotTaskWatchers,
+		"ws-max-bad-messages": n.WS.MaxBadMessages, "ws-max-message-bytes": int(min(n.WS.ReadLimit, 1<<30))} {
+		if v <= 0 {
+			bad(name, "%d: must be positive", v)
 		}
 	}
-	if c.MaxURLBytes > c.MaxHeaderBytes && c.MaxHeaderBytes > 0 {
-		bad("max-url-bytes", "%d: must not exceed --max-header-bytes (%d), which counts the URL too", c.MaxURLBytes, c.MaxHeaderBytes)
+	if n.API.MaxURLBytes > n.MaxHeaderBytes && n.MaxHeaderBytes > 0 {
+		bad("max-url-bytes", "%d: must not exceed --max-header-bytes (%d), which counts the URL too", n.API.MaxURLBytes, n.MaxHeaderBytes)
 	}
-	if r := c.AuthFailureRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+	if r := n.API.AuthFailureRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 		bad("auth-failure-rate", "%v: must be a number, not negative", r)
 	}
-	for name, r := range map[string]float64{"subscribe-reads": c.Conn.SubscribeReads, "ws-request-rate": c.Conn.WSRequestRate, "ws-control-frames": c.Conn.WSControlFrames} {
+	for name, r := range map[string]float64{"subscribe-reads": n.Hub.SubscribeReads, "ws-request-rate": n.WS.RequestRate, "ws-control-frames": n.WS.ControlFrames} {
 		if math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 {
 			bad(name, "%v: must be a positive number", r)
 		}
 	}
-	for name, n := range map[string]int{"auth-failure-addresses": c.AuthFailureAddresses,
-		"session-negative-entries": c.Sessions.NegativeEntries, "session-db-queries": c.Sessions.DBQueries} {
-		if n < 1 {
-			bad(name, "%d: must be at least 1", n)
+	for name, v := range map[string]int{"auth-failure-addresses": n.API.AuthFailureAddresses,
+		"session-negative-entries": n.Sessions.NegativeEntries, "session-db-queries": n.Sessions.MaxDBQueries} {
+		if v < 1 {
+			bad(name, "%d: must be at least 1", v)
 		}
 	}
 }
 
-func (a admissionFlags) validate(bad func(name, format string, args ...any)) {
+// validateAdmission checks the admission limits; a limit of zero is none.
+func validateAdmission(a admission.Config, bad func(name, format string, args ...any)) {
 	for name, v := range map[string]float64{
-		"connect-user-burst": float64(a.UserBurst), "connect-user-rate": a.UserRate,
-		"connect-ip-burst": float64(a.IPBurst), "connect-ip-rate": a.IPRate,
-		"max-conns-per-user": float64(a.MaxPerUser), "max-conns-per-tenant": float64(a.MaxPerTenant),
-		"api-limit-free": float64(a.Free), "api-limit-pro": float64(a.Pro), "api-limit-enterprise": float64(a.Enterprise),
+		"connect-user-burst": float64(a.ConnectUserBurst), "connect-user-rate": a.ConnectUserRate,
+		"connect-ip-burst": float64(a.ConnectIPBurst), "connect-ip-rate": a.ConnectIPRate,
+		"max-conns-per-user": float64(a.MaxConnsPerUser), "max-conns-per-tenant": float64(a.MaxConnsPerTenant),
+		"api-limit-free": float64(a.Plans[admission.PlanFree]), "api-limit-pro": float64(a.Plans[admission.PlanPro]),
+		"api-limit-enterprise": float64(a.Plans[admission.PlanEnterprise]),
 	} {
 		switch {
 		case math.IsNaN(v) || math.IsInf(v, 0): // ParseFloat accepts both
@@ -158,15 +161,15 @@ func (a admissionFlags) validate(bad func(name, format string, args ...any)) {
 	}
 	for name, d := range map[string]time.Duration{
 		"api-window": a.APIWindow, "plan-cache-ttl": a.PlanCacheTTL, "lease-ttl": a.LeaseTTL,
-		"lease-renew-interval": a.Renew, "lease-reconcile-interval": a.Reconcile,
-		"admission-timeout": a.Timeout, "admission-retry": a.Retry, "session-check-interval": a.SessionCheck,
+		"lease-renew-interval": a.RenewInterval, "lease-reconcile-interval": a.ReconcileInterval,
+		"admission-timeout": a.Timeout, "admission-retry": a.RetryAfterFailure, "session-check-interval": a.SessionCheckInterval,
 	} {
 		if d <= 0 {
 			bad(name, "%v: must be positive", d)
 		}
 	}
-	if a.Renew > 0 && a.Renew >= a.LeaseTTL {
-		bad("lease-renew-interval", "%v: must be shorter than --lease-ttl (%v)", a.Renew, a.LeaseTTL)
+	if a.RenewInterval > 0 && a.RenewInterval >= a.LeaseTTL {
+		bad("lease-renew-interval", "%v: must be shorter than --lease-ttl (%v)", a.RenewInterval, a.LeaseTTL)
 	}
 	if a.ExpectedNodes < 1 {
 		bad("expected-nodes", "%d: must be at least 1", a.ExpectedNodes)

@@ -26,19 +26,39 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/snapshot"
-	"github.com/pushd/pushd/sse"
-	"github.com/pushd/pushd/ws"
 )
 
-// Config wires the API to the node's parts. Hub, Source, Publisher, Auth,
-// SSE and WS are required.
+// A Transport streams to clients over one protocol (packages sse, ws).
+type Transport interface {
+	// Serve streams to the client of r, authenticated as p, until either
+	// end closes. The API has checked r's origin, limits, token and
+	// admission first.
+	Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
+	// Close releases, or waits for, what the transport holds of the
+	// connections the hub ended; call it after the hub's Shutdown or
+	// Close.
+	Close()
+}
+
+// A Stream is a transport and the GET endpoint that serves it.
+type Stream struct {
+	Path      string
+	Transport Transport
+	// NoCORS marks a protocol no CORS protects, whose answer a page
+	// reads whatever its origin (a WebSocket): a request from a foreign
+	// origin is refused whatever carries its token, not only when it
+	// carries the token cookie (checkOrigin).
+	NoCORS bool
+}
+
+// Config wires the API to the node's parts. Hub, Source, Publisher, Auth
+// and Streams are required.
 type Config struct {
 	Hub       *hub.Hub
 	Source    snapshot.Source
 	Publisher fanout.Publisher
 	Auth      *auth.Verifier
-	SSE       *sse.Handler
-	WS        *ws.Handler
+	Streams   []Stream
 
 	// APIKey guards POST /v1/publish (header X-API-Key). Empty means only
 	// loopback callers may publish: the TCP peer and, behind
@@ -92,6 +112,31 @@ type Config struct {
 	Logger    *slog.Logger // nil means slog.Default()
 }
 
+// DefaultConfig is the settings a node runs with unless told otherwise:
+// WithDefaults, and the per-address limits that a zero leaves off.
+func DefaultConfig() Config {
+	c := Config{MaxConnsPerIP: 5000, AuthFailureBurst: 20, AuthFailureRate: 1}
+	return c.WithDefaults()
+}
+
+// WithDefaults returns c with each zero setting that has a default set to
+// it; it is the one place those defaults are written.
+func (c Config) WithDefaults() Config {
+	if c.MaxIDs <= 0 {
+		c.MaxIDs = 100
+	}
+	if c.MaxURLBytes <= 0 {
+		c.MaxURLBytes = 8 << 10
+	}
+	if c.AuthFailureAddresses <= 0 {
+		c.AuthFailureAddresses = 1 << 16
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
 type server struct {
 	cfg      Config
 	log      *slog.Logger
@@ -100,15 +145,7 @@ type server struct {
 
 // New returns the HTTP handler of a node.
 func New(cfg Config) http.Handler {
-	if cfg.MaxIDs <= 0 {
-		cfg.MaxIDs = 100
-	}
-	if cfg.MaxURLBytes <= 0 {
-		cfg.MaxURLBytes = 8 << 10
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg = cfg.WithDefaults()
 	s := &server{cfg: cfg, log: cfg.Logger, failures: newAuthFailures(cfg.AuthFailureBurst, cfg.AuthFailureRate, cfg.AuthFailureAddresses)}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -117,15 +154,13 @@ func New(cfg Config) http.Handler {
 	e.Pre(s.limitURL)
 	e.Use(cors(cfg.OriginPatterns))
 
-	stream := func(ws bool, serve func(http.ResponseWriter, *http.Request, hub.Principal)) echo.HandlerFunc {
-		return s.checkOrigin(ws, s.limitStreams(s.authed(admission.EndpointConnect, s.admitStream(serve))))
-	}
 	// endpoint names the API window, and the endpoint in the limits' metrics.
 	read := func(endpoint string, h func(echo.Context, hub.Principal) error) echo.HandlerFunc {
 		return s.checkOrigin(false, s.authed(endpoint, s.limitAPI(endpoint, h)))
 	}
-	e.GET("/v1/events", stream(false, cfg.SSE.Serve))
-	e.GET("/v1/ws", stream(true, cfg.WS.Serve))
+	for _, st := range cfg.Streams {
+		e.GET(st.Path, s.checkOrigin(st.NoCORS, s.limitStreams(s.authed(admission.EndpointConnect, s.admitStream(st.Transport.Serve)))))
+	}
 	e.GET("/v1/tasks/:id", read("task", s.getTask))
 	e.GET("/v1/tasks", read("tasks", s.getTasks))
 	e.GET("/v1/projects/:id/tasks", read("project_tasks", s.projectTasks))

@@ -10,10 +10,6 @@ import (
 	"github.com/pushd/pushd/internal/httperr"
 )
 
-// defaultAuthFailureAddresses bounds the addresses tracked when
-// Config.AuthFailureAddresses is zero.
-const defaultAuthFailureAddresses = 1 << 16
-
 // authFailures limits failed authentications per client address with a
 // token bucket each, so that a flood of made-up tokens costs a session
 // lookup (a PostgreSQL query) only for its first few. The buckets are the
@@ -37,9 +33,6 @@ type failureBucket struct {
 func newAuthFailures(burst int, perSecond float64, addresses int) *authFailures {
 	if burst <= 0 || perSecond <= 0 {
 		return nil
-	}
-	if addresses <= 0 {
-		addresses = defaultAuthFailureAddresses
 	}
 	buckets, _ := simplelru.NewLRU[string, *failureBucket](addresses, nil) // errs only on a size <= 0
 	return &authFailures{burst: burst, rate: rate.Limit(perSecond), buckets: buckets}

@@ -49,7 +49,7 @@ func newNode(t *testing.T, edit func(*api.Config)) *node {
 	h := hub.New(hub.Config{Source: store, Bus: bus, Logger: quiet})
 	bus.Start(h)
 	wsh := ws.New(ws.Config{Hub: h, Logger: quiet})
-	t.Cleanup(wsh.Wait) // cleanups run last first: after the hub's Close
+	t.Cleanup(wsh.Close) // cleanups run last first: after the hub's Close
 	sseh := sse.New(sse.Config{Hub: h, Logger: quiet})
 	t.Cleanup(sseh.Close)
 	t.Cleanup(h.Close)
@@ -61,7 +61,8 @@ func newNode(t *testing.T, edit func(*api.Config)) *node {
 	}
 	cfg := api.Config{
 		Hub: h, Source: store, Publisher: fanout.NewRedisPublisher(rd.Client, rd.Names),
-		Auth: v, SSE: sseh, WS: wsh, APIKey: testKey,
+		Auth: v, APIKey: testKey,
+		Streams:    []api.Stream{{Path: sse.Path, Transport: sseh}, {Path: ws.Path, Transport: wsh, NoCORS: true}},
 		DemoSigner: auth.NewSigner(secret),
 		Logger:     quiet,
 	}

@@ -20,8 +20,8 @@ const OriginNotAllowed = "origin_not_allowed"
 // with an Origin header that is neither the request's own host nor matched
 // by OriginPatterns. Which requests are checked:
 //
-//   - WebSocket upgrades (ws), whatever carries their token: no CORS
-//     protects a WebSocket, the page reads every frame.
+//   - A stream no CORS protects (noCORS: a WebSocket, whose every frame
+//     the page reads), whatever carries its token.
 //   - Any other request (the SSE stream, the snapshot API) only when it
 //     carries the token cookie: the browser adds it to a foreign page's
 //     request on its own, while a token in Authorization or access_token
@@ -30,16 +30,16 @@ const OriginNotAllowed = "origin_not_allowed"
 //
 // A request without Origin is not checked: non-browser clients send none,
 // nor do browsers on a same-origin GET.
-func (s *server) checkOrigin(ws bool, next echo.HandlerFunc) echo.HandlerFunc {
+func (s *server) checkOrigin(noCORS bool, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		origin := r.Header.Get("Origin")
-		if origin == "" || (!ws && !s.carriesCookie(r)) || s.sameOrAllowedOrigin(r, origin) {
+		if origin == "" || (!noCORS && !s.carriesCookie(r)) || s.sameOrAllowedOrigin(r, origin) {
 			return next(c)
 		}
 		what := "use the token cookie here"
-		if ws {
-			what = "open WebSockets here"
+		if noCORS {
+			what = "connect to " + c.Path() + " here"
 		}
 		return fail(http.StatusForbidden, OriginNotAllowed,
 			"pages of origin "+httperr.Truncate(strconv.Quote(origin), 80)+" may not "+what+"; allowed are the server's own host and --allowed-origins")

@@ -12,6 +12,7 @@
 package metrics
 
 import (
+	"iter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -149,8 +150,6 @@ var (
 	streamLag       = prometheus.NewDesc("pushd_stream_lag_seconds", "Time from a stream entry's append (its id) to its delivery to the node's connections' outboxes.", nil, nil)
 
 	connsOpen    = gauge("connections_open", "Open client connections by transport (sse, websocket) and tenant plan (free, pro, enterprise; none when the token states none; other for any other).", "transport", "plan")
-	ssePush      = platformCounter("sse_push_total", "Task events written to SSE connections.")
-	wsPush       = platformCounter("websocket_push_total", "Task events written to WebSocket connections.")
 	reconnects   = platformCounter("client_reconnect_total", "Connections that came back with a resume position: SSE with a Last-Event-ID (header or last_event_id) that parses as a cursor, WebSocket with a non-empty since on a subscribe. Once per connection.", "transport")
 	refetch      = platformCounter("task_snapshot_refetch_total", "Task snapshot lookups by source (local_cache, redis, postgres) and outcome (hit, miss, not_found, error, skipped, rejected); see docs/METRICS.md.", "source", "outcome")
 	sfShared     = counter("singleflight_shared_total", "Snapshot reads that joined a fetch already in flight for the same task or list instead of starting one.")
@@ -195,17 +194,39 @@ var (
 		streamsTailed, streamsPolled, streamLength, streamEntries, streamReads, streamRechecks, streamMalformed, streamCatchUps, tailResyncs,
 		resumes, replayed, resumeTasks, resumeFallbacks,
 		admAllowed, admRejected, admFallbacks, admStoreErrors, admStoreUp, leases, leaseEvents, reconciles, reconcileDiff, sessionsClosed,
-		connsOpen, ssePush, wsPush, reconnects, refetch, sfShared, pubsubLosses,
+		connsOpen, reconnects, refetch, sfShared, pubsubLosses,
 		rlAllowed, rlRejected, cacheHit, cacheMiss, cacheSet, hotDetected, hotTasks, unwatched, published, streamLen, applyErrors,
 		reconcileRounds, reconcileRepairs, reconcileAbandoned, reconcileErrors,
 		repairRounds, repairErrors, repairs, repairChecked, repairQueries, repairRows, repairSkipped, repairScopes, repairAnnounced}
 )
+
+// pushed is each transport's counter of the task events written to its
+// connections: the one metric of a transport's own, one row a transport.
+var pushed = [hub.NumTransports]metric{
+	hub.TransportSSE:       platformCounter("sse_push_total", "Task events written to SSE connections."),
+	hub.TransportWebSocket: platformCounter("websocket_push_total", "Task events written to WebSocket connections."),
+}
+
+// transports are the transports clients connect over: every one but
+// hub.TransportUnknown.
+func transports() iter.Seq[hub.Transport] {
+	return func(yield func(hub.Transport) bool) {
+		for t := hub.TransportUnknown + 1; t < hub.NumTransports; t++ {
+			if !yield(t) {
+				return
+			}
+		}
+	}
+}
 
 type collector struct{ s Sources }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range all {
 		ch <- m.desc
+	}
+	for t := range transports() {
+		ch <- pushed[t].desc
 	}
 	ch <- streamLag
 	ch <- notifyWrite
@@ -312,9 +333,8 @@ func (e emitter) hub(st hub.Stats) {
 	for _, cc := range st.ConnCounts {
 		e.emit(connsOpen, float64(cc.N), cc.Transport.String(), cc.Plan)
 	}
-	e.emit(ssePush, float64(st.Pushed[hub.TransportSSE]))
-	e.emit(wsPush, float64(st.Pushed[hub.TransportWebSocket]))
-	for _, t := range []hub.Transport{hub.TransportSSE, hub.TransportWebSocket} {
+	for t := range transports() {
+		e.emit(pushed[t], float64(st.Pushed[t]))
 		e.emit(reconnects, float64(st.Reconnects[t]), t.String())
 	}
 	e.histogram(notifyWrite, st.NotifyToWrite)

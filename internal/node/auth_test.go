@@ -54,7 +54,7 @@ func (c *sseClient) expiredAt(t *testing.T, name string, deadline time.Time) tim
 func TestSessionStreamsEndAtExpiresAt(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.Heartbeat = 100 * time.Millisecond // the expiry check runs on the heartbeat tick
+	cfg.Hub.HeartbeatInterval = 100 * time.Millisecond // the expiry check runs on the heartbeat tick
 	cfg.Admission = admission.Config{SessionCheckInterval: time.Hour}
 	srv := startNode(t, cfg)
 	ctx := context.Background()
@@ -169,8 +169,8 @@ func TestBadTokenFloodIsLimitedPerAddress(t *testing.T) {
 	app := "pushd_flood_" + testenv.RandomSuffix(4)
 	cfg.DatabaseURL = c.pg.AppURL(app) // the node's backends, to flush their statistics
 	_, lb, _ := net.ParseCIDR("127.0.0.1/32")
-	cfg.TrustedProxies = []*net.IPNet{lb}             // the test speaks for clients through X-Forwarded-For
-	cfg.AuthFailureBurst, cfg.AuthFailureRate = 20, 1 // the flags' defaults
+	cfg.API.TrustedProxies = []*net.IPNet{lb}                 // the test speaks for clients through X-Forwarded-For
+	cfg.API.AuthFailureBurst, cfg.API.AuthFailureRate = 20, 1 // the flags' defaults
 	srv := startNode(t, cfg)
 	before := c.pg.TableScans(t, "sessions") // a session lookup is one scan
 
@@ -241,7 +241,7 @@ func TestBadTokenFloodIsLimitedPerAddress(t *testing.T) {
 	// Good tokens take nothing from an address's allowance: far more of
 	// them than its burst all go through.
 	good := token(t, "t1", "u1")
-	for i := range 5 * cfg.AuthFailureBurst {
+	for i := range 5 * cfg.API.AuthFailureBurst {
 		status, _, body := get("203.0.113.9", good)
 		if status != http.StatusNotFound {
 			t.Fatalf("good token %d from one address: %d %s, want 404 (the failure limit counted a success)", i+1, status, body)

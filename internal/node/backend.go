@@ -139,7 +139,9 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redis
 		// cluster the publisher appends in the tenant's slot after the
 		// snapshot write (rediswrite.Announce), and the tailer keeps a
 		// blocking read per stream on its master.
-		b.tailer = stream.NewTailer(stream.Config{Client: r.realtime, Names: names, ClusterReads: cfg.StreamClusterReads, Logger: cfg.Logger})
+		sc := cfg.Stream
+		sc.Client, sc.Names, sc.Logger = r.realtime, names, cfg.Logger
+		b.tailer = stream.NewTailer(sc)
 		b.onClose(func() { b.tailer.Close() })
 		b.hubBus, b.hubStream = b.tailer.Subscriber(bus), b.tailer
 		p := fanout.NewRedisPublisher(r.realtime, names, fanout.WithStream(cfg.StreamMaxLen))
@@ -156,10 +158,8 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redis
 // tenants bus watches, for modes whose publish writes and announces in two
 // steps. It runs once the backend starts.
 func (b *backend) addReconciler(cfg Config, t tuning, r redisRoles, names keys.Names, bus fanout.Bus) {
-	rc := fanout.ReconcileConfig{
-		Snapshots: r.cache, Realtime: r.realtime, Names: names, Tenants: subscribedOf(bus),
-		Interval: cfg.AnnounceReconcileInterval, Grace: t.announceGrace, Logger: cfg.Logger,
-	}
+	rc := cfg.Reconcile
+	rc.Snapshots, rc.Realtime, rc.Names, rc.Tenants, rc.Logger = r.cache, r.realtime, names, subscribedOf(bus), cfg.Logger
 	if cfg.Streams {
 		rc.StreamMaxLen = cfg.StreamMaxLen
 	}

@@ -3,12 +3,18 @@ package node
 import (
 	"cmp"
 	"log/slog"
-	"net"
 	"strings"
 	"time"
 
 	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/auth/session"
+	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/api"
+	"github.com/pushd/pushd/sse"
+	"github.com/pushd/pushd/stream"
+	"github.com/pushd/pushd/ws"
 )
 
 // Config is a node's settings: what an operator sets, through cmd/pushd's
@@ -40,68 +46,12 @@ type Config struct {
 	JWTMaxTTL   time.Duration
 	APIKey      string
 
-	NodeName       string
-	Version        string // the build's version, shown by GET /
-	OriginPatterns []string
-	// TrustedProxies are the load balancers whose X-Forwarded-For names
-	// the client for the per-address limits; empty means the TCP peer.
-	TrustedProxies []*net.IPNet
-	// AuthFailureBurst and AuthFailureRate limit failed authentications
-	// per client address, tracked for up to AuthFailureAddresses addresses
-	// (see api.Config); either of the first two zero means no limit.
-	AuthFailureBurst     int
-	AuthFailureRate      float64
-	AuthFailureAddresses int
+	NodeName string
+	Version  string // the build's version, shown by GET /
 
-	Heartbeat    time.Duration // zero: the hub's default
-	PollInterval time.Duration // polling mode's re-read interval; zero: the hub's default (2s)
-	WriteTimeout time.Duration // zero: the transports' default
-	// Writers is the size of the hub's pool of writers; zero: the hub's
-	// default (32). They never wait for a client, so it bounds CPU, not
-	// how many slow clients the node tolerates.
-	Writers int
-	// Per-connection limits; each zero means the default in brackets.
-	// MaxSubscriptions: tasks plus projects one connection watches (200).
-	// MaxIDs: tasks plus projects of one request, an SSE URL or a
-	// WebSocket subscribe (100). SubscribeTimeout: the initial reads of
-	// one subscription (10s). WSMaxMessageBytes: one WebSocket message
-	// from a client, closed with 1009 past it (64 KiB). WSRequestRate and
-	// WSRequestBurst: a WebSocket's requests, a token bucket (10/s, 20).
-	// WSMaxBadMessages: malformed or over-rate requests in a row before
-	// 1008 (10). WSControlFrames: pings and pongs a WebSocket client may
-	// send per second, bursts of twice that, 1008 past it (5). FirstRequestTimeout: how long a WebSocket may wait before
-	// its first request (10s).
-	MaxSubscriptions    int
-	MaxIDs              int
-	SubscribeTimeout    time.Duration
-	WSMaxMessageBytes   int64
-	WSRequestRate       float64
-	WSRequestBurst      int
-	WSMaxBadMessages    int
-	WSControlFrames     float64
-	FirstRequestTimeout time.Duration
-	// SubscribeReads and SubscribeReadBurst are each user's budget, on
-	// this node, of snapshot reads that subscriptions cause (50/s, bursts
-	// of 500); ids past it are refused with rate_limit_exceeded.
-	SubscribeReads     float64
-	SubscribeReadBurst int
-	// SendBuffer is each stream's socket send buffer (SO_SNDBUF), bounding
-	// what the kernel holds for a client that stopped reading; zero leaves
-	// the kernel's autotuning (up to 4 MB a socket on Linux).
-	SendBuffer int
-	// HotTaskWatchers is the number of connections on this node watching
-	// one task by id that makes it hot (hot_key_detected_total); zero: the
-	// hub's default (1000).
-	HotTaskWatchers int
-
-	SSERetry time.Duration // zero: the SSE default
 	// ReconnectAfter bounds the random delay draining clients wait before
 	// reconnecting; zero means 5s.
 	ReconnectAfter time.Duration
-	// MaxConns and MaxConnsPerIP bound the streams this node holds, in all
-	// (503 past it) and per client address (429); zero means no limit.
-	MaxConns      int
-	MaxConnsPerIP int
 	// RequestTimeout bounds how long a request, headers and body, may take
 	// to arrive; zero means 10s. Streams are not bounded by it once they
 	// are established.
@@ -109,30 +59,42 @@ type Config struct {
 	// MaxHeaderBytes bounds a request's line and headers (431 past it);
 	// zero means 64 KiB.
 	MaxHeaderBytes int
-	// MaxURLBytes bounds a request's URL (414 past it); zero means 8 KiB.
-	MaxURLBytes int
 
 	// Streams appends every change published through this node to its
 	// tenant's Redis Stream, tails the streams of the tenants watched here
 	// to close Pub/Sub gaps, and resumes SSE clients from stream cursors
 	// (package stream). Needs RedisURL.
 	Streams bool
-	// StreamMaxLen trims each stream with MAXLEN ~; zero means 10000.
+	// StreamMaxLen trims each stream with MAXLEN ~, on publish and on
+	// reconcile; zero means 10000.
 	StreamMaxLen int64
-	// StreamClusterReads bounds, on Redis Cluster, the tailer's blocking
-	// reads per master (stream.Config.ClusterReads); zero means 128.
-	StreamClusterReads int
-	// AnnounceReconcileInterval is, on Redis Cluster or with the cache and
-	// realtime roles on two Redis servers, how often the node announces
-	// the snapshots of publishes that died between their write and their
-	// announcement (fanout.Reconciler), jittered; zero means 5s.
-	AnnounceReconcileInterval time.Duration
-	// RepairInterval is, on a Redis mode, how often every watched task is
-	// checked against Redis and, with PostgreSQL, the database (one node
-	// of the fleet per task and interval), so that a change never
-	// announced reaches its watchers within the interval plus a second;
-	// zero means the hub's default (10s).
-	RepairInterval time.Duration
+
+	// The components' settings, each documented, and given its default,
+	// in its own package (WithDefaults, DefaultConfig). The node fills in
+	// what wires them to each other, named on each; what a caller sets
+	// there is replaced.
+
+	// Hub: connections, writers, repair and the per-connection limits
+	// both transports keep. The node sets Source, Bus, Stream, Checker,
+	// Plans, NodeName and Logger.
+	Hub hub.Config
+	// SSE: the EventSource transport. The node sets Hub and Logger.
+	SSE sse.Config
+	// WS: the WebSocket transport. The node sets Hub, Authenticate,
+	// Logger, and OriginPatterns to API.OriginPatterns.
+	WS ws.Config
+	// API: the HTTP surface. Its settings are MaxConns, MaxConnsPerIP,
+	// MaxIDs, MaxURLBytes, TrustedProxies, OriginPatterns and the
+	// AuthFailure limits; the node sets the rest.
+	API api.Config
+	// Stream: the tailer of the tenants' streams, with Streams. The node
+	// sets Client, Names and Logger.
+	Stream stream.Config
+	// Reconcile: on Redis Cluster, or with the cache and realtime roles
+	// on two Redis servers, the announcing of the snapshots of publishes
+	// that died between their write and their announcement. The node
+	// sets everything but Interval and Grace.
+	Reconcile fanout.ReconcileConfig
 
 	// Sessions configures the lookups of opaque session tokens (negative
 	// cache, PostgreSQL bound); the node sets its Redis (the control role),
@@ -154,9 +116,17 @@ type Config struct {
 // Embedded reports whether cfg runs without Redis and PostgreSQL.
 func (c Config) Embedded() bool { return c.RedisURL == "" && c.DatabaseURL == "" }
 
-// withDefaults fills the zero settings the node itself gives a default;
-// the components it builds fill their own.
-func (c Config) withDefaults() Config {
+// DefaultConfig is the settings a node runs with unless told otherwise,
+// as cmd/pushd's flags take them: WithDefaults, and the limits whose zero
+// means none that the components name as their production ones.
+func DefaultConfig() Config {
+	c := Config{JWTMaxTTL: auth.DefaultMaxTTL, Hub: hub.DefaultConfig(), API: api.DefaultConfig(), Admission: admission.DefaultConfig()}
+	return c.WithDefaults()
+}
+
+// WithDefaults returns c with each zero setting that has a default set to
+// it: the node's own here, the components' by their WithDefaults.
+func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -172,6 +142,14 @@ func (c Config) withDefaults() Config {
 	if c.MaxHeaderBytes <= 0 {
 		c.MaxHeaderBytes = 64 << 10
 	}
+	c.Hub = c.Hub.WithDefaults()
+	c.SSE = c.SSE.WithDefaults()
+	c.WS = c.WS.WithDefaults()
+	c.API = c.API.WithDefaults()
+	c.Stream = c.Stream.WithDefaults()
+	c.Reconcile = c.Reconcile.WithDefaults()
+	c.Sessions = c.Sessions.WithDefaults()
+	c.Admission = c.Admission.WithDefaults()
 	return c
 }
 

@@ -19,7 +19,7 @@ import (
 func TestCORSOnlyForListedOrigins(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.OriginPatterns = []string{"app.example.com"}
+	cfg.API.OriginPatterns = []string{"app.example.com"}
 	s := startNode(t, cfg)
 	task := testenv.UniqueID("task")
 	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))

@@ -471,7 +471,7 @@ func TestResumeSkipsTasksThatDidNotMove(t *testing.T) {
 func TestTokenExpiryEndsStream(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.Heartbeat = 100 * time.Millisecond // the expiry check runs on the heartbeat tick
+	cfg.Hub.HeartbeatInterval = 100 * time.Millisecond // the expiry check runs on the heartbeat tick
 	s := startNode(t, cfg)
 	sse := openSSE(t, s.URL, tokenExp(t, "t1", "u1", time.Now().Add(1500*time.Millisecond)), "task=x1")
 	for {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/fanout/rediswrite"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
@@ -49,7 +50,7 @@ func newPrivateCluster(t *testing.T) *privateCluster {
 }
 
 func (c *privateCluster) config() node.Config {
-	return node.Config{RedisURL: c.rs.URL, DatabaseURL: c.pg.URL, PollInterval: 300 * time.Millisecond}
+	return node.Config{RedisURL: c.rs.URL, DatabaseURL: c.pg.URL, Hub: hub.Config{PollInterval: 300 * time.Millisecond}}
 }
 
 // configPostgresBehindProxy is config with the node reaching PostgreSQL
@@ -224,7 +225,7 @@ func TestRedisKilledClientsPollThenConverge(t *testing.T) {
 	}
 	// A poll round is due at most one jittered interval (+20 %) later;
 	// the second is for the round's read and the writes to six clients.
-	reached, poll := time.Since(written), c.config().PollInterval
+	reached, poll := time.Since(written), c.config().Hub.PollInterval
 	t.Logf("a change in PostgreSQL reached every client %v later (poll interval %v)", reached.Round(time.Millisecond), poll)
 	if reached > poll+time.Second {
 		t.Fatalf("a change in PostgreSQL reached every client %v after it was written, want within the poll interval %v + 1s", reached.Round(time.Millisecond), poll)

@@ -49,7 +49,10 @@ func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *server {
 	if cfg.NodeName == "" {
 		cfg.NodeName = "node-" + testenv.RandomSuffix(2)
 	}
-	opts = append([]node.Option{node.WithDisconnectCheck(testDisconnectCheck), node.WithLivenessInterval(testLiveness)}, opts...)
+	if cfg.SSE.CheckInterval == 0 {
+		cfg.SSE.CheckInterval = testDisconnectCheck
+	}
+	opts = append([]node.Option{node.WithLivenessInterval(testLiveness)}, opts...)
 	n, err := node.New(context.Background(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ func waitConns(t *testing.T, s *server, n int) {
 func TestConnectionsPerAddressOnANode(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.MaxConnsPerIP = 2
+	cfg.API.MaxConnsPerIP = 2
 	s := startNode(t, cfg)
 	task := testenv.UniqueID("task")
 	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))
@@ -88,7 +88,7 @@ func TestConnectionsPerAddressOnANode(t *testing.T) {
 func TestNodeFullAnswers503(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.MaxConns = 2
+	cfg.API.MaxConns = 2
 	s := startNode(t, cfg)
 	task := testenv.UniqueID("task")
 	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))
@@ -124,9 +124,9 @@ func TestOversizedHeadersAreRefused(t *testing.T) {
 func TestTrustedProxyNamesTheClient(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.MaxConnsPerIP = 1
+	cfg.API.MaxConnsPerIP = 1
 	_, lb, _ := net.ParseCIDR("127.0.0.1/32")
-	cfg.TrustedProxies = []*net.IPNet{lb}
+	cfg.API.TrustedProxies = []*net.IPNet{lb}
 	s := startNode(t, cfg)
 	task := testenv.UniqueID("task")
 	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))

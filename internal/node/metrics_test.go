@@ -126,10 +126,10 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	// bucket is the only admission rule on: one Lua round trip per connect.
 	cfg.Admission = admission.Config{ConnectUserBurst: 2, ConnectUserRate: 0.001, Timeout: 2 * time.Second}
 	// Three connections watching a task by id make it hot.
-	cfg.HotTaskWatchers = 3
+	cfg.Hub.HotTaskWatchers = 3
 	// A client that reads nothing is cut after this; the others read
 	// everything they are sent.
-	cfg.WriteTimeout = time.Second
+	cfg.Hub.WriteTimeout = time.Second
 	// Every read is counted: a repair round's reads would fall into a step
 	// now and then (the repair's own tests count those).
 	srv := startNode(t, cfg, node.WithoutRepair())

@@ -41,8 +41,7 @@ type Node struct {
 	log     *slog.Logger
 	be      *backend
 	hub     *hub.Hub
-	sse     *sse.Handler
-	ws      *ws.Handler
+	streams []api.Stream // the transports and their endpoints
 	adm     *admission.Controller
 	sim     *sim.Simulator // nil unless the demo is served
 	handler http.Handler
@@ -64,7 +63,7 @@ var (
 
 // New builds a node and connects it to its servers. It does not listen yet.
 func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if problems := cfg.Problems(); len(problems) > 0 {
 		errs := make([]error, len(problems))
 		for i, p := range problems {
@@ -95,21 +94,19 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		return nil, err
 	}
 	n.adm = admission.New(n.admissionConfig())
-	n.hub = hub.New(hub.Config{
-		Source: n.be.source, Bus: n.be.hubBus, Stream: n.be.hubStream, HeartbeatInterval: cfg.Heartbeat, PollInterval: cfg.PollInterval,
-		NodeName: cfg.NodeName, Logger: cfg.Logger, Writers: cfg.Writers,
-		MaxSubscriptions: cfg.MaxSubscriptions, SubscribeReads: cfg.SubscribeReads, SubscribeReadBurst: cfg.SubscribeReadBurst,
-		HotTaskWatchers: cfg.HotTaskWatchers, Checker: n.checker(), RepairInterval: cfg.RepairInterval,
-		Plans: planNames(cfg.Admission.Plans),
-	})
+	hc := cfg.Hub
+	hc.Source, hc.Bus, hc.Stream, hc.Checker = n.be.source, n.be.hubBus, n.be.hubStream, n.checker()
+	hc.Plans, hc.NodeName, hc.Logger = planNames(cfg.Admission.Plans), cfg.NodeName, cfg.Logger
+	n.hub = hub.New(hc)
 	n.be.start(n.hub)
-	n.ws = ws.New(ws.Config{Hub: n.hub, OriginPatterns: cfg.OriginPatterns, WriteTimeout: cfg.WriteTimeout,
-		ReadLimit: cfg.WSMaxMessageBytes, MaxBadMessages: cfg.WSMaxBadMessages, MaxIDs: cfg.MaxIDs,
-		FirstRequestTimeout: cfg.FirstRequestTimeout, RequestRate: cfg.WSRequestRate, RequestBurst: cfg.WSRequestBurst,
-		SubscribeTimeout: cfg.SubscribeTimeout, SendBuffer: cfg.SendBuffer, Authenticate: refresher(verifier), ControlFrames: cfg.WSControlFrames, Logger: cfg.Logger})
-	n.sse = sse.New(sse.Config{Hub: n.hub, Retry: cfg.SSERetry, WriteTimeout: cfg.WriteTimeout,
-		SubscribeTimeout: cfg.SubscribeTimeout, MaxTasks: cfg.MaxIDs, SendBuffer: cfg.SendBuffer,
-		CheckInterval: n.tuning.disconnectCheck, Logger: cfg.Logger})
+	wc := cfg.WS
+	wc.Hub, wc.OriginPatterns, wc.Authenticate, wc.Logger = n.hub, cfg.API.OriginPatterns, refresher(verifier), cfg.Logger
+	sc := cfg.SSE
+	sc.Hub, sc.Logger = n.hub, cfg.Logger
+	n.streams = []api.Stream{
+		{Path: sse.Path, Transport: sse.New(sc)},
+		{Path: ws.Path, Transport: ws.New(wc), NoCORS: true},
+	}
 	n.handler = api.New(n.apiConfig(verifier, n.demo(verifier)))
 	// Made here, not in Serve, so Shutdown from another goroutine always
 	// finds it. ReadTimeout bounds the reading of a request, body included:
@@ -160,7 +157,7 @@ func (n *Node) checker() hub.Checker {
 	if n.tuning.noRepair {
 		return nil
 	}
-	return n.be.checker(n.cfg.RepairInterval)
+	return n.be.checker(n.cfg.Hub.RepairInterval)
 }
 
 // planNames are the configured plans (admission's defaults when none are):
@@ -227,16 +224,12 @@ func (n *Node) demo(verifier *auth.Verifier) http.Handler {
 }
 
 func (n *Node) apiConfig(verifier *auth.Verifier, demo http.Handler) api.Config {
-	c := n.cfg
-	return api.Config{
-		Hub: n.hub, Source: n.be.source, Publisher: n.be.publisher, Auth: verifier,
-		SSE: n.sse, WS: n.ws, Admission: n.adm, Ready: n.be.ready,
-		APIKey: c.APIKey, DemoSigner: n.demoSigner, Demo: demo, Client: web.Client(), Version: c.Version,
-		MaxConns: c.MaxConns, MaxConnsPerIP: c.MaxConnsPerIP, MaxURLBytes: c.MaxURLBytes,
-		OriginPatterns: c.OriginPatterns, TrustedProxies: c.TrustedProxies,
-		AuthFailureBurst: c.AuthFailureBurst, AuthFailureRate: c.AuthFailureRate, AuthFailureAddresses: c.AuthFailureAddresses,
-		Logger: c.Logger,
-	}
+	c := n.cfg.API
+	c.Hub, c.Source, c.Publisher, c.Auth = n.hub, n.be.source, n.be.publisher, verifier
+	c.Streams, c.Admission, c.Ready = n.streams, n.adm, n.be.ready
+	c.APIKey, c.DemoSigner, c.Demo, c.Client, c.Version = n.cfg.APIKey, n.demoSigner, demo, web.Client(), n.cfg.Version
+	c.Logger = n.cfg.Logger
+	return c
 }
 
 // Handler is the node's HTTP handler.
@@ -309,11 +302,8 @@ func (n *Node) Close() {
 	if n.hub != nil {
 		n.hub.Close()
 	}
-	if n.sse != nil {
-		n.sse.Close() // after the hub: it closes what the hub ended
-	}
-	if n.ws != nil {
-		n.ws.Wait() // the hub ended every connection; their readers finish
+	for _, s := range n.streams {
+		s.Transport.Close() // after the hub, which ended every connection
 	}
 	if n.adm != nil {
 		n.adm.Close() // after the hub: it releases what the closed connections held

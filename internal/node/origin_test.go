@@ -46,7 +46,7 @@ func dialWSWith(t *testing.T, base string, header ...string) (int, *http.Respons
 func TestCrossOriginWebSocketSpendsNoConnectBudget(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.OriginPatterns = []string{"app.example.com"}
+	cfg.API.OriginPatterns = []string{"app.example.com"}
 	// A bucket that does not refill within the test.
 	cfg.Admission = admission.Config{ConnectUserBurst: 3, ConnectUserRate: 0.001, Timeout: 2 * time.Second}
 	s := startNode(t, cfg)
@@ -77,7 +77,7 @@ func TestCrossOriginWebSocketSpendsNoConnectBudget(t *testing.T) {
 func TestCookieSSEFromForeignOriginIsRefused(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.OriginPatterns = []string{"app.example.com"}
+	cfg.API.OriginPatterns = []string{"app.example.com"}
 	s := startNode(t, cfg)
 	task := testenv.UniqueID("task")
 	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))

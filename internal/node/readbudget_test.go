@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/hub"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
 )
 
@@ -21,8 +20,8 @@ func TestSubscribeFloodStaysWithinReadBudget(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
 	const rate, burst = 20, 50
-	cfg.SubscribeReads, cfg.SubscribeReadBurst = rate, burst
-	cfg.WSRequestRate, cfg.WSRequestBurst = 10000, 10000 // the request limit is not what this test is about
+	cfg.Hub.SubscribeReads, cfg.Hub.SubscribeReadBurst = rate, burst
+	cfg.WS.RequestRate, cfg.WS.RequestBurst = 10000, 10000 // the request limit is not what this test is about
 	s := startNode(t, cfg)
 	own, other := testenv.UniqueID("task"), testenv.UniqueID("task")
 	c.goPublish(t, doc(own, "t1", 1, "RUNNING"))
@@ -105,8 +104,9 @@ func rawMessage(m map[string]json.RawMessage) []byte {
 func TestReconnectIsChargedOnlyForWhatIsNew(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.SubscribeReads, cfg.SubscribeReadBurst = 0.0001, 2
-	s := startNode(t, cfg, node.WithDisconnectCheck(20*time.Millisecond))
+	cfg.Hub.SubscribeReads, cfg.Hub.SubscribeReadBurst = 0.0001, 2
+	cfg.SSE.CheckInterval = 20 * time.Millisecond
+	s := startNode(t, cfg)
 	ids := make([]string, 6)
 	q := url.Values{}
 	for i := range ids {

@@ -17,7 +17,7 @@ import (
 func TestWebSocketRefreshOutlivesTheFirstToken(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.Heartbeat = 200 * time.Millisecond // the expiry check runs on the heartbeat tick
+	cfg.Hub.HeartbeatInterval = 200 * time.Millisecond // the expiry check runs on the heartbeat tick
 	srv := startNode(t, cfg)
 	f := newGrantFixture(t, c)
 	short := tokenExp(t, f.tenant, "u1", time.Now().Add(3*time.Second))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
@@ -21,21 +22,20 @@ import (
 // and realtime roles on two Redis servers; on one standalone Redis the
 // write and the announcement are one script, and nothing reconciles.
 func TestUnannouncedWriteReachesWatchers(t *testing.T) {
-	repairOpts := []node.Option{node.WithAnnounceGrace(50 * time.Millisecond)}
-	const interval = 100 * time.Millisecond
+	reconcile := fanout.ReconcileConfig{Interval: 100 * time.Millisecond, Grace: 50 * time.Millisecond}
 	t.Run("split", func(t *testing.T) {
 		cache, realtime := testenv.StartRedis(t), testenv.StartRedis(t)
-		srv := startNode(t, node.Config{RedisURL: realtime.URL, RedisCacheURL: cache.URL, AnnounceReconcileInterval: interval}, repairOpts...)
+		srv := startNode(t, node.Config{RedisURL: realtime.URL, RedisCacheURL: cache.URL, Reconcile: reconcile})
 		unannouncedReachesWatcher(t, srv, cache.Client(), realtime.Client(), keys.Names{})
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := testenv.StartRedisCluster(t, 3)
-		srv := startNode(t, node.Config{RedisURL: c.Seeds, RedisCluster: true, AnnounceReconcileInterval: interval}, repairOpts...)
+		srv := startNode(t, node.Config{RedisURL: c.Seeds, RedisCluster: true, Reconcile: reconcile})
 		unannouncedReachesWatcher(t, srv, c.Client(), c.Client(), clusterNames)
 	})
 	t.Run("one redis", func(t *testing.T) {
 		r := testenv.StartRedis(t)
-		srv := startNode(t, node.Config{RedisURL: r.URL}, repairOpts...)
+		srv := startNode(t, node.Config{RedisURL: r.URL, Reconcile: reconcile})
 		if _, ok := testenv.Scrape(t, srv.AdminURL)["pushd_announce_reconcile_rounds_total"]; ok {
 			t.Fatal("a node on one Redis reconciles")
 		}

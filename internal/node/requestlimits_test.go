@@ -107,7 +107,7 @@ func TestBodiesThatNeverArriveAreCut(t *testing.T) {
 func TestHeaderAndURLLimitsFollowTheirSettings(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.MaxURLBytes, cfg.MaxHeaderBytes = 1<<10, 8<<10
+	cfg.API.MaxURLBytes, cfg.MaxHeaderBytes = 1<<10, 8<<10
 	s := startNode(t, cfg)
 	resp, body := httpDo(t, http.MethodGet, s.URL+"/v1/tasks/"+strings.Repeat("a", 2<<10), "", "")
 	wantError(t, resp, body, http.StatusRequestURITooLong, "uri_too_long")

@@ -84,7 +84,7 @@ func TestTaskReadWithETag(t *testing.T) {
 func TestWebSocketTokenExpiryClosesWith4001(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.Heartbeat = 100 * time.Millisecond
+	cfg.Hub.HeartbeatInterval = 100 * time.Millisecond
 	s := startNode(t, cfg)
 	ws := openWS(t, s.URL, tokenExp(t, "t1", "u1", time.Now().Add(1500*time.Millisecond)))
 	if e := ws.NextOf(t, "error"); !strings.Contains(string(e["code"]), "token_expired") {

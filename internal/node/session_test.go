@@ -94,7 +94,7 @@ func TestLogoutInEitherStoreEndsTheSession(t *testing.T) {
 	cfg := c.config()
 	const interval = 300 * time.Millisecond
 	cfg.Admission = admission.Config{SessionCheckInterval: interval, MaxConnsPerUser: 100}
-	cfg.Heartbeat = 200 * time.Millisecond // the hub ends revoked connections on its tick
+	cfg.Hub.HeartbeatInterval = 200 * time.Millisecond // the hub ends revoked connections on its tick
 	srv, other := startNode(t, cfg), startNode(t, cfg)
 	ctx := context.Background()
 	sessKey := func(tok string) string { return c.redis.Names.Prefix + "session:" + tok }

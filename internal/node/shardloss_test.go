@@ -9,6 +9,7 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/fanout/rediswrite"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
@@ -109,7 +110,7 @@ func TestClusterShardLostOnlyItsTenantsPoll(t *testing.T) {
 		}
 	}
 
-	s := startNode(t, node.Config{RedisURL: c.Seeds, RedisCluster: true, DatabaseURL: pg.URL, PollInterval: 300 * time.Millisecond})
+	s := startNode(t, node.Config{RedisURL: c.Seeds, RedisCluster: true, DatabaseURL: pg.URL, Hub: hub.Config{PollInterval: 300 * time.Millisecond}})
 	for _, st := range []*shardTenant{lostT, keptT} {
 		st.write(t, pg, cc, 1, true)
 		tok := token(t, st.id, "u1")

@@ -22,7 +22,7 @@ func TestSlowReaderDoesNotDelayOthers(t *testing.T) {
 	cfg := c.config()
 	// Long enough that the good client catches up before the slow one is
 	// cut even on a loaded machine; the cut is awaited below.
-	cfg.WriteTimeout = 8 * time.Second
+	cfg.Hub.WriteTimeout = 8 * time.Second
 	s := startNode(t, cfg)
 	const tasks, rounds = 40, 4
 	ids := make([]string, tasks)
@@ -160,8 +160,8 @@ func TestIdleWebSocketConnectionsHoldOneGoroutine(t *testing.T) {
 func TestUnresponsiveWebSocketPeerIsClosedAfterPing(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.Heartbeat = 100 * time.Millisecond
-	cfg.WriteTimeout = 500 * time.Millisecond
+	cfg.Hub.HeartbeatInterval = 100 * time.Millisecond
+	cfg.Hub.WriteTimeout = 500 * time.Millisecond
 	s := startNode(t, cfg)
 	// A peer that never reads never answers pings.
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)

@@ -28,10 +28,10 @@ import (
 func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.Writers = 4
+	cfg.Hub.Writers = 4
 	// The healthy clients converge in well under a second; the stalled are
 	// cut after this, and the assertions below tell the two apart.
-	cfg.WriteTimeout = 8 * time.Second
+	cfg.Hub.WriteTimeout = 8 * time.Second
 	s := startNode(t, cfg)
 
 	// The healthy clients watch small tasks; the stalled watch those and big
@@ -127,7 +127,7 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 	// was sent could all fit in its socket's buffers, and only the next
 	// heartbeat would find it full.
 	v := int64(rounds)
-	testenv.EventuallyWithin(t, "the stalled clients cut", 3*cfg.WriteTimeout, func() bool {
+	testenv.EventuallyWithin(t, "the stalled clients cut", 3*cfg.Hub.WriteTimeout, func() bool {
 		v++
 		for _, id := range bigIDs {
 			c.goPublish(t, strings.Replace(doc(id, "t1", v, "RUNNING"), `"x_custom"`, `"pad":"`+pad+`","x_custom"`, 1))
@@ -282,7 +282,7 @@ func heapInUse() uint64 {
 func TestStreamsOutliveTheWriteTimeout(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.WriteTimeout = 300 * time.Millisecond
+	cfg.Hub.WriteTimeout = 300 * time.Millisecond
 	s := startNode(t, cfg)
 	task := testenv.UniqueID("task")
 	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))
@@ -296,7 +296,7 @@ func TestStreamsOutliveTheWriteTimeout(t *testing.T) {
 			t.Fatalf("initial version %d", v)
 		}
 	}
-	time.Sleep(3 * cfg.WriteTimeout) // the streams outlive the timeout: the scenario, not synchronization
+	time.Sleep(3 * cfg.Hub.WriteTimeout) // the streams outlive the timeout: the scenario, not synchronization
 	c.goPublish(t, doc(task, "t1", 2, "RUNNING"))
 	for name, h := range map[string]*healthyClient{"SSE": sse, "WebSocket": ws} {
 		if v := h.next(t); v != 2 {

@@ -504,7 +504,7 @@ func fingerprintOf(cursor string) string { return cursor[strings.LastIndexByte(c
 func TestStreamRateLimitedTaskArrivesOnReconnectWithTheCursor(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.streamConfig()
-	cfg.SubscribeReads, cfg.SubscribeReadBurst = 20, 2
+	cfg.Hub.SubscribeReads, cfg.Hub.SubscribeReadBurst = 20, 2
 	s := startNode(t, cfg)
 	tenant := testenv.UniqueID("tenant")
 	tasks := []string{testenv.UniqueID("task"), testenv.UniqueID("task"), testenv.UniqueID("task")}

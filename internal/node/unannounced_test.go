@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
@@ -23,7 +24,7 @@ const testRepairInterval = 2 * time.Second
 
 func (c *cluster) repairConfig() node.Config {
 	cfg := c.config()
-	cfg.RepairInterval = testRepairInterval
+	cfg.Hub.RepairInterval = testRepairInterval
 	return cfg
 }
 
@@ -241,7 +242,7 @@ func TestScopeListingCostDoesNotGrowWithNodes(t *testing.T) {
 func TestRepairCostDoesNotGrowWithNodes(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.repairConfig()
-	cfg.MaxSubscriptions, cfg.MaxIDs, cfg.SubscribeReadBurst = 1000, 1000, 5000
+	cfg.Hub.MaxSubscriptions, cfg.Hub.MaxIDs, cfg.Hub.SubscribeReadBurst = 1000, 1000, 5000
 	tenant := testenv.UniqueID("t")
 	const n = 1000
 	tasks := make([]string, n)
@@ -351,7 +352,7 @@ func docNow(task, tenant string, version int64) string {
 func TestChangeMissingFromTheStreamReachesAResumedClient(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.streamConfig()
-	cfg.RepairInterval = testRepairInterval
+	cfg.Hub.RepairInterval = testRepairInterval
 	srv := startNode(t, cfg)
 	tenant := testenv.UniqueID("t")
 	moved := testenv.UniqueID("moved")
@@ -428,12 +429,12 @@ func onClusterAndSplitRedis(t *testing.T, f func(t *testing.T, srv *server, pg t
 	pg := testenv.Database(t)
 	t.Run("cluster", func(t *testing.T) {
 		c := testenv.StartRedisCluster(t, 3)
-		srv := startNode(t, node.Config{RedisURL: c.Seeds, RedisCluster: true, DatabaseURL: pg.URL, RepairInterval: testRepairInterval})
+		srv := startNode(t, node.Config{RedisURL: c.Seeds, RedisCluster: true, DatabaseURL: pg.URL, Hub: hub.Config{RepairInterval: testRepairInterval}})
 		f(t, srv, pg, c.Client(), clusterNames)
 	})
 	t.Run("split", func(t *testing.T) {
 		cache, realtime := testenv.StartRedis(t), testenv.StartRedis(t)
-		srv := startNode(t, node.Config{RedisURL: realtime.URL, RedisCacheURL: cache.URL, DatabaseURL: pg.URL, RepairInterval: testRepairInterval})
+		srv := startNode(t, node.Config{RedisURL: realtime.URL, RedisCacheURL: cache.URL, DatabaseURL: pg.URL, Hub: hub.Config{RepairInterval: testRepairInterval}})
 		f(t, srv, pg, cache.Client(), keys.Names{})
 	})
 }
