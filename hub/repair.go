@@ -13,7 +13,7 @@ import (
 // Checker is what the repair rounds read watched tasks through: a change
 // written and never announced (a lost hint, a writer that died between its
 // steps, a failover that lost writes) is found there, the database version
-// winning. internal/node fills it in with the snapshot store and the node's
+// winning. node fills it in with the snapshot store and the node's
 // publisher; nil means no repair (the embedded mode, where nothing is lost).
 type Checker interface {
 	// Check returns the newest snapshot found of each task of ids (at most

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/snapshottest"
 )
 
 // docIn is a snapshot document with a project, user and update time.
@@ -29,7 +30,7 @@ func TestMemoryStoreKeepsNewest(t *testing.T) {
 		want    bool
 		stored  int64
 	}{{2, true, 2}, {2, false, 2}, {1, false, 2}, {3, true, 3}} {
-		ok, err := m.SetIfNewer(ctx, testenv.Snapshot(t, "a", "t1", "RUNNING", step.version))
+		ok, err := m.SetIfNewer(ctx, snapshottest.Snapshot(t, "a", "t1", "RUNNING", step.version))
 		if err != nil || ok != step.want {
 			t.Errorf("SetIfNewer v%d = %v, %v; want %v", step.version, ok, err, step.want)
 		}
@@ -81,7 +82,7 @@ func TestMemoryStoreGetManyAndLists(t *testing.T) {
 	m := snapshot.NewMemoryStore()
 	set := func(b []byte) {
 		t.Helper()
-		if _, err := m.SetIfNewer(ctx, testenv.MustParse(t, b)); err != nil {
+		if _, err := m.SetIfNewer(ctx, snapshottest.MustParse(t, b)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,7 +138,7 @@ func TestMemoryStoreConcurrent(t *testing.T) {
 	m := snapshot.NewMemoryStore()
 	versions := make([]*snapshot.Snapshot, 58)
 	for v := range versions[1:] {
-		versions[v+1] = testenv.MustParse(t, docIn("a", "t1", "p1", "u1", int64(v+1), int64(v+1)))
+		versions[v+1] = snapshottest.MustParse(t, docIn("a", "t1", "p1", "u1", int64(v+1), int64(v+1)))
 	}
 	var wg sync.WaitGroup
 	for w := range 8 {

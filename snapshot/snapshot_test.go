@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/snapshottest"
 )
 
 func TestParseKeepsDocumentVerbatim(t *testing.T) {
@@ -36,7 +36,7 @@ func TestParseKeepsDocumentVerbatim(t *testing.T) {
 	}
 	// The input buffer may be reused by the caller.
 	buf := []byte(in)
-	s2 := testenv.MustParse(t, buf)
+	s2 := snapshottest.MustParse(t, buf)
 	buf[2] = 'X'
 	if string(s2.JSON()) != in {
 		t.Error("Parse kept a reference to its input")
@@ -45,7 +45,7 @@ func TestParseKeepsDocumentVerbatim(t *testing.T) {
 
 func TestParseCompactsNewlines(t *testing.T) {
 	t.Parallel()
-	s := testenv.MustParse(t, []byte("{\n  \"task_id\": \"a\",\r\n  \"tenant_id\": \"t1\",\n  \"version\": 1\n}"))
+	s := snapshottest.MustParse(t, []byte("{\n  \"task_id\": \"a\",\r\n  \"tenant_id\": \"t1\",\n  \"version\": 1\n}"))
 	if got := string(s.JSON()); got != `{"task_id":"a","tenant_id":"t1","version":1}` {
 		t.Errorf("JSON() = %q", got)
 	}
@@ -94,7 +94,7 @@ func TestParseRejects(t *testing.T) {
 
 func TestVersionAndTTLRules(t *testing.T) {
 	t.Parallel()
-	s := testenv.Snapshot(t, "a", "t1", "SUCCEEDED", 5)
+	s := snapshottest.Snapshot(t, "a", "t1", "SUCCEEDED", 5)
 	if s.NewerThan(5) || !s.NewerThan(4) || !s.Terminal() {
 		t.Error("NewerThan or Terminal wrong")
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
-	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 )
 
 var transports = []string{"sse", "ws"}

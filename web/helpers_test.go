@@ -22,8 +22,8 @@ import (
 	"github.com/chromedp/chromedp/remote"
 
 	"github.com/pushd/pushd/auth"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

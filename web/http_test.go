@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 )
 
 func do(t *testing.T, method, u, token, body string) (*http.Response, string) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
-	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/node"
 )
 
 // shownWhile counts the versions of task the page rendered while keep held.

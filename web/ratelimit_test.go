@@ -11,8 +11,8 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
 )
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 )
 
 // waitReconnect waits for the page to count a reconnect after before, and

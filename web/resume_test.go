@@ -9,8 +9,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/pushd/pushd/fanout"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/node"
 )
 
 // The demo page with tasks in several states, on a desktop and on a phone,

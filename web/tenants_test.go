@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/node"
 )
 
 // Two tabs of two tenants watch the same project and user names. Each sees

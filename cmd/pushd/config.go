@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/admission"
-	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/node"
 )
 
 // config is every setting of a node. Each flag has a PUSHD_* environment

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/pushd/pushd/admission"
-	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/node"
 )
 
 // Every flag's default is its component's: a flag written with a default

@@ -19,8 +19,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/redislog"
+	"github.com/pushd/pushd/node"
 )
 
 func main() {

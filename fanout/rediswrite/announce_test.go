@@ -8,6 +8,7 @@ import (
 
 	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/snapshot/snapshottest"
 )
 
 // The journal's removal rule on real Redis: a journal step of a version
@@ -21,7 +22,7 @@ func TestJournalRemovalRule(t *testing.T) {
 	ctx := testenv.Context(t)
 	tenant, task := testenv.UniqueID("tenant"), testenv.UniqueID("task")
 	key := r.Names.Unannounced(tenant)
-	s := testenv.Snapshot(t, task, tenant, "RUNNING", 7)
+	s := snapshottest.Snapshot(t, task, tenant, "RUNNING", 7)
 	score := func() float64 {
 		t.Helper()
 		v, err := r.Client.ZScore(ctx, key, task+" 7").Result()

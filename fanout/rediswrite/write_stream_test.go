@@ -7,6 +7,7 @@ import (
 
 	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/snapshot/snapshottest"
 )
 
 // WriteStream appends one entry per version that moved, in the round trip
@@ -31,7 +32,7 @@ func TestWriteStreamAppendsOnlyWhatItWrote(t *testing.T) {
 		version int64
 		written bool
 	}{{2, true}, {1, false}, {2, false}, {5, true}, {4, false}} {
-		ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, testenv.Snapshot(t, id, tenant, "RUNNING", step.version), 0, channel, []byte("v"+strconv.FormatInt(step.version, 10)), 1000)
+		ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, snapshottest.Snapshot(t, id, tenant, "RUNNING", step.version), 0, channel, []byte("v"+strconv.FormatInt(step.version, 10)), 1000)
 		if err != nil || ok != step.written {
 			t.Fatalf("WriteStream v%d = %v, %v; want %v", step.version, ok, err, step.written)
 		}
@@ -72,7 +73,7 @@ func TestWriteStreamAppendsOnlyWhatItWrote(t *testing.T) {
 	if err := r.Client.Del(ctx, stream).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, testenv.Snapshot(t, id, tenant, "RUNNING", 6), 0, "", nil, 1000); err != nil || !ok {
+	if ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, snapshottest.Snapshot(t, id, tenant, "RUNNING", 6), 0, "", nil, 1000); err != nil || !ok {
 		t.Fatalf("WriteStream v6 = %v, %v", ok, err)
 	}
 	again, _ := r.Client.XRange(ctx, stream, "-", "+").Result()
@@ -90,7 +91,7 @@ func TestWriteWithoutStreamAppendsNothing(t *testing.T) {
 	r := testenv.SharedRedis(t)
 	ctx := testenv.Context(t)
 	tenant := testenv.UniqueID("tenant")
-	if _, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, testenv.UniqueID("task"), tenant, "RUNNING", 1), 0, "", nil); err != nil {
+	if _, err := rediswrite.Write(ctx, r.Client, r.Names, snapshottest.Snapshot(t, testenv.UniqueID("task"), tenant, "RUNNING", 1), 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := r.Client.Exists(ctx, r.Names.Stream(tenant), r.Names.StreamEpoch(tenant)).Val(); n != 0 {
@@ -115,7 +116,7 @@ func TestRecreatedStreamAlwaysGetsANewEpoch(t *testing.T) {
 		if err := r.Client.Del(ctx, stream).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, testenv.Snapshot(t, id, tenant, "RUNNING", v), 0, "", nil, 1000); err != nil || !ok {
+		if ok, err := rediswrite.WriteStream(ctx, r.Client, r.Names, snapshottest.Snapshot(t, id, tenant, "RUNNING", v), 0, "", nil, 1000); err != nil || !ok {
 			t.Fatalf("WriteStream v%d = %v, %v", v, ok, err)
 		}
 		entries, err := r.Client.XRange(ctx, stream, "-", "+").Result()

@@ -10,6 +10,7 @@ import (
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/snapshottest"
 )
 
 func TestWriteOnlyNewer(t *testing.T) {
@@ -31,14 +32,14 @@ func TestWriteOnlyNewer(t *testing.T) {
 		{6, false, 7},  // older again
 		{12, true, 12}, // numeric, not lexical, comparison
 	} {
-		got, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "RUNNING", step.version), 0, "", nil)
+		got, err := rediswrite.Write(ctx, r.Client, r.Names, snapshottest.Snapshot(t, id, "t1", "RUNNING", step.version), 0, "", nil)
 		if err != nil {
 			t.Fatalf("Write v%d: %v", step.version, err)
 		}
 		if got != step.want {
 			t.Errorf("Write v%d = %v, want %v", step.version, got, step.want)
 		}
-		stored := testenv.MustParse(t, []byte(r.Client.Get(ctx, key).Val()))
+		stored := snapshottest.MustParse(t, []byte(r.Client.Get(ctx, key).Val()))
 		if stored.Version != step.stored {
 			t.Errorf("after Write v%d stored version %d, want %d", step.version, stored.Version, step.stored)
 		}
@@ -53,11 +54,11 @@ func TestWriteRefusedOverUnreadable(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
 	ctx := testenv.Context(t)
-	for _, junk := range []string{"not json", `{"version":"9","tenant_id":"t1"}`, `{"version":9}`, `[1,2]`, string(testenv.DeepDoc("x", "t1", 9, 1000))} {
+	for _, junk := range []string{"not json", `{"version":"9","tenant_id":"t1"}`, `{"version":9}`, `[1,2]`, string(snapshottest.DeepDoc("x", "t1", 9, 1000))} {
 		id := testenv.UniqueID("task")
 		key := r.Names.Snapshot(id)
 		r.Client.Set(ctx, key, junk, 0)
-		got, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "RUNNING", 1), 0, "", nil)
+		got, err := rediswrite.Write(ctx, r.Client, r.Names, snapshottest.Snapshot(t, id, "t1", "RUNNING", 1), 0, "", nil)
 		if got || !errors.Is(err, snapshot.ErrStoredUnreadable) {
 			t.Errorf("Write over %.40q = %v, %v; want false, ErrStoredUnreadable", junk, got, err)
 		}
@@ -78,7 +79,7 @@ func TestWriteClearsNegativeCache(t *testing.T) {
 	nf := r.Names.NotFound(id)
 
 	r.Client.Set(ctx, nf, "1", time.Minute)
-	if ok, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "QUEUED", 3), 0, "", nil); err != nil || !ok {
+	if ok, err := rediswrite.Write(ctx, r.Client, r.Names, snapshottest.Snapshot(t, id, "t1", "QUEUED", 3), 0, "", nil); err != nil || !ok {
 		t.Fatalf("Write = %v, %v", ok, err)
 	}
 	if n := r.Client.Exists(ctx, nf).Val(); n != 0 {
@@ -86,7 +87,7 @@ func TestWriteClearsNegativeCache(t *testing.T) {
 	}
 	// A marker set by a racing reader is wrong even when the write loses.
 	r.Client.Set(ctx, nf, "1", time.Minute)
-	if ok, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "QUEUED", 2), 0, "", nil); err != nil || ok {
+	if ok, err := rediswrite.Write(ctx, r.Client, r.Names, snapshottest.Snapshot(t, id, "t1", "QUEUED", 2), 0, "", nil); err != nil || ok {
 		t.Fatalf("Write older = %v, %v", ok, err)
 	}
 	if n := r.Client.Exists(ctx, nf).Val(); n != 0 {
@@ -108,7 +109,7 @@ func TestWritePublishesOnlyWhenWritten(t *testing.T) {
 	}
 	write := func(v int64, msg string) bool {
 		t.Helper()
-		ok, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "RUNNING", v), 0, channel, []byte(msg))
+		ok, err := rediswrite.Write(ctx, r.Client, r.Names, snapshottest.Snapshot(t, id, "t1", "RUNNING", v), 0, channel, []byte(msg))
 		if err != nil {
 			t.Fatalf("Write v%d: %v", v, err)
 		}
@@ -142,7 +143,7 @@ func TestWriteTTLByStatus(t *testing.T) {
 	ctx := testenv.Context(t)
 	for _, status := range []string{"QUEUED", "RUNNING", "PROVIDER_SUBMITTED", "POST_PROCESSING", "SUCCEEDED", "FAILED", "CANCELED", "SOMETHING_NEW"} {
 		id := testenv.UniqueID("task")
-		if _, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", status, 1), 0, "", nil); err != nil {
+		if _, err := rediswrite.Write(ctx, r.Client, r.Names, snapshottest.Snapshot(t, id, "t1", status, 1), 0, "", nil); err != nil {
 			t.Fatal(err)
 		}
 		pttl := r.Client.PTTL(ctx, r.Names.Snapshot(id)).Val()
@@ -155,7 +156,7 @@ func TestWriteTTLByStatus(t *testing.T) {
 	}
 	// An explicit ttl wins.
 	id := testenv.UniqueID("task")
-	if _, err := rediswrite.Write(ctx, r.Client, r.Names, testenv.Snapshot(t, id, "t1", "SUCCEEDED", 1), 5*time.Minute, "", nil); err != nil {
+	if _, err := rediswrite.Write(ctx, r.Client, r.Names, snapshottest.Snapshot(t, id, "t1", "SUCCEEDED", 1), 5*time.Minute, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if pttl := r.Client.PTTL(ctx, r.Names.Snapshot(id)).Val(); pttl <= 4*time.Minute || pttl > 5*time.Minute {
@@ -169,7 +170,7 @@ func TestWriteStoresDocumentVerbatim(t *testing.T) {
 	ctx := testenv.Context(t)
 	id := testenv.UniqueID("task")
 	in := []byte(`{"task_id":"` + id + `","tenant_id":"t1","version":1,"status":"QUEUED","future_field":{"a":[1,2]}}`)
-	s := testenv.MustParse(t, in)
+	s := snapshottest.MustParse(t, in)
 	if _, err := rediswrite.Write(ctx, r.Client, r.Names, s, 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestWriteRedisError(t *testing.T) {
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(testenv.Context(t), 5*time.Second)
 	defer cancel()
-	ok, err := rediswrite.Write(ctx, c, keys.Names{}, testenv.Snapshot(t, "x", "t1", "QUEUED", 1), 0, "", nil)
+	ok, err := rediswrite.Write(ctx, c, keys.Names{}, snapshottest.Snapshot(t, "x", "t1", "QUEUED", 1), 0, "", nil)
 	if err == nil || ok {
 		t.Fatalf("Write to a stopped Redis = %v, %v; want an error", ok, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/snapshot/snapshottest"
 	"github.com/pushd/pushd/snapshot/store"
 )
 
@@ -15,7 +16,7 @@ func cachedStore(tb testing.TB) *store.Store {
 	tb.Helper()
 	r := testenv.SharedRedis(tb)
 	s := newStore(tb, store.Config{Redis: r.Client, Names: r.Names, CacheTTL: time.Hour})
-	if _, err := s.SetIfNewer(context.Background(), testenv.Snapshot(tb, "bench", "t1", "RUNNING", 7)); err != nil {
+	if _, err := s.SetIfNewer(context.Background(), snapshottest.Snapshot(tb, "bench", "t1", "RUNNING", 7)); err != nil {
 		tb.Fatal(err)
 	}
 	return s
@@ -44,7 +45,7 @@ func uncachedStore(tb testing.TB) *store.Store {
 	r := testenv.SharedRedis(tb)
 	s := store.New(store.Config{Redis: r.Client, Names: r.Names, CacheTTL: -1})
 	tb.Cleanup(s.Close)
-	if _, err := s.SetIfNewer(context.Background(), testenv.Snapshot(tb, "bench", "t1", "SUCCEEDED", 7)); err != nil {
+	if _, err := s.SetIfNewer(context.Background(), snapshottest.Snapshot(tb, "bench", "t1", "SUCCEEDED", 7)); err != nil {
 		tb.Fatal(err)
 	}
 	return s

@@ -10,6 +10,7 @@ import (
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/snapshottest"
 	"github.com/pushd/pushd/snapshot/store"
 )
 
@@ -29,7 +30,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 	// Tasks whose snapshot slots are served by each of the three masters.
 	ids, _ := c.Spread(3, func(i int) string { return fmt.Sprintf("%s-%d", testenv.UniqueID("task"), i) }, names.Snapshot)
 	for _, id := range ids[:6] {
-		if written, err := s.SetIfNewer(ctx, testenv.Snapshot(t, id, "t1", "RUNNING", 2)); err != nil || !written {
+		if written, err := s.SetIfNewer(ctx, snapshottest.Snapshot(t, id, "t1", "RUNNING", 2)); err != nil || !written {
 			t.Fatalf("SetIfNewer %s: %v, %v", id, written, err)
 		}
 	}
@@ -79,20 +80,20 @@ func TestStoreOnRedisCluster(t *testing.T) {
 		version int64
 		want    rediswrite.Outcome
 	}{{1, rediswrite.Stale}, {2, rediswrite.Current}, {4, rediswrite.Written}} {
-		out, err := rediswrite.WriteIfNewer(ctx, cc, names, testenv.Snapshot(t, id, "t1", "RUNNING", step.version), 0)
+		out, err := rediswrite.WriteIfNewer(ctx, cc, names, snapshottest.Snapshot(t, id, "t1", "RUNNING", step.version), 0)
 		if err != nil || out != step.want {
 			t.Errorf("WriteIfNewer v%d = %v, %v; want %v", step.version, out, err, step.want)
 		}
 	}
 	// The refusals, whose keys are in the task's slot too.
-	if out, err := rediswrite.WriteIfNewer(ctx, cc, names, testenv.Snapshot(t, id, "t2", "RUNNING", 5), 0); out != rediswrite.TenantMismatch || !errors.Is(err, snapshot.ErrTenantMismatch) {
+	if out, err := rediswrite.WriteIfNewer(ctx, cc, names, snapshottest.Snapshot(t, id, "t2", "RUNNING", 5), 0); out != rediswrite.TenantMismatch || !errors.Is(err, snapshot.ErrTenantMismatch) {
 		t.Errorf("WriteIfNewer of another tenant = %v, %v; want TenantMismatch", out, err)
 	}
 	deep := ids[1]
-	if err := cc.Set(ctx, names.Snapshot(deep), testenv.DeepDoc(deep, "t1", 5, 1000), time.Minute).Err(); err != nil {
+	if err := cc.Set(ctx, names.Snapshot(deep), snapshottest.DeepDoc(deep, "t1", 5, 1000), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := rediswrite.WriteIfNewer(ctx, cc, names, testenv.Snapshot(t, deep, "t1", "RUNNING", 3), 0); out != rediswrite.Unreadable || !errors.Is(err, snapshot.ErrStoredUnreadable) {
+	if out, err := rediswrite.WriteIfNewer(ctx, cc, names, snapshottest.Snapshot(t, deep, "t1", "RUNNING", 3), 0); out != rediswrite.Unreadable || !errors.Is(err, snapshot.ErrStoredUnreadable) {
 		t.Errorf("WriteIfNewer v3 over an undecodable v5 = %v, %v; want Unreadable", out, err)
 	}
 	if n := c.ErrorCount("CROSSSLOT"); n != 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/snapshottest"
 	"github.com/pushd/pushd/snapshot/store"
 )
 
@@ -21,11 +22,11 @@ func TestWriteRefusesAnotherTenant(t *testing.T) {
 	e := newEnv(t, store.Config{CacheTTL: time.Hour})
 	ctx := testenv.Context(t)
 	id := testenv.UniqueID("task")
-	if ok, err := e.store.SetIfNewer(ctx, testenv.Snapshot(t, id, "t1", "RUNNING", 2)); err != nil || !ok {
+	if ok, err := e.store.SetIfNewer(ctx, snapshottest.Snapshot(t, id, "t1", "RUNNING", 2)); err != nil || !ok {
 		t.Fatalf("SetIfNewer t1 v2 = %v, %v", ok, err)
 	}
 	for _, v := range []int64{1, 2, 3} {
-		ok, err := e.store.SetIfNewer(ctx, testenv.Snapshot(t, id, "t2", "RUNNING", v))
+		ok, err := e.store.SetIfNewer(ctx, snapshottest.Snapshot(t, id, "t2", "RUNNING", v))
 		if ok || !errors.Is(err, snapshot.ErrTenantMismatch) {
 			t.Errorf("SetIfNewer t2 v%d = %v, %v; want false, ErrTenantMismatch", v, ok, err)
 		}
@@ -40,15 +41,15 @@ func TestWriteRefusesAnotherTenant(t *testing.T) {
 	if got := mustGet(t, fresh, id, 0); got.TenantID != "t1" || got.Version != 2 {
 		t.Errorf("Redis serves %s v%d, want t1 v2", got.TenantID, got.Version)
 	}
-	if ok, err := e.store.SetIfNewer(ctx, testenv.Snapshot(t, id, "t1", "RUNNING", 3)); err != nil || !ok {
+	if ok, err := e.store.SetIfNewer(ctx, snapshottest.Snapshot(t, id, "t1", "RUNNING", 3)); err != nil || !ok {
 		t.Errorf("SetIfNewer t1 v3 = %v, %v; want written", ok, err)
 	}
 
 	m := snapshot.NewMemoryStore()
-	if ok, err := m.SetIfNewer(ctx, testenv.Snapshot(t, id, "t1", "RUNNING", 1)); err != nil || !ok {
+	if ok, err := m.SetIfNewer(ctx, snapshottest.Snapshot(t, id, "t1", "RUNNING", 1)); err != nil || !ok {
 		t.Fatalf("MemoryStore t1 v1 = %v, %v", ok, err)
 	}
-	if ok, err := m.SetIfNewer(ctx, testenv.Snapshot(t, id, "t2", "RUNNING", 2)); ok || !errors.Is(err, snapshot.ErrTenantMismatch) {
+	if ok, err := m.SetIfNewer(ctx, snapshottest.Snapshot(t, id, "t2", "RUNNING", 2)); ok || !errors.Is(err, snapshot.ErrTenantMismatch) {
 		t.Errorf("MemoryStore t2 v2 = %v, %v; want false, ErrTenantMismatch", ok, err)
 	}
 }
@@ -66,13 +67,13 @@ func TestWriteReadsDocumentSetByHand(t *testing.T) {
 	key := r.Names.Snapshot(id)
 	write := func(tenant string, v int64) rediswrite.Outcome {
 		t.Helper()
-		out, _ := rediswrite.WriteIfNewer(ctx, r.Client, r.Names, testenv.Snapshot(t, id, tenant, "RUNNING", v), 0)
+		out, _ := rediswrite.WriteIfNewer(ctx, r.Client, r.Names, snapshottest.Snapshot(t, id, tenant, "RUNNING", v), 0)
 		return out
 	}
 	if out := write("t1", 5); out != rediswrite.Written {
 		t.Fatalf("v5: %v", out)
 	}
-	r.Client.Set(ctx, key, testenv.Doc(id, "t1", "RUNNING", 7), time.Minute)
+	r.Client.Set(ctx, key, snapshottest.Doc(id, "t1", "RUNNING", 7), time.Minute)
 	for _, step := range []struct {
 		tenant string
 		v      int64
@@ -90,7 +91,7 @@ func TestWriteReadsDocumentSetByHand(t *testing.T) {
 			t.Errorf("%s v%d: %v, want %v", step.tenant, step.v, out, step.want)
 		}
 	}
-	if got := testenv.MustParse(t, []byte(r.Client.Get(ctx, key).Val())); got.Version != snapshot.MaxVersion {
+	if got := snapshottest.MustParse(t, []byte(r.Client.Get(ctx, key).Val())); got.Version != snapshot.MaxVersion {
 		t.Errorf("stored v%d, want v%d", got.Version, int64(snapshot.MaxVersion))
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/snapshottest"
 	"github.com/pushd/pushd/snapshot/store"
 )
 
@@ -53,7 +54,7 @@ func (e env) insert(t *testing.T, id, status string, version int64) {
 // write stores a snapshot in Redis.
 func (e env) write(t *testing.T, id, status string, version int64) {
 	t.Helper()
-	if _, err := rediswrite.Write(testenv.Context(t), e.r.Client, e.r.Names, testenv.Snapshot(t, id, "t1", status, version), 0, "", nil); err != nil {
+	if _, err := rediswrite.Write(testenv.Context(t), e.r.Client, e.r.Names, snapshottest.Snapshot(t, id, "t1", status, version), 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -65,7 +66,7 @@ func (e env) redisVersion(t *testing.T, id string) int64 {
 	if err != nil {
 		return 0
 	}
-	return testenv.MustParse(t, b).Version
+	return snapshottest.MustParse(t, b).Version
 }
 
 // delta returns b - a per counter, for readable assertions.
@@ -377,7 +378,7 @@ func TestStoreRedisDown(t *testing.T) {
 	if d := delta(before, s.Stats()); d.RedisErrors != 1 || d.RedisReads != 1 || d.DBQueries != 2 {
 		t.Errorf("stats delta %+v, want one failed Redis read and two queries", d)
 	}
-	if _, err := s.SetIfNewer(testenv.Context(t), testenv.Snapshot(t, id, "t1", "RUNNING", 3)); err == nil {
+	if _, err := s.SetIfNewer(testenv.Context(t), snapshottest.Snapshot(t, id, "t1", "RUNNING", 3)); err == nil {
 		t.Error("SetIfNewer with Redis down succeeded")
 	}
 
@@ -400,7 +401,7 @@ func TestStoreWithoutPostgres(t *testing.T) {
 	if _, err := s.Get(ctx, id, 0); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Errorf("Redis miss, no database: %v, want ErrNotFound", err)
 	}
-	if ok, err := s.SetIfNewer(ctx, testenv.Snapshot(t, id, "t1", "QUEUED", 1)); err != nil || !ok {
+	if ok, err := s.SetIfNewer(ctx, snapshottest.Snapshot(t, id, "t1", "QUEUED", 1)); err != nil || !ok {
 		t.Fatalf("SetIfNewer = %v, %v", ok, err)
 	}
 	if got := mustGet(t, s, id, 1); got.Version != 1 {
@@ -424,7 +425,7 @@ func TestStoreWithoutSources(t *testing.T) {
 	if _, err := s.ListUser(ctx, "t1", "u1"); !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Errorf("ListUser: %v, want ErrUnavailable", err)
 	}
-	if _, err := s.SetIfNewer(ctx, testenv.Snapshot(t, "a", "t1", "QUEUED", 1)); !errors.Is(err, snapshot.ErrUnavailable) {
+	if _, err := s.SetIfNewer(ctx, snapshottest.Snapshot(t, "a", "t1", "QUEUED", 1)); !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Errorf("SetIfNewer: %v, want ErrUnavailable", err)
 	}
 }
@@ -547,7 +548,7 @@ func TestStoreLists(t *testing.T) {
 
 	// A newer version this node learned of is folded into the cached list.
 	a := l[1]
-	newer := testenv.MustParse(t, []byte(strings.Replace(string(a.JSON()), `"version":1`, `"version":2`, 1)))
+	newer := snapshottest.MustParse(t, []byte(strings.Replace(string(a.JSON()), `"version":1`, `"version":2`, 1)))
 	if ok, err := e.store.SetIfNewer(ctx, newer); err != nil || !ok {
 		t.Fatalf("SetIfNewer = %v, %v", ok, err)
 	}
@@ -581,7 +582,7 @@ func TestStoreSetIfNewer(t *testing.T) {
 		version int64
 		want    bool
 	}{{2, true}, {1, false}, {2, false}, {3, true}} {
-		ok, err := e.store.SetIfNewer(ctx, testenv.Snapshot(t, id, "t1", "RUNNING", step.version))
+		ok, err := e.store.SetIfNewer(ctx, snapshottest.Snapshot(t, id, "t1", "RUNNING", step.version))
 		if err != nil || ok != step.want {
 			t.Fatalf("SetIfNewer v%d = %v, %v; want %v", step.version, ok, err, step.want)
 		}
@@ -625,7 +626,7 @@ func TestStoreForwardsUnknownFieldsFromRedis(t *testing.T) {
 	e := newEnv(t, store.Config{})
 	id := testenv.UniqueID("task")
 	in := `{"task_id":"` + id + `","tenant_id":"t1","version":1,"eta_ms":1200}`
-	if _, err := rediswrite.Write(testenv.Context(t), e.r.Client, e.r.Names, testenv.MustParse(t, []byte(in)), 0, "", nil); err != nil {
+	if _, err := rediswrite.Write(testenv.Context(t), e.r.Client, e.r.Names, snapshottest.MustParse(t, []byte(in)), 0, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	got := mustGet(t, e.store, id, 0)

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 )
 
 // readyBody is the /readyz answer.

@@ -1,23 +1,13 @@
-package testenv
+// Package snapshottest makes snapshot documents and parsed snapshots for tests.
+package snapshottest
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pushd/pushd/snapshot"
 )
-
-// Context returns a context that ends with the test or after a minute, so
-// a hung server fails the test instead of the whole run.
-func Context(t testing.TB) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // Doc is a snapshot document of the given task, tenant, status and version.
 func Doc(task, tenant, status string, version int64) []byte {

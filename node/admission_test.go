@@ -15,8 +15,8 @@ import (
 
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/auth"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 )
 
 // refusal is a 429's body.

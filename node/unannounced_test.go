@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/hub"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
 )
 

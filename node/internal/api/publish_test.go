@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/fanout"
-	"github.com/pushd/pushd/internal/api"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node/internal/api"
 	"github.com/pushd/pushd/snapshot"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/pushd/pushd/auth"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
 )
 

@@ -18,9 +18,9 @@ import (
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/hub"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
 )
 

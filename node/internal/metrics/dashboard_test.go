@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-const dashboardPath = "../../deploy/grafana/pushd-dashboard.json"
+const dashboardPath = "../../../deploy/grafana/pushd-dashboard.json"
 
 // exported is every metric name a node's registry can serve, with the
 // series names its histograms add.

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/pushd/pushd/internal/node"
+	"github.com/pushd/pushd/node"
 )
 
 // TestNewRefusesWhatNoModeRuns: New reports every combination of settings

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pushd/pushd/internal/api"
+	"github.com/pushd/pushd/node/internal/api"
 )
 
 // GET / says what the node is and where to go; the demo is named only

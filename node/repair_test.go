@@ -9,9 +9,9 @@ import (
 
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/fanout/rediswrite"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/node"
 )
 
 // A Task State Service that dies between the snapshot write and its

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/admission"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 )
 
 // The series the scripted session accounts for. Every step states how far

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 )
 
 // startupWarnings are the log's "postgres does not answer at start" records.

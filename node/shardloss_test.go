@@ -10,9 +10,9 @@ import (
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/hub"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
+	"github.com/pushd/pushd/node"
 )
 
 var clusterNames = keys.Names{Cluster: true}

@@ -11,6 +11,7 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/snapshottest"
 	"github.com/pushd/pushd/stream"
 )
 
@@ -42,7 +43,7 @@ func TestHistogramsServeTheirBucketsAndObservations(t *testing.T) {
 	defer tl.Close()
 
 	ctx := context.Background()
-	store.SetIfNewer(ctx, testenv.Snapshot(t, "task_a", "t1", "RUNNING", 1))
+	store.SetIfNewer(ctx, snapshottest.Snapshot(t, "task_a", "t1", "RUNNING", 1))
 	sink := make(taskSink, 2)
 	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, sink)
 	if err != nil {
@@ -53,7 +54,7 @@ func TestHistogramsServeTheirBucketsAndObservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-sink // the initial state, which neither histogram measures
-	store.SetIfNewer(ctx, testenv.Snapshot(t, "task_a", "t1", "RUNNING", 2))
+	store.SetIfNewer(ctx, snapshottest.Snapshot(t, "task_a", "t1", "RUNNING", 2))
 	h.Notify(snapshot.Notification{TenantID: "t1", TaskID: "task_a", Version: 2})
 	<-sink
 	// The write is measured once it returned, after the sink saw it.

@@ -38,6 +38,6 @@ func TestDescriptionsUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got != string(want) {
-		t.Errorf("the metrics' names, help or labels changed; if on purpose, run go test ./internal/metrics -run TestDescriptionsUnchanged -update-descs and commit %s", descsPath)
+		t.Errorf("the metrics' names, help or labels changed; if on purpose, run go test ./node/internal/metrics -run TestDescriptionsUnchanged -update-descs and commit %s", descsPath)
 	}
 }

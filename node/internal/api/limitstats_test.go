@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/admission"
-	"github.com/pushd/pushd/internal/api"
+	"github.com/pushd/pushd/node/internal/api"
 )
 
 // The node's own per-address limits are counted with admission's rules,

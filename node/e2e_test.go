@@ -14,8 +14,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/pushd/pushd/fanout"
-	"github.com/pushd/pushd/internal/node"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
 )
 

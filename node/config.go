@@ -11,7 +11,7 @@ import (
 	"github.com/pushd/pushd/auth/session"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
-	"github.com/pushd/pushd/internal/api"
+	"github.com/pushd/pushd/node/internal/api"
 	"github.com/pushd/pushd/sse"
 	"github.com/pushd/pushd/stream"
 	"github.com/pushd/pushd/ws"
