@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"math"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/internal/episode"
+	"github.com/pushd/pushd/internal/flagval"
 )
 
 // Plans.
@@ -92,6 +94,31 @@ type Config struct {
 	SessionCheckInterval time.Duration
 
 	Logger *slog.Logger // nil means slog.Default()
+}
+
+// RegisterFlags defines on fs a flag for each setting of c an operator
+// sets, bound to its field, with the field's value as its default: call it
+// on a Config with its defaults (DefaultConfig or WithDefaults).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.ConnectUserBurst, "connect-user-burst", c.ConnectUserBurst, "connects a user may make at once (token bucket capacity); 0 means no limit")
+	fs.Float64Var(&c.ConnectUserRate, "connect-user-rate", c.ConnectUserRate, "connects per second a user's bucket refills")
+	fs.IntVar(&c.ConnectIPBurst, "connect-ip-burst", c.ConnectIPBurst, "connects a client IP may make at once; 0 means no limit")
+	fs.Float64Var(&c.ConnectIPRate, "connect-ip-rate", c.ConnectIPRate, "connects per second a client IP's bucket refills")
+	fs.IntVar(&c.MaxConnsPerUser, "max-conns-per-user", c.MaxConnsPerUser, "open connections a user may hold across the fleet; 0 means no cap")
+	fs.IntVar(&c.MaxConnsPerTenant, "max-conns-per-tenant", c.MaxConnsPerTenant, "open connections a tenant may hold across the fleet; 0 means no cap")
+	flagval.MapInt(fs, c.Plans, PlanFree, "api-limit-free", "snapshot API calls per tenant and endpoint per --api-window on the free plan; 0 means no limit")
+	flagval.MapInt(fs, c.Plans, PlanPro, "api-limit-pro", "the same on the pro plan")
+	flagval.MapInt(fs, c.Plans, PlanEnterprise, "api-limit-enterprise", "the same on the enterprise plan")
+	fs.StringVar(&c.DefaultPlan, "default-plan", c.DefaultPlan, "plan of a tenant that neither its token (plan claim) nor its configuration (tenant:<id> hash, field plan) names")
+	flagval.Duration(fs, &c.APIWindow, "api-window", "sliding window of the API limits")
+	flagval.Duration(fs, &c.PlanCacheTTL, "plan-cache-ttl", "how long a tenant's configured plan is cached in process")
+	flagval.Duration(fs, &c.LeaseTTL, "lease-ttl", "how long a connection's lease outlives its node's last renewal")
+	flagval.Duration(fs, &c.RenewInterval, "lease-renew-interval", "how often a node renews its connections' leases (one pipelined round trip)")
+	flagval.Duration(fs, &c.ReconcileInterval, "lease-reconcile-interval", "how often connection counts are rebuilt from live leases")
+	fs.IntVar(&c.ExpectedNodes, "expected-nodes", c.ExpectedNodes, "nodes in the fleet: while the control Redis is down each node allows this share of the caps and API limits")
+	flagval.Duration(fs, &c.Timeout, "admission-timeout", "longest wait for the control Redis per admission check before local limits decide")
+	flagval.Duration(fs, &c.RetryAfterFailure, "admission-retry", "after the control Redis failed, how long local limits decide before Redis is tried again")
+	flagval.Duration(fs, &c.SessionCheckInterval, "session-check-interval", "how often the sessions of open connections are re-validated")
 }
 
 // DefaultConfig is the limits a node runs with unless told otherwise.

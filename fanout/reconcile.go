@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"errors"
+	"flag"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/fanout/rediswrite"
+	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -55,6 +57,13 @@ type ReconcileConfig struct {
 	Grace time.Duration
 	// Logger receives the reconcile's errors. Nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// RegisterFlags defines on fs a flag for each setting of c an operator
+// sets, bound to its field, with the field's value as its default: call it
+// on a Config with its defaults (DefaultConfig or WithDefaults).
+func (c *ReconcileConfig) RegisterFlags(fs *flag.FlagSet) {
+	flagval.Duration(fs, &c.Interval, "announce-reconcile-interval", "on Redis Cluster or with the cache and realtime roles apart, how often (jittered) this node announces the stored snapshots of watched tenants whose publisher died before announcing them")
 }
 
 // WithDefaults returns c with each zero setting that has a default set to

@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/internal/histogram"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -112,6 +114,24 @@ type Config struct {
 	// NodeName is shown to clients in hello; zero means "pushd".
 	NodeName string
 	Logger   *slog.Logger // nil means slog.Default()
+}
+
+// RegisterFlags defines on fs a flag for each setting of c an operator
+// sets, bound to its field, with the field's value as its default: call it
+// on a Config with its defaults (DefaultConfig or WithDefaults).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	flagval.Duration(fs, &c.HeartbeatInterval, "heartbeat", "idle time after which a heartbeat is written")
+	flagval.Duration(fs, &c.PollInterval, "poll-interval", "while Pub/Sub is down, how often watched tasks are re-read (jittered)")
+	flagval.Duration(fs, &c.WriteTimeout, "write-timeout", "a client slower than this per write is disconnected")
+	flagval.Duration(fs, &c.RepairInterval, "repair-interval", "how often every watched task is checked against Redis and PostgreSQL (one node of the fleet per task), so a change written and never announced reaches its watchers within this plus 1s; finished tasks every 10th time")
+	fs.IntVar(&c.Writers, "writers", c.Writers, "goroutines writing to connections; they never wait for a client (a stalled one's bytes wait on a goroutine of its own), so this bounds CPU only")
+	fs.IntVar(&c.MaxSubscriptions, "max-subscriptions", c.MaxSubscriptions, "tasks plus projects one connection may watch; more are refused with too_many_subscriptions")
+	fs.IntVar(&c.MaxIDs, "max-ids", c.MaxIDs, "tasks plus projects in one request: an SSE URL (400 past it) or a WebSocket subscribe (bad_request)")
+	flagval.Duration(fs, &c.SubscribeTimeout, "subscribe-timeout", "longest the initial reads of one subscription may take")
+	fs.Float64Var(&c.SubscribeReads, "subscribe-reads", c.SubscribeReads, "snapshot reads per second that one user's subscriptions may cause on this node (one per task id, project or user scope subscribed), refilling a bucket of --subscribe-read-burst; ids past it get rate_limit_exceeded with retry_after and retry_after_ms")
+	fs.IntVar(&c.SubscribeReadBurst, "subscribe-read-burst", c.SubscribeReadBurst, "snapshot reads one user's subscriptions may cause at once on this node")
+	fs.IntVar(&c.HotTaskWatchers, "hot-task-watchers", c.HotTaskWatchers, "connections on this node watching one task by id that make it a hot task, counted in hot_key_detected_total each time a task reaches it (again only after it fell below)")
+	fs.IntVar(&c.SendBuffer, "socket-send-buffer", c.SendBuffer, "each stream's socket send buffer in bytes (SO_SNDBUF): what the kernel holds for a client that stopped reading, before its bytes wait in pushd and its write timeout runs; 0 leaves the kernel's autotuning (up to 4 MB a socket)")
 }
 
 // DefaultSendBuffer is the socket send buffer DefaultConfig gives each

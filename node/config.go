@@ -2,6 +2,7 @@ package node
 
 import (
 	"cmp"
+	"flag"
 	"log/slog"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/pushd/pushd/auth/session"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/node/internal/api"
 	"github.com/pushd/pushd/sse"
 	"github.com/pushd/pushd/stream"
@@ -59,6 +61,10 @@ type Config struct {
 	// MaxHeaderBytes bounds a request's line and headers (431 past it);
 	// zero means 64 KiB.
 	MaxHeaderBytes int
+	// MaxConns bounds the streams this node holds (503 past it); zero
+	// means the open-file limit less 1,000 descriptors kept for Redis,
+	// PostgreSQL and requests.
+	MaxConns int
 
 	// Streams appends every change published through this node to its
 	// tenant's Redis Stream, tails the streams of the tenants watched here
@@ -83,9 +89,9 @@ type Config struct {
 	// WS: the WebSocket transport. The node sets Hub, Authenticate,
 	// Logger, and OriginPatterns to API.OriginPatterns.
 	WS ws.Config
-	// API: the HTTP surface. Its settings are MaxConns, MaxConnsPerIP,
-	// MaxIDs, MaxURLBytes, TrustedProxies, OriginPatterns and the
-	// AuthFailure limits; the node sets the rest.
+	// API: the HTTP surface. Its settings are MaxConnsPerIP, MaxIDs,
+	// MaxURLBytes, TrustedProxies, OriginPatterns and the AuthFailure
+	// limits; the node sets the rest, MaxConns from its own.
 	API api.Config
 	// Stream: the tailer of the tenants' streams, with Streams. The node
 	// sets Client, Names and Logger.
@@ -151,6 +157,40 @@ func (c Config) WithDefaults() Config {
 	c.Sessions = c.Sessions.WithDefaults()
 	c.Admission = c.Admission.WithDefaults()
 	return c
+}
+
+// RegisterFlags defines on fs a flag for each setting of c an operator
+// sets, the node's own and its components', bound to its field, with the
+// field's value as its default: call it on DefaultConfig. The settings
+// that take parsing (keys, audiences, origins, proxies) are cmd/pushd's.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis URL (redis://host:port/db); empty with no database URL runs the embedded mode")
+	fs.BoolVar(&c.RedisCluster, "redis-cluster", c.RedisCluster, "--redis-url lists seed nodes of a Redis Cluster, comma-separated; notifications travel on sharded Pub/Sub")
+	fs.StringVar(&c.KeyPrefix, "key-prefix", c.KeyPrefix, "prefix of every Redis key and channel, for sharing one Redis between environments; with --redis-cluster it must hold no { or }")
+	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL URL (pgx), the fallback and fact source behind Redis")
+	fs.StringVar(&c.RedisCacheURL, "redis-cache-url", c.RedisCacheURL, "Redis for task snapshots; empty means --redis-url")
+	fs.StringVar(&c.RedisControlURL, "redis-control-url", c.RedisControlURL, "Redis for rate limits, connection leases and sessions; empty means --redis-url")
+	fs.StringVar(&c.RedisRealtimeURL, "redis-realtime-url", c.RedisRealtimeURL, "Redis for Pub/Sub and streams; empty means --redis-url")
+	fs.StringVar(&c.JWTAlgorithm, "jwt-algorithm", c.JWTAlgorithm, "pin the token algorithm (HS256, RS256, ES256, EdDSA); default from the key")
+	fs.StringVar(&c.JWTIssuer, "jwt-issuer", c.JWTIssuer, "the iss claim every token must carry (401 otherwise); empty checks no issuer")
+	flagval.Duration(fs, &c.JWTMaxTTL, "jwt-max-ttl", "longest lifetime a token may claim, exp - iat (exp - now when it has no iat); a longer one is refused with 401, and pushd token mints within it")
+	fs.StringVar(&c.APIKey, "api-key", c.APIKey, "key for POST /v1/publish (X-API-Key); empty allows loopback callers only")
+	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "name shown in hello and metrics; empty means the host name")
+	flagval.Duration(fs, &c.ReconnectAfter, "reconnect-after", "clients of a draining node reconnect after a random delay up to this")
+	fs.BoolVar(&c.Streams, "streams", c.Streams, "also append every change to the tenant's Redis Stream, tail the streams to close Pub/Sub gaps, and resume SSE clients from stream cursors")
+	fs.Int64Var(&c.StreamMaxLen, "stream-maxlen", c.StreamMaxLen, "with --streams, trim each tenant's stream to about this many entries (XADD MAXLEN ~)")
+	fs.BoolVar(&c.Demo, "demo", c.Demo, "serve the demo page and its task simulator at /demo/ (the embedded mode always does); with a configured secret or key the page asks for a token; with a database the simulator writes generation_tasks rows, as a Task State Service would")
+	fs.IntVar(&c.MaxConns, "max-conns", c.MaxConns, "streams this node holds before it answers 503; 0 means the open-file limit less 1,000 kept for Redis, PostgreSQL and requests")
+	flagval.Duration(fs, &c.RequestTimeout, "request-timeout", "how long a request may take to arrive, headers and body; a connection still waiting for one is closed (a publish is answered 408 first); established streams are not bounded by it")
+	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "longest request line and headers, in bytes (431 past it)")
+	c.Hub.RegisterFlags(fs)
+	c.SSE.RegisterFlags(fs)
+	c.WS.RegisterFlags(fs)
+	c.API.RegisterFlags(fs)
+	c.Stream.RegisterFlags(fs)
+	c.Reconcile.RegisterFlags(fs)
+	c.Sessions.RegisterFlags(fs)
+	c.Admission.RegisterFlags(fs)
 }
 
 // A SettingError is a setting no mode of the node runs with. Setting is

@@ -88,7 +88,7 @@ func TestConnectionsPerAddressOnANode(t *testing.T) {
 func TestNodeFullAnswers503(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
-	cfg.API.MaxConns = 2
+	cfg.MaxConns = 2
 	s := startNode(t, cfg)
 	task := testenv.UniqueID("task")
 	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))

@@ -228,7 +228,7 @@ func (n *Node) apiConfig(verifier *auth.Verifier, demo http.Handler) api.Config 
 	c.Hub, c.Source, c.Publisher, c.Auth = n.hub, n.be.source, n.be.publisher, verifier
 	c.Streams, c.Admission, c.Ready = n.streams, n.adm, n.be.ready
 	c.APIKey, c.DemoSigner, c.Demo, c.Client, c.Version = n.cfg.APIKey, n.demoSigner, demo, web.Client(), n.cfg.Version
-	c.Logger = n.cfg.Logger
+	c.MaxConns, c.Logger = maxConns(n.cfg.MaxConns), n.cfg.Logger
 	return c
 }
 

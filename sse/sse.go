@@ -6,6 +6,7 @@ package sse
 import (
 	"context"
 	"errors"
+	"flag"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/stream/cursor"
 )
@@ -48,6 +50,13 @@ type Handler struct {
 	limits hub.Config // the per-connection limits every transport keeps
 	log    *slog.Logger
 	reaper *reaper
+}
+
+// RegisterFlags defines on fs a flag for each setting of c an operator
+// sets, bound to its field, with the field's value as its default: call it
+// on a Config with its defaults (DefaultConfig or WithDefaults).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	flagval.Duration(fs, &c.Retry, "sse-retry", "base SSE reconnect delay (each connection adds up to 50% jitter)")
 }
 
 // WithDefaults returns c with each zero setting that has a default set to

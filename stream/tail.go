@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -78,6 +79,13 @@ type Config struct {
 	CheckInterval time.Duration
 	// Logger receives the tailer's logs. Nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// RegisterFlags defines on fs a flag for each setting of c an operator
+// sets, bound to its field, with the field's value as its default: call it
+// on a Config with its defaults (DefaultConfig or WithDefaults).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.ClusterReads, "stream-cluster-reads", c.ClusterReads, "with --streams on Redis Cluster, blocking stream reads (one per watched tenant, each on a connection of its own) this node keeps open on each master; the tenants past it are polled every second")
 }
 
 // WithDefaults returns c with each zero setting that has a default set to

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/internal/httperr"
 )
 
@@ -91,6 +93,18 @@ type Handler struct {
 	closed bool    // Close was called: no new connection goroutines
 	poller *poller // wakes parked connections; made by the first to park
 	noPark bool    // the poller could not be made: every connection keeps its reader
+}
+
+// RegisterFlags defines on fs a flag for each setting of c an operator
+// sets, bound to its field, with the field's value as its default: call it
+// on a Config with its defaults (DefaultConfig or WithDefaults).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.Int64Var(&c.ReadLimit, "ws-max-message-bytes", c.ReadLimit, "longest WebSocket message a client may send; a longer one closes the connection with 1009")
+	fs.Float64Var(&c.RequestRate, "ws-request-rate", c.RequestRate, "requests per second one WebSocket may send (token bucket refill); one over it is dropped with rate_limit_exceeded")
+	fs.IntVar(&c.RequestBurst, "ws-request-burst", c.RequestBurst, "requests one WebSocket may send at once")
+	fs.IntVar(&c.MaxBadMessages, "ws-max-bad-messages", c.MaxBadMessages, "malformed or dropped WebSocket requests in a row before the connection is closed with 1008")
+	fs.Float64Var(&c.ControlFrames, "ws-control-frames", c.ControlFrames, "control frames (pings and pongs) one WebSocket client may send per second, in bursts of twice that; one past it closes the connection with 1008")
+	flagval.Duration(fs, &c.FirstRequestTimeout, "first-request-timeout", "how long a new WebSocket may wait before its first request; then it is closed with 1008")
 }
 
 // WithDefaults returns c with each zero setting that has a default set to

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -83,6 +85,16 @@ type Store struct {
 // Queries is how many database queries the store has sent: a lookup per
 // token Redis lacks, and one per re-check batch.
 func (s *Store) Queries() int64 { return s.queries.Load() }
+
+// RegisterFlags defines on fs a flag for each setting of c an operator
+// sets, bound to its field, with the field's value as its default: call it
+// on a Config with its defaults (DefaultConfig or WithDefaults).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	flagval.Duration(fs, &c.NegativeTTL, "session-negative-ttl", "how long this node remembers a session token PostgreSQL does not know, so its repeats cost no query (Redis is still asked)")
+	fs.IntVar(&c.NegativeEntries, "session-negative-entries", c.NegativeEntries, "unknown session tokens this node remembers; past it the least recently refused are forgotten")
+	fs.IntVar(&c.MaxDBQueries, "session-db-queries", c.MaxDBQueries, "session lookups this node runs in PostgreSQL at once (besides the snapshot reads' 8); one more waits --session-db-wait, then gets 503")
+	flagval.Duration(fs, &c.DBQueueWait, "session-db-wait", "how long a session lookup waits for one of --session-db-queries before it is answered 503 unavailable")
+}
 
 // WithDefaults returns c with each zero setting that has a default set to
 // it; it is the one place those defaults are written.

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // usageError is a command line or a setting pushd refuses; main exits 2 for
@@ -86,30 +85,6 @@ func valueReason(f *flag.Flag, reason string) string {
 		return "want a number"
 	}
 	return reason
-}
-
-// durationValue is a time.Duration flag whose errors say what a duration
-// looks like: "25" needs a unit, which time.ParseDuration only hints at.
-type durationValue time.Duration
-
-// durationVar defines a duration flag whose default is *p.
-func durationVar(fs *flag.FlagSet, p *time.Duration, name string, usage string) {
-	fs.Var((*durationValue)(p), name, usage)
-}
-
-func (d *durationValue) String() string { return (*time.Duration)(d).String() }
-func (d *durationValue) Get() any       { return time.Duration(*d) }
-
-func (d *durationValue) Set(s string) error {
-	v, err := time.ParseDuration(s)
-	if err == nil {
-		*d = durationValue(v)
-		return nil
-	}
-	if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
-		return fmt.Errorf("a duration needs a unit, e.g. %ss", s)
-	}
-	return errors.New("not a duration: want a number and a unit, e.g. 25s, 1m30s or 500ms")
 }
 
 // closest returns the name in known nearest to name, or "" when none is

@@ -42,7 +42,7 @@ var flagCases = map[string]flagCase{
 	"jwt-public-key":              {"testdata/env-key.pem", "testdata/flag-key.pem", func(c config) string { return c.JWTPublicKey }},
 	"jwt-algorithm":               {"RS256", "ES256", func(c config) string { return c.Node.JWTAlgorithm }},
 	"api-key":                     {"env-key", "flag-key", func(c config) string { return c.Node.APIKey }},
-	"max-conns":                   {"100", "200", func(c config) string { return strconv.Itoa(c.Node.API.MaxConns) }},
+	"max-conns":                   {"100", "200", func(c config) string { return strconv.Itoa(c.Node.MaxConns) }},
 	"max-conns-per-ip":            {"10", "20", func(c config) string { return strconv.Itoa(c.Node.API.MaxConnsPerIP) }},
 	"request-timeout":             {"3s", "4s", func(c config) string { return dur(c.Node.RequestTimeout) }},
 	"max-header-bytes":            {"32768", "16384", func(c config) string { return strconv.Itoa(c.Node.MaxHeaderBytes) }},

@@ -22,6 +22,7 @@ import (
 
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/snapshot"
 )
 
@@ -94,7 +95,7 @@ func tokenCommand(args, environ []string, stdin io.Reader, stdout, stderr io.Wri
 	fs.StringVar(&user, "user", "", "user the token is for (claim sub); required")
 	fs.StringVar(&projects, "projects", "", "projects claim: the project ids (comma-separated) whose tasks the token sees besides its user's own, or * for every project of the tenant; empty: the user's own tasks only")
 	fs.StringVar(&plan, "plan", "", "plan claim: free, pro or enterprise; empty leaves the tenant's configured plan")
-	durationVar(fs, &ttl, "ttl", "lifetime of the token; 0 means 1h, or --jwt-max-ttl when that is shorter")
+	flagval.Duration(fs, &ttl, "ttl", "lifetime of the token; 0 means 1h, or --jwt-max-ttl when that is shorter")
 	fs.StringVar(&privateKey, "private-key", "", "PEM file of the private key whose public key is --jwt-public-key (RS256, ES256, EdDSA); the node never needs it, so it is a flag only")
 	if err := parseArgs(fs, args, stdout); err != nil {
 		return err

@@ -110,7 +110,7 @@ func (c config) validateRanges(bad func(name, format string, args ...any)) {
 	if n.Stream.ClusterReads <= 0 {
 		bad("stream-cluster-reads", "%d: must be positive", n.Stream.ClusterReads)
 	}
-	for name, v := range map[string]int{"max-conns": n.API.MaxConns, "max-conns-per-ip": n.API.MaxConnsPerIP, "auth-failure-burst": n.API.AuthFailureBurst,
+	for name, v := range map[string]int{"max-conns": n.MaxConns, "max-conns-per-ip": n.API.MaxConnsPerIP, "auth-failure-burst": n.API.AuthFailureBurst,
 		"socket-send-buffer": n.Hub.SendBuffer} {
 		if v < 0 {
 			bad(name, "%d: must not be negative", v)

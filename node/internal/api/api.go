@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"flag"
 	"hash/fnv"
 	"io"
 	"log/slog"
@@ -110,6 +111,17 @@ type Config struct {
 	// and snapshot API calls (plan limits); nil admits everything.
 	Admission *admission.Controller
 	Logger    *slog.Logger // nil means slog.Default()
+}
+
+// RegisterFlags defines on fs a flag for each setting of c an operator
+// sets, bound to its field, with the field's value as its default: call it
+// on a Config with its defaults (DefaultConfig or WithDefaults).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "streams one client address may hold on this node (429 past it); 0 means no limit")
+	fs.IntVar(&c.MaxURLBytes, "max-url-bytes", c.MaxURLBytes, "longest request URL, in bytes (414 past it); at most --max-header-bytes, which counts it too")
+	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", c.AuthFailureBurst, "failed authentications (invalid tokens) a client address may make at once; past them it is answered 429 before its token is checked; 0 means no limit")
+	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", c.AuthFailureRate, "failed authentications per second a client address's bucket refills")
+	fs.IntVar(&c.AuthFailureAddresses, "auth-failure-addresses", c.AuthFailureAddresses, "client addresses whose failed authentications this node tracks; past it the least recently seen are forgotten")
 }
 
 // DefaultConfig is the settings a node runs with unless told otherwise:
