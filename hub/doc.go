@@ -45,7 +45,10 @@
 // The locks in parentheses are leaves: nothing is locked under them, and
 // none is held while calling out of the hub. Sink.Closed runs under
 // Conn.mu, so a sink never calls into the hub while holding a lock of its
-// own. The poller's, the read budgets' and the dispatch queue's locks are
+// own, but for the WebSocket's parkMu: a parking reader holds it while it
+// answers pings and may report a flood (Conn.Flooded), and it is taken
+// with no hub lock held and nothing under a hub lock waits for it. The
+// poller's, the read budgets' and the dispatch queue's locks are
 // leaves too, taken with no other hub lock held (the dispatch queue's
 // before its inner work queue's).
 //

@@ -29,7 +29,10 @@ type sink struct {
 	// sendBuffer is the socket send buffer Hijack sets; 0 leaves it.
 	sendBuffer int
 
-	// What the connection's readers share; one reads at a time.
+	// What the connection's readers share; one reads at a time. parkMu
+	// is held while park reads beside the library (the gate, br): the
+	// close handshake, which reads through the library, waits for it.
+	parkMu sync.Mutex
 	g      gate          // under the library's reader, br
 	br     *bufio.Reader // the library's reader, set by Hijack
 	budget *rate.Limiter // the client's control frames
@@ -74,7 +77,9 @@ func (s *sink) park() bool {
 	if s.poller == nil || s.raw == nil {
 		return false
 	}
-	if s.g.pump(s.readNow) || !s.g.idle() || s.br.Buffered() > 0 {
+	s.parkMu.Lock()
+	defer s.parkMu.Unlock()
+	if s.isEnding() || s.g.pump(s.readNow) || !s.g.idle() || s.br.Buffered() > 0 {
 		return false
 	}
 	s.mu.Lock()
@@ -84,6 +89,12 @@ func (s *sink) park() bool {
 	}
 	s.parked = true
 	return true
+}
+
+func (s *sink) isEnding() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ending
 }
 
 // wake is the poller's: the parked connection's socket turned readable.
@@ -221,6 +232,12 @@ func (s *sink) closeWith(code websocket.StatusCode, reason string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		// A barrier, not a hold: a park that began before ending was set
+		// finishes reading first, one after it reads nothing, and the
+		// poller's goroutine (a wake parks) never waits out a handshake.
+		s.parkMu.Lock()
+		//lint:ignore SA2001 the empty critical section is the barrier
+		s.parkMu.Unlock()
 		if code >= 0 {
 			s.wc.Close(code, reason)
 		} else {
