@@ -246,7 +246,7 @@ func (c Config) Problems() []*SettingError {
 	}
 	noKey := len(c.JWTSecret) == 0 && len(c.JWTPublicKeyPEM) == 0
 	if noKey && !c.Embedded() {
-		bad("jwt-secret", "set --jwt-secret or --jwt-public-key: only the embedded mode makes a secret up")
+		bad("jwt-secret", "set --jwt-secret (make one: openssl rand -base64 32) or --jwt-public-key: only the embedded mode makes a secret up")
 	}
 	if noKey {
 		// The embedded mode's demo tokens carry neither claim.

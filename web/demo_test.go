@@ -113,17 +113,24 @@ func demoRun(t *testing.T, p *page, pr *problems, base, token string) (ok, bad s
 	p.waitStatus(bad, "FAILED")
 	checkWalkShown(t, p, ok)
 	checkFailedCard(p, bad)
-	log := p.logText()
-	for _, want := range []string{
-		"Text → Video " + ok + ": Queued",
-		"Text → Video " + ok + ": Queued → Running",
-		"Text → Video " + ok + ": Running → Generating",
-		"Text → Video " + ok + ": Generating → Finishing",
-		"Text → Video " + ok + " is ready",
-		"Image → Video " + bad + " failed: The provider rejected the generation request. (provider_content_rejected)",
+	// The log names a task by its kind and prompt (the page's default,
+	// cut at a word), and marks each line with the task's id.
+	const prompt = "“A paper boat drifting down a rainy…”"
+	for task, wants := range map[string][]string{
+		ok: {
+			"Text → Video " + prompt + ": Queued",
+			"Text → Video " + prompt + ": Queued → Running",
+			"Text → Video " + prompt + ": Running → Generating",
+			"Text → Video " + prompt + ": Generating → Finishing",
+			"Text → Video " + prompt + " is ready",
+		},
+		bad: {"Image → Video " + prompt + " failed: The provider rejected the generation request. (provider_content_rejected)"},
 	} {
-		if !strings.Contains(log, want) {
-			p.fatalf("the activity log lacks %q", want)
+		log := p.logOf(task)
+		for _, want := range wants {
+			if !strings.Contains(log, want) {
+				p.fatalf("the activity log's lines of %s lack %q:\n%s", task, want, log)
+			}
 		}
 	}
 	pr.check(p, "after two tasks")

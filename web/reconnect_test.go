@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,6 +29,12 @@ func (p *page) waitReconnect(before int, transport string) {
 func (p *page) logText() string {
 	p.t.Helper()
 	return eval[string](p, `document.getElementById('log').innerText`)
+}
+
+// logOf is the activity log's lines of one task.
+func (p *page) logOf(task string) string {
+	p.t.Helper()
+	return eval[string](p, fmt.Sprintf(`[...document.querySelectorAll('#log li[data-task-id=%q]')].map((li) => li.innerText).join('\n')`, task))
 }
 
 func TestCutConnectionReconnectsAndEndsAtNewestVersions(t *testing.T) {
@@ -56,8 +63,13 @@ func TestCutConnectionReconnectsAndEndsAtNewestVersions(t *testing.T) {
 
 			p.waitAllTerminal()
 			p.checkNewest(n.URL, demoToken(t, n.URL, tenant, "demo-user"))
-			if log := p.logText(); !strings.Contains(log, "Connection cut from this page") || !strings.Contains(log, "Connection lost") {
+			log := p.logText()
+			if !strings.Contains(log, "Connection cut from this page") || !strings.Contains(log, "Connection lost") {
 				p.fatalf("the activity log does not show the cuts")
+			}
+			// A wait is worded in s, in ms or as now, never as 0.0 s.
+			if !regexp.MustCompile(`reconnecting (now|in [0-9]+ ms|in [0-9]+\.[0-9] s)`).MatchString(log) || strings.Contains(log, "in 0.0 s") {
+				p.fatalf("the activity log words the reconnect's wait badly:\n%s", log)
 			}
 		})
 	}

@@ -69,7 +69,12 @@ func (o origins) of(name string) string {
 }
 
 // settingError names the setting and where its value came from.
+// A setting that kept its default names no origin: what is wrong with it
+// is that it was not set.
 func (o origins) settingError(name, format string, args ...any) error {
+	if _, set := o[name]; !set {
+		return fmt.Errorf("--%s: %s", name, fmt.Sprintf(format, args...))
+	}
 	return fmt.Errorf("--%s (from %s): %s", name, o.of(name), fmt.Sprintf(format, args...))
 }
 

@@ -191,6 +191,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"positional argument", []string{"serve"}, env(), `unexpected argument "serve"`},
 		{"positional argument after flags", []string{"--listen", ":1", "extra"}, env(), `unexpected argument "extra"`},
 		{"unknown flag", []string{"--redis"}, env(), "redis"},
+		// A setting that kept its default came from nowhere: the message
+		// says what to set, and how to make a secret.
+		{"no secret beside redis", []string{"--redis-url", "redis://h:6379/0"}, env(), "--jwt-secret: set --jwt-secret (make one: openssl rand -base64 32) or --jwt-public-key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseConfig(tc.args, tc.getenv, io.Discard)

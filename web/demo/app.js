@@ -194,8 +194,8 @@ client.addEventListener('reconnecting', (e) => {
   $('conn').dataset.reconnects = String(reconnects);
   $('f-reconnects').textContent = String(reconnects);
   log(polling
-    ? `Stream unavailable (${reason}): polling over HTTP, trying to stream again in ${(delayMs / 1000).toFixed(1)} s`
-    : `Connection lost (${reason}): reconnecting in ${(delayMs / 1000).toFixed(1)} s`, 'warn');
+    ? `Stream unavailable (${reason}): polling over HTTP, trying to stream again ${inTime(delayMs)}`
+    : `Connection lost (${reason}): reconnecting ${inTime(delayMs)}`, 'warn');
 });
 client.addEventListener('error', (e) => {
   const d = e.detail;
@@ -385,17 +385,37 @@ function renderCounts() {
 // history, not news.
 function logTask(t, previous) {
   if (previous ? previous.status === t.status : isTerminal(t.status)) return;
-  const name = `${KIND[t.kind || started.get(t.task_id)?.kind] || 'Task'} ${t.task_id}`;
+  const name = taskName(t);
   const status = STATUS[t.status] || t.status;
-  if (t.status === 'SUCCEEDED') log(`${name} is ready`, 'ok');
-  else if (failed(t)) log(`${name} ${t.status === 'CANCELED' ? 'was canceled' : 'failed'}: ${reason(t)}`, 'warn');
-  else if (!previous) log(`${name}: ${status}`);
-  else log(`${name}: ${STATUS[previous.status] || previous.status} → ${status}`);
+  if (t.status === 'SUCCEEDED') log(`${name} is ready`, 'ok', t.task_id);
+  else if (failed(t)) log(`${name} ${t.status === 'CANCELED' ? 'was canceled' : 'failed'}: ${reason(t)}`, 'warn', t.task_id);
+  else if (!previous) log(`${name}: ${status}`, '', t.task_id);
+  else log(`${name}: ${STATUS[previous.status] || previous.status} → ${status}`, '', t.task_id);
 }
 
-function log(text, kind = '') {
+// taskName is what a person calls a task: its kind and prompt, shortened;
+// the id only when the prompt is not known (a task this page did not start
+// and PostgreSQL listed).
+function taskName(t) {
+  const kind = KIND[t.kind || started.get(t.task_id)?.kind] || 'Task';
+  const prompt = (t.prompt || started.get(t.task_id)?.prompt || '').trim();
+  if (!prompt) return `${kind} ${t.task_id}`;
+  return `${kind} “${prompt.length > 40 ? `${prompt.slice(0, 41).replace(/\s+\S*$/, '')}…` : prompt}”`;
+}
+
+// inTime words a wait: "now" under a tenth of a second, then ms, then s.
+function inTime(ms) {
+  if (ms < 100) return 'now';
+  if (ms < 1000) return `in ${Math.round(ms)} ms`;
+  return `in ${(ms / 1000).toFixed(1)} s`;
+}
+
+// log adds a line to the activity log; taskId, when given, marks the line
+// as the task's (data-task-id), for whoever needs the id behind the name.
+function log(text, kind = '', taskId = '') {
   const li = el('li');
   li.dataset.kind = kind;
+  if (taskId) li.dataset.taskId = taskId;
   const time = el('time', null, new Date().toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' }));
   li.append(time, el('span', null, text));
   const list = $('log');
