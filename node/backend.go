@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/auth/session"
+	"github.com/pushd/pushd/db"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/keys"
@@ -132,7 +135,7 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redis
 	b.source = b.store
 	b.ready = readiness(cfg, r.cache, b.pool)
 	scfg := cfg.Sessions
-	scfg.Redis, scfg.DB, scfg.Prefix = r.control, b.pool, cfg.KeyPrefix
+	scfg.Redis, scfg.DB, scfg.Prefix, scfg.Logger = r.control, b.pool, cfg.KeyPrefix, cfg.Logger
 	b.sessions = session.New(scfg)
 	if cfg.Streams {
 		// The realtime role is the standalone Redis or the cluster; on a
@@ -213,26 +216,38 @@ const dbCheckTimeout = 2 * time.Second
 func checkDatabase(ctx context.Context, cfg Config, pool *pgxpool.Pool, c *pgconn.Config) {
 	ctx, cancel := context.WithTimeout(ctx, dbCheckTimeout)
 	defer cancel()
-	if err := pool.Ping(ctx); err != nil {
+	missing, err := db.Missing(ctx, pool)
+	if err != nil {
 		cfg.Logger.Warn("postgres does not answer at start; serving from Redis until it does",
 			"addr", net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))), "database", c.Database, "user", c.User, "err", err)
+		return
+	}
+	if len(missing) > 0 {
+		cfg.Logger.Warn("postgres lacks part of the schema pushd reads: apply every file of db/migrations (the Task State Service owns the schema in production)",
+			"missing", strings.Join(missing, ","), "database", c.Database)
 	}
 }
 
 // readiness is /readyz's check: the node can serve while either snapshot
-// source answers. Both are asked at once, so a stalled one cannot spend
-// the other's deadline. /readyz is public, so its checks give each
-// source's state only; why a source is down goes to the log.
+// source answers, unless PostgreSQL answers without the table of tasks, a
+// node that would answer every read it cannot serve from Redis with 503.
+// Both are asked at once, so a stalled one cannot spend the other's
+// deadline. /readyz is public, so its checks give each source's state
+// only; why a source is down goes to the log.
 func readiness(cfg Config, cache redis.UniversalClient, pool *pgxpool.Pool) func(context.Context) (map[string]string, error) {
 	sources := &sourceStates{log: cfg.Logger, down: map[string]bool{}}
 	return func(ctx context.Context) (map[string]string, error) {
 		var redisErr, pgErr error
+		var missing []string
 		var wg sync.WaitGroup
 		wg.Go(func() { redisErr = cache.Ping(ctx).Err() })
 		if pool != nil {
-			wg.Go(func() { pgErr = pool.Ping(ctx) })
+			wg.Go(func() { missing, pgErr = db.Missing(ctx, pool) })
 		}
 		wg.Wait()
+		if slices.Contains(missing, db.TasksMigration) {
+			pgErr = errNoTasksTable
+		}
 		// A probe its caller gave up on says nothing about the sources; were
 		// it counted, hanging up on /readyz would make them flap in the log.
 		record := !errors.Is(ctx.Err(), context.Canceled)
@@ -240,12 +255,18 @@ func readiness(cfg Config, cache redis.UniversalClient, pool *pgxpool.Pool) func
 		if pool != nil {
 			checks["postgres"] = sources.state("postgres", pgErr, record)
 		}
-		if redisErr == nil || (pool != nil && pgErr == nil) {
+		switch {
+		case errors.Is(pgErr, errNoTasksTable):
+			checks["postgres"] = "schema missing"
+			return checks, pgErr
+		case redisErr == nil || (pool != nil && pgErr == nil):
 			return checks, nil
 		}
 		return checks, errors.New("no snapshot source answers")
 	}
 }
+
+var errNoTasksTable = errors.New("postgres has no generation_tasks table: apply db/migrations")
 
 // sourceStates remembers whether each snapshot source was down at the last
 // probe, so that a source's error is logged when its state changes, not on

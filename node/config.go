@@ -104,7 +104,7 @@ type Config struct {
 
 	// Sessions configures the lookups of opaque session tokens (negative
 	// cache, PostgreSQL bound); the node sets its Redis (the control role),
-	// DB and Prefix. Without Redis there are no session tokens.
+	// DB, Prefix and Logger. Without Redis there are no session tokens.
 	Sessions session.Config
 
 	// Admission configures connect rate limits, API plan limits and

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/snapshot"
 )
@@ -64,6 +66,10 @@ type Config struct {
 	// slow or flooded database.
 	MaxDBQueries int
 	DBQueueWait  time.Duration
+	// Logger receives the failures of the database's lookups, one episode
+	// at a time (a warning when they start, a summary while they last);
+	// nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Store resolves opaque session tokens: Redis first, then PostgreSQL,
@@ -80,6 +86,9 @@ type Store struct {
 	unknown *lru.Cache[string, time.Time]
 	dbSlots *semaphore.Weighted
 	queries atomic.Int64 // database queries sent, lookups and re-checks
+	// dbFailures logs the lookups the database failed: their tokens are
+	// answered 503, and nothing else would say why.
+	dbFailures *episode.Logger
 }
 
 // Queries is how many database queries the store has sent: a lookup per
@@ -120,13 +129,17 @@ func (c Config) WithDefaults() Config {
 	if c.DBQueueWait <= 0 {
 		c.DBQueueWait = 500 * time.Millisecond
 	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	return c
 }
 
 // New returns a session resolver.
 func New(cfg Config) *Store {
 	cfg = cfg.WithDefaults()
-	s := &Store{cfg: cfg, dbSlots: semaphore.NewWeighted(int64(cfg.MaxDBQueries))}
+	s := &Store{cfg: cfg, dbSlots: semaphore.NewWeighted(int64(cfg.MaxDBQueries)),
+		dbFailures: episode.New(cfg.Logger, "session lookups in postgres still failing")}
 	if cfg.NegativeTTL > 0 {
 		s.unknown, _ = lru.New[string, time.Time](cfg.NegativeEntries) // errs only on a size <= 0
 	}
@@ -216,6 +229,12 @@ func (s *Store) lookup(ctx context.Context, token string) (auth.Principal, error
 		return auth.Principal{}, auth.Invalid("unknown session", nil)
 	}
 	sess, exp, err := s.query(ctx, token)
+	switch {
+	case err != nil && !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil:
+		s.dbFailures.Fail("session lookup in postgres failed; its token is answered 503 unavailable", err)
+	case ctx.Err() == nil:
+		s.dbFailures.OK("session lookups in postgres answer again")
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if s.unknown != nil {
