@@ -86,7 +86,7 @@ func (n Names) StreamEpoch(tenantID string) string {
 // Unannounced is a tenant's unannounced journal: a sorted set of the
 // publishes on Redis Cluster (or with the cache and realtime roles on two
 // Redis servers) that may have stored their snapshot and not announced it
-// yet, which nodes reconcile (fanout/rediswrite, Journal). It shares the
+// yet, which nodes reconcile (snapshot/rediswrite, Journal). It shares the
 // tenant's channel's hash tag, so the announcement removes the entry in the
 // same script.
 func (n Names) Unannounced(tenantID string) string {

@@ -8,10 +8,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/fanout"
-	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/node"
+	"github.com/pushd/pushd/snapshot/rediswrite"
 )
 
 // A Task State Service that dies between the snapshot write and its

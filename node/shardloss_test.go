@@ -8,11 +8,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/fanout"
-	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/node"
+	"github.com/pushd/pushd/snapshot/rediswrite"
 )
 
 var clusterNames = keys.Names{Cluster: true}

@@ -4,7 +4,7 @@
 // (sse, ws) and the hub can name a snapshot without linking Redis or
 // PostgreSQL. The stores live elsewhere: MemoryStore here (the embedded
 // mode), the Redis and PostgreSQL read store in snapshot/store, the Lua
-// write protocol in fanout/rediswrite.
+// write protocol in snapshot/rediswrite.
 //
 // The contract of a snapshot document (Parse): a JSON object of at most
 // MaxSize bytes, nested at most MaxDepth levels, with a valid task_id and

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/rediswrite"
 	"github.com/pushd/pushd/snapshot/snapshottest"
 	"github.com/pushd/pushd/snapshot/store"
 )

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/snapshot/rediswrite"
 	"github.com/pushd/pushd/snapshot/snapshottest"
 )
 

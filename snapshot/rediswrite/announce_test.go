@@ -6,8 +6,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pushd/pushd/fanout/rediswrite"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/snapshot/rediswrite"
 	"github.com/pushd/pushd/snapshot/snapshottest"
 )
 
