@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -113,17 +114,24 @@ Every flag can also be set by its environment variable, or as
 "name = value" in the --config file. A flag wins over the environment,
 which wins over the file.
 
+What a node with Redis and PostgreSQL needs:
 `)
+		for _, name := range essentialFlags {
+			printFlag(fs.Output(), fs.Lookup(name), envName(name))
+		}
+		fmt.Fprintf(fs.Output(), "\nEvery other setting, by name (docs/CONFIG.md has them all):\n")
 		fs.VisitAll(func(f *flag.Flag) {
-			fmt.Fprintf(fs.Output(), "  --%s (%s)\n    \t%s", f.Name, envName(f.Name), f.Usage)
-			if f.DefValue != "" {
-				fmt.Fprintf(fs.Output(), " (default %q)", f.DefValue)
+			if !slices.Contains(essentialFlags, f.Name) {
+				printFlag(fs.Output(), f, envName(f.Name))
 			}
-			fmt.Fprintln(fs.Output())
 		})
 	}
 	return fs
 }
+
+// essentialFlags are what -h lists first: what a node beside Redis and
+// PostgreSQL cannot start without, and where it serves.
+var essentialFlags = []string{"redis-url", "database-url", "jwt-secret", "api-key", "listen"}
 
 // parseConfig reads the settings: flags, then their PUSHD_* twins for what
 // the flags left unset, then the --config file for what both left, then

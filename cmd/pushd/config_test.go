@@ -109,6 +109,14 @@ func TestHelpListsEveryFlagWithItsEnvName(t *testing.T) {
 	if !slices.Equal(listed, want) {
 		t.Errorf("-h lists flags %v, want %v:\n%s", listed, want, out)
 	}
+	// The essentials first, in their order, then the rest by name.
+	var order []string
+	for _, m := range usageFlagRE.FindAllStringSubmatch(out, -1) {
+		order = append(order, m[1])
+	}
+	if n := len(essentialFlags); len(order) < n || !slices.Equal(order[:n], essentialFlags) || !slices.IsSorted(order[n:]) {
+		t.Errorf("-h lists %v, want %v first, then the rest by name", order, essentialFlags)
+	}
 	for _, s := range []string{"Usage: pushd", "environment variable", `(default ":8080")`, `(default "25s")`} {
 		if !strings.Contains(out, s) {
 			t.Errorf("-h output lacks %q:\n%s", s, out)
