@@ -50,6 +50,13 @@ type Config struct {
 	ConnectIPBurst int
 	ConnectIPRate  float64
 
+	// PollUserBurst and PollUserRate are each user's bucket of fallback
+	// polls (Poll): the snapshot reads of a client that cannot hold a
+	// stream, which pass it without costing the tenant's API window. Either
+	// zero means no such bucket: every poll is an API call.
+	PollUserBurst int
+	PollUserRate  float64
+
 	// Plans are the API limits per plan, requests per tenant and endpoint
 	// per APIWindow (DefaultPlans are the production ones). Nil means no API
 	// limits; a plan whose limit is zero or less is unlimited. DefaultPlan is
@@ -106,6 +113,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.ConnectIPRate, "connect-ip-rate", c.ConnectIPRate, "connects per second a client IP's bucket refills")
 	fs.IntVar(&c.MaxConnsPerUser, "max-conns-per-user", c.MaxConnsPerUser, "open connections a user may hold across the fleet; 0 means no cap")
 	fs.IntVar(&c.MaxConnsPerTenant, "max-conns-per-tenant", c.MaxConnsPerTenant, "open connections a tenant may hold across the fleet; 0 means no cap")
+	fs.IntVar(&c.PollUserBurst, "poll-user-burst", c.PollUserBurst, "fallback polls (snapshot reads marked X-Pushd-Poll, which the JavaScript client sends when it cannot stream) a user may make at once without costing the tenant's API window; past them a poll is an API call like any other; 0 means every poll is one")
+	fs.Float64Var(&c.PollUserRate, "poll-user-rate", c.PollUserRate, "fallback polls per second a user's bucket refills")
 	flagval.MapInt(fs, c.Plans, PlanFree, "api-limit-free", "snapshot API calls per tenant and endpoint per --api-window on the free plan; 0 means no limit")
 	flagval.MapInt(fs, c.Plans, PlanPro, "api-limit-pro", "the same on the pro plan")
 	flagval.MapInt(fs, c.Plans, PlanEnterprise, "api-limit-enterprise", "the same on the enterprise plan")
@@ -127,6 +136,7 @@ func DefaultConfig() Config {
 		ConnectUserBurst: 20, ConnectUserRate: 1,
 		ConnectIPBurst: 200, ConnectIPRate: 20,
 		MaxConnsPerUser: 50, MaxConnsPerTenant: 10000,
+		PollUserBurst: 5, PollUserRate: 1,
 		Plans: DefaultPlans(),
 	}
 	return c.WithDefaults()

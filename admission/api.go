@@ -48,6 +48,33 @@ func (c *Controller) API(ctx context.Context, tenant, claimPlan, endpoint string
 	return c.count(endpoint, Decision{Allowed: true, Local: true})
 }
 
+// Poll reports whether one fallback poll of tenant/user, a snapshot read
+// of a client that cannot hold a stream, passes the user's poll bucket,
+// and so costs the tenant's API window nothing: a page that polls at its
+// client's pace is a stream that could not connect, not a use of the API.
+// A poll past the bucket is the caller's to check with API, like any
+// call; so a client that marks every call a poll gains its bucket, no
+// more. The bucket lives in the control Redis, or locally while it does
+// not answer.
+func (c *Controller) Poll(ctx context.Context, tenant, user string) bool {
+	if c.cfg.PollUserBurst <= 0 || c.cfg.PollUserRate <= 0 {
+		return false
+	}
+	if c.useRedis() {
+		tctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		cmd := bucketScript.Run(tctx, c.rdb, []string{c.names.pollUser(tenant, user)}, c.cfg.PollUserBurst, c.cfg.PollUserRate)
+		v, err := ints(cmd, 2)
+		cancel()
+		if err == nil {
+			c.recovered()
+			return v[0] == 1
+		}
+		c.failed("poll bucket", err)
+	}
+	_, ok := c.local.take(localBucket("poll", tenant, user), c.cfg.PollUserRate, c.cfg.PollUserBurst, time.Now())
+	return ok
+}
+
 func (c *Controller) limitFor(plan string) int {
 	if l, ok := c.cfg.Plans[plan]; ok {
 		return l

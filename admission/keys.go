@@ -17,6 +17,9 @@ func (n names) connUser(tenant, user string) string {
 	return n.prefix + "rl:conn:user:" + keys.Join(tenant, user)
 }
 func (n names) connIP(ip string) string { return n.prefix + "rl:conn:ip:" + ip }
+func (n names) pollUser(tenant, user string) string {
+	return n.prefix + "rl:poll:user:" + keys.Join(tenant, user)
+}
 func (n names) api(tenant, endpoint string) string {
 	return n.prefix + "rl:api:tenant:" + keys.Join(tenant, endpoint)
 }

@@ -25,6 +25,8 @@ func init() {
 		"connect-ip-rate":          {"5", "6", func(c config) string { return ftoa(c.Node.Admission.ConnectIPRate) }},
 		"max-conns-per-user":       {"7", "8", func(c config) string { return itoa(c.Node.Admission.MaxConnsPerUser) }},
 		"max-conns-per-tenant":     {"70", "80", func(c config) string { return itoa(c.Node.Admission.MaxConnsPerTenant) }},
+		"poll-user-burst":          {"3", "4", func(c config) string { return itoa(c.Node.Admission.PollUserBurst) }},
+		"poll-user-rate":           {"0.5", "2", func(c config) string { return ftoa(c.Node.Admission.PollUserRate) }},
 		"api-limit-free":           {"10", "11", func(c config) string { return itoa(c.Node.Admission.Plans[admission.PlanFree]) }},
 		"api-limit-pro":            {"100", "110", func(c config) string { return itoa(c.Node.Admission.Plans[admission.PlanPro]) }},
 		"api-limit-enterprise":     {"1000", "1100", func(c config) string { return itoa(c.Node.Admission.Plans[admission.PlanEnterprise]) }},

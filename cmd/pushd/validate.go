@@ -149,6 +149,7 @@ func validateAdmission(a admission.Config, bad func(name, format string, args ..
 		"connect-user-burst": float64(a.ConnectUserBurst), "connect-user-rate": a.ConnectUserRate,
 		"connect-ip-burst": float64(a.ConnectIPBurst), "connect-ip-rate": a.ConnectIPRate,
 		"max-conns-per-user": float64(a.MaxConnsPerUser), "max-conns-per-tenant": float64(a.MaxConnsPerTenant),
+		"poll-user-burst": float64(a.PollUserBurst), "poll-user-rate": a.PollUserRate,
 		"api-limit-free": float64(a.Plans[admission.PlanFree]), "api-limit-pro": float64(a.Plans[admission.PlanPro]),
 		"api-limit-enterprise": float64(a.Plans[admission.PlanEnterprise]),
 	} {

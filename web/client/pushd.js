@@ -797,7 +797,10 @@ export class PushdClient extends EventTarget {
     let retryAfter = null;
     const limits = []; // one announcement per round, the longest wait's
     await Promise.all(urls.map(async (url) => {
-      const headers = { Authorization: `Bearer ${token}` };
+      // Marked a poll: within the user's poll budget it costs the tenant's
+      // API limit nothing, so a page that cannot stream does not use up
+      // its tenant's plan.
+      const headers = { Authorization: `Bearer ${token}`, 'X-Pushd-Poll': '1' };
       const tag = this.#etags.get(url);
       if (tag) headers['If-None-Match'] = tag;
       let res;

@@ -50,14 +50,23 @@ func (s *server) admitStream(serve func(http.ResponseWriter, *http.Request, hub.
 // names the window.
 func (s *server) limitAPI(endpoint string, h func(echo.Context, hub.Principal) error) func(echo.Context, hub.Principal) error {
 	return func(c echo.Context, p hub.Principal) error {
-		if s.cfg.Admission != nil {
-			if d := s.cfg.Admission.API(c.Request().Context(), p.TenantID, authPrincipal(c).Plan, endpoint); !d.Allowed {
+		if a := s.cfg.Admission; a != nil {
+			ctx := c.Request().Context()
+			if c.Request().Header.Get(PollHeader) != "" && a.Poll(ctx, p.TenantID, p.UserID) {
+				return h(c, p)
+			}
+			if d := a.API(ctx, p.TenantID, authPrincipal(c).Plan, endpoint); !d.Allowed {
 				return refuse(d)
 			}
 		}
 		return h(c, p)
 	}
 }
+
+// PollHeader marks a snapshot read as a fallback poll: a client that
+// cannot hold a stream reading what it watches (docs/PROTOCOL.md). Within
+// the user's poll bucket it costs the tenant's API window nothing.
+const PollHeader = "X-Pushd-Poll"
 
 // refuse is the 429 of a refused decision: its wait, and the rule that
 // refused in the message. A connection refused by a fleet-wide cap on open connections

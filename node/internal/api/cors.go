@@ -23,7 +23,7 @@ func cors(patterns []string) echo.MiddlewareFunc {
 		},
 		AllowOriginFunc:  func(origin string) (bool, error) { return originAllowed(patterns, origin), nil },
 		AllowMethods:     []string{http.MethodGet, http.MethodHead},
-		AllowHeaders:     []string{"Authorization", "Last-Event-ID", "If-None-Match"},
+		AllowHeaders:     []string{"Authorization", "Last-Event-ID", "If-None-Match", PollHeader},
 		ExposeHeaders:    []string{"ETag", "Retry-After"},
 		AllowCredentials: true,
 		MaxAge:           600,
