@@ -3,6 +3,8 @@ package hub_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -397,5 +399,64 @@ func TestTenantLostOutlastsWholeBusLoss(t *testing.T) {
 	e.hub.TenantsRestored([]string{"t1"})
 	if ev := r1.nextMode(t); ev.Mode != hub.ModePush || ev.Reason != hub.ReasonRestored {
 		t.Fatalf("t1 got mode %q (%s), want push (restored)", ev.Mode, ev.Reason)
+	}
+}
+
+// deadlineSource makes its caller's first Get of slow wait out the
+// caller's deadline, as a source too slow for a subscription's timeout
+// does, and answers every read after.
+type deadlineSource struct {
+	*snapshot.MemoryStore
+	slow string
+	cut  atomic.Bool
+}
+
+func (s *deadlineSource) Get(ctx context.Context, id string, atLeast int64) (*snapshot.Snapshot, error) {
+	if id == s.slow && s.cut.CompareAndSwap(false, true) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.MemoryStore.Get(ctx, id, atLeast)
+}
+
+// TestInitialReadsPastTheDeadlineAreUnavailable: a subscribe whose initial
+// reads outlast its deadline (the transport's subscribe timeout) stands,
+// with what was read offered and what was not rejected unavailable, and
+// the poll loop reads those, so the client gets every task.
+func TestInitialReadsPastTheDeadlineAreUnavailable(t *testing.T) {
+	src := &deadlineSource{MemoryStore: snapshot.NewMemoryStore(), slow: "slow"}
+	bus := fanout.NewMemoryBus()
+	h := hub.New(hub.Config{Source: src, Bus: bus, PollInterval: 20 * time.Millisecond})
+	bus.Start(h)
+	t.Cleanup(func() {
+		h.Close()
+		bus.Close()
+	})
+	for _, id := range []string{"fast", "slow", "later"} {
+		src.SetIfNewer(context.Background(), snap(t, "t1", id, 3))
+	}
+	r := newRecorder()
+	c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1", Grant: everyProject}, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // the slow read waits it out; the fast one is done long before
+	defer cancel()
+	rejected, err := c.Subscribe(ctx, hub.Subscription{Tasks: []string{"fast", "slow", "later"}, Projects: []string{"p1"}})
+	if err != nil {
+		t.Fatalf("subscribe past its deadline: %v, want it to stand", err)
+	}
+	want := []hub.Rejection{{TaskID: "slow", Code: hub.CodeUnavailable}, {TaskID: "later", Code: hub.CodeUnavailable}, {ProjectID: "p1", Code: hub.CodeUnavailable}}
+	if !slices.Equal(rejected, want) {
+		t.Fatalf("rejected %+v, want %+v", rejected, want)
+	}
+	got := map[string]int64{}
+	for len(got) < 3 {
+		s := r.nextTask(t)
+		got[s.TaskID] = s.Version
+	}
+	if !maps.Equal(got, map[string]int64{"fast": 3, "slow": 3, "later": 3}) {
+		t.Fatalf("got %v, want every task at version 3", got)
 	}
 }

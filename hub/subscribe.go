@@ -288,7 +288,7 @@ func (c *Conn) replayResume(ctx context.Context, s Subscription, a *admission) (
 // found, what it could not offer. It fails only when ctx ended.
 func (c *Conn) readInitial(ctx context.Context, a *admission) error {
 	h := c.hub
-	for _, id := range a.tasks {
+	for i, id := range a.tasks {
 		snap, err := h.cfg.Source.Get(ctx, id, 0)
 		switch {
 		case err == nil && c.sees(snap): // another tenant's, or one the grant does not allow, is as absent
@@ -299,16 +299,16 @@ func (c *Conn) readInitial(ctx context.Context, a *admission) error {
 			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeInvalidID})
 		default:
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return outOfTime(ctx, a, a.tasks[i:], a.projects, a.user)
 			}
 			h.log.Warn("initial snapshot read failed", "conn", c.ID, "tenant", c.TenantID, "task", id, "err", err)
 			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeUnavailable})
 		}
 	}
-	for _, id := range a.projects {
+	for i, id := range a.projects {
 		if err := c.offerList(h.cfg.Source.ListProject(ctx, c.TenantID, id)); err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return outOfTime(ctx, a, nil, a.projects[i:], a.user)
 			}
 			h.log.Warn("project listing failed", "conn", c.ID, "tenant", c.TenantID, "project", id, "err", err)
 			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeUnavailable})
@@ -317,11 +317,32 @@ func (c *Conn) readInitial(ctx context.Context, a *admission) error {
 	if a.user {
 		if err := c.offerList(h.cfg.Source.ListUser(ctx, c.TenantID, c.UserID)); err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return outOfTime(ctx, a, nil, nil, true)
 			}
 			h.log.Warn("user listing failed", "conn", c.ID, "tenant", c.TenantID, "user", c.UserID, "err", err)
 			a.rejected = append(a.rejected, Rejection{Code: CodeUnavailable})
 		}
+	}
+	return nil
+}
+
+// outOfTime ends initial reads that ctx cut short. When its deadline
+// passed (the transport's subscribe timeout), what was not read is
+// rejected unavailable, which the poll loop reads again, and the
+// subscription stands (docs/PROTOCOL.md, the limit of the initial reads);
+// when it was cancelled, the connection is ending, and its error stands.
+func outOfTime(ctx context.Context, a *admission, tasks, projects []string, user bool) error {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return ctx.Err()
+	}
+	for _, id := range tasks {
+		a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeUnavailable})
+	}
+	for _, id := range projects {
+		a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeUnavailable})
+	}
+	if user {
+		a.rejected = append(a.rejected, Rejection{Code: CodeUnavailable})
 	}
 	return nil
 }
