@@ -294,6 +294,12 @@ func (h *Handler) readLoop(ctx context.Context, s *sink) error {
 		if s.park() {
 			return errParked
 		}
+		if s.isEnding() {
+			// A close is under way, and its handshake reads the client's
+			// answer: this reader starts no read beside it, and finish
+			// closes with the sink's code at once.
+			return errEnding
+		}
 		typ, data, err := s.wc.Read(ctx)
 		if err != nil {
 			return err
