@@ -268,6 +268,34 @@ func createDatabase() (Postgres, func(), error) {
 	return Postgres{URL: u.String(), Pool: pool}, drop, nil
 }
 
+// EmptyDatabase creates a PostgreSQL database with no schema, for a test
+// that applies the migrations itself, and drops it when the test ends. It
+// returns the database's URL.
+func EmptyDatabase(t testing.TB) string {
+	t.Helper()
+	admin := env("PUSHD_TEST_DATABASE_URL", DefaultDatabaseURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adminPool, err := pgxpool.New(ctx, admin)
+	if err != nil {
+		t.Fatalf("testenv: PUSHD_TEST_DATABASE_URL: %v", err)
+	}
+	name := "pushd_test_empty_" + RandomSuffix(6)
+	if _, err := adminPool.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		adminPool.Close()
+		t.Fatalf("testenv: create database (PostgreSQL at %s; scripts/test starts one): %v", admin, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		adminPool.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		adminPool.Close()
+	})
+	u, _ := url.Parse(admin)
+	u.Path = "/" + name
+	return u.String()
+}
+
 // Task is a row of generation_tasks, for tests to insert.
 type Task struct {
 	ID, TenantID, ProjectID, UserID, Status string
