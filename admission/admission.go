@@ -204,6 +204,7 @@ type counters struct {
 	fallbacks, storeErrors                                       atomic.Int64
 	leasesAcquired, leasesReleased, leasesExpired, leasesReadded atomic.Int64
 	reconciles, reconcileDiff, sessionsClosed, sessionChecks     atomic.Int64
+	pollsFree, pollsCharged                                      atomic.Int64
 }
 
 // Stats are a Controller's counters since it started and its gauges now.
@@ -230,6 +231,11 @@ type Stats struct {
 	ReconcileDiff  int64 // sum of |count - live leases| the reconciles repaired
 	SessionsClosed int64 // sessions found deleted or expired on re-validation
 	SessionChecks  int64 // re-validations of every open session that ran to their end
+
+	// Fallback polls (Poll): PollsFree passed their user's poll bucket and
+	// cost the tenant's API window nothing; PollsCharged did not, and are
+	// the caller's to check against the window like any call.
+	PollsFree, PollsCharged int64
 }
 
 // Controller makes admission decisions. It is safe for concurrent use;
@@ -306,6 +312,7 @@ func (c *Controller) Stats() Stats {
 		Reconciles:     c.stats.reconciles.Load(),
 		ReconcileDiff:  c.stats.reconcileDiff.Load(),
 		SessionsClosed: c.stats.sessionsClosed.Load(), SessionChecks: c.stats.sessionChecks.Load(),
+		PollsFree: c.stats.pollsFree.Load(), PollsCharged: c.stats.pollsCharged.Load(),
 		Rules: c.stats.byEndpoint.stats(),
 	}
 	for _, r := range rules {

@@ -57,6 +57,16 @@ func (c *Controller) API(ctx context.Context, tenant, claimPlan, endpoint string
 // more. The bucket lives in the control Redis, or locally while it does
 // not answer.
 func (c *Controller) Poll(ctx context.Context, tenant, user string) bool {
+	free := c.pollBucket(ctx, tenant, user)
+	if free {
+		c.stats.pollsFree.Add(1)
+	} else {
+		c.stats.pollsCharged.Add(1)
+	}
+	return free
+}
+
+func (c *Controller) pollBucket(ctx context.Context, tenant, user string) bool {
 	if c.cfg.PollUserBurst <= 0 || c.cfg.PollUserRate <= 0 {
 		return false
 	}

@@ -15,7 +15,7 @@ import (
 // 150 polls is refused, where the same 150 reads unmarked, on a tenant of
 // their own, get 5 through (the plan's window) and 145 refused. A poll
 // past its user's bucket is an API call like any other: marking every
-// call a poll buys a user its bucket, no more.
+// call a poll buys a user its bucket, no more. The node counts both kinds.
 func TestPollsOfOneTenantDoNotUseUpItsPlan(t *testing.T) {
 	const users, polls, planLimit = 50, 3, 5
 	c := newCluster(t)
@@ -65,5 +65,9 @@ func TestPollsOfOneTenantDoNotUseUpItsPlan(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Fatalf("poll %d past the bucket: %d %s, want %d", i+1, resp.StatusCode, body, want)
 		}
+	}
+	m := testenv.Scrape(t, srv.AdminURL)
+	if free, charged := m[`pushd_admission_polls_total{outcome="free"}`], m[`pushd_admission_polls_total{outcome="charged"}`]; free != users*polls || charged != planLimit+1 {
+		t.Errorf("polls counted free %v, charged %v; want %d and %d", free, charged, users*polls, planLimit+1)
 	}
 }

@@ -147,6 +147,7 @@ var (
 	reconciles      = counter("admission_reconciles_total", "Tenants whose connection counts were rebuilt from live leases.")
 	reconcileDiff   = counter("admission_reconcile_difference_total", "Sum of |count - live leases| the reconciles repaired.")
 	sessionsClosed  = counter("admission_sessions_revoked_total", "Sessions found deleted or expired on re-validation; their connections were closed.")
+	admPolls        = counter("admission_polls_total", "Fallback polls (snapshot reads marked X-Pushd-Poll) by outcome: free, within their user's poll bucket and not charged to the tenant's API window; charged, past it and checked against the window like any call.", "outcome")
 	streamLag       = prometheus.NewDesc("pushd_stream_lag_seconds", "Time from a stream entry's append (its id) to its delivery to the node's connections' outboxes.", nil, nil)
 
 	connsOpen    = gauge("connections_open", "Open client connections by transport (sse, websocket) and tenant plan (free, pro, enterprise; none when the token states none; other for any other).", "transport", "plan")
@@ -450,6 +451,8 @@ func (e emitter) admission(as admission.Stats) {
 	e.emit(reconciles, float64(as.Reconciles))
 	e.emit(reconcileDiff, float64(as.ReconcileDiff))
 	e.emit(sessionsClosed, float64(as.SessionsClosed))
+	e.emit(admPolls, float64(as.PollsFree), "free")
+	e.emit(admPolls, float64(as.PollsCharged), "charged")
 	for _, r := range as.Rules {
 		e.emit(rlAllowed, float64(r.Allowed), r.Endpoint, r.Rule)
 		e.emit(rlRejected, float64(r.Rejected), r.Endpoint, r.Rule)
