@@ -27,7 +27,7 @@ export type ClientState = 'idle' | 'connecting' | 'streaming' | 'polling' | 'clo
 export type ServerMode = 'push' | 'polling';
 
 export interface ClientOptions {
-  /** The pushd server's base URL; default the page's origin. */
+  /** The pushd server's base URL; default the page's origin (required outside a browser). */
   url?: string;
   /** A token, or a function returning one (called again after a 401 or a token_expired close). */
   token: string | (() => string | Promise<string>);
@@ -52,6 +52,16 @@ export interface ClientOptions {
   probeTimeoutMs?: number;
   /** The server's limit of tasks and projects per connection and per poll request; default 100. */
   maxIds?: number;
+  /**
+   * The WebSocket constructor; default globalThis.WebSocket. Outside a
+   * browser, pass one (in Node.js, the ws package's). Needed for transport 'ws'.
+   */
+  WebSocket?: new (url: string, protocols?: string | string[]) => WebSocket;
+  /**
+   * The EventSource constructor; default globalThis.EventSource. Outside a
+   * browser, pass one (in Node.js, the eventsource package's). Needed for transport 'sse'.
+   */
+  EventSource?: new (url: string) => EventSource;
 }
 
 /**

@@ -191,7 +191,15 @@ export class PushdClient extends EventTarget {
     for (const [k, v] of Object.entries(options)) if (v !== undefined) this.#opt[k] = v;
     const origin = typeof location !== 'undefined' ? location.origin : '';
     this.#base = (this.#opt.url || origin).replace(/\/+$/, '');
+    if (!this.#base) throw new TypeError('pushd: options.url is required outside a browser page');
     this.#transport = this.#opt.transport === 'ws' ? 'ws' : 'sse';
+    // Outside a browser (Node.js) the page passes the constructors in.
+    this.#WebSocket = this.#opt.WebSocket ?? globalThis.WebSocket;
+    this.#EventSource = this.#opt.EventSource ?? globalThis.EventSource;
+    if (typeof (this.#transport === 'ws' ? this.#WebSocket : this.#EventSource) !== 'function') {
+      const [name, pkg] = this.#transport === 'ws' ? ['WebSocket', 'ws'] : ['EventSource', 'eventsource'];
+      throw new TypeError(`pushd: no ${name} here: pass options.${name} (in Node.js, the ${pkg} package's)`);
+    }
     for (const id of this.#opt.tasks) this.#wantTasks.add(id);
     for (const id of this.#opt.projects) this.#wantProjects.add(id);
     this.#wantUser = !!this.#opt.user;
@@ -202,6 +210,8 @@ export class PushdClient extends EventTarget {
   }
 
   #online;
+  #WebSocket;
+  #EventSource;
 
   get state() { return this.#state; }
   get transport() { return this.#transport; }
@@ -353,7 +363,7 @@ export class PushdClient extends EventTarget {
 
   #openSSE(gen, token) {
     const url = this.#sseURL(token);
-    const es = new EventSource(url);
+    const es = new this.#EventSource(url);
     this.#es = es;
     const json = (e) => {
       try {
@@ -413,7 +423,7 @@ export class PushdClient extends EventTarget {
     u.searchParams.set('access_token', token);
     let ws;
     try {
-      ws = new WebSocket(u.toString(), 'pushd.v1');
+      ws = new this.#WebSocket(u.toString(), 'pushd.v1');
     } catch (err) {
       this.#fail(gen, { reason: 'ws_error', probe: false });
       return;
@@ -696,7 +706,7 @@ export class PushdClient extends EventTarget {
       return;
     }
     if (this.#polling) this.#pollNow();
-    if (this.#ws && this.#ws.readyState === WebSocket.OPEN && this.#helloSeen) {
+    if (this.#ws && this.#ws.readyState === this.#WebSocket.OPEN && this.#helloSeen) {
       const req = { op, id: ++this.#wsReqID, tasks, projects };
       if (op === 'subscribe' && user) req.scope = 'user';
       if (op === 'unsubscribe' || tasks.length || projects.length || user) this.#send(req);
