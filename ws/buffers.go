@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/pushd/pushd/internal/backlog"
 )
@@ -82,6 +83,27 @@ type gatedConn struct {
 }
 
 func (c gatedConn) Read(p []byte) (int, error) { return c.g.Read(p) }
+
+// Bounds of the wait in Close for a flooder's socket.
+const (
+	floodLinger      = time.Second
+	floodLingerBytes = 1 << 20
+)
+
+// Close closes the socket. A flooder's is first shut for writing and read
+// to its end, for at most floodLinger and floodLingerBytes: the gate stopped
+// reading it, so its receive queue holds bytes, and closing a socket with
+// unread bytes makes the kernel reset the connection, which can discard the
+// close frame still on its way to the client.
+func (c gatedConn) Close() error {
+	if c.g.flooded() {
+		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			c.Conn.SetReadDeadline(time.Now().Add(floodLinger))
+			io.CopyN(io.Discard, c.Conn, floodLingerBytes)
+		}
+	}
+	return c.Conn.Close()
+}
 
 // frameWriter is the one way frames reach the backlog writer, under
 // coder/websocket's buffered writer. The library writes its close frame

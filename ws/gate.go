@@ -104,6 +104,14 @@ func (g *gate) idle() bool {
 	return g.pass == 0 && g.pre == nil && g.err == nil
 }
 
+// flooded reports whether the gate stopped reading for a flood of control
+// frames: the client may still be sending.
+func (g *gate) flooded() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err == errFlood
+}
+
 // readSource reads the bytes net/http read past the handshake, then the
 // connection.
 func (g *gate) readSource(p []byte) (int, error) {

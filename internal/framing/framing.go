@@ -91,6 +91,15 @@ func (c *Conn) SetWriteBuffer(n int) error {
 	return nil
 }
 
+// CloseWrite shuts the socket's sending side, for a close that must let
+// what was written arrive before the socket closes.
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return syscall.EINVAL
+}
+
 func (c *Conn) frame(b []byte) {
 	for len(b) > 0 && c.state != off {
 		switch c.state {
