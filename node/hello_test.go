@@ -3,8 +3,10 @@ package node_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 )
 
 // hello is what a hello says about the mode; hasReason tells a reason
@@ -97,4 +99,59 @@ func TestHelloCarriesAReasonOnlyWhileItIsCurrent(t *testing.T) {
 	want("mode event at the recovery", watcher.nextMode(t), hello{Mode: "push", Reason: "restored", hasReason: true})
 	want("SSE hello after the recovery", helloOfSSE(t, s, tok, task), push)
 	want("WebSocket hello after the recovery", helloOfWS(t, s, tok), push)
+}
+
+// An idle connection is sent a heartbeat a client's own code can see: an
+// SSE event named heartbeat (EventSource shows no comment), and on
+// WebSocket a heartbeat message beside the ping (a browser answers pings
+// unseen). Both say nothing else, so a client that ignores them loses
+// nothing.
+func TestIdleConnectionsAreSentVisibleHeartbeats(t *testing.T) {
+	cfg := node.Config{JWTSecret: testSecret}
+	cfg.Hub.HeartbeatInterval = 100 * time.Millisecond
+	s := startNode(t, cfg)
+	tok := token(t, "t1", "u1")
+
+	sse := openSSE(t, s.URL, tok, "task="+testenv.UniqueID("task"))
+	for range 3 { // several, so none is a write the subscription caused
+		ev := sse.nextHeartbeat(t)
+		if ev.Data != "{}" || ev.ID != "" {
+			t.Fatalf("SSE heartbeat: id %q data %q, want no id and data {}", ev.ID, ev.Data)
+		}
+	}
+
+	ws := openWS(t, s.URL, tok)
+	ws.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{testenv.UniqueID("task")}})
+	for range 3 {
+		for {
+			m := ws.nextAny(t)
+			if msgType(m) != "heartbeat" {
+				continue
+			}
+			if got := rawString(m); got != `{"type":"heartbeat"}` {
+				t.Fatalf("WebSocket heartbeat %s, want {\"type\":\"heartbeat\"}", got)
+			}
+			break
+		}
+	}
+}
+
+// nextHeartbeat reads the SSE client's next heartbeat, skipping the rest.
+func (c *sseClient) nextHeartbeat(t *testing.T) testenv.SSEEvent {
+	t.Helper()
+	timer := time.NewTimer(waitFor)
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-c.Events():
+			if !ok {
+				t.Fatal("SSE stream ended, want a heartbeat")
+			}
+			if ev.Event == "heartbeat" {
+				return ev
+			}
+		case <-timer.C:
+			t.Fatal("no SSE heartbeat within", waitFor)
+		}
+	}
 }

@@ -219,7 +219,7 @@ func msgType(m map[string]json.RawMessage) string {
 	return s
 }
 
-// next returns the next message other than hello and mode.
+// Next returns the next message other than hello, mode and heartbeat.
 func (c *wsClient) Next(t *testing.T) map[string]json.RawMessage {
 	t.Helper()
 	timer := time.NewTimer(waitFor)
@@ -230,7 +230,7 @@ func (c *wsClient) Next(t *testing.T) map[string]json.RawMessage {
 			if !ok {
 				t.Fatalf("WebSocket ended: %v", c.err)
 			}
-			if typ := msgType(m); typ == "hello" || typ == "mode" {
+			if typ := msgType(m); typ == "hello" || typ == "mode" || typ == "heartbeat" {
 				continue
 			}
 			return m

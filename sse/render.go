@@ -137,7 +137,10 @@ func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 		b.Write(appendStreamCursor(b.AvailableBuffer(), ev.Cursor, e.fp))
 		b.WriteString("\ndata: {}\n\n")
 	case hub.KindHeartbeat:
-		b.WriteString(": hb\n\n")
+		// An event, not a comment: EventSource dispatches events only, and
+		// a client tells an idle live stream from a dead silent one by what
+		// it is shown. Data is {} so that every event's data is JSON.
+		b.WriteString(heartbeatEvent)
 	case hub.KindReconnect:
 		// EventSource waits retry ms before reconnecting once the stream ends.
 		b.WriteString("retry: ")
@@ -148,6 +151,10 @@ func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 		}{ev.AfterMS})
 	}
 }
+
+// heartbeatEvent is what a connection idle for the heartbeat interval is
+// sent.
+const heartbeatEvent = "event: heartbeat\ndata: {}\n\n"
 
 func writeJSON(b *bytes.Buffer, event string, v any) {
 	b.WriteString("event: ")

@@ -92,9 +92,10 @@ func TestSinkWritesSeveralFramesInOneWrite(t *testing.T) {
 }
 
 // TestDataFramesAndControlFramesStayWhole: task frames the sink writes and
-// pings written from another goroutine share the socket without cutting
-// into each other: the client reads every task frame intact and in order,
-// and answers every ping, whose pong the server's reader takes.
+// control frames written from another goroutine (as the gate writes its
+// pongs) share the socket without cutting into each other: the client
+// reads every task frame intact and in order, and answers every ping,
+// whose pong the server's reader takes.
 func TestDataFramesAndControlFramesStayWhole(t *testing.T) {
 	p := newPair(t, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -103,7 +104,8 @@ func TestDataFramesAndControlFramesStayWhole(t *testing.T) {
 	pinged := make(chan error, 1)
 	go func() {
 		for range pings {
-			p.sink.ping()
+			var b [2]byte
+			p.sink.out.writeData(appendControlFrame(b[:0], opPing, nil))
 			select {
 			case <-p.pongs:
 			case <-ctx.Done():

@@ -148,7 +148,7 @@ func (s *sink) Write(events []hub.Event) (bool, error) {
 	frames := (*buf)[:0]
 	for i := range events {
 		if events[i].Kind == hub.KindHeartbeat {
-			s.ping()
+			frames = s.appendHeartbeat(frames)
 			continue
 		}
 		if b, ok := render(&events[i]); ok {
@@ -177,21 +177,29 @@ func (s *sink) drained(err error) {
 	}
 }
 
-// ping checks an idle peer with a protocol ping, one at a time; a peer that
-// does not answer within the write timeout is closed. The gate takes the
-// pong, so a parked connection answers pings without waking.
-func (s *sink) ping() {
+// appendHeartbeat appends what an idle connection is sent: a heartbeat
+// message, which a browser's WebSocket shows the page (it answers pings
+// unseen), preceded by a protocol ping, which checks the peer: one ping at
+// a time, and a peer that does not answer within the write timeout is
+// closed. The gate takes the pong, so a parked connection answers without
+// waking. An ending connection is sent neither.
+func (s *sink) appendHeartbeat(frames []byte) []byte {
 	s.mu.Lock()
-	if s.ending || s.pongWait != nil {
+	if s.ending {
 		s.mu.Unlock()
-		return
+		return frames
 	}
-	s.wg.Add(1)
-	s.pongWait = time.AfterFunc(s.timeout, s.pongLate)
+	if s.pongWait == nil {
+		s.wg.Add(1)
+		s.pongWait = time.AfterFunc(s.timeout, s.pongLate)
+		frames = appendControlFrame(frames, opPing, nil)
+	}
 	s.mu.Unlock()
-	var b [2]byte
-	s.out.writeData(appendControlFrame(b[:0], opPing, nil)) // a failed write ends the connection through the reader
+	return appendTextFrame(frames, heartbeatMessage)
 }
+
+// heartbeatMessage is the heartbeat's JSON, the same for every connection.
+var heartbeatMessage = []byte(`{"type":"heartbeat"}`)
 
 func (s *sink) pongLate() {
 	defer s.wg.Done()
@@ -287,8 +295,8 @@ func taskFrame(s *snapshot.Snapshot) []byte {
 	return append(b, '}')
 }
 
-// render encodes one server message; heartbeats have none (protocol pings
-// keep WebSockets alive).
+// render encodes one server message; heartbeats are Write's
+// (appendHeartbeat).
 func render(ev *hub.Event) ([]byte, bool) {
 	var v any
 	switch ev.Kind {

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// SSEEvent is one dispatched Server-Sent Event. A comment line (a
-// heartbeat) is reported as an event named "comment".
+// SSEEvent is one dispatched Server-Sent Event. A comment line is
+// reported as an event named "comment".
 type SSEEvent struct {
 	Event, ID, Data string
 	Retry           int
@@ -115,12 +115,12 @@ func (c *SSEClient) Close() {
 	<-c.done
 }
 
-// Events are the stream's events as they arrive, comments included; the
-// channel is closed when the stream ends.
+// Events are the stream's events as they arrive, heartbeats and comments
+// included; the channel is closed when the stream ends.
 func (c *SSEClient) Events() <-chan SSEEvent { return c.events }
 
-// NextOrEnd returns the next event other than a comment (a heartbeat); ok
-// is false when the stream ended first. It fails the test after Wait.
+// NextOrEnd returns the next event other than a heartbeat (or a comment);
+// ok is false when the stream ended first. It fails the test after Wait.
 func (c *SSEClient) NextOrEnd(t testing.TB) (ev SSEEvent, ok bool) {
 	t.Helper()
 	timer := time.NewTimer(Wait)
@@ -128,7 +128,7 @@ func (c *SSEClient) NextOrEnd(t testing.TB) (ev SSEEvent, ok bool) {
 	for {
 		select {
 		case ev, ok := <-c.events:
-			if ok && ev.Event == "comment" {
+			if ok && (ev.Event == "heartbeat" || ev.Event == "comment") {
 				continue
 			}
 			return ev, ok
