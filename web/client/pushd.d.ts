@@ -105,7 +105,10 @@ export interface HelloDetail {
 
 export interface ReconnectingDetail {
   delayMs: number;
-  /** Why: 'stream_error', 'ws_close_<code>', 'http_<status>', 'no_hello', 'interrupted', 'server_reconnect', 'token', 'rate_limit_exceeded'. */
+  /**
+   * Why: 'stream_error', 'ws_close_<code>', 'http_<status>', 'no_hello', 'interrupted', 'server_reconnect', 'token',
+   * 'rate_limit_exceeded', or 'silent': nothing arrived for heartbeat_ms plus HEARTBEAT_GRACE_MS.
+   */
   reason: string;
   attempt: number;
   polling: boolean;
@@ -160,6 +163,8 @@ export interface ClientStats {
   reconnects: number;
   polls: number;
   fallbacks: number;
+  /** Heartbeats the server sent idle connections. */
+  heartbeats: number;
 }
 
 export interface PushdEventMap {
@@ -180,6 +185,12 @@ export declare const State: {
   readonly POLLING: 'polling';
   readonly CLOSED: 'closed';
 };
+
+/**
+ * Added to the hello's heartbeat_ms: a connection that sends nothing for longer is
+ * taken for dead, and the client reconnects, resuming. 10000 ms.
+ */
+export declare const HEARTBEAT_GRACE_MS: number;
 
 export declare function isTerminal(status: string): boolean;
 export declare function fullJitter(attempt: number, baseMs: number, maxMs: number, random?: () => number): number;

@@ -37,11 +37,26 @@
 //   function: the connection outlives the token. SSE cannot send one; its
 //   stream ends at exp and the client reconnects with a fresh token and
 //   its cursor, missing nothing.
+// - Treats a connection that has been silent for the server's heartbeat
+//   interval (hello's heartbeat_ms) plus a grace as dead, and reconnects,
+//   resuming: a link that went silent without closing (a half-open
+//   connection) is otherwise reported by neither EventSource nor WebSocket
+//   for many minutes. The server sends an idle connection a heartbeat
+//   event or message, which both can see.
 // - Reports its state ("connecting", "streaming", "polling", "idle",
 //   "closed") and the server's mode ("push" or "polling") as events: a
 //   state event each time what it reports changes, once.
 
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELED']);
+
+/**
+ * The grace added to the server's heartbeat interval before a silent
+ * connection is taken for dead: the server writes a heartbeat up to a
+ * second after the interval, and a lost TCP segment is resent after 1, 2
+ * and 4 s; the server gives a client that stops reading its write
+ * timeout, 10 s by default, and the client gives the server as long.
+ */
+export const HEARTBEAT_GRACE_MS = 10000;
 
 /** Client states, the `state` of a `state` event. */
 export const State = Object.freeze({
@@ -169,6 +184,8 @@ export class PushdClient extends EventTarget {
   #wsReqID = 0;
   #helloSeen = false;
   #helloTimer = null;
+  #lastHeard = 0; // Date.now() when the connection last sent anything
+  #liveTimer = null; // ends a connection silent past heartbeat_ms plus the grace
   #refreshTimer = null;
   #limitTimer = null; // asks again for ids refused rate_limit_exceeded
   #retryTimer = null;
@@ -181,7 +198,7 @@ export class PushdClient extends EventTarget {
   #pollBusy = false;
   #etags = new Map(); // poll URL -> ETag the server sent for it
 
-  #stats = { received: 0, dropped: 0, reconnects: 0, polls: 0, fallbacks: 0 };
+  #stats = { received: 0, dropped: 0, reconnects: 0, polls: 0, fallbacks: 0, heartbeats: 0 };
 
   /** @param {import('./pushd').ClientOptions} options */
   constructor(options = {}) {
@@ -372,7 +389,13 @@ export class PushdClient extends EventTarget {
         return null;
       }
     };
-    es.addEventListener('hello', (e) => gen === this.#gen && this.#hello(json(e)));
+    // Any event says the connection lives; registered first, so the
+    // silence is over before the event's own listener runs.
+    for (const type of ['hello', 'task', 'mode', 'sync', 'reconnect', 'error', 'heartbeat']) {
+      es.addEventListener(type, () => gen === this.#gen && this.#heard());
+    }
+    es.addEventListener('heartbeat', () => gen === this.#gen && this.#stats.heartbeats++);
+    es.addEventListener('hello', (e) => gen === this.#gen && this.#hello(gen, json(e)));
     es.addEventListener('task', (e) => {
       if (gen !== this.#gen) return;
       if (e.lastEventId) this.#cursor = e.lastEventId;
@@ -444,7 +467,9 @@ export class PushdClient extends EventTarget {
       this.#planRefresh(gen, token);
     };
     ws.onmessage = (e) => {
-      if (gen !== this.#gen || typeof e.data !== 'string') return;
+      if (gen !== this.#gen) return;
+      this.#heard();
+      if (typeof e.data !== 'string') return;
       let m;
       try {
         m = JSON.parse(e.data);
@@ -452,7 +477,8 @@ export class PushdClient extends EventTarget {
         return;
       }
       switch (m.type) {
-        case 'hello': this.#hello(m); break;
+        case 'hello': this.#hello(gen, m); break;
+        case 'heartbeat': this.#stats.heartbeats++; break;
         case 'task': if (m.task) this.#offer(m.task, 'ws'); break;
         case 'mode': this.#mode(m); break;
         case 'ack': {
@@ -537,9 +563,10 @@ export class PushdClient extends EventTarget {
     }
   }
 
-  #hello(m) {
+  #hello(gen, m) {
     clearTimeout(this.#helloTimer);
     this.#helloSeen = true;
+    this.#watchLiveness(gen, m?.heartbeat_ms);
     this.#attempt = 0;
     this.#failures = 0;
     const prevMode = this.#serverMode;
@@ -559,6 +586,34 @@ export class PushdClient extends EventTarget {
     if (prevMode && this.#serverMode && prevMode !== this.#serverMode) {
       this.#emit('mode', { mode: this.#serverMode, reason: this.#serverReason });
     }
+  }
+
+  #heard() {
+    this.#lastHeard = Date.now();
+  }
+
+  // #watchLiveness ends the connection of generation gen once it has sent
+  // nothing for heartbeatMs plus the grace: the server sends an idle
+  // connection a heartbeat every heartbeatMs, so a longer silence is a
+  // dead link. One timer per connection, pushed back when it fires early
+  // rather than reset by every message; wall-clock time, so a computer
+  // that slept finds its connection stale as soon as it wakes.
+  #watchLiveness(gen, heartbeatMs) {
+    clearTimeout(this.#liveTimer);
+    this.#liveTimer = null;
+    if (!(heartbeatMs > 0)) return;
+    const limit = heartbeatMs + HEARTBEAT_GRACE_MS;
+    const check = () => {
+      this.#liveTimer = null;
+      if (gen !== this.#gen) return;
+      const silent = Date.now() - this.#lastHeard;
+      if (silent >= limit) {
+        this.#fail(gen, { reason: 'silent', probe: false });
+        return;
+      }
+      this.#liveTimer = setTimeout(check, limit - silent);
+    };
+    this.#liveTimer = setTimeout(check, limit);
   }
 
   #mode(m) {
@@ -665,6 +720,8 @@ export class PushdClient extends EventTarget {
   #teardown() {
     clearTimeout(this.#helloTimer);
     this.#helloTimer = null;
+    clearTimeout(this.#liveTimer);
+    this.#liveTimer = null;
     clearTimeout(this.#refreshTimer);
     this.#refreshTimer = null;
     clearTimeout(this.#limitTimer);
