@@ -171,6 +171,32 @@ func TestStoreRowWithEveryColumn(t *testing.T) {
 	}
 }
 
+// A row that leaves every column it can to its default or NULL reads as
+// the same fifteen fields, in the same order: PROTOCOL.md promises clients
+// that shape. The columns that default to the empty string (project_id,
+// user_id) read as "", never null or absent; progress as 0; the nullable
+// ones as null.
+func TestStoreRowWithDefaultsHasEveryField(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, store.Config{})
+	id := testenv.UniqueID("task")
+	_, err := e.pg.Pool.Exec(testenv.Context(t), `INSERT INTO generation_tasks (id, tenant_id, status, version, updated_at)
+		VALUES ($1, 't1', 'QUEUED', 1, to_timestamp(1710000000))`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := mustGet(t, e.store, id, 0)
+	want := `{"task_id":"` + id + `","tenant_id":"t1","project_id":"","user_id":"",` +
+		`"status":"QUEUED","progress":0,"stage":null,"provider":null,"model":null,"queue_position":null,` +
+		`"preview_asset_id":null,"output_asset_id":null,"error_code":null,"version":1,"updated_at":1710000000000}`
+	if string(got.JSON()) != want {
+		t.Errorf("JSON()\n got %s\nwant %s", got.JSON(), want)
+	}
+	if got.ProjectID != "" || got.UserID != "" {
+		t.Errorf("project %q, user %q: want none, as for a document without them", got.ProjectID, got.UserID)
+	}
+}
+
 func TestStoreNegativeCache(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, store.Config{})

@@ -1,12 +1,16 @@
 // Type declarations of pushd.js, the browser client of pushd.
 
-/** A task snapshot as the Task State Service wrote it; unknown fields are kept. */
+/**
+ * A task snapshot as the Task State Service wrote it; unknown fields are kept.
+ * Only task_id, tenant_id and version are always present; "" or null in
+ * project_id and user_id means none (PROTOCOL.md, "Snapshots and the version rule").
+ */
 export interface TaskSnapshot {
   task_id: string;
   tenant_id: string;
-  project_id?: string;
-  user_id?: string;
-  status: 'QUEUED' | 'RUNNING' | 'PROVIDER_SUBMITTED' | 'POST_PROCESSING' | 'SUCCEEDED' | 'FAILED' | 'CANCELED' | string;
+  project_id?: string | null;
+  user_id?: string | null;
+  status?: 'QUEUED' | 'RUNNING' | 'PROVIDER_SUBMITTED' | 'POST_PROCESSING' | 'SUCCEEDED' | 'FAILED' | 'CANCELED' | string | null;
   progress?: number;
   stage?: string | null;
   provider?: string | null;
@@ -18,7 +22,7 @@ export interface TaskSnapshot {
   /** Only goes up; the client keeps the highest it has seen. */
   version: number;
   /** Unix milliseconds. */
-  updated_at?: number;
+  updated_at?: number | null;
   [field: string]: unknown;
 }
 
