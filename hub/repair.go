@@ -97,7 +97,11 @@ func (h *Hub) repairLoop() {
 		// The slot's number, the same on every node: the rounds that check
 		// finished tasks too are the same.
 		n := slot.UnixNano() / int64(interval)
-		if h.repairRound(n%RepairFinishedEvery == 0) {
+		h.stats.repairStarted.Add(1)
+		ok := h.repairRound(n%RepairFinishedEvery == 0)
+		h.stats.repairSlot.Store(slot.UnixMilli())
+		h.stats.repairRounds.Add(1) // last, so a count read means a round and its slot are done
+		if ok {
 			failures = 0
 		} else {
 			failures++
@@ -118,7 +122,6 @@ func nextRepairSlot(now time.Time, interval time.Duration, failures int) time.Ti
 // what it found: the outboxes drop what is not newer. It reports whether
 // every check succeeded.
 func (h *Hub) repairRound(finished bool) bool {
-	defer h.stats.repairRounds.Add(1) // counted once done, so a count read means a round finished
 	ctx, cancel := context.WithTimeout(h.ctx, repairRoundBudget)
 	defer cancel()
 	// Every batch is checked even after one failed: a check that found

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/pushd/pushd/internal/histogram"
 )
@@ -72,6 +73,7 @@ type counters struct {
 	catchUps, resumes, resumeTasks, resumeFallbacks              atomic.Int64
 	resumeMismatches                                             atomic.Int64
 	repairRounds, repairErrors, repairOlder, repairUnheld        atomic.Int64
+	repairStarted, repairSlot                                    atomic.Int64
 	pushed, reconnects                                           [NumTransports]atomic.Int64
 	notifyToWrite, staleness, repairAge                          *histogram.Histogram
 }
@@ -121,8 +123,15 @@ type Stats struct {
 	ResumeMismatches int64
 
 	// With a Checker.
-	RepairRounds int64 // repair rounds run
-	RepairErrors int64 // rounds a check failed in
+	RepairRounds int64 // repair rounds run to their end
+	// RepairRunning says a repair round is under way; RepairSlot is the
+	// start of the slot whose round ended last (zero before the first):
+	// the rounds of one slot on every node of a fleet find each task's
+	// check claimed once, and a node whose slot lags has stopped repairing
+	// (polling, or backing off from a busy PostgreSQL).
+	RepairRunning bool
+	RepairSlot    time.Time
+	RepairErrors  int64 // rounds a check failed in
 	// RepairOlder and RepairUnheld count the tasks a repair round found
 	// in Redis and delivered, at least a second after their updated_at, to
 	// a connection here that held an older version (a hint lost or never
@@ -171,9 +180,13 @@ func (h *Hub) Stats() Stats {
 		NotifyToWrite: c.notifyToWrite.Snapshot(),
 		Staleness:     c.staleness.Snapshot(),
 		RepairRounds:  c.repairRounds.Load(), RepairErrors: c.repairErrors.Load(),
+		RepairSlot:  unixMilliOrZero(c.repairSlot.Load()),
 		RepairOlder: c.repairOlder.Load(), RepairUnheld: c.repairUnheld.Load(),
 		RepairAge: c.repairAge.Snapshot(),
 	}
+	// Read after RepairRounds: a round that ends between the two reads is
+	// still said to run, never one that runs said to have ended.
+	s.RepairRunning = c.repairStarted.Load() > s.RepairRounds
 	s.Mode, _ = h.Mode()
 	s.PollingTenants = h.PollingTenants()
 	for t := range NumTransports {
@@ -194,3 +207,11 @@ func (h *Hub) drop(d Drop) { h.stats.dropped[d].Add(1) }
 
 // cut counts a connection ended for r.
 func (h *Hub) cut(r Cut) { h.stats.cuts[r].Add(1) }
+
+// unixMilliOrZero is the time of Unix ms, the zero time for 0.
+func unixMilliOrZero(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}

@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -205,6 +206,12 @@ func createdNeverAnnouncedReachesScopes(t *testing.T, srv *server, pg testenv.Po
 		m := testenv.Scrape(t, srv.AdminURL)
 		return m[`pushd_repairs_total{found="database_newer"}`] == 1 && m["pushd_repair_scopes_listed_total"] >= 1 && m["pushd_repair_announced_total"] >= 1
 	})
+	// The round that found them ended after they were written, in a slot
+	// that started at most an interval before.
+	m := testenv.Scrape(t, srv.AdminURL)
+	if last := time.UnixMilli(int64(m["pushd_repair_last_round_timestamp_seconds"] * 1e3)); last.Before(written.Add(-testRepairInterval)) {
+		t.Fatalf("pushd_repair_last_round_timestamp_seconds is %v, before the tasks were written (%v) less an interval", last, written)
+	}
 }
 
 // The fleet lists each watched scope once per interval whatever the
@@ -290,73 +297,87 @@ func insertTasks(t *testing.T, pg testenv.Postgres, tenant string, ids []string)
 
 type repairCost struct{ queries, rows, scopes uint64 }
 
-// aloneThenThree measures three repair rounds of one node whose clients
+// aloneThenThree measures three repair slots of one node whose clients
 // watch what watch subscribes to, then of three such nodes.
 func aloneThenThree(t *testing.T, cfg node.Config, watch func(*server)) (alone, three repairCost) {
 	t.Helper()
 	nodes := []*server{startNode(t, cfg)}
 	watch(nodes[0])
-	alone = measureRepair(t, nodes, 3)
+	alone = measureRepair(t, nodes, cfg.Hub.RepairInterval, 3)
 	for range 2 {
 		srv := startNode(t, cfg)
 		watch(srv)
 		nodes = append(nodes, srv)
 	}
-	return alone, measureRepair(t, nodes, 3)
+	return alone, measureRepair(t, nodes, cfg.Hub.RepairInterval, 3)
+}
+
+// repairSample is the nodes' repair reads summed at a moment no node was
+// in a round: the rounds each had ended, and the latest slot among them.
+type repairSample struct {
+	rounds []int64
+	slot   time.Time
+	cost   repairCost
 }
 
 // measureRepair sums the nodes' repair reads of PostgreSQL over the given
-// number of repair rounds. The rounds start at the same instants on every
-// node and end within a fraction of an interval, so there is a moment
-// between two rounds when every node has finished the same number: the
-// sums are read at such moments, checked on both sides of the read, so no
-// round's reads are half in them. Should a moment be missed (a test
-// goroutine starved for an interval), the sums cover more rounds, and are
-// scaled back to the rounds asked for.
-func measureRepair(t *testing.T, nodes []*server, rounds int64) repairCost {
+// number of repair slots. Each slot, the fleet claims each task's check
+// once, whichever node runs it first, so the cost is the fleet's per slot.
+// The sums are read at moments no node is in a round, checked on both
+// sides of the read, so no round's reads are half in them. A node may
+// skip a slot (a round that found PostgreSQL busy or slow backs off, one
+// that outlasted its slot misses the next), and a sample may come late
+// (a test goroutine starved for an interval): the sums cover the slots
+// between the two samples' latest, or the rounds the busiest node ran if
+// fewer, and are scaled back to the slots asked for.
+func measureRepair(t *testing.T, nodes []*server, interval time.Duration, slots int64) repairCost {
 	t.Helper()
-	base := make([]int64, len(nodes))
-	for i, srv := range nodes {
-		base[i] = srv.Hub().Stats().RepairRounds
-	}
-	// done is the rounds every node has finished since base, or -1 while
-	// they differ.
-	done := func() int64 {
-		r := nodes[0].Hub().Stats().RepairRounds - base[0]
-		for i, srv := range nodes[1:] {
-			if srv.Hub().Stats().RepairRounds-base[i+1] != r {
-				return -1
+	idle := func() (rounds []int64, latest time.Time, ok bool) {
+		for _, srv := range nodes {
+			st := srv.Hub().Stats()
+			if st.RepairRunning {
+				return nil, time.Time{}, false
+			}
+			rounds = append(rounds, st.RepairRounds)
+			if st.RepairSlot.After(latest) {
+				latest = st.RepairSlot
 			}
 		}
-		return r
+		return rounds, latest, true
 	}
-	sample := func(atLeast int64) (int64, repairCost) {
+	sample := func(from time.Time) repairSample {
 		t.Helper()
-		var r int64
-		var cost repairCost
-		testenv.Eventually(t, fmt.Sprintf("every node done with %d more repair rounds", atLeast), func() bool {
-			if r = done(); r < atLeast {
+		var s repairSample
+		testenv.EventuallyWithin(t, fmt.Sprintf("a moment between rounds, after the slot of %s", from.Format("15:04:05.000")), testenv.Wait+time.Duration(slots)*interval, func() bool {
+			var ok bool
+			if s.rounds, s.slot, ok = idle(); !ok || s.slot.Before(from) {
 				return false
 			}
-			cost = repairCost{}
+			s.cost = repairCost{}
 			for _, srv := range nodes {
 				st := srv.Store().Stats()
-				cost.queries += st.CheckQueries
-				cost.rows += st.CheckRows
-				cost.scopes += st.ScopesListed
+				s.cost.queries += st.CheckQueries
+				s.cost.rows += st.CheckRows
+				s.cost.scopes += st.ScopesListed
 			}
-			return done() == r
+			after, _, ok := idle()
+			return ok && slices.Equal(after, s.rounds)
 		})
-		return r, cost
+		return s
 	}
-	r0, before := sample(1)
-	r1, after := sample(r0 + rounds)
-	n := uint64(r1 - r0)
-	if n != uint64(rounds) {
-		t.Logf("measured %d rounds for %d", n, rounds)
+	first := sample(time.Unix(0, 1)) // some node ended a round
+	last := sample(first.slot.Add(time.Duration(slots) * interval))
+	n := int64(last.slot.Sub(first.slot) / interval)
+	ran := int64(0)
+	for i := range nodes {
+		ran = max(ran, last.rounds[i]-first.rounds[i])
 	}
-	scale := func(v uint64) uint64 { return v * uint64(rounds) / n }
-	return repairCost{scale(after.queries - before.queries), scale(after.rows - before.rows), scale(after.scopes - before.scopes)}
+	n = min(n, ran)
+	if n != slots {
+		t.Logf("measured %d slots for %d", n, slots)
+	}
+	scale := func(v uint64) uint64 { return v * uint64(slots) / uint64(n) }
+	return repairCost{scale(last.cost.queries - first.cost.queries), scale(last.cost.rows - first.cost.rows), scale(last.cost.scopes - first.cost.scopes)}
 }
 
 // docNow is doc changed a moment ago, 1.5 s: a repair counts a change

@@ -173,6 +173,7 @@ var (
 	applyErrors  = counter("stream_apply_errors_total", "Batches of stream entries the hub could not deliver (a snapshot read failed); the batch is read again.")
 
 	repairRounds    = counter("repair_rounds_total", "Repair rounds run: every watched task checked against Redis and, for the tasks this node claimed for the fleet, PostgreSQL.")
+	repairLast      = gauge("repair_last_round_timestamp_seconds", "Unix time of the start of the repair slot whose round ended last, 0 before the first: a node more than twice the repair interval behind has stopped repairing (it polls, or backs off from a busy PostgreSQL).")
 	repairErrors    = counter("repair_errors_total", "Repair rounds in which a check failed (Redis or PostgreSQL did not answer, the PostgreSQL slots were busy, or its PostgreSQL part took over a second); the next round waits twice as long, up to 8 intervals.")
 	repairs         = counter("repairs_total", "Changes never announced that a repair round delivered, by what it found: database_newer (PostgreSQL newer than Redis and the last check; this node published it for the fleet), redis_newer (a connection here held an older version than Redis's), not_held (a connection here held none).", "found")
 	repairChecked   = counter("repair_checked_total", "Tasks this node claimed for the fleet and checked against PostgreSQL.")
@@ -198,7 +199,7 @@ var (
 		connsOpen, reconnects, refetch, sfShared, pubsubLosses,
 		rlAllowed, rlRejected, cacheHit, cacheMiss, cacheSet, hotDetected, hotTasks, unwatched, published, streamLen, applyErrors,
 		reconcileRounds, reconcileRepairs, reconcileAbandoned, reconcileErrors,
-		repairRounds, repairErrors, repairs, repairChecked, repairQueries, repairRows, repairSkipped, repairScopes, repairAnnounced}
+		repairRounds, repairLast, repairErrors, repairs, repairChecked, repairQueries, repairRows, repairSkipped, repairScopes, repairAnnounced}
 )
 
 // pushed is each transport's counter of the task events written to its
@@ -346,6 +347,11 @@ func (e emitter) hub(st hub.Stats) {
 // and what they delivered, the store's checks.
 func (e emitter) repair(st hub.Stats, ss store.Stats) {
 	e.emit(repairRounds, float64(st.RepairRounds))
+	if !st.RepairSlot.IsZero() {
+		e.emit(repairLast, float64(st.RepairSlot.UnixMilli())/1e3)
+	} else {
+		e.emit(repairLast, 0)
+	}
 	e.emit(repairErrors, float64(st.RepairErrors))
 	e.emit(repairs, float64(ss.Repaired), "database_newer")
 	e.emit(repairs, float64(st.RepairOlder), "redis_newer")
