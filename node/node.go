@@ -349,3 +349,7 @@ func displayAddr(addr string) string {
 	}
 	return net.JoinHostPort(host, port)
 }
+
+// An EventSource refused for a reason that passes is answered in a stream
+// it survives (sse.Handler.Refuse), not with a status it gives up on.
+var _ api.Refuser = (*sse.Handler)(nil)

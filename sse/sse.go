@@ -155,7 +155,10 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 	}
 	p.Transport = hub.TransportSSE
 	if h.cfg.Hub.Draining() || h.reaper.stopped() {
-		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down; reconnect")
+		const msg = "the node is shutting down; reconnect"
+		if !h.Refuse(w, r, httperr.Draining, 0, msg) {
+			httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, msg)
+		}
 		return
 	}
 	if r.ProtoMajor == 1 && !h.cfg.NoHijack {
@@ -192,7 +195,12 @@ func (h *Handler) newEncoder(sub hub.Subscription) encoder {
 	return e
 }
 
-func (h *Handler) retry() time.Duration { return h.cfg.Retry + rand.N(h.cfg.Retry/2+1) }
+func (h *Handler) retry() time.Duration { return jittered(h.cfg.Retry) }
+
+// jittered is d plus up to half of it again, at random: every retry: the
+// handler sends, so that clients told together do not return together, and
+// none returns sooner than d.
+func jittered(d time.Duration) time.Duration { return d + rand.N(d/2+1) }
 
 // cloneAll replaces each string of ids with a copy of its own.
 func cloneAll(ids []string) []string {

@@ -41,6 +41,15 @@ type Transport interface {
 	Close()
 }
 
+// A Refuser is a Transport that answers some of its endpoint's refusals in
+// its own protocol (package sse: those an EventSource must survive). Refuse
+// reports whether it answered; when it did not, it wrote nothing and the
+// refusal is answered as on every endpoint. wait is a 429's, or a 503's
+// Retry-After; zero when the refusal carries none.
+type Refuser interface {
+	Refuse(w http.ResponseWriter, r *http.Request, code string, wait time.Duration, message string) bool
+}
+
 // A Stream is a transport and the GET endpoint that serves it.
 type Stream struct {
 	Path      string
@@ -153,12 +162,19 @@ type server struct {
 	cfg      Config
 	log      *slog.Logger
 	failures *authFailures
+	refusers map[string]Refuser // by route: the streams whose transport answers refusals itself
 }
 
 // New returns the HTTP handler of a node.
 func New(cfg Config) http.Handler {
 	cfg = cfg.WithDefaults()
-	s := &server{cfg: cfg, log: cfg.Logger, failures: newAuthFailures(cfg.AuthFailureBurst, cfg.AuthFailureRate, cfg.AuthFailureAddresses)}
+	s := &server{cfg: cfg, log: cfg.Logger, failures: newAuthFailures(cfg.AuthFailureBurst, cfg.AuthFailureRate, cfg.AuthFailureAddresses),
+		refusers: make(map[string]Refuser)}
+	for _, st := range cfg.Streams {
+		if rf, ok := st.Transport.(Refuser); ok {
+			s.refusers[st.Path] = rf
+		}
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
@@ -201,7 +217,7 @@ const RequestTimeout = "request_timeout"
 type apiError struct {
 	status        int
 	code, message string
-	wait          time.Duration // a 429's: how long the client waits
+	wait          time.Duration // a 429's, or a 503's Retry-After: how long the client waits
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
@@ -232,9 +248,15 @@ func (s *server) handleError(err error, c echo.Context) {
 	}
 	// The route, never the URL: a query may carry an access_token.
 	s.log.Debug("request refused", "method", c.Request().Method, "route", c.Path(), "status", ae.status, "code", ae.code, "remote", c.RealIP())
+	if rf := s.refusers[c.Path()]; rf != nil && rf.Refuse(c.Response(), c.Request(), ae.code, ae.wait, ae.message) {
+		return
+	}
 	if ae.status == http.StatusTooManyRequests {
 		httperr.TooManyRequests(c.Response(), ae.code, ae.wait, ae.message)
 		return
+	}
+	if ae.wait > 0 {
+		httperr.RetryAfter(c.Response(), ae.wait)
 	}
 	httperr.Write(c.Response(), ae.status, ae.code, ae.message)
 }

@@ -27,9 +27,8 @@ const overCapacityRetry = 5 * time.Second
 func (s *server) limitStreams(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if max := s.cfg.MaxConns; max > 0 && s.cfg.Hub.Len() >= max {
-			httperr.RetryAfter(c.Response(), overCapacityRetry)
-			return fail(http.StatusServiceUnavailable, httperr.OverCapacity,
-				"this node holds its maximum of "+strconv.Itoa(max)+" connections; retry, possibly on another node")
+			return &apiError{status: http.StatusServiceUnavailable, code: httperr.OverCapacity, wait: overCapacityRetry,
+				message: "this node holds its maximum of " + strconv.Itoa(max) + " connections; retry, possibly on another node"}
 		}
 		if max := s.cfg.MaxConnsPerIP; max > 0 {
 			if s.cfg.Hub.ConnsFrom(c.RealIP()) >= max {
