@@ -147,7 +147,7 @@ export interface Limit {
  * client waits at least retryAfterMs before asking again by itself.
  */
 export interface LimitedDetail extends Limit {
-  /** What was refused: a connection (429), a poll (429), subscribed ids, or a WebSocket request. */
+  /** What was refused: a connection (a 429, or a refusal in the SSE stream), a poll (429), subscribed ids, or a WebSocket request. */
   source: 'connect' | 'poll' | 'subscribe' | 'request';
 }
 

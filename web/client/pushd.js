@@ -19,9 +19,12 @@
 // - Reconnects itself (the EventSource's own retries are not used, so one
 //   policy covers both transports): exponential backoff with full jitter;
 //   a server's reconnect hint (sent before a drain) or Retry-After on a 429
-//   sets the delay instead. An EventSource cannot see status codes, so after
-//   a connection that failed before its hello the client probes the same URL
-//   with fetch to read the status.
+//   sets the delay instead. A node tells an EventSource of a refusal that
+//   passes (a limit, a cap, a draining node) in the stream, as an error
+//   event with the 429's or 503's body, read like that body. An EventSource
+//   cannot see status codes, so after any other connection that failed
+//   before its hello the client probes the same URL with fetch to read the
+//   status.
 // - Asks again for ids the server refused rate_limit_exceeded (its read
 //   budget for the user) once their retry_after_ms has passed, plus jitter:
 //   a subscribe of those ids on WebSocket, a reconnect with the cursor on SSE.
@@ -151,6 +154,14 @@ export function parseRetryAfter(value, now = Date.now()) {
 async function limitOfResponse(res, retryAfterMs) {
   const body = await res.json().catch(() => null);
   return limitOf(body, retryAfterMs) || limitOf({ code: 'rate_limit_exceeded' }, retryAfterMs);
+}
+
+// refusalOf reads a refusal a node sent in an event stream (an error event
+// whose data is a 429's or 503's body) as #probe reads the status: the
+// status its code comes with, the wait, and the limit when it is one.
+function refusalOf(m) {
+  const ms = Number(m.retry_after_ms);
+  return { code: LIMIT_CODES.has(m.error) ? 429 : 503, waitMs: ms > 0 ? ms : null, limit: limitOf(m) };
 }
 
 export class PushdClient extends EventTarget {
@@ -420,8 +431,14 @@ export class PushdClient extends EventTarget {
     es.addEventListener('error', (e) => {
       if (gen !== this.#gen) return;
       if (typeof e.data === 'string') {
-        // The server's "event: error": a refused subscription, not a failure.
         const m = json(e);
+        if (typeof m?.error === 'string') {
+          // The node refused the connection for a while and said so in the
+          // stream, which ends next: what a probe reads of a 429 or 503.
+          this.#fail(gen, { reason: 'stream_error', refused: refusalOf(m) });
+          return;
+        }
+        // The server's "event: error": a refused subscription, not a failure.
         if (m?.code === 'token_expired') this.#tokenValue = null; // the stream ends next; reconnect with a new one
         if (m?.code === 'rate_limit_exceeded') {
           // An SSE stream's subscription is its URL: ask again by
@@ -657,7 +674,8 @@ export class PushdClient extends EventTarget {
   }
 
   // #fail ends the connection of generation gen and plans the next one.
-  async #fail(gen, { reason, probe, probeURL }) {
+  // refused is what the server said of a refusal (refusalOf), when it did.
+  async #fail(gen, { reason, probe, probeURL, refused }) {
     if (gen !== this.#gen) return;
     const hadHello = this.#helloSeen;
     this.#teardown();
@@ -672,15 +690,16 @@ export class PushdClient extends EventTarget {
     } else {
       if (!hadHello) this.#failures++;
       delay = fullJitter(this.#attempt++, this.#opt.backoffBaseMs, this.#opt.backoffMaxMs);
-      if (probe && probeURL) {
-        const status = await this.#probe(probeURL());
+      let status = refused;
+      if (!status && probe && probeURL) {
+        status = await this.#probe(probeURL());
         if (mine !== this.#gen || !this.#started) return;
-        if (status) {
-          if (status.code === 429 && status.retryAfterMs != null) delay = Math.max(delay, status.retryAfterMs);
-          if (status.limit) this.#limited(status.limit, 'connect');
-          if (status.code === 401) this.#tokenValue = null;
-          reason = `http_${status.code}`;
-        }
+      }
+      if (status) {
+        if (status.waitMs != null) delay = Math.max(delay, status.waitMs);
+        if (status.limit) this.#limited(status.limit, 'connect');
+        if (status.code === 401) this.#tokenValue = null;
+        reason = `http_${status.code}`;
       }
     }
     if (!this.#started) return;
@@ -708,7 +727,7 @@ export class PushdClient extends EventTarget {
       const res = await fetch(url, { signal: ctl.signal, cache: 'no-store', headers: { Accept: 'text/event-stream' } });
       const retryAfterMs = parseRetryAfter(res.headers.get('Retry-After'));
       const limit = res.status === 429 ? await limitOfResponse(res, retryAfterMs) : null;
-      return { code: res.status, retryAfterMs, limit };
+      return { code: res.status, waitMs: res.status === 429 ? retryAfterMs : null, limit };
     } catch {
       return null;
     } finally {
