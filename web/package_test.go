@@ -235,8 +235,15 @@ type watcher struct {
 
 func startWatcher(t *testing.T, dir, base, tok, transport, task string) *watcher {
 	t.Helper()
+	return startScript(t, dir, "watch.mjs", base, tok, transport, task)
+}
+
+// startScript runs a script of dir in Node.js with args, collecting the
+// lines it prints, until the test ends.
+func startScript(t *testing.T, dir, script string, args ...string) *watcher {
+	t.Helper()
 	w := &watcher{changed: make(chan struct{}), exited: make(chan struct{})}
-	cmd := exec.Command("node", "watch.mjs", base, tok, transport, task)
+	cmd := exec.Command("node", append([]string{script}, args...)...)
 	cmd.Dir = dir
 	cmd.Stderr = &w.stderr
 	out, err := cmd.StdoutPipe()
@@ -268,11 +275,17 @@ func startWatcher(t *testing.T, dir, base, tok, transport, task string) *watcher
 // waitLine waits until the process has printed line.
 func (w *watcher) waitLine(t *testing.T, line string) {
 	t.Helper()
+	w.waitCount(t, line, 1)
+}
+
+// waitCount waits until the process has printed line n times.
+func (w *watcher) waitCount(t *testing.T, line string, n int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	for {
 		w.mu.Lock()
-		found, changed, lines := slices.Contains(w.lines, line), w.changed, strings.Join(w.lines, "\n")
+		found, changed, lines := countOf(w.lines, line) >= n, w.changed, strings.Join(w.lines, "\n")
 		w.mu.Unlock()
 		if found {
 			return
@@ -280,15 +293,36 @@ func (w *watcher) waitLine(t *testing.T, line string) {
 		select {
 		case <-changed:
 		case <-w.exited:
-			w.mu.Lock()
-			found = slices.Contains(w.lines, line)
-			w.mu.Unlock()
-			if found {
+			if w.count(line) >= n {
 				return
 			}
-			t.Fatalf("node exited without printing %s:\n%s\nstderr:\n%s", line, lines, w.stderr.String())
+			t.Fatalf("node exited without printing %s %d times:\n%s\nstderr:\n%s", line, n, lines, w.stderr.String())
 		case <-ctx.Done():
-			t.Fatalf("node did not print %s within %v:\n%s", line, waitFor, lines)
+			t.Fatalf("node did not print %s %d times within %v:\n%s", line, n, waitFor, lines)
 		}
 	}
+}
+
+// count is how many times the process has printed line.
+func (w *watcher) count(line string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return countOf(w.lines, line)
+}
+
+// snapshot is every line the process has printed so far.
+func (w *watcher) snapshot() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.lines)
+}
+
+func countOf(lines []string, line string) int {
+	n := 0
+	for _, l := range lines {
+		if l == line {
+			n++
+		}
+	}
+	return n
 }
