@@ -181,6 +181,22 @@ func TestEventSourceRefusalsThatPassAreStreams(t *testing.T) {
 		want429(t, resp.StatusCode, resp.Header, body, "rate_limit_exceeded", 2*time.Second)
 	})
 
+	t.Run("session store unavailable", func(t *testing.T) {
+		pc := newPrivateCluster(t)
+		cfg, proxy := pc.configPostgresBehindProxy(t)
+		cfg.SSE = sse.Config{Retry: 1500 * time.Millisecond}
+		s := startNode(t, cfg)
+		// Neither store of sessions answers: whether the token is good
+		// cannot be told, and will be once they do.
+		pc.rs.Stop()
+		proxy.Drop()
+		u := events(s, sessionToken())
+		resp, body := getStream(t, here, u, true)
+		wantStreamRefusal(t, resp, body, "unavailable", cfg.SSE.Retry)
+		resp, body = getStream(t, here, u, false)
+		wantError(t, resp, []byte(body), http.StatusServiceUnavailable, "unavailable")
+	})
+
 	t.Run("refusals that do not pass", func(t *testing.T) {
 		s := startNode(t, c.config())
 		for _, tc := range []struct {
