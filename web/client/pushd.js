@@ -719,12 +719,14 @@ export class PushdClient extends EventTarget {
 
   // #probe asks for the stream's URL with fetch to learn the status an
   // EventSource or WebSocket cannot see; it reads no body but a 429's,
-  // which says what limit refused and for how long.
+  // which says what limit refused and for how long. It does not accept
+  // text/event-stream: a node answers a refusal that passes to one that
+  // does in a 200 stream, and the probe wants the status.
   async #probe(url) {
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), this.#opt.probeTimeoutMs);
     try {
-      const res = await fetch(url, { signal: ctl.signal, cache: 'no-store', headers: { Accept: 'text/event-stream' } });
+      const res = await fetch(url, { signal: ctl.signal, cache: 'no-store' });
       const retryAfterMs = parseRetryAfter(res.headers.get('Retry-After'));
       const limit = res.status === 429 ? await limitOfResponse(res, retryAfterMs) : null;
       return { code: res.status, waitMs: res.status === 429 ? retryAfterMs : null, limit };
