@@ -189,6 +189,23 @@ func TestBrowserEventSourceSurvivesRefusals(t *testing.T) {
 		})
 	})
 
+	t.Run("tenant cap", func(t *testing.T) {
+		n := startNode(t, config(admission.Config{MaxConnsPerTenant: 1}))
+		survive(t, n.URL, "too_many_connections", func(string) func() {
+			// Another user of the tenant holds its one connection.
+			return holdStream(t, eventsURL(n.URL, testenv.UniqueID("task"), signedToken(t, "t1", testenv.UniqueID("user"))))
+		})
+	})
+
+	t.Run("over capacity", func(t *testing.T) {
+		cfg := config(admission.Config{})
+		cfg.MaxConns = 1
+		n := startNode(t, cfg)
+		survive(t, n.URL, "over_capacity", func(string) func() {
+			return holdStream(t, eventsURL(n.URL, testenv.UniqueID("task"), signedToken(t, "t1", testenv.UniqueID("user"))))
+		})
+	})
+
 	t.Run("draining", func(t *testing.T) {
 		draining, next := startNode(t, config(admission.Config{})), startNode(t, config(admission.Config{}))
 		// The hub alone, as Shutdown starts: the listener still answers.
