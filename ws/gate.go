@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // gate sits between the socket and coder/websocket's reader. It takes the
@@ -27,6 +28,10 @@ type gate struct {
 	r, w    int   // buf[r:w] is read and not yet taken
 	pass    int64 // bytes of the frame being handed through still to go
 	err     error // once set, every read fails with it
+	// flood is set with err = errFlood. An atomic, read without mu: Read
+	// holds mu through a blocking socket read, which only the Close that
+	// asks is there to end.
+	flood atomic.Bool
 }
 
 // gateBufSize holds a client's largest control frame whole: a 2-byte
@@ -106,11 +111,7 @@ func (g *gate) idle() bool {
 
 // flooded reports whether the gate stopped reading for a flood of control
 // frames: the client may still be sending.
-func (g *gate) flooded() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.err == errFlood
-}
+func (g *gate) flooded() bool { return g.flood.Load() }
 
 // readSource reads the bytes net/http read past the handshake, then the
 // connection.
@@ -190,6 +191,7 @@ func (g *gate) step() bool {
 		g.r += head + int(n)
 		if !g.control(op, payload) {
 			g.err = errFlood
+			g.flood.Store(true)
 		}
 		return true
 	}
