@@ -67,10 +67,36 @@ type Snapshot struct {
 	Status    string
 	Version   int64
 	UpdatedAt int64 // Unix milliseconds
+	// Origin is where this copy was read from, set by the store that read
+	// it before anyone else sees it; the zero value, OriginMemory, is a
+	// copy parsed in this process (a publish, the embedded store). For an
+	// operator's inspection only: nothing routes by it.
+	Origin Origin
 
 	raw []byte
 
 	encoded [maxEncodings]atomic.Pointer[[]byte] // see Encoded
+}
+
+// Origin is where a snapshot was read from.
+type Origin uint8
+
+// Origins of a snapshot.
+const (
+	OriginMemory   Origin = iota // parsed in this process: a publish, the embedded store
+	OriginRedis                  // read from Redis
+	OriginPostgres               // read from PostgreSQL
+)
+
+// String names the origin as the admin API shows it.
+func (o Origin) String() string {
+	switch o {
+	case OriginRedis:
+		return "redis"
+	case OriginPostgres:
+		return "postgres"
+	}
+	return "memory"
 }
 
 // Slots of Encoded, one per wire format that wraps a whole snapshot.

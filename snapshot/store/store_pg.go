@@ -147,6 +147,7 @@ func scanTasks(rows pgx.Rows, each func(*snapshot.Snapshot), bad func(id string,
 			bad(r.TaskID, err)
 			continue
 		}
+		snap.Origin = snapshot.OriginPostgres
 		each(snap)
 	}
 	return rows.Err()

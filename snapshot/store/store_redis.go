@@ -86,6 +86,7 @@ func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (sn
 	default:
 		snap, err := snapshot.Parse(b)
 		if err == nil && snap.TaskID == id {
+			snap.Origin = snapshot.OriginRedis
 			s.stats.redisHits.Add(1)
 			return snap, false, nil
 		}
@@ -134,6 +135,7 @@ func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*sn
 			s.log.DebugContext(ctx, "snapshot: undecodable snapshot in redis", "task_id", ids[i], "err", err)
 			continue
 		}
+		snap.Origin = snapshot.OriginRedis
 		s.stats.redisHits.Add(1)
 		found[ids[i]] = snap
 	}

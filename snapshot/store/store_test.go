@@ -100,8 +100,9 @@ func TestStoreGetFromRedis(t *testing.T) {
 	e.write(t, id, "RUNNING", 4)
 
 	before := e.store.Stats()
-	if got := mustGet(t, e.store, id, 0); got.Version != 4 {
-		t.Fatalf("version %d, want 4", got.Version)
+	got := mustGet(t, e.store, id, 0)
+	if got.Version != 4 || got.Origin != snapshot.OriginRedis {
+		t.Fatalf("version %d from %v, want 4 from redis", got.Version, got.Origin)
 	}
 	d := delta(before, e.store.Stats())
 	if d.RedisReads != 1 || d.RedisHits != 1 || d.DBQueries != 0 || d.CacheSets != 1 {
@@ -125,6 +126,9 @@ func TestStoreFallsBackToPostgres(t *testing.T) {
 	d := delta(before, e.store.Stats())
 	if d.RedisMisses != 1 || d.DBQueries != 1 || d.WriteBacks != 1 || d.CacheSets != 1 {
 		t.Errorf("stats delta %+v, want a Redis miss, a query, a write-back and the snapshot cached", d)
+	}
+	if got.Origin != snapshot.OriginPostgres {
+		t.Errorf("origin %v, want postgres", got.Origin)
 	}
 
 	// The document has every field of the snapshot JSON of docs/DESIGN.md,
@@ -496,6 +500,9 @@ func TestStoreGetMany(t *testing.T) {
 	}
 	if len(got) != 3 || got[cached].Version != 1 || got[inRedis].Version != 2 || got[inPG].Version != 3 {
 		t.Fatalf("GetMany = %v, want versions 1, 2 and 3", got)
+	}
+	if got[inRedis].Origin != snapshot.OriginRedis || got[inPG].Origin != snapshot.OriginPostgres {
+		t.Errorf("origins %v and %v, want redis (MGET) and postgres", got[inRedis].Origin, got[inPG].Origin)
 	}
 	d := delta(before, e.store.Stats())
 	if d.CacheHits != 1 || d.RedisReads != 1 || d.DBQueries != 1 || d.DBMisses != 1 || d.WriteBacks != 1 {
