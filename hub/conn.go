@@ -87,8 +87,22 @@ type tracked struct {
 	id        string
 	delivered int64              // the last version taken for writing, 0 if none or forgotten
 	snap      *snapshot.Snapshot // pending in the outbox, nil if none
-	news      news               // how snap came, for the delivery histograms
+	// How snap came (news), for the delivery histograms: its two fields
+	// apart, so that sent fits in the padding after live, where a nested
+	// news would round the entry up to the next size class (TestTrackedSize).
+	heard int64
+	live  bool
+	// sent is when delivered was taken for writing (Hub.sentStamp), for
+	// an operator's inspection; 0 when the version was recorded without
+	// a write (a resumed client had it) or is none.
+	sent uint32
 }
+
+// setNews records how the pending snapshot came.
+func (t *tracked) setNews(n news) { t.heard, t.live = n.heard, n.live }
+
+// news is how the pending snapshot came.
+func (t *tracked) news() news { return news{heard: t.heard, live: t.live} }
 
 // ErrOtherPrincipal: a refresh's token names another user or tenant than
 // the connection's.
@@ -208,7 +222,8 @@ func (c *Conn) offerTracked(s *snapshot.Snapshot, n news, repair bool) (push, ta
 		}
 		c.order = append(c.order, t)
 	}
-	t.snap, t.news = s, n
+	t.snap = s
+	t.setNews(n)
 	push = c.markScheduledLocked()
 	c.mu.Unlock()
 	return push, true, had
@@ -305,20 +320,25 @@ func (c *Conn) takeLocked(buf []Event) (_ []Event, complete bool) {
 	c.control = nil // rare (hello, errors, modes): an idle connection keeps no slice
 	lastTask := -1
 	taken, size := 0, 0
+	var sent uint32 // one clock reading per take, on the first task taken
 	for _, t := range c.order {
 		if size >= maxBatchBytes {
 			break // the rest waits for the next turn: see maxBatchBytes
 		}
 		taken++
-		s, n := t.snap, t.news
-		t.snap, t.news = nil, news{}
+		s, n := t.snap, t.news()
+		t.snap = nil
+		t.setNews(news{})
 		if !c.Sees(s) || !s.NewerThan(t.delivered) {
 			if t.delivered == 0 {
 				c.track.remove(t.id)
 			}
 			continue
 		}
-		t.delivered = s.Version
+		if sent == 0 {
+			sent = c.hub.sentStamp()
+		}
+		t.delivered, t.sent = s.Version, sent
 		lastTask = len(buf)
 		size += len(s.JSON())
 		buf = append(buf, Event{Kind: KindTask, Snapshot: s, news: n})
@@ -373,7 +393,7 @@ func (c *Conn) rememberLocked(id string, v int64) {
 	if t == nil {
 		t = c.trackLocked(id)
 	}
-	t.delivered = v
+	t.delivered, t.sent = v, 0
 }
 
 // trackLocked adds an entry for task id, which has none. Past maxTracked,
@@ -396,7 +416,8 @@ func (c *Conn) trackLocked(id string) *tracked {
 // dropPendingLocked empties the outbox of tasks.
 func (c *Conn) dropPendingLocked() {
 	for _, t := range c.order {
-		t.snap, t.news = nil, news{}
+		t.snap = nil
+		t.setNews(news{})
 		if t.delivered == 0 {
 			c.track.remove(t.id)
 		}

@@ -243,6 +243,7 @@ func (h *Hub) offerRead(n notice, snap *snapshot.Snapshot, targets []*Conn) []*C
 		h.drop(DropTenant)
 		return targets
 	}
+	h.noteRead(snap, ReadHint)
 	return h.offerToWatchers(snap, news{heard: n.heard, live: true}, targets[:0])
 }
 

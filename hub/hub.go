@@ -215,6 +215,8 @@ type Hub struct {
 	cfg Config
 	log *slog.Logger
 
+	started time.Time // for sentStamp
+
 	ctx    context.Context // cancelled by Close; parent of fetches
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // writers, dispatchers, ticker
@@ -249,7 +251,7 @@ func New(cfg Config) *Hub {
 	cfg = cfg.WithDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Hub{
-		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
+		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, started: time.Now(),
 		conns: make(map[*Conn]struct{}), byIP: make(map[string]int),
 		classes: make(map[connClass]int),
 	}
@@ -509,7 +511,11 @@ func (h *Hub) Notify(n snapshot.Notification) {
 	}
 	// Once per notification, however many connections watch the task: the
 	// start of the notification-to-write latency of each of them.
-	h.dispatch.push(k, n.Version, time.Now().UnixNano())
+	now := time.Now().UnixNano()
+	if note := h.idx.noteOf(k); note != nil {
+		note.hint(n.Version, now)
+	}
+	h.dispatch.push(k, n.Version, now)
 }
 
 // Resync re-reads every task the tenant's connections watch, bypassing

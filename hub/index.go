@@ -118,6 +118,63 @@ func (x *index) collect(kind int, k key, dst []*Conn) []*Conn {
 	return dst
 }
 
+// noteOf returns the note of task k, made on first use, or nil when no
+// connection here watches the task by id. The shard's write lock is taken
+// once per watched task, to make the note; then only its read lock.
+func (x *index) noteOf(k key) *taskNote {
+	sh := x.shard(k)
+	sh.mu.RLock()
+	w, ok := sh.sets[byTask][k]
+	sh.mu.RUnlock()
+	if !ok || w.note != nil {
+		return w.note
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	w, ok = sh.sets[byTask][k]
+	if !ok {
+		return nil
+	}
+	if w.note == nil {
+		w.note = new(taskNote)
+		sh.sets[byTask][k] = w
+	}
+	return w.note
+}
+
+// peekNote is noteOf without making one.
+func (x *index) peekNote(k key) *taskNote {
+	sh := x.shard(k)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return sh.sets[byTask][k].note
+}
+
+// collectUpTo is collect of at most limit connections; total is how many
+// are indexed under k. The shard is read-locked for the copy of at most
+// limit pointers, however many watch.
+func (x *index) collectUpTo(kind int, k key, dst []*Conn, limit int) (_ []*Conn, total int) {
+	sh := x.shard(k)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	w := sh.sets[kind][k]
+	total = w.len()
+	if limit <= 0 {
+		return dst, total
+	}
+	if w.one != nil {
+		return append(dst, w.one), total
+	}
+	for c := range w.set {
+		if limit == 0 {
+			break
+		}
+		dst = append(dst, c)
+		limit--
+	}
+	return dst, total
+}
+
 // addScoped counts a connection of tenant that watches projects or its user.
 func (x *index) addScoped(tenant string, delta int) {
 	sh := x.shard(key{tenant: tenant})
@@ -180,6 +237,9 @@ func (x *index) scopes() []snapshot.Scope {
 type watchers struct {
 	one *Conn   // the only watcher, when set is nil
 	set connSet // every watcher, once there were two
+	// note is what the node last heard and read of a task watched by id
+	// (byTask only), made on first use and gone with the entry.
+	note *taskNote
 }
 
 func (w watchers) len() int {

@@ -386,6 +386,7 @@ func (h *Hub) refresh(tenants map[string]struct{}, cached bool) bool {
 		// staleness. An uncached round looks for changes.
 		n := news{live: !cached}
 		for _, s := range snaps {
+			h.noteRead(s, ReadPoll)
 			targets = h.offerToWatchers(s, n, targets[:0])
 		}
 	}

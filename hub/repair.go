@@ -225,6 +225,7 @@ const (
 // offerRepair offers s to its watchers, as offerToWatchers does, and says
 // what those that took it held.
 func (h *Hub) offerRepair(s *snapshot.Snapshot, targets []*Conn) (_ []*Conn, held int) {
+	h.noteRead(s, ReadRepair)
 	targets = h.watchersOf(s, targets)
 	ready := 0
 	held = heldNewer

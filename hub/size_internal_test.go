@@ -14,3 +14,13 @@ func TestConnSize(t *testing.T) {
 		t.Fatalf("a Conn is %d bytes, want at most 448: keep the flags together, and allocate what idle connections do not use", n)
 	}
 }
+
+// TestTrackedSize guards the entry a connection keeps per task it watched
+// or was sent, which a connection watching a project can hold hundreds
+// of: 48 bytes, a size class of its own. The time it was sent fits in the
+// padding after news's flag; a nested news struct would not leave it.
+func TestTrackedSize(t *testing.T) {
+	if n := unsafe.Sizeof(tracked{}); n > 48 {
+		t.Fatalf("a tracked entry is %d bytes, want at most 48: fit new fields in its padding", n)
+	}
+}

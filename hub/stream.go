@@ -74,8 +74,10 @@ func (h *Hub) readAndOffer(ctx context.Context, tenant string, ids []string, c *
 			case s.TenantID != tenant:
 				h.drop(DropTenant)
 			case c != nil: // a resuming connection's initial state
+				h.noteRead(s, ReadSubscribe)
 				c.offer(s, news{})
 			default:
+				h.noteRead(s, ReadStream)
 				targets = h.offerToWatchers(s, news{live: true}, targets[:0])
 			}
 		}

@@ -292,6 +292,7 @@ func (c *Conn) readInitial(ctx context.Context, a *admission) error {
 		snap, err := h.cfg.Source.Get(ctx, id, 0)
 		switch {
 		case err == nil && c.sees(snap): // another tenant's, or one the grant does not allow, is as absent
+			h.noteRead(snap, ReadSubscribe)
 			c.offer(snap, news{})
 		case err == nil, errors.Is(err, snapshot.ErrNotFound):
 			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeNotFound})
@@ -426,19 +427,20 @@ func (c *Conn) settle() {
 
 // offerList offers a listing as a subscription's initial state.
 func (c *Conn) offerList(snaps []*snapshot.Snapshot, err error) error {
-	return c.offerAll(news{}, snaps, err)
+	return c.offerAll(news{}, ReadSubscribe, snaps, err)
 }
 
 // refreshList offers a listing re-read while polling: changes, live.
 func (c *Conn) refreshList(snaps []*snapshot.Snapshot, err error) error {
-	return c.offerAll(news{live: true}, snaps, err)
+	return c.offerAll(news{live: true}, ReadPoll, snaps, err)
 }
 
-func (c *Conn) offerAll(n news, snaps []*snapshot.Snapshot, err error) error {
+func (c *Conn) offerAll(n news, source ReadSource, snaps []*snapshot.Snapshot, err error) error {
 	if err != nil {
 		return err
 	}
 	for _, s := range snaps {
+		c.hub.noteRead(s, source)
 		c.offer(s, n)
 	}
 	return nil
@@ -507,7 +509,8 @@ func (c *Conn) Unsubscribe(tasks, projects []string) {
 			kept = append(kept, t)
 			continue
 		}
-		t.snap, t.news = nil, news{}
+		t.snap = nil
+		t.setNews(news{})
 		if t.delivered == 0 {
 			c.track.remove(t.id)
 		}
