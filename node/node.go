@@ -46,7 +46,7 @@ type Node struct {
 	sim     *sim.Simulator // nil unless the demo is served
 	handler http.Handler
 	srv     *http.Server
-	admin   *http.Server // the admin listener's: /metrics, health
+	admin   *http.Server // the admin listener's: /metrics, health, the inspector
 
 	// demoSigner signs the tokens of GET /demo/token: set on an embedded
 	// node started without a key, whose secret it makes up.
@@ -137,16 +137,19 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 }
 
 // adminHandler serves what is for operators only, never on the client
-// listener: /metrics, and /healthz and /readyz as the client listener
-// answers them, for probes that only reach the admin port.
+// listener: /metrics, the delivery inspector (/inspect/tasks/{id}: which
+// connections here watch a task and what each was sent), and /healthz and
+// /readyz as the client listener answers them, for probes that only reach
+// the admin port.
 func (n *Node) adminHandler() http.Handler {
 	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm, Publisher: n.be.published, Reconcile: n.be.reconcileStats()})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(n.cfg.Logger.Handler(), slog.LevelWarn)}))
 	mux.Handle("GET /healthz", n.handler)
 	mux.Handle("GET /readyz", n.handler)
+	mux.HandleFunc("GET /inspect/tasks/{id}", n.inspectTask)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httperr.Write(w, http.StatusNotFound, httperr.NotFound, "the admin listener serves /metrics, /healthz and /readyz")
+		httperr.Write(w, http.StatusNotFound, httperr.NotFound, "the admin listener serves /metrics, /healthz, /readyz and /inspect/tasks/{id}")
 	})
 	return mux
 }
@@ -258,8 +261,9 @@ func (n *Node) Serve(l net.Listener) error {
 	return err
 }
 
-// ServeAdmin serves the admin listener on l (/metrics, /healthz, /readyz)
-// until Shutdown or Close; keep l private. ServeAdmin after Shutdown
+// ServeAdmin serves the admin listener on l (/metrics, /healthz, /readyz,
+// /inspect/tasks/{id}) until Shutdown or Close; keep l private: the
+// inspector names users and connections. ServeAdmin after Shutdown
 // returns at once.
 func (n *Node) ServeAdmin(l net.Listener) error {
 	err := n.admin.Serve(l)

@@ -101,7 +101,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	c.DrainTimeout = 10 * time.Second
 	flagval.Duration(fs, &c.DrainTimeout, "drain-timeout", "how long shutdown spends closing connections")
 	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private")
-	fs.StringVar(&c.AdminListen, "admin-listen", "127.0.0.1:9464", "address of the admin listener: /metrics (Prometheus), /healthz and /readyz; empty serves none; keep it private (the client listener never serves /metrics)")
+	fs.StringVar(&c.AdminListen, "admin-listen", "127.0.0.1:9464", "address of the admin listener: /metrics (Prometheus), /healthz, /readyz and the delivery inspector /inspect/tasks/{id}; empty serves none; keep it private (the client listener never serves /metrics or the inspector, which names users and connections)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {
