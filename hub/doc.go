@@ -50,8 +50,8 @@
 // with no hub lock held and nothing under a hub lock waits for it. The
 // poller's, the read budgets' and the dispatch queue's locks are
 // leaves too, taken with no other hub lock held (the dispatch queue's
-// before its inner work queue's), and so is a task's note (taskNote.mu:
-// the last hint and read of a task watched by id, for InspectTask).
+// before its inner work queue's). A task's note (taskNote: the last hint
+// and read of a task watched by id, for InspectTask) takes no lock.
 //
 // # Counters
 //

@@ -24,3 +24,12 @@ func TestTrackedSize(t *testing.T) {
 		t.Fatalf("a tracked entry is %d bytes, want at most 48: fit new fields in its padding", n)
 	}
 }
+
+// TestTaskNoteSize guards the note a node keeps per task watched by id
+// (the last hint and read, for InspectTask): four words, the 32-byte size
+// class; a mutex beside them took 48.
+func TestTaskNoteSize(t *testing.T) {
+	if n := unsafe.Sizeof(taskNote{}); n > 32 {
+		t.Fatalf("a task's note is %d bytes, want at most 32", n)
+	}
+}
