@@ -31,7 +31,9 @@ import (
 // With a browser's token in the URL, it measured 2,900 bytes before the
 // hub's sets became slices, the index kept a task's only watcher inline
 // and the Conn's flags were grouped; 2,270 after; 1,830 once the ids
-// stopped keeping the request line (and its token) alive.
+// stopped keeping the request line (and its token) alive; about 1,920
+// once the index kept a note of the last hint and read of each task
+// watched by id (the delivery inspector's).
 const maxIdleBytesPerConn = 2100
 
 // TestIdleStreamMemory opens conns real streams, each watching a task of
