@@ -41,11 +41,11 @@ func (r ReadSource) String() string {
 
 // taskNote is what the node last heard and read of one task watched by id:
 // one per index entry, not per connection, for an operator's inspection.
-// Four atomic words, 32 bytes, a size class below a mutex and the same
-// fields: nothing on the delivery path waits for a reader of it. Each word
-// is read atomically, not all at one instant: a reading that races two
-// records may pair the version of one with the time of the other, both of
-// the same moment.
+// Four atomic words, 32 bytes (48 with a mutex), and nothing on the
+// delivery path waits for another record or a reader. Each word is read
+// atomically, not all at one instant: an inspection that races two
+// records, made moments apart, may pair the version of one with the time
+// of the other.
 type taskNote struct {
 	hintVersion atomic.Int64
 	hintAt      atomic.Int64 // Unix ms
