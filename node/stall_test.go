@@ -32,6 +32,10 @@ func TestStalledReadersCostOnlyThemselves(t *testing.T) {
 	// The healthy clients converge in well under a second; the stalled are
 	// cut after this, and the assertions below tell the two apart.
 	cfg.Hub.WriteTimeout = 8 * time.Second
+	// The send buffer a node has by default: left to the kernel's
+	// autotuning, a socket holds up to 4 MB, more than the node writes to a
+	// stalled client when it conflates most versions, and then none stalls.
+	cfg.Hub.SendBuffer = hub.DefaultSendBuffer
 	s := startNode(t, cfg)
 
 	// The healthy clients watch small tasks; the stalled watch those and big
