@@ -224,6 +224,7 @@ func (c *Conn) inspect(s *snapshot.Snapshot) (WatcherReport, bool) {
 	return w, true
 }
 
+// unixMilli is the time of Unix ms, the zero time for 0 (none).
 func unixMilli(ms int64) time.Time {
 	if ms == 0 {
 		return time.Time{}

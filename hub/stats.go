@@ -180,7 +180,7 @@ func (h *Hub) Stats() Stats {
 		NotifyToWrite: c.notifyToWrite.Snapshot(),
 		Staleness:     c.staleness.Snapshot(),
 		RepairRounds:  c.repairRounds.Load(), RepairErrors: c.repairErrors.Load(),
-		RepairSlot:  unixMilliOrZero(c.repairSlot.Load()),
+		RepairSlot:  unixMilli(c.repairSlot.Load()),
 		RepairOlder: c.repairOlder.Load(), RepairUnheld: c.repairUnheld.Load(),
 		RepairAge: c.repairAge.Snapshot(),
 	}
@@ -207,11 +207,3 @@ func (h *Hub) drop(d Drop) { h.stats.dropped[d].Add(1) }
 
 // cut counts a connection ended for r.
 func (h *Hub) cut(r Cut) { h.stats.cuts[r].Add(1) }
-
-// unixMilliOrZero is the time of Unix ms, the zero time for 0.
-func unixMilliOrZero(ms int64) time.Time {
-	if ms == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
-}

@@ -68,19 +68,15 @@ type inspectWatcher struct {
 // this node knows of the task's delivery. A task no source has is 404.
 func (n *Node) inspectTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !snapshot.ValidID(id) {
-		httperr.Write(w, http.StatusBadRequest, httperr.InvalidID, "the task id is not a valid id")
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
 	defer cancel()
 	rep, err := n.hub.InspectTask(ctx, id, inspectLimit)
 	switch {
+	case errors.Is(err, snapshot.ErrInvalidID): // the sources check an id before any read
+		httperr.Write(w, http.StatusBadRequest, httperr.InvalidID, "the task id is not a valid id")
+		return
 	case errors.Is(err, snapshot.ErrNotFound):
 		httperr.Write(w, http.StatusNotFound, httperr.NotFound, "no source has the task "+id)
-		return
-	case errors.Is(err, snapshot.ErrInvalidID):
-		httperr.Write(w, http.StatusBadRequest, httperr.InvalidID, "the task id is not a valid id")
 		return
 	case err != nil:
 		n.log.Warn("inspection read failed", "task", id, "err", err)

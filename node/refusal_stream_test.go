@@ -77,6 +77,16 @@ func wantStreamRefusal(t *testing.T, resp *http.Response, body, code string, wai
 	}
 }
 
+// wantRefusedBothWays checks a refusal of u that passes, with a 429 for
+// its status: a stream to an EventSource, the 429 to curl.
+func wantRefusedBothWays(t *testing.T, client *http.Client, u, code string, wait time.Duration) {
+	t.Helper()
+	resp, body := getStream(t, client, u, true)
+	wantStreamRefusal(t, resp, body, code, wait)
+	resp, body = getStream(t, client, u, false)
+	want429(t, resp.StatusCode, resp.Header, body, code, wait)
+}
+
 // Each refusal of a stream that passes by itself is answered to an
 // EventSource in a stream it survives, and with its status to a client that
 // did not ask for a stream; refusals that do not pass keep their status
@@ -94,10 +104,7 @@ func TestEventSourceRefusalsThatPassAreStreams(t *testing.T) {
 		s := admissionNode(t, c, admission.Config{ConnectUserBurst: 1, ConnectUserRate: 0.5})
 		u := events(s, token(t, "t1", testenv.UniqueID("user")))
 		openStream(t, here, u) // the bucket's one connect
-		resp, body := getStream(t, here, u, true)
-		wantStreamRefusal(t, resp, body, "rate_limit_exceeded", 2*time.Second)
-		resp, body = getStream(t, here, u, false)
-		want429(t, resp.StatusCode, resp.Header, body, "rate_limit_exceeded", 2*time.Second)
+		wantRefusedBothWays(t, here, u, "rate_limit_exceeded", 2*time.Second)
 		// Counted as every refusal is, whatever the answer's form.
 		if n := s.Admission().Stats().Rejected[admission.RuleConnectUser]; n != 2 {
 			t.Fatalf("connect_user rejections counted: %d, want 2", n)
@@ -109,10 +116,7 @@ func TestEventSourceRefusalsThatPassAreStreams(t *testing.T) {
 		u := events(s, token(t, "t1", testenv.UniqueID("user")))
 		openStream(t, here, u)
 		waitConns(t, s, 1)
-		resp, body := getStream(t, here, u, true)
-		wantStreamRefusal(t, resp, body, "too_many_connections", 5*time.Second)
-		resp, body = getStream(t, here, u, false)
-		want429(t, resp.StatusCode, resp.Header, body, "too_many_connections", 5*time.Second)
+		wantRefusedBothWays(t, here, u, "too_many_connections", 5*time.Second)
 		if n := s.Admission().Stats().Rejected[admission.RuleUserCap]; n != 2 {
 			t.Fatalf("user_cap rejections counted: %d, want 2", n)
 		}
@@ -125,10 +129,7 @@ func TestEventSourceRefusalsThatPassAreStreams(t *testing.T) {
 		u := events(s, token(t, "t1", "u1"))
 		openStream(t, here, u)
 		waitConns(t, s, 1)
-		resp, body := getStream(t, here, u, true)
-		wantStreamRefusal(t, resp, body, "too_many_connections", 5*time.Second)
-		resp, body = getStream(t, here, u, false)
-		want429(t, resp.StatusCode, resp.Header, body, "too_many_connections", 5*time.Second)
+		wantRefusedBothWays(t, here, u, "too_many_connections", 5*time.Second)
 	})
 
 	t.Run("over capacity", func(t *testing.T) {

@@ -1,10 +1,9 @@
 package sse
 
 import (
-	"encoding/json"
+	"bytes"
 	"mime"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -34,9 +33,8 @@ func (h *Handler) Refuse(w http.ResponseWriter, r *http.Request, code string, wa
 	if wait <= 0 {
 		wait = h.cfg.Retry
 	}
-	ms := httperr.RetryAfterMS(wait)
-	data, _ := json.Marshal(httperr.LimitBody{Error: code, RetryAfter: httperr.RetryAfterSeconds(ms), RetryAfterMS: ms, Message: message})
-	retry := httperr.RetryAfterMS(jittered(time.Duration(ms) * time.Millisecond))
+	body := httperr.NewLimitBody(code, wait, message)
+	retry := httperr.RetryAfterMS(jittered(time.Duration(body.RetryAfterMS) * time.Millisecond))
 
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
@@ -45,13 +43,10 @@ func (h *Handler) Refuse(w http.ResponseWriter, r *http.Request, code string, wa
 	hd.Del("Content-Length")
 	hd.Del("Retry-After") // the stream's retry: says it; a 200 with Retry-After means nothing
 	w.WriteHeader(http.StatusOK)
-	var b strings.Builder
-	b.WriteString("retry: ")
-	b.WriteString(strconv.FormatInt(retry, 10))
-	b.WriteString("\nevent: error\ndata: ")
-	b.Write(data)
-	b.WriteString("\n\n")
-	w.Write([]byte(b.String()))
+	var b bytes.Buffer
+	writeRetry(&b, retry)
+	writeJSON(&b, "error", body)
+	w.Write(b.Bytes())
 	return true
 }
 

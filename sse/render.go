@@ -105,9 +105,7 @@ func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 		b.Write(ev.Snapshot.JSON())
 		b.WriteString("\n\n")
 	case hub.KindHello:
-		b.WriteString("retry: ")
-		b.Write(strconv.AppendInt(b.AvailableBuffer(), e.retry, 10))
-		b.WriteString("\n")
+		writeRetry(b, e.retry)
 		writeJSON(b, "hello", struct {
 			ConnID      string `json:"conn_id"`
 			Node        string `json:"node"`
@@ -143,9 +141,7 @@ func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 		b.WriteString(heartbeatEvent)
 	case hub.KindReconnect:
 		// EventSource waits retry ms before reconnecting once the stream ends.
-		b.WriteString("retry: ")
-		b.WriteString(strconv.Itoa(ev.AfterMS))
-		b.WriteString("\n")
+		writeRetry(b, int64(ev.AfterMS))
 		writeJSON(b, "reconnect", struct {
 			AfterMS int `json:"after_ms"`
 		}{ev.AfterMS})
@@ -155,6 +151,13 @@ func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 // heartbeatEvent is what a connection idle for the heartbeat interval is
 // sent.
 const heartbeatEvent = "event: heartbeat\ndata: {}\n\n"
+
+// writeRetry sets the EventSource's reconnect delay, in ms.
+func writeRetry(b *bytes.Buffer, ms int64) {
+	b.WriteString("retry: ")
+	b.Write(strconv.AppendInt(b.AvailableBuffer(), ms, 10))
+	b.WriteString("\n")
+}
 
 func writeJSON(b *bytes.Buffer, event string, v any) {
 	b.WriteString("event: ")

@@ -80,18 +80,24 @@ type LimitBody struct {
 	Message      string `json:"message"`
 }
 
+// NewLimitBody is the LimitBody of a refusal of code for wait.
+func NewLimitBody(code string, wait time.Duration, message string) LimitBody {
+	ms := RetryAfterMS(wait)
+	return LimitBody{Error: code, RetryAfter: RetryAfterSeconds(ms), RetryAfterMS: ms, Message: message}
+}
+
 // TooManyRequests answers 429 with Retry-After and a LimitBody: every 429
 // pushd answers is written here. code is RateLimitExceeded or
 // TooManyConnections.
 func TooManyRequests(w http.ResponseWriter, code string, wait time.Duration, message string) {
-	ms := RetryAfterMS(wait)
+	body := NewLimitBody(code, wait, message)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Del("Content-Length")
-	h.Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(ms), 10))
+	h.Set("Retry-After", strconv.FormatInt(body.RetryAfter, 10))
 	w.WriteHeader(http.StatusTooManyRequests)
-	json.NewEncoder(w).Encode(LimitBody{Error: code, RetryAfter: RetryAfterSeconds(ms), RetryAfterMS: ms, Message: message})
+	json.NewEncoder(w).Encode(body)
 }
 
 // Truncate shortens s to n bytes for an error message, marking the cut, so

@@ -347,11 +347,11 @@ func (e emitter) hub(st hub.Stats) {
 // and what they delivered, the store's checks.
 func (e emitter) repair(st hub.Stats, ss store.Stats) {
 	e.emit(repairRounds, float64(st.RepairRounds))
+	last := 0.0 // before the first round
 	if !st.RepairSlot.IsZero() {
-		e.emit(repairLast, float64(st.RepairSlot.UnixMilli())/1e3)
-	} else {
-		e.emit(repairLast, 0)
+		last = float64(st.RepairSlot.UnixMilli()) / 1e3
 	}
+	e.emit(repairLast, last)
 	e.emit(repairErrors, float64(st.RepairErrors))
 	e.emit(repairs, float64(ss.Repaired), "database_newer")
 	e.emit(repairs, float64(st.RepairOlder), "redis_newer")
