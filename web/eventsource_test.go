@@ -20,6 +20,7 @@ import (
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/sse"
@@ -79,7 +80,7 @@ func holdStream(t *testing.T, u string) func() {
 func openEventSource(p *page, u string) {
 	p.t.Helper()
 	eval[bool](p, fmt.Sprintf(`(() => {
-		const r = window.__es = { opens: [], refusals: [], failures: [], versions: [] };
+		const r = window.__es = { opens: [], refusals: [], failures: [], versions: [], modes: [] };
 		const es = new EventSource(%q);
 		window.__source = es;
 		es.addEventListener('open', () => r.opens.push(performance.now()));
@@ -88,6 +89,7 @@ func openEventSource(p *page, u string) {
 			else r.failures.push({ at: performance.now(), state: es.readyState });
 		});
 		es.addEventListener('task', (e) => r.versions.push(JSON.parse(e.data).version));
+		for (const ev of ['hello', 'mode']) es.addEventListener(ev, (e) => r.modes.push(JSON.parse(e.data).mode));
 		return true;
 	})()`, u))
 }
@@ -230,6 +232,100 @@ func TestBrowserEventSourceSurvivesRefusals(t *testing.T) {
 		}))
 		survive(t, base, "draining", func(string) func() { return nil })
 	})
+}
+
+// A node that no snapshot source answers (Redis stopped, PostgreSQL cut:
+// /readyz says not ready) keeps a browser's own EventSource alive both
+// ways it can meet it. A session token, which neither store of sessions
+// can check, is refused unavailable in a stream: the EventSource waits the
+// refusal's wait and connects again by itself. A signed token needs no
+// store, so its stream opens and polls. Once the sources are back, both
+// get the task's version from PostgreSQL, then its next one from a hint.
+func TestBrowserEventSourceSurvivesANodeWithoutSources(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	pg := testenv.Database(t)
+	pgURL, err := url.Parse(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.StartProxy(t, pgURL.Host)
+	pgURL.Host = proxy.Addr
+	n := startNode(t, node.Config{RedisURL: rs.URL, DatabaseURL: pgURL.String(), JWTSecret: testSecret,
+		SSE: sse.Config{Retry: time.Second}})
+	ctx := testenv.Context(t)
+	task, user := testenv.UniqueID("task"), testenv.UniqueID("user")
+	write := func(v int64) {
+		pg.InsertTask(t, testenv.Task{ID: task, TenantID: "t1", ProjectID: "p1", UserID: user, Status: "RUNNING", Progress: int(v), Version: v})
+	}
+	write(1)
+	session := "sess_" + testenv.RandomSuffix(16)
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO sessions (token, tenant_id, user_id, plan, expires_at) VALUES ($1, 't1', $2, 'pro', now() + interval '1 hour')`,
+		session, user); err != nil {
+		t.Fatal(err)
+	}
+
+	rs.Stop()
+	proxy.Drop()
+	testenv.Eventually(t, "the node not ready", func() bool {
+		resp, err := http.Get(n.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+
+	b := newBrowser(t)
+	open := func(token string) (*page, *problems) {
+		p := b.tab(t)
+		pr := p.watch()
+		p.do("navigate", chromedp.Navigate(n.URL+"/healthz")) // any page of the origin
+		openEventSource(p, eventsURL(n.URL, task, token))
+		return p, pr
+	}
+	refused, refusedProblems := open(session)
+	refused.wait("the refusal", `window.__es.refusals.length > 0`)
+	polling, pollingProblems := open(signedToken(t, "t1", user))
+	polling.wait("the stream open, polling", `window.__es.modes.includes('polling')`)
+	if n := eval[int](polling, `window.__es.refusals.length + window.__es.versions.length`); n != 0 {
+		polling.fatalf("%d refusals or versions before any source answers", n)
+	}
+
+	rs.Start() // empty: the session and the task are read from PostgreSQL
+	proxy.Pass()
+	r := firstRefusal(refused)
+	if r.Error != "unavailable" || r.RetryAfterMS <= 0 || r.RetryAfter*1000 < r.RetryAfterMS || r.Message == "" {
+		refused.fatalf("refusal %+v, want unavailable with its wait", r)
+	}
+	if r.ReopenedMS < float64(r.RetryAfterMS)-50 {
+		refused.fatalf("the EventSource connected again %.0f ms after a refusal of %d ms", r.ReopenedMS, r.RetryAfterMS)
+	}
+	pages := []struct {
+		*page
+		pr *problems
+	}{{refused, refusedProblems}, {polling, pollingProblems}}
+	for _, p := range pages {
+		p.wait("version 1", `window.__es.versions.includes(1)`)
+		p.wait("push mode", `window.__es.modes.at(-1) === 'push'`)
+	}
+	write(2)
+	pub := fanout.NewRedisPublisher(rs.Client(), keys.Names{})
+	publishVersion(t, pub, task, user, 2)
+	for _, p := range pages {
+		p.wait("version 2", `window.__es.versions.includes(2)`)
+		if v := eval[[]int](p.page, `window.__es.versions`); !slices.Equal(v, []int{1, 2}) {
+			p.fatalf("versions %v, want 1 and 2, once each", v)
+		}
+		if closed := eval[int](p.page, `window.__es.failures.filter((f) => f.state === EventSource.CLOSED).length + (window.__source.readyState === EventSource.CLOSED)`); closed > 0 {
+			p.fatalf("the EventSource closed for good")
+		}
+		p.pr.mu.Lock()
+		list := slices.Clone(p.pr.list)
+		p.pr.mu.Unlock()
+		if i := slices.IndexFunc(list, func(s string) bool { return strings.Contains(s, "/v1/events") }); i >= 0 {
+			p.fatalf("the stream had a problem: %s", list[i])
+		}
+	}
 }
 
 // A bad token still ends a browser's EventSource at once: the node answers

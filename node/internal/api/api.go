@@ -1,6 +1,6 @@
 // Package api is pushd's HTTP surface: the SSE and WebSocket endpoints
 // behind authentication, task reads for re-fetching and polling clients,
-// the publish endpoint, health, readiness and metrics.
+// the publish endpoint, health and readiness.
 package api
 
 import (
