@@ -99,7 +99,7 @@ type Stats struct {
 	RedisReads   uint64 // read round trips to Redis (GET with the negative-key check, MGET)
 	RedisHits    uint64 // snapshots found in Redis
 	RedisMisses  uint64 // snapshots absent from Redis (or undecodable there)
-	RedisErrors  uint64 // Redis reads that failed; the Store fell back to PostgreSQL and skips Redis for a second
+	RedisErrors  uint64 // Redis reads that failed (on Cluster, once per master a batch failed on); the Store fell back to PostgreSQL and skips Redis (on Cluster, that master) for a second
 	DBQueries    uint64 // PostgreSQL queries sent
 	DBMisses     uint64 // tasks PostgreSQL did not have
 	DBErrors     uint64 // PostgreSQL queries that failed
@@ -110,7 +110,7 @@ type Stats struct {
 
 	CacheMisses   uint64 // reads the in-process caches could not answer (Reload, which skips them, not counted)
 	RedisNegative uint64 // NegativeHits answered by Redis's notfound key (the rest by the in-process one)
-	RedisSkipped  uint64 // reads that skipped Redis for a second after it failed
+	RedisSkipped  uint64 // reads that skipped Redis for a second after it (on Cluster, the task's master) failed
 	DBHits        uint64 // snapshots PostgreSQL returned
 	SharedCalls   uint64 // reads that joined a fetch already in flight for the same task or list (singleflight)
 	// CacheSets are the entries stored in the in-process caches: each
@@ -185,8 +185,16 @@ type Store struct {
 	// joined or registered the reads of its ids.
 	registered func()
 
-	// redisRetryAt is the monotime before which reads skip Redis.
+	// cluster is Redis when it is a Redis Cluster, whose reads back off
+	// per master.
+	cluster *redis.ClusterClient
+	// redisRetryAt is the monotime before which reads skip Redis: all of
+	// them, but on Cluster only before the client has a slot map.
 	redisRetryAt atomic.Int64
+	// masterRetryAt, on Cluster, is the monotime before which reads of the
+	// keys a master serves skip Redis, by the master's address; masters
+	// absent have none. A map is never changed once stored.
+	masterRetryAt atomic.Pointer[map[string]int64]
 
 	// closeMu guards closed; fetches register in inflight under its read
 	// lock, so Close sees every fetch that started.
@@ -227,6 +235,7 @@ func New(cfg Config) *Store {
 		// change was announced cannot outlive what the announcement said.
 		observed: newCache[int64](2*cfg.FetchTimeout, taskCacheCap),
 	}
+	s.cluster, _ = cfg.Redis.(*redis.ClusterClient)
 	s.tasks.remnant = versionOnly
 	return s
 }

@@ -184,7 +184,7 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 	// Redis missed, lost a write, or was skipped: tell it what PostgreSQL
 	// said. Not after a Redis error: Redis is likely down, and waiting on it
 	// again would only delay the answer.
-	toRedis := s.rdb != nil && redisErr == nil && s.redisUsable()
+	toRedis := s.rdb != nil && redisErr == nil && s.redisWritable(ctx, []string{id})
 	if snap == nil {
 		s.setMissing(ctx, []string{id}, toRedis)
 		return nil, snapshot.ErrNotFound

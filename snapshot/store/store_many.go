@@ -85,13 +85,11 @@ func (s *Store) manyFromCache(taskIDs []string, cached bool) (out map[string]*sn
 }
 
 // manyFromRedis reads ids with one MGET into out and returns those Redis
-// lacks; when the read failed, all of them and why.
+// lacks or did not answer for, and why it did not: on Cluster, the keys of
+// masters that failed or are in their backoff, the others' being read.
 func (s *Store) manyFromRedis(ctx context.Context, ids []string, out map[string]*snapshot.Snapshot) ([]string, error) {
 	found, err := s.readRedisMany(ctx, ids)
 	s.redisRead(ctx, err, "tasks", len(ids))
-	if err != nil {
-		return ids, err
-	}
 	missed := ids[:0]
 	for _, id := range ids {
 		if snap := found[id]; snap != nil {
@@ -100,7 +98,7 @@ func (s *Store) manyFromRedis(ctx context.Context, ids []string, out map[string]
 			missed = append(missed, id)
 		}
 	}
-	return missed, nil
+	return missed, err
 }
 
 // manyFromDB reads ids from PostgreSQL into out, writing the rows back to
@@ -110,7 +108,7 @@ func (s *Store) manyFromDB(ctx context.Context, ids []string, cached bool, redis
 	// are waited for, not queried again.
 	res, err := s.readDB(ctx, ids, 0, cached)
 	defer res.release() // once cached and written back
-	toRedis := s.rdb != nil && redisErr == nil && s.redisUsable()
+	toRedis := s.rdb != nil && redisErr == nil && s.redisWritable(ctx, ids)
 	for _, row := range res.rows {
 		if toRedis {
 			out[row.TaskID] = s.remember(row)

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -27,18 +28,82 @@ const redisTimeoutShare = 4
 // redisBackoff is how long reads skip Redis after a read failed. A Redis
 // that is down costs every read its client's dial retries (half a second
 // with go-redis defaults) before the PostgreSQL fallback; this way one read
-// per redisBackoff pays it, probing for the recovery.
+// per redisBackoff pays it, probing for the recovery. On Redis Cluster the
+// backoff is per master: a dead master must not send the reads of the
+// others' keys to PostgreSQL too.
 const redisBackoff = time.Second
 
 var errRedisBackoff = errors.New("redis: skipped after a recent failure")
 
-// redisUsable reports whether reads should try Redis now.
-func (s *Store) redisUsable() bool { return monotime() >= s.redisRetryAt.Load() }
+// redisBreaker returns the backoff a read of key goes by and whether it
+// lets the read try Redis now. On Cluster that is the master serving key's
+// slot, by address, from the client's slot map: a lookup in memory once the
+// map is loaded, and after a failover the slot's new master, whose backoff
+// is its own. Elsewhere, and on Cluster before any node gave the client a
+// slot map (its loading failed, so the read will too), it is "", the
+// client's.
+func (s *Store) redisBreaker(ctx context.Context, key string) (master string, usable bool) {
+	now := monotime()
+	if now < s.redisRetryAt.Load() {
+		return "", false
+	}
+	if s.cluster == nil {
+		return "", true
+	}
+	m, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return "", true
+	}
+	master = m.Options().Addr
+	if retry := s.masterRetryAt.Load(); retry != nil && now < (*retry)[master] {
+		return master, false
+	}
+	return master, true
+}
 
-// redisFailed records a failed Redis read.
-func (s *Store) redisFailed() {
+// redisWritable reports whether what PostgreSQL answered for ids may be
+// written to Redis: no read of their keys failed meanwhile, which would
+// make the write wait on the same failure.
+func (s *Store) redisWritable(ctx context.Context, ids []string) bool {
+	if s.cluster == nil {
+		return monotime() >= s.redisRetryAt.Load()
+	}
+	for _, id := range ids {
+		if _, usable := s.redisBreaker(ctx, s.names.Snapshot(id)); !usable {
+			return false
+		}
+	}
+	return true
+}
+
+// redisFailed records a failed Redis read from master (see redisBreaker).
+// On Cluster it also has the client reload its slot map, which go-redis
+// does on a redirection but not when a master stops answering: after a
+// failover, the next read goes to the promoted replica.
+func (s *Store) redisFailed(master string) {
 	s.stats.redisErrors.Add(1)
-	s.redisRetryAt.Store(monotime() + int64(redisBackoff))
+	now := monotime()
+	if master == "" {
+		s.redisRetryAt.Store(now + int64(redisBackoff))
+		return
+	}
+	s.cluster.ReloadState(context.Background()) // in the background, at most one at a time
+	// A new map each time, so reads take no lock; it keeps only the
+	// backoffs still running, a few masters' at most.
+	for {
+		old := s.masterRetryAt.Load()
+		next := map[string]int64{master: now + int64(redisBackoff)}
+		if old != nil {
+			for addr, at := range *old {
+				if addr != master && at > now {
+					next[addr] = at
+				}
+			}
+		}
+		if s.masterRetryAt.CompareAndSwap(old, &next) {
+			return
+		}
+	}
 }
 
 // redisRead logs how a Redis read went: failures as one episode per outage
@@ -60,28 +125,30 @@ func (s *Store) redisRead(ctx context.Context, err error, args ...any) {
 // negative-cache marker, in one round trip. A document that does not parse
 // counts as a miss: PostgreSQL will answer and the write-back replaces it.
 func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (snap *snapshot.Snapshot, missing bool, err error) {
-	if !s.redisUsable() {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout/redisTimeoutShare)
+	defer cancel()
+	key := s.names.Snapshot(id) // the marker's shares its slot
+	master, usable := s.redisBreaker(ctx, key)
+	if !usable {
 		s.stats.redisSkipped.Add(1)
 		return nil, false, errRedisBackoff
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout/redisTimeoutShare)
-	defer cancel()
 	s.stats.redisReads.Add(1)
 	var get *redis.StringCmd
 	var exists *redis.IntCmd
 	if checkMissing {
 		pipe := s.rdb.Pipeline()
-		get = pipe.Get(ctx, s.names.Snapshot(id))
+		get = pipe.Get(ctx, key)
 		exists = pipe.Exists(ctx, s.names.NotFound(id))
 		_, _ = pipe.Exec(ctx) // the commands carry their own errors
 	} else {
-		get = s.rdb.Get(ctx, s.names.Snapshot(id))
+		get = s.rdb.Get(ctx, key)
 	}
 	b, err := get.Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
-		s.redisFailed()
+		s.redisFailed(master)
 		return nil, false, fmt.Errorf("redis get %s: %w", id, err)
 	default:
 		snap, err := snapshot.Parse(b)
@@ -98,34 +165,35 @@ func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (sn
 }
 
 // readRedisMany reads the snapshots of ids with one MGET; absent and
-// undecodable ones are missing from the map.
+// undecodable ones are missing from the map. On Cluster some masters' keys
+// may be skipped or fail while the others' are read: the map holds what
+// was read, and the error says why the rest was not.
 func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*snapshot.Snapshot, error) {
-	if !s.redisUsable() {
-		s.stats.redisSkipped.Add(uint64(len(ids)))
-		return nil, errRedisBackoff
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout/redisTimeoutShare)
 	defer cancel()
 	names := make([]string, len(ids))
 	for i, id := range ids {
 		names[i] = s.names.Snapshot(id)
 	}
-	s.stats.redisReads.Add(1)
 	var vals []any
 	var err error
 	if s.names.Cluster {
 		vals, err = s.getEach(ctx, names)
 	} else {
-		vals, err = s.rdb.MGet(ctx, names...).Result()
+		vals, err = s.mget(ctx, names)
 	}
-	if err != nil {
-		s.redisFailed()
-		return nil, fmt.Errorf("redis mget: %w", err)
+	if vals == nil {
+		return nil, err
 	}
 	found := make(map[string]*snapshot.Snapshot, len(ids))
 	for i, v := range vals {
-		str, ok := v.(string)
-		if !ok {
+		var str string
+		switch v := v.(type) {
+		case string:
+			str = v
+		case error: // not read
+			continue
+		default: // absent
 			s.stats.redisMisses.Add(1)
 			continue
 		}
@@ -139,31 +207,78 @@ func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*sn
 		s.stats.redisHits.Add(1)
 		found[ids[i]] = snap
 	}
-	return found, nil
+	return found, err
+}
+
+// mget is MGET under the client's one backoff.
+func (s *Store) mget(ctx context.Context, names []string) ([]any, error) {
+	if monotime() < s.redisRetryAt.Load() {
+		s.stats.redisSkipped.Add(uint64(len(names)))
+		return nil, errRedisBackoff
+	}
+	s.stats.redisReads.Add(1)
+	vals, err := s.rdb.MGet(ctx, names...).Result()
+	if err != nil {
+		s.redisFailed("")
+		return nil, fmt.Errorf("redis mget: %w", err)
+	}
+	return vals, nil
 }
 
 // getEach is MGET for Redis Cluster, where one MGET across slots fails with
 // CROSSSLOT: a pipeline of GETs, which the cluster client splits by master.
-// An absent key is a nil value, as in MGET's reply.
+// An absent key is a nil value, as in MGET's reply. A key not read, because
+// its master is in its backoff or failed now, is the error why (MGET's
+// reply has none); the error returned is then the first failure, else the
+// backoff's, and the values are nil if no key was read.
 func (s *Store) getEach(ctx context.Context, names []string) ([]any, error) {
-	pipe := s.rdb.Pipeline()
+	vals := make([]any, len(names))
+	masters := make([]string, len(names))
 	cmds := make([]*redis.StringCmd, len(names))
+	pipe := s.rdb.Pipeline()
+	var skipped uint64
 	for i, name := range names {
+		master, usable := s.redisBreaker(ctx, name)
+		if !usable {
+			vals[i] = errRedisBackoff
+			skipped++
+			continue
+		}
+		masters[i] = master
 		cmds[i] = pipe.Get(ctx, name)
 	}
+	var err error
+	if skipped > 0 {
+		s.stats.redisSkipped.Add(skipped)
+		err = errRedisBackoff
+	}
+	if skipped == uint64(len(names)) {
+		return nil, err
+	}
+	s.stats.redisReads.Add(1)
 	_, _ = pipe.Exec(ctx) // the commands carry their own errors
-	vals := make([]any, len(names))
+	var failed []string   // masters whose reads failed, each recorded once
 	for i, cmd := range cmds {
-		v, err := cmd.Result()
+		if cmd == nil {
+			continue
+		}
+		v, cmdErr := cmd.Result()
 		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
-			return nil, err
+		case errors.Is(cmdErr, redis.Nil):
+		case cmdErr != nil:
+			vals[i] = cmdErr
+			if !slices.Contains(failed, masters[i]) {
+				failed = append(failed, masters[i])
+				s.redisFailed(masters[i])
+			}
+			if err == nil || errors.Is(err, errRedisBackoff) {
+				err = fmt.Errorf("redis mget: %w", cmdErr)
+			}
 		default:
 			vals[i] = v
 		}
 	}
-	return vals, nil
+	return vals, err
 }
 
 // writeBack stores snapshots read from PostgreSQL in Redis with the TTL their
