@@ -166,7 +166,7 @@ func (c Config) WithDefaults() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis URL (redis://host:port/db); empty with no database URL runs the embedded mode")
 	fs.BoolVar(&c.RedisCluster, "redis-cluster", c.RedisCluster, "--redis-url lists seed nodes of a Redis Cluster, comma-separated; notifications travel on sharded Pub/Sub")
-	fs.StringVar(&c.KeyPrefix, "key-prefix", c.KeyPrefix, "prefix of every Redis key and channel, for sharing one Redis between environments; with --redis-cluster it must hold no { or }")
+	fs.StringVar(&c.KeyPrefix, "key-prefix", c.KeyPrefix, "prefix of every Redis key and channel, for sharing one Redis between environments (a database number separates keys, not Pub/Sub channels); with --redis-cluster it must hold no { or }")
 	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL URL (pgx), the fallback and fact source behind Redis")
 	fs.StringVar(&c.RedisCacheURL, "redis-cache-url", c.RedisCacheURL, "Redis for task snapshots; empty means --redis-url")
 	fs.StringVar(&c.RedisControlURL, "redis-control-url", c.RedisControlURL, "Redis for rate limits, connection leases and sessions; empty means --redis-url")

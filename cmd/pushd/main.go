@@ -107,7 +107,7 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 			n.ServeAdmin(al) // returns once the node shuts down or closes
 		}()
 		defer func() { <-adminDone }()
-		log.Info("admin serving", "addr", al.Addr().String(), "routes", "/metrics /healthz /readyz")
+		log.Info("admin serving", "addr", al.Addr().String(), "routes", "/metrics /healthz /readyz /inspect/tasks/{id}")
 	}
 	if cfg.DebugListen != "" {
 		dl, err := net.Listen("tcp", cfg.DebugListen)
