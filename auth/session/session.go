@@ -385,11 +385,14 @@ func (s *Store) queryPresence(ctx context.Context, tokens []string) (map[string]
 	return out, err
 }
 
+// tombstone is the record Revoke writes, as documented: it names no
+// tenant or user, which a marshalled record would as empty strings.
+var tombstone = []byte(`{"revoked":true}`)
+
 // Revoke writes the token's tombstone in Redis: every node refuses the
 // token from now on, whatever the database still holds, for TombstoneTTL.
 func (s *Store) Revoke(ctx context.Context, token string) error {
-	b, _ := json.Marshal(record{Revoked: true})
-	if err := s.cfg.Redis.Set(ctx, s.key(token), b, s.cfg.TombstoneTTL).Err(); err != nil {
+	if err := s.cfg.Redis.Set(ctx, s.key(token), tombstone, s.cfg.TombstoneTTL).Err(); err != nil {
 		return fmt.Errorf("sessions: revoke: %w", err)
 	}
 	return nil

@@ -73,6 +73,9 @@ func TestSessionsRedisThenPostgres(t *testing.T) {
 	if _, err := authn(stored); !errors.Is(err, auth.ErrInvalidToken) {
 		t.Fatalf("a revoked session: %v, want ErrInvalidToken", err)
 	}
+	if got := r.Client.Get(ctx, r.Names.Prefix+"session:"+stored).Val(); got != `{"revoked":true}` {
+		t.Fatalf("the tombstone is %s, want {\"revoked\":true} as documented", got)
+	}
 	if found, _ := sessions.Presence(ctx, []string{stored}); !found[stored].Ended {
 		t.Fatalf("a revoked session's presence %+v, want Ended", found[stored])
 	}
