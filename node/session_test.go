@@ -87,8 +87,8 @@ func TestSessionTokens(t *testing.T) {
 // A logout in either store ends the session's open streams within the
 // re-check interval, and every node refuses its token from then on:
 // deleted from PostgreSQL (the node's copy in Redis notwithstanding),
-// deleted from Redis (the row in PostgreSQL notwithstanding), or expired
-// by a rewrite in either.
+// deleted from Redis (the row in PostgreSQL notwithstanding), expired
+// by a rewrite in either, or a tombstone in Redis over a live row.
 func TestLogoutInEitherStoreEndsTheSession(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
@@ -110,6 +110,9 @@ func TestLogoutInEitherStoreEndsTheSession(t *testing.T) {
 		{"deleted from Redis", true, true, func(tok string) error { return c.redis.Client.Del(ctx, sessKey(tok)).Err() }},
 		{"expired in Redis", true, false, func(tok string) error {
 			return c.redis.Client.Set(ctx, sessKey(tok), fmt.Sprintf(`{"tenant_id":"t1","user_id":"u1","expires_at":%d}`, time.Now().Add(-time.Second).UnixMilli()), time.Hour).Err()
+		}},
+		{"a tombstone written by the login service", true, true, func(tok string) error {
+			return c.redis.Client.Set(ctx, sessKey(tok), `{"revoked":true}`, time.Hour).Err()
 		}},
 		{"expired in PostgreSQL", false, true, func(tok string) error {
 			_, err := c.pg.Pool.Exec(ctx, `UPDATE sessions SET expires_at = now() - interval '1 second' WHERE token = $1`, tok)
