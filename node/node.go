@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -51,6 +52,8 @@ type Node struct {
 	// demoSigner signs the tokens of GET /demo/token: set on an embedded
 	// node started without a key, whose secret it makes up.
 	demoSigner *auth.Signer
+
+	closeMu sync.Mutex // a Close waits for one in progress (a Shutdown's) instead of racing it
 }
 
 // The hub is the handler of every bus; it implements their interfaces
@@ -292,8 +295,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Close stops the node at once. It is idempotent.
+// Close stops the node at once. It is idempotent and safe beside a
+// Shutdown in progress.
 func (n *Node) Close() {
+	n.closeMu.Lock()
+	defer n.closeMu.Unlock()
 	if n.srv != nil {
 		n.srv.Close()
 	}

@@ -172,7 +172,8 @@ func TestBatchReadWithETag(t *testing.T) {
 
 // While a node drains it keeps its listener: a balancer's readiness check
 // gets 503 draining, and a new stream a JSON 503 with the code draining, so
-// the balancer moves on instead of meeting a refused connection. Eleven
+// the balancer moves on instead of meeting a refused connection; a publish
+// is still taken. Eleven
 // streams close in ten batches over half the drain period, so the drain
 // lasts seconds and the requests below run inside it.
 func TestDrainingNodeAnswers503(t *testing.T) {
@@ -198,12 +199,24 @@ func TestDrainingNodeAnswers503(t *testing.T) {
 	wantError(t, resp, body, http.StatusServiceUnavailable, "draining")
 	resp, body = httpDo(t, http.MethodGet, s.URL+"/v1/events?task="+task, tok, "")
 	wantError(t, resp, body, http.StatusServiceUnavailable, "draining")
+	// A Task State Service publishing through the balancer loses nothing
+	// to a rolling restart: the node publishes until its listener closes.
+	resp, body = httpDo(t, http.MethodPost, s.URL+"/v1/publish", "", doc(task, "t1", 2, "RUNNING"))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"written":true`) {
+		t.Fatalf("a publish to the draining node: %d %s, want 200 written", resp.StatusCode, body)
+	}
 	if n := s.Hub().Len(); n == 0 {
 		t.Fatal("every stream closed before the requests: the drain was over, the test proves nothing")
 	}
 
 	for _, sse := range streams {
-		sse.NextOf(t, "reconnect")
+		// A stream the drain had not closed yet may get the published
+		// version before its reconnect.
+		for ev := sse.Next(t); ev.Event != "reconnect"; ev = sse.Next(t) {
+			if ev.Event != "task" || parseDoc(t, ev.Data).Version != 2 {
+				t.Fatalf("got event %q (%s), want version 2 or reconnect", ev.Event, ev.Data)
+			}
+		}
 		sse.Ended(t)
 	}
 	if err := <-done; err != nil {
@@ -212,4 +225,23 @@ func TestDrainingNodeAnswers503(t *testing.T) {
 	if _, err := http.Get(s.URL + "/healthz"); err == nil {
 		t.Fatal("the listener is still open after the drain")
 	}
+}
+
+// Close beside a Shutdown in progress (a test's cleanup after a failure, a
+// supervisor that gives up waiting) stops the node once, without a race.
+func TestCloseBesideShutdown(t *testing.T) {
+	c := newCluster(t)
+	s := startNode(t, c.config())
+	task := testenv.UniqueID("task")
+	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))
+	sse := openSSE(t, s.URL, token(t, "t1", "u1"), "task="+task)
+	sse.nextTask(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Shutdown(ctx) }()
+	testenv.Eventually(t, "the hub drains", s.Hub().Draining)
+	s.Close()
+	sse.Ended(t)
+	<-done
 }
