@@ -202,17 +202,77 @@ func TestClientRefreshesTheTokenOverWebSocket(t *testing.T) {
 	eval[bool](p, `(window.__client.close(), true)`)
 }
 
+// A refused token is told to the page, not hidden behind reconnects and
+// polling: with a token string, which cannot change, the client says
+// error unauthorized (status 401) and closes after the one connection and
+// its probe, polling nothing; with a token function it says the same,
+// asks the function again and streams with the new token.
+func TestClientTellsThePageOfARefusedToken(t *testing.T) {
+	n := startNode(t, node.Config{})
+	b := newBrowser(t)
+	const bad = "not.a.token"
+	type refusal struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Status  int    `json:"status"`
+	}
+	wantRefusal := func(p *page) {
+		p.t.Helper()
+		errs := eval[[]refusal](p, `window.__errors`)
+		if len(errs) != 1 || errs[0].Code != "unauthorized" || errs[0].Status != http.StatusUnauthorized || errs[0].Message == "" {
+			p.fatalf("error events %+v, want one unauthorized with status 401 and the server's message", errs)
+		}
+	}
+	for _, transport := range transports {
+		t.Run(transport+"/a token string", func(t *testing.T) {
+			counted := &rateLimiter{next: n.Handler()}
+			base := serve(t, counted)
+			p := b.tab(t)
+			p.do("navigate", chromedp.Navigate(base+"/healthz"))
+			startClient(p, fmt.Sprintf(`{ token: %q, transport: %q, tasks: ['a1'], backoffBaseMs: 50 }`, bad, transport))
+			p.wait("closed", `window.__client.state === 'closed'`)
+			wantRefusal(p)
+			if got := eval[string](p, `window.__states.at(-1).reason`); got != "http_401" {
+				p.fatalf("closed for %q, want http_401", got)
+			}
+			if polls := eval[int](p, `window.__client.stats.polls`); polls != 0 {
+				p.fatalf("%d polls with a refused token, want none", polls)
+			}
+			counted.mu.Lock()
+			defer counted.mu.Unlock()
+			if len(counted.times) != 2 {
+				p.fatalf("%d stream requests, want the refused one and its probe", len(counted.times))
+			}
+		})
+		t.Run(transport+"/a token function", func(t *testing.T) {
+			good := demoToken(t, n.URL, "refused-"+transport, "u1")
+			p := b.tab(t)
+			p.do("navigate", chromedp.Navigate(n.URL+"/healthz"))
+			startClient(p, fmt.Sprintf(`{ token: (() => { const tokens = [%q, %q]; let calls = 0; return async () => tokens[Math.min(calls++, 1)]; })(), transport: %q, projects: ['p1'], backoffBaseMs: 50 }`, bad, good, transport))
+			p.wait("streaming", `window.__client.state === 'streaming'`)
+			started := startDemoTask(t, n.URL, good, "p1")
+			p.wait("the task over the stream", fmt.Sprintf(`window.__tasks.some((t) => t.task_id === %q)`, started))
+			wantRefusal(p)
+			checkStates(p, "connecting streaming")
+			eval[bool](p, `(window.__client.close(), true)`)
+		})
+	}
+}
+
 // startClient starts a PushdClient with options (a JavaScript object) on
 // the page, as window.__client, recording its state events in
-// window.__states and its tasks in window.__tasks.
+// window.__states, its tasks in window.__tasks and its error events in
+// window.__errors.
 func startClient(p *page, options string) {
 	p.t.Helper()
 	eval[bool](p, `import('/client/pushd.js').then((m) => {
 		const c = new m.PushdClient(`+options+`);
 		window.__states = [];
 		window.__tasks = [];
+		window.__errors = [];
 		c.addEventListener('state', (e) => window.__states.push(e.detail));
 		c.addEventListener('task', (e) => window.__tasks.push(e.detail.task));
+		c.addEventListener('error', (e) => window.__errors.push(e.detail));
 		window.__client = c;
 		c.start();
 		return true;

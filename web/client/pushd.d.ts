@@ -33,7 +33,11 @@ export type ServerMode = 'push' | 'polling';
 export interface ClientOptions {
   /** The pushd server's base URL; default the page's origin (required outside a browser). */
   url?: string;
-  /** A token, or a function returning one (called again after a 401 or a token_expired close). */
+  /**
+   * A token, or a function returning one (called again after a 401 or a
+   * token_expired close). A token string the server refuses (401) ends the
+   * client: an error event, then the closed state.
+   */
   token: string | (() => string | Promise<string>);
   /** Default 'sse'. */
   transport?: Transport;
@@ -122,6 +126,14 @@ export interface ReconnectingDetail {
 export interface ErrorDetail {
   code: string;
   message?: string;
+  /**
+   * With a refusal that does not pass (a refused token, a foreign origin,
+   * a malformed request): its HTTP status, 400, 401 or 403. After a 403 or
+   * 400, or a 401 with a token string, the client closes (state 'closed',
+   * reason 'http_<status>'); after a 401 with a token function it asks the
+   * function for a new token and tries again.
+   */
+  status?: number;
   task_id?: string;
   project_id?: string;
   /** With rate_limit_exceeded: when to ask again, in whole seconds (rounded up) and in milliseconds. */

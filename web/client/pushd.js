@@ -25,6 +25,11 @@
 //   cannot see status codes, so after any other connection that failed
 //   before its hello the client probes the same URL with fetch to read the
 //   status.
+// - Tells the page of a refusal that does not pass (a 401, a 403, a 400)
+//   with an error event carrying the server's code and the status, and
+//   neither retries nor polls into it: the client closes, unless the
+//   refusal is a 401 and the token option a function, which is asked for
+//   a new token before the next attempt.
 // - Asks again for ids the server refused rate_limit_exceeded (its read
 //   budget for the user) once their retry_after_ms has passed, plus jitter:
 //   a subscribe of those ids on WebSocket, a reconnect with the cursor on SSE.
@@ -156,6 +161,19 @@ async function limitOfResponse(res, retryAfterMs) {
   return limitOf(body, retryAfterMs) || limitOf({ code: 'rate_limit_exceeded' }, retryAfterMs);
 }
 
+// Statuses of refusals that do not pass by themselves: a refused token, a
+// foreign origin, a malformed request. The same request meets the same
+// answer, and so would a poll.
+const DENIALS = new Set([400, 401, 403]);
+
+// denialOfResponse reads such a refusal's body ({"error", "message"}) as an
+// error event's detail; a proxy's body that is not one still gives the status.
+async function denialOfResponse(res) {
+  const body = await res.json().catch(() => null);
+  const code = typeof body?.error === 'string' ? body.error : `http_${res.status}`;
+  return { code, message: typeof body?.message === 'string' ? body.message : '', status: res.status };
+}
+
 // refusalOf reads a refusal a node sent in an event stream (an error event
 // whose data is a 429's or 503's body) as #probe reads the status: the
 // status its code comes with, the wait, and the limit when it is one.
@@ -261,13 +279,29 @@ export class PushdClient extends EventTarget {
   }
 
   /** Closes the connection and stops every timer; the client can be started again. */
-  close() {
+  close() { this.#close(''); }
+
+  #close(reason) {
     this.#started = false;
     if (typeof removeEventListener === 'function') removeEventListener('online', this.#online);
     this.#teardown();
     this.#stopPolling();
     this.#clearRetry();
-    this.#setState(State.CLOSED);
+    this.#setState(State.CLOSED, reason);
+  }
+
+  // #denied tells the page of a refusal that does not pass (an error event
+  // with the server's code and the status) and closes the client unless
+  // trying again can change the answer: a 401 with a token function, which
+  // is asked for a new token. It reports whether it closed the client.
+  #denied(denial) {
+    this.#emit('error', denial);
+    if (denial.status === 401 && typeof this.#opt.token === 'function') {
+      this.#tokenValue = null;
+      return false;
+    }
+    this.#close(`http_${denial.status}`);
+    return true;
   }
 
   /** Adds tasks, projects or the user scope to what the client watches. */
@@ -688,7 +722,6 @@ export class PushdClient extends EventTarget {
       reason = 'server_reconnect';
       this.#hintMs = null;
     } else {
-      if (!hadHello) this.#failures++;
       delay = fullJitter(this.#attempt++, this.#opt.backoffBaseMs, this.#opt.backoffMaxMs);
       let status = refused;
       if (!status && probe && probeURL) {
@@ -698,9 +731,12 @@ export class PushdClient extends EventTarget {
       if (status) {
         if (status.waitMs != null) delay = Math.max(delay, status.waitMs);
         if (status.limit) this.#limited(status.limit, 'connect');
-        if (status.code === 401) this.#tokenValue = null;
         reason = `http_${status.code}`;
       }
+      // A denial is not the transport failing: polling would meet it too.
+      if (status?.denial) {
+        if (this.#denied(status.denial)) return;
+      } else if (!hadHello) this.#failures++;
     }
     if (!this.#started) return;
     if (!this.#polling && this.#failures >= this.#opt.fallbackAfter) {
@@ -729,7 +765,8 @@ export class PushdClient extends EventTarget {
       const res = await fetch(url, { signal: ctl.signal, cache: 'no-store' });
       const retryAfterMs = parseRetryAfter(res.headers.get('Retry-After'));
       const limit = res.status === 429 ? await limitOfResponse(res, retryAfterMs) : null;
-      return { code: res.status, waitMs: res.status === 429 ? retryAfterMs : null, limit };
+      const denial = DENIALS.has(res.status) ? await denialOfResponse(res) : null;
+      return { code: res.status, waitMs: res.status === 429 ? retryAfterMs : null, limit, denial };
     } catch {
       return null;
     } finally {
@@ -884,6 +921,7 @@ export class PushdClient extends EventTarget {
     for (const p of s.projects) urls.push(`${this.#base}/v1/projects/${encodeURIComponent(p)}/tasks`);
     let retryAfter = null;
     const limits = []; // one announcement per round, the longest wait's
+    let denial = null; // one per round too
     await Promise.all(urls.map(async (url) => {
       // Marked a poll: within the user's poll budget it costs the tenant's
       // API limit nothing, so a page that cannot stream does not use up
@@ -904,7 +942,10 @@ export class PushdClient extends EventTarget {
         limits.push(await limitOfResponse(res, ms));
         return;
       }
-      if (res.status === 401) this.#tokenValue = null;
+      if (DENIALS.has(res.status)) {
+        denial ??= await denialOfResponse(res);
+        return;
+      }
       if (!res.ok) return;
       const tag2 = res.headers.get('ETag');
       if (tag2) this.#etags.set(url, tag2);
@@ -919,6 +960,7 @@ export class PushdClient extends EventTarget {
       else if (body?.task_id) this.#offer(body, 'poll');
     }));
     if (limits.length) this.#limited(limits.reduce((a, b) => (b.retryAfterMs > a.retryAfterMs ? b : a)), 'poll');
+    if (denial && this.#polling) this.#denied(denial);
     return retryAfter;
   }
 
