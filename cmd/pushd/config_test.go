@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -227,6 +228,29 @@ func TestRunRefusesBadSettingsBeforeServing(t *testing.T) {
 			err := run(tc.args, env(), &out, &out)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("run %v: %v, want an error containing %q\n%s", tc.args, err, tc.want, &out)
+			}
+		})
+	}
+}
+
+// A second node on one host that was given its own --listen but not its
+// own --admin-listen fails to start, saying which port is taken, before it
+// says it serves.
+func TestRunFailsOnAPortInUseBeforeServing(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, flag := range []string{"--admin-listen", "--debug-listen"} {
+		t.Run(flag, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run([]string{"--listen", "127.0.0.1:0", flag, taken.Addr().String()}, env(), &out, &out)
+			if want := flag + " " + taken.Addr().String() + ": "; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "address already in use") {
+				t.Fatalf("run: %v, want an error starting %q that says the address is in use", err, want)
+			}
+			if strings.Contains(out.String(), "serving") {
+				t.Fatalf("the node said it serves before failing:\n%s", &out)
 			}
 		})
 	}

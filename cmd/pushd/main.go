@@ -82,7 +82,9 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", cfg.Listen)
+	// Every listener is bound before the node says it serves, so a port in
+	// use fails the start instead of a node that announced itself.
+	l, al, dl, err := listen(cfg)
 	if err != nil {
 		n.Close()
 		return err
@@ -93,14 +95,7 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stderr, "  "+h)
 		}
 	}
-
-	if cfg.AdminListen != "" {
-		al, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			l.Close()
-			n.Close()
-			return fmt.Errorf("admin listen (--admin-listen %s): %w", cfg.AdminListen, err)
-		}
+	if al != nil {
 		adminDone := make(chan struct{})
 		go func() {
 			defer close(adminDone)
@@ -109,13 +104,7 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 		defer func() { <-adminDone }()
 		log.Info("admin serving", "addr", al.Addr().String(), "routes", "/metrics /healthz /readyz /inspect/tasks/{id}")
 	}
-	if cfg.DebugListen != "" {
-		dl, err := net.Listen("tcp", cfg.DebugListen)
-		if err != nil {
-			l.Close()
-			n.Close()
-			return fmt.Errorf("debug listen: %w", err)
-		}
+	if dl != nil {
 		// Profiles are for operators on a private address, never the public one.
 		debugDone := make(chan struct{})
 		go func() {
@@ -147,6 +136,33 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// listen binds the client listener and, when configured, the admin and
+// debug ones (nil otherwise); on an error it closes what it bound.
+func listen(cfg config) (l, admin, debug net.Listener, err error) {
+	bind := func(flag, addr string) net.Listener {
+		if addr == "" || err != nil {
+			return nil
+		}
+		var nl net.Listener
+		if nl, err = net.Listen("tcp", addr); err != nil {
+			err = fmt.Errorf("%s %s: %w", flag, addr, err)
+		}
+		return nl
+	}
+	l = bind("--listen", cfg.Listen)
+	admin = bind("--admin-listen", cfg.AdminListen)
+	debug = bind("--debug-listen", cfg.DebugListen)
+	if err != nil {
+		for _, nl := range []net.Listener{l, admin, debug} {
+			if nl != nil {
+				nl.Close()
+			}
+		}
+		return nil, nil, nil, err
+	}
+	return l, admin, debug, nil
 }
 
 func debugMux() *http.ServeMux {
