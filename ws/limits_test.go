@@ -136,3 +136,22 @@ func TestRequestFloodIsDroppedThenClosed(t *testing.T) {
 		t.Fatalf("want close 1008 \"requests too fast\", got %v", err)
 	}
 }
+
+// TestPongsOfTheNodesPingsAreNotBudgeted: a client answers each heartbeat's
+// ping with a pong, which the node asked for, so a heartbeat interval
+// shorter than the control-frame budget allows does not close it.
+func TestPongsOfTheNodesPingsAreNotBudgeted(t *testing.T) {
+	_, addr := serveHub(t, hub.Config{HeartbeatInterval: 20 * time.Millisecond}, Config{ControlFrames: 1})
+	c := dial(t, "ws://"+addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"op":"subscribe","id":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, c, `"type":"ack"`)
+	// Reading answers each ping; 30 heartbeats are 30 pongs, far past a
+	// budget of 1 a second in bursts of 2.
+	for range 30 {
+		readUntil(t, c, `"type":"heartbeat"`)
+	}
+}

@@ -114,6 +114,11 @@ func (s *sink) wake() {
 // onControl is the gate's: it answers a client's ping and takes a pong, as
 // long as the client keeps within its budget of control frames.
 func (s *sink) onControl(op byte, payload []byte) bool {
+	// The pong of the node's own ping in flight was asked for: it is not
+	// the client's to budget, whatever the heartbeat interval.
+	if op == opPong && s.stopPongWait() {
+		return true
+	}
 	if !s.controlFrame(s.budget) {
 		return false
 	}
@@ -122,7 +127,6 @@ func (s *sink) onControl(op byte, payload []byte) bool {
 		s.out.writeData(appendControlFrame(b[:0], opPong, payload)) // a failed write ends the connection through the reader
 		return true
 	}
-	s.stopPongWait()
 	return true
 }
 
@@ -258,8 +262,8 @@ func (s *sink) closeWith(code websocket.StatusCode, reason string) {
 func (s *sink) stopFirst() { s.stopTimer(&s.first) }
 
 // stopPongWait stops waiting for the pong of the ping in flight: it came,
-// or the connection ends.
-func (s *sink) stopPongWait() { s.stopTimer(&s.pongWait) }
+// or the connection ends. It reports whether a ping was in flight.
+func (s *sink) stopPongWait() bool { return s.stopTimer(&s.pongWait) }
 
 // stopTimers stops the connection's timers, so finish need not wait them
 // out.
@@ -269,8 +273,8 @@ func (s *sink) stopTimers() {
 }
 
 // stopTimer stops the timer *t (a field under s.mu), if it still runs, and
-// forgets it.
-func (s *sink) stopTimer(t **time.Timer) {
+// forgets it. It reports whether there was one.
+func (s *sink) stopTimer(t **time.Timer) bool {
 	s.mu.Lock()
 	timer := *t
 	*t = nil
@@ -278,6 +282,7 @@ func (s *sink) stopTimer(t **time.Timer) {
 	if timer != nil && timer.Stop() {
 		s.wg.Done() // the timer's function will not run
 	}
+	return timer != nil
 }
 
 // ended reports the close code and reason the sink is closing with, if any.

@@ -65,7 +65,8 @@ type Config struct {
 	// ControlFrames bounds the control frames (pings and pongs) a client
 	// may send per second, with bursts of twice that: every ping is
 	// answered, so a flood of them costs the node a write each. One past it
-	// is not answered and closes the connection with 1008. Zero means 5.
+	// is not answered and closes the connection with 1008. The pong of the
+	// node's own heartbeat ping is not counted. Zero means 5.
 	ControlFrames float64
 	// Authenticate checks the token of a refresh request as the
 	// connection's first token was checked. Its error wraps
@@ -103,7 +104,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.RequestRate, "ws-request-rate", c.RequestRate, "requests per second one WebSocket may send (token bucket refill); one over it is dropped with rate_limit_exceeded")
 	fs.IntVar(&c.RequestBurst, "ws-request-burst", c.RequestBurst, "requests one WebSocket may send at once")
 	fs.IntVar(&c.MaxBadMessages, "ws-max-bad-messages", c.MaxBadMessages, "malformed or dropped WebSocket requests in a row before the connection is closed with 1008")
-	fs.Float64Var(&c.ControlFrames, "ws-control-frames", c.ControlFrames, "control frames (pings and pongs) one WebSocket client may send per second, in bursts of twice that; one past it closes the connection with 1008")
+	fs.Float64Var(&c.ControlFrames, "ws-control-frames", c.ControlFrames, "control frames (pings and pongs) one WebSocket client may send per second, in bursts of twice that, not counting the pong of the node's heartbeat ping; one past it closes the connection with 1008")
 	flagval.Duration(fs, &c.FirstRequestTimeout, "first-request-timeout", "how long a new WebSocket may wait before its first request; then it is closed with 1008")
 }
 
