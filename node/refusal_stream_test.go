@@ -120,6 +120,14 @@ func TestEventSourceRefusalsThatPassAreStreams(t *testing.T) {
 		if n := s.Admission().Stats().Rejected[admission.RuleUserCap]; n != 2 {
 			t.Fatalf("user_cap rejections counted: %d, want 2", n)
 		}
+		// A client that keeps connections alive is told the refusal ends
+		// the connection, as a stream's end does: one that reads an event
+		// stream to the close, not to its length, is not left waiting.
+		keepAlive := &http.Transport{}
+		defer keepAlive.CloseIdleConnections()
+		if resp, body := getStream(t, &http.Client{Transport: keepAlive}, u, true); !resp.Close {
+			t.Fatalf("the refusal %q keeps the connection open", body)
+		}
 	})
 
 	t.Run("connections per address", func(t *testing.T) {

@@ -40,6 +40,9 @@ func (h *Handler) Refuse(w http.ResponseWriter, r *http.Request, code string, wa
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-store") // a refusal, unlike a stream, must never be replayed from a cache
 	hd.Set("X-Accel-Buffering", "no")
+	// As a stream's end: a client that reads an event stream to the
+	// connection's close, not to Content-Length, is not left waiting.
+	hd.Set("Connection", "close")
 	hd.Del("Content-Length")
 	hd.Del("Retry-After") // the stream's retry: says it; a 200 with Retry-After means nothing
 	w.WriteHeader(http.StatusOK)
