@@ -58,6 +58,10 @@ type Principal struct {
 	TenantID  string
 	UserID    string
 	ExpiresAt time.Time
+	// EndsAt is when this node stops honouring the token, and so ends its
+	// connections: a JWT's exp plus the clock leeway its admission allowed,
+	// a session's expires_at. Zero means never.
+	EndsAt time.Time
 	// Plan is the tenant's plan as the token states it (claim "plan", or the
 	// session's plan); empty means the token says nothing and the tenant's
 	// configured plan applies.

@@ -232,7 +232,7 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 	if err != nil {
 		return Principal{}, Invalid(ReasonProjects, err)
 	}
-	p := Principal{TenantID: c.TenantID, UserID: c.Subject, ExpiresAt: c.ExpiresAt.Time, Grant: grant}
+	p := Principal{TenantID: c.TenantID, UserID: c.Subject, ExpiresAt: c.ExpiresAt.Time, EndsAt: c.ExpiresAt.Time.Add(v.leeway), Grant: grant}
 	// A plan claim only selects limits; one that is not a plain name is
 	// ignored rather than refusing an otherwise good token.
 	if snapshot.ValidID(c.Plan) {

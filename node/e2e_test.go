@@ -468,17 +468,22 @@ func TestResumeSkipsTasksThatDidNotMove(t *testing.T) {
 	}
 }
 
+// A stream ends when the node stops honouring its token: at exp plus the
+// clock leeway (5 s) its admission allowed, so a token admitted inside the
+// leeway is not cut at once, and is cut then.
 func TestTokenExpiryEndsStream(t *testing.T) {
 	c := newCluster(t)
 	cfg := c.config()
 	cfg.Hub.HeartbeatInterval = 100 * time.Millisecond // the expiry check runs on the heartbeat tick
 	s := startNode(t, cfg)
-	sse := openSSE(t, s.URL, tokenExp(t, "t1", "u1", time.Now().Add(1500*time.Millisecond)), "task=x1")
-	for {
-		ev := sse.Next(t)
-		if ev.Event == "error" && strings.Contains(ev.Data, "token_expired") {
-			break
-		}
+	exp := time.Now().Add(-2 * time.Second).Truncate(time.Second) // a JWT's exp is in whole seconds
+	sse := openSSE(t, s.URL, tokenExp(t, "t1", "u1", exp), "task=x1")
+	if sse.Status != http.StatusOK {
+		t.Fatalf("a token inside the leeway: %d %s, want a stream", sse.Status, sse.Body)
+	}
+	ends := exp.Add(5 * time.Second)
+	if at := sse.expiredAt(t, "SSE", ends.Add(waitFor)); at.Before(ends) {
+		t.Fatalf("token_expired at %s, before exp plus the leeway (%s)", at.Format(time.RFC3339Nano), ends.Format(time.RFC3339Nano))
 	}
 	sse.Ended(t)
 }

@@ -188,7 +188,7 @@ func refresher(v *auth.Verifier) func(context.Context, string) (hub.Principal, e
 		case err != nil:
 			return hub.Principal{}, err
 		}
-		return hub.Principal{TenantID: p.TenantID, UserID: p.UserID, ExpiresAt: p.ExpiresAt, Plan: p.Plan, Grant: p.Grant}, nil
+		return api.HubPrincipal(p), nil
 	}
 }
 

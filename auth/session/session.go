@@ -304,7 +304,7 @@ func principalOf(token string, sess record, expires time.Time) (auth.Principal, 
 	if err != nil {
 		return auth.Principal{}, auth.Invalid("session with invalid projects", err)
 	}
-	p := auth.Principal{TenantID: sess.TenantID, UserID: sess.UserID, ExpiresAt: expires, Session: token, Grant: grant}
+	p := auth.Principal{TenantID: sess.TenantID, UserID: sess.UserID, ExpiresAt: expires, EndsAt: expires, Session: token, Grant: grant}
 	if snapshot.ValidID(sess.Plan) {
 		p.Plan = sess.Plan
 	}

@@ -302,8 +302,15 @@ func (s *server) authed(endpoint string, h func(echo.Context, hub.Principal) err
 			return fail(http.StatusUnauthorized, httperr.Unauthorized, "invalid token")
 		}
 		c.Set(principalKey, p)
-		return h(c, hub.Principal{TenantID: p.TenantID, UserID: p.UserID, ExpiresAt: p.ExpiresAt, Plan: p.Plan, Grant: p.Grant})
+		return h(c, HubPrincipal(p))
 	}
+}
+
+// HubPrincipal is who a connection of p belongs to. The hub ends it when
+// the node stops honouring the token, which for a JWT is the leeway past
+// its exp: a token admitted inside the leeway is not cut at once.
+func HubPrincipal(p auth.Principal) hub.Principal {
+	return hub.Principal{TenantID: p.TenantID, UserID: p.UserID, ExpiresAt: p.EndsAt, Plan: p.Plan, Grant: p.Grant}
 }
 
 // onlyParams refuses query parameters other than allowed (and access_token,
