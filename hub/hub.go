@@ -369,8 +369,8 @@ type Principal struct {
 	TenantID string
 	UserID   string
 	// ExpiresAt is when the node stops honouring the token: zero means
-	// never; the hub closes the connection when it passes. On a Conn, it and Grant are
-	// guarded by Conn.mu: Refresh replaces them.
+	// never; the hub closes the connection when it passes. On a Conn, it
+	// and Grant are guarded by Conn.mu: Refresh replaces them.
 	ExpiresAt time.Time
 	// Hold, when set, is held outside the hub for as long as the connection
 	// is open (an admission lease, a session); nil means none.

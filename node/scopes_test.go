@@ -173,9 +173,8 @@ func TestBatchReadWithETag(t *testing.T) {
 // While a node drains it keeps its listener: a balancer's readiness check
 // gets 503 draining, and a new stream a JSON 503 with the code draining, so
 // the balancer moves on instead of meeting a refused connection; a publish
-// is still taken. Eleven
-// streams close in ten batches over half the drain period, so the drain
-// lasts seconds and the requests below run inside it.
+// is still taken. Eleven streams close in ten batches over half the drain
+// period, so the drain lasts seconds and the requests below run inside it.
 func TestDrainingNodeAnswers503(t *testing.T) {
 	c := newCluster(t)
 	s := startNode(t, c.config())
