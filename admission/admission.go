@@ -394,7 +394,7 @@ func (c *Controller) Connect(ctx context.Context, tenant, user, ip, sess string)
 	}
 	h, d := c.acquire(ctx, tenant, user)
 	if h != nil && sess != "" {
-		h.session = c.sessions.add(sess)
+		h.session.Store(c.sessions.add(sess))
 	}
 	return h, c.count(EndpointConnect, d)
 }

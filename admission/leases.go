@@ -33,7 +33,12 @@ type Hold struct {
 	c            *Controller
 	tenant, user string
 	member       string // lease member, <16 hex>:<user>; empty when no cap is on
-	session      *sessionEntry
+
+	// session is the session the connection's credential is now, re-checked
+	// while it is held; nil for a JWT. Revoked loads it on the hub's tick;
+	// mu orders Rebind and Release, which swap it.
+	mu      sync.Mutex
+	session atomic.Pointer[sessionEntry]
 
 	attached atomic.Bool
 	released atomic.Bool
@@ -47,7 +52,30 @@ func (h *Hold) Attach() { h.attached.Store(true) }
 func (h *Hold) Attached() bool { return h.attached.Load() }
 
 // Revoked reports whether the connection's session was deleted or expired.
-func (h *Hold) Revoked() bool { return h.session != nil && h.session.revoked.Load() }
+func (h *Hold) Revoked() bool {
+	e := h.session.Load()
+	return e != nil && e.revoked.Load()
+}
+
+// Rebind makes the session this connection answers to the one its
+// credential is now (a WebSocket refresh): a session token is re-checked
+// from now on, the one it replaces no longer is, and an empty session (a
+// JWT) is re-checked by nothing but its expiry. A Hold released is not
+// bound again.
+func (h *Hold) Rebind(session string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released.Load() {
+		return
+	}
+	var e *sessionEntry
+	if session != "" {
+		e = h.c.sessions.add(session)
+	}
+	if old := h.session.Swap(e); old != nil {
+		h.c.sessions.remove(old)
+	}
+}
 
 // Release gives the connection's slot back: at once on this node, and in
 // Redis from the Controller's goroutine (so it never blocks the hub). It
@@ -58,9 +86,11 @@ func (h *Hold) Release() {
 	}
 	c := h.c
 	c.local.close(h.tenant, h.user)
-	if h.session != nil {
-		c.sessions.remove(h.session)
+	h.mu.Lock()
+	if e := h.session.Swap(nil); e != nil {
+		c.sessions.remove(e)
 	}
+	h.mu.Unlock()
 	if h.member == "" {
 		return
 	}

@@ -110,18 +110,26 @@ var ErrOtherPrincipal = errors.New("hub: the token is another user's or tenant's
 
 // Refresh gives the connection a new token's expiry and grant, checked by
 // the caller like the first token: the connection then ends at the new
-// expiry, and sees what the new grant allows from the next delivery on.
+// expiry, sees what the new grant allows from the next delivery on, and
+// answers to the new token's session (empty for a JWT) instead of the
+// first's: its logout ends the connection, the old one's no longer does.
 // A token of another user or tenant is refused with ErrOtherPrincipal.
-func (c *Conn) Refresh(p Principal) error {
+func (c *Conn) Refresh(p Principal, session string) error {
 	if p.TenantID != c.TenantID || p.UserID != c.UserID {
 		return ErrOtherPrincipal
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed || c.ending {
+		c.mu.Unlock()
 		return ErrClosed
 	}
 	c.ExpiresAt, c.Grant = p.ExpiresAt, p.Grant
+	c.mu.Unlock()
+	// Outside c.mu: a Close racing this releases the Hold, and a Hold
+	// released binds nothing again.
+	if c.Hold != nil {
+		c.Hold.Rebind(session)
+	}
 	c.hub.stats.refreshes.Add(1)
 	return nil
 }

@@ -401,11 +401,14 @@ func (p *Principal) Sees(s *snapshot.Snapshot) bool {
 // connection lease. Open calls Attach once it registered the connection (a
 // Hold never attached is its caller's to release); Close calls Release once;
 // the tick ends the connection as if its token expired once Revoked reports
-// true. Revoked must be cheap and Release must not block: both run on the
-// hub's paths.
+// true; Refresh calls Rebind with the session the connection's new token
+// is (empty for a JWT), so that Revoked answers for the credential the
+// connection holds now. Revoked must be cheap and Rebind and Release must
+// not block: they run on the hub's paths.
 type Hold interface {
 	Attach()
 	Revoked() bool
+	Rebind(session string)
 	Release()
 }
 

@@ -177,18 +177,18 @@ func planNames(plans map[string]int) []string {
 
 // refresher checks a WebSocket refresh's token with the verifier that
 // checked the connection's first.
-func refresher(v *auth.Verifier) func(context.Context, string) (hub.Principal, error) {
-	return func(ctx context.Context, token string) (hub.Principal, error) {
+func refresher(v *auth.Verifier) func(context.Context, string) (hub.Principal, string, error) {
+	return func(ctx context.Context, token string) (hub.Principal, string, error) {
 		p, err := v.AuthenticateToken(ctx, token)
 		switch {
 		case errors.Is(err, auth.ErrTokenExpired):
-			return hub.Principal{}, fmt.Errorf("%w: %w", ws.ErrTokenExpired, err)
+			return hub.Principal{}, "", fmt.Errorf("%w: %w", ws.ErrTokenExpired, err)
 		case errors.Is(err, auth.ErrUnavailable):
-			return hub.Principal{}, fmt.Errorf("%w: %w", ws.ErrUnavailable, err)
+			return hub.Principal{}, "", fmt.Errorf("%w: %w", ws.ErrUnavailable, err)
 		case err != nil:
-			return hub.Principal{}, err
+			return hub.Principal{}, "", err
 		}
-		return api.HubPrincipal(p), nil
+		return api.HubPrincipal(p), p.Session, nil
 	}
 }
 

@@ -1,12 +1,15 @@
 package node_test
 
 import (
+	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/ws"
 )
@@ -75,4 +78,100 @@ func TestWebSocketRefreshRefusesAnotherPrincipal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A WebSocket answers to the credential it holds now: refreshed with a
+// session token, that session's logout ends it within the re-check
+// interval, however long the token it opened with lives; refreshed away
+// from a session, that session's logout no longer does. A refresh with a
+// session already logged out is refused.
+func TestWebSocketRefreshHandsTheLogoutCheckToTheNewToken(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.Admission = admission.Config{SessionCheckInterval: 200 * time.Millisecond, MaxConnsPerUser: 100}
+	cfg.Hub.HeartbeatInterval = 200 * time.Millisecond // the hub ends revoked connections on its tick
+	srv := startNode(t, cfg)
+	ctx := context.Background()
+	tenant := testenv.UniqueID("t")
+	session := func(t *testing.T) string {
+		tok := sessionToken()
+		if err := c.redis.Client.Set(ctx, c.redis.Names.Prefix+"session:"+tok, `{"tenant_id":"`+tenant+`","user_id":"u1"}`, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	logout := func(t *testing.T, tok string) {
+		if err := c.redis.Client.Del(ctx, c.redis.Names.Prefix+"session:"+tok).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refresh := func(t *testing.T, cl *wsClient, tok string) {
+		cl.send(t, map[string]any{"op": "refresh", "id": 2, "token": tok})
+		if ack := cl.NextOf(t, "ack"); string(ack["id"]) != "2" {
+			t.Fatalf("refresh answered %s, want the ack of id 2", rawString(ack))
+		}
+	}
+	open := func(t *testing.T, tok, task string) *wsClient {
+		cl := openWS(t, srv.URL, tok)
+		cl.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{task}})
+		cl.NextOf(t, "ack") // the task rejected not_found: it is not there yet
+		return cl
+	}
+	// twoChecks waits for two whole re-check rounds: one may have started
+	// before the logout.
+	twoChecks := func(t *testing.T) {
+		checks := srv.Admission().Stats().SessionChecks
+		testenv.Eventually(t, "two session re-checks", func() bool { return srv.Admission().Stats().SessionChecks >= checks+2 })
+	}
+	stillServed := func(t *testing.T, cl *wsClient, task string, v int64) {
+		c.goPublish(t, doc(task, tenant, v, "RUNNING"))
+		if s := cl.nextTask(t); s.TaskID != task || s.Version != v {
+			t.Fatalf("got %s v%d, want %s v%d: the connection should still be served", s.TaskID, s.Version, task, v)
+		}
+	}
+
+	t.Run("from a JWT to a session", func(t *testing.T) {
+		task := testenv.UniqueID("task")
+		cl := open(t, tokenExp(t, tenant, "u1", time.Now().Add(time.Hour)), task)
+		s := session(t)
+		refresh(t, cl, s)
+		logout(t, s)
+		if code := cl.closeStatus(t); code != ws.StatusTokenExpired {
+			t.Fatalf("closed with %d after the refresh's session was logged out, want %d", code, ws.StatusTokenExpired)
+		}
+	})
+	t.Run("from a session to another", func(t *testing.T) {
+		task := testenv.UniqueID("task")
+		first, second := session(t), session(t)
+		cl := open(t, first, task)
+		refresh(t, cl, second)
+		logout(t, first)
+		twoChecks(t)
+		stillServed(t, cl, task, 1)
+		logout(t, second)
+		if code := cl.closeStatus(t); code != ws.StatusTokenExpired {
+			t.Fatalf("closed with %d after the refresh's session was logged out, want %d", code, ws.StatusTokenExpired)
+		}
+	})
+	t.Run("from a session to a JWT", func(t *testing.T) {
+		task := testenv.UniqueID("task")
+		first := session(t)
+		cl := open(t, first, task)
+		refresh(t, cl, token(t, tenant, "u1"))
+		logout(t, first)
+		twoChecks(t)
+		stillServed(t, cl, task, 1)
+	})
+	t.Run("to a session logged out", func(t *testing.T) {
+		cl := open(t, token(t, tenant, "u1"), testenv.UniqueID("task"))
+		s := session(t)
+		logout(t, s)
+		cl.send(t, map[string]any{"op": "refresh", "id": 2, "token": s})
+		if m := cl.NextOf(t, "error"); !strings.Contains(string(m["code"]), "unauthorized") {
+			t.Fatalf("a refresh with a logged-out session answered %s, want unauthorized", rawString(m))
+		}
+		if code := cl.closeStatus(t); code != websocket.StatusCode(ws.StatusTokenRefused) {
+			t.Fatalf("closed with %d, want %d", code, ws.StatusTokenRefused)
+		}
+	})
 }

@@ -69,11 +69,12 @@ type Config struct {
 	// node's own heartbeat ping is not counted. Zero means 5.
 	ControlFrames float64
 	// Authenticate checks the token of a refresh request as the
-	// connection's first token was checked. Its error wraps
-	// ErrTokenExpired, ErrUnavailable (the check could not be made: the
-	// client may retry) or neither (an invalid token). Nil refuses every
-	// refresh as unavailable.
-	Authenticate func(ctx context.Context, token string) (hub.Principal, error)
+	// connection's first token was checked, and names its session (empty
+	// for a JWT), which the connection answers to from then on. Its error
+	// wraps ErrTokenExpired, ErrUnavailable (the check could not be made:
+	// the client may retry) or neither (an invalid token). Nil refuses
+	// every refresh as unavailable.
+	Authenticate func(ctx context.Context, token string) (p hub.Principal, session string, err error)
 	Logger       *slog.Logger // nil means slog.Default()
 }
 
@@ -383,7 +384,7 @@ func (h *Handler) refresh(ctx context.Context, c *hub.Conn, req request) {
 		return
 	}
 	actx, cancel := context.WithTimeout(ctx, h.limits.SubscribeTimeout)
-	p, err := h.cfg.Authenticate(actx, req.Token)
+	p, session, err := h.cfg.Authenticate(actx, req.Token)
 	cancel()
 	switch {
 	case errors.Is(err, ErrUnavailable):
@@ -396,7 +397,7 @@ func (h *Handler) refresh(ctx context.Context, c *hub.Conn, req request) {
 		c.RefuseToken(httperr.Unauthorized, "invalid token")
 		return
 	}
-	switch err := c.Refresh(p); {
+	switch err := c.Refresh(p, session); {
 	case errors.Is(err, hub.ErrOtherPrincipal):
 		c.RefuseToken(httperr.Unauthorized, "the token is another user's or tenant's")
 	case err == nil:
