@@ -376,6 +376,12 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 		ws.NextOf(t, "error")
 		ws.send(t, map[string]any{"op": "subscribe", "id": 3, "tasks": []string{task}, "extra": true})
 		ws.NextOf(t, "error")
+		// An invalid id in since refuses the request whole, as anywhere
+		// else: the task is not watched, so the next subscribe reads it.
+		ws.send(t, map[string]any{"op": "subscribe", "id": 3, "tasks": []string{task}, "since": map[string]int64{"a b": 1}})
+		if e := ws.NextOf(t, "error"); !strings.Contains(string(e["code"]), "bad_request") || !strings.Contains(string(e["message"]), "since") {
+			t.Fatalf("an invalid id in since answered %s, want bad_request naming since", rawString(e))
+		}
 		// The connection still works after bad requests.
 		ws.send(t, map[string]any{"op": "subscribe", "id": 4, "tasks": []string{task}})
 		if v := ws.nextTask(t).Version; v != 1 {

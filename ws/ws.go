@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/internal/httperr"
+	"github.com/pushd/pushd/snapshot"
 )
 
 // Subprotocol is the only subprotocol pushd speaks.
@@ -454,6 +456,11 @@ func (h *Handler) parse(data []byte) (request, string) {
 	}
 	if len(req.Since) > h.limits.MaxIDs {
 		return req, fmt.Sprintf("at most %d versions in since", h.limits.MaxIDs)
+	}
+	for id := range req.Since {
+		if !snapshot.ValidID(id) {
+			return req, "invalid task id in since " + httperr.Truncate(strconv.Quote(id), 80)
+		}
 	}
 	if req.Scope != "" && req.Scope != "user" {
 		return req, `scope must be "user"`
