@@ -345,7 +345,7 @@ func (n *Node) Hints(addr string) []string {
 	}
 	return append(out,
 		"watch a task:     curl -N -H \"Authorization: Bearer $TOKEN\" '"+base+"/v1/events?task=task_1'",
-		"publish a change: curl -X POST "+base+"/v1/publish -d '{\"task_id\":\"task_1\",\"tenant_id\":\"t1\",\"project_id\":\"p1\",\"user_id\":\"u1\",\"status\":\"RUNNING\",\"progress\":45,\"version\":1,\"updated_at\":1710000000000}'",
+		"publish a change: curl -X POST "+base+"/v1/publish -H 'Content-Type: application/json' -d '{\"task_id\":\"task_1\",\"tenant_id\":\"t1\",\"project_id\":\"p1\",\"user_id\":\"u1\",\"status\":\"RUNNING\",\"progress\":45,\"version\":1,\"updated_at\":1710000000000}'",
 	)
 }
 

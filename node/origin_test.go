@@ -113,3 +113,41 @@ func TestCookieSSEFromForeignOriginIsRefused(t *testing.T) {
 		t.Fatalf("version %d from an allowed origin", got.Version)
 	}
 }
+
+// TestCrossSiteCookieRequestSpendsNoSlot: what a page of another site
+// makes the browser send without CORS (an <img> or a <script> pointing at
+// the stream, a link followed) carries the cookie and no Origin, only
+// Sec-Fetch-Site. It is refused 403 before it counts against anything, so
+// such requests cannot take the user's connection slots: the user's own
+// streams (same-origin, typed, not a browser, and an allowed origin's
+// EventSource, which sends its Origin) still get every slot the cap
+// allows, and the one past the cap is refused for the cap.
+func TestCrossSiteCookieRequestSpendsNoSlot(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.API.OriginPatterns = []string{"app.example.com"}
+	cfg.Admission = admission.Config{MaxConnsPerUser: 4, Timeout: 2 * time.Second}
+	s := startNode(t, cfg)
+	task := testenv.UniqueID("task")
+	cookie := "pushd_token=" + token(t, "t1", testenv.UniqueID("victim"))
+	events, read := s.URL+"/v1/events?task="+task, s.URL+"/v1/tasks/"+task
+
+	for _, site := range []string{"cross-site", "same-site", "cross-site", "same-site"} {
+		for _, u := range []string{events, read} {
+			resp, body := openStreamWith(t, http.DefaultClient, u, http.Header{"Sec-Fetch-Site": {site}, "Cookie": {cookie}})
+			wantError(t, resp, body, http.StatusForbidden, "origin_not_allowed")
+		}
+	}
+	for _, h := range []http.Header{
+		{"Sec-Fetch-Site": {"same-origin"}, "Cookie": {cookie}},
+		{"Sec-Fetch-Site": {"none"}, "Cookie": {cookie}},
+		{"Cookie": {cookie}},
+		{"Sec-Fetch-Site": {"cross-site"}, "Origin": {allowedOrigin}, "Cookie": {cookie}},
+	} {
+		if resp, body := openStreamWith(t, http.DefaultClient, events, h); resp.StatusCode != http.StatusOK {
+			t.Fatalf("the user's own stream with %v: %d %s; the cap of 4 should have room", h, resp.StatusCode, body)
+		}
+	}
+	resp, body := openStreamWith(t, http.DefaultClient, events, http.Header{"Cookie": {cookie}})
+	want429(t, resp.StatusCode, resp.Header, string(body), "too_many_connections", time.Hour)
+}

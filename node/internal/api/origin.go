@@ -16,26 +16,41 @@ import (
 const OriginNotAllowed = "origin_not_allowed"
 
 // checkOrigin refuses, before the limits, authentication and admission
-// spend anything on it, a request that a page of a foreign origin made: one
-// with an Origin header that is neither the request's own host nor matched
-// by OriginPatterns. Which requests are checked:
+// spend anything on it, a request that a page of a foreign origin made.
+// Which requests are checked:
 //
 //   - A stream no CORS protects (noCORS: a WebSocket, whose every frame
-//     the page reads), whatever carries its token.
+//     the page reads), whatever carries its token: its Origin must be the
+//     request's own host or matched by OriginPatterns.
 //   - Any other request (the SSE stream, the snapshot API) only when it
 //     carries the token cookie: the browser adds it to a foreign page's
 //     request on its own, while a token in Authorization or access_token
 //     is one the page was given, and CORS decides whether it may read the
-//     answer.
+//     answer. Its Origin must be allowed as above; without one, a browser
+//     that marks it Sec-Fetch-Site cross-site or same-site made it for a
+//     page of another origin without CORS (an <img>, a <script>, a link
+//     followed), which no page of an allowed origin needs: refused too.
 //
-// A request without Origin is not checked: non-browser clients send none,
-// nor do browsers on a same-origin GET.
+// A request without Origin and without that mark is not checked:
+// non-browser clients send neither, nor do browsers on a same-origin GET.
 func (s *server) checkOrigin(noCORS bool, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		origin := r.Header.Get("Origin")
-		if origin == "" || (!noCORS && !s.carriesCookie(r)) || s.sameOrAllowedOrigin(r, origin) {
+		switch {
+		case !noCORS && !s.carriesCookie(r):
 			return next(c)
+		case origin != "" && s.sameOrAllowedOrigin(r, origin):
+			return next(c)
+		case origin == "" && !noCORS && !crossOrigin(r):
+			return next(c)
+		case origin == "" && noCORS:
+			return next(c)
+		}
+		if origin == "" {
+			return fail(http.StatusForbidden, OriginNotAllowed,
+				"a page of another origin may not use the token cookie here without CORS (Sec-Fetch-Site: "+
+					httperr.Truncate(strconv.Quote(r.Header.Get("Sec-Fetch-Site")), 40)+"); send the token in Authorization, or the request with CORS from an allowed origin")
 		}
 		what := "use the token cookie here"
 		if noCORS {
@@ -44,6 +59,18 @@ func (s *server) checkOrigin(noCORS bool, next echo.HandlerFunc) echo.HandlerFun
 		return fail(http.StatusForbidden, OriginNotAllowed,
 			"pages of origin "+httperr.Truncate(strconv.Quote(origin), 80)+" may not "+what+"; allowed are the server's own host and --allowed-origins")
 	}
+}
+
+// crossOrigin reports whether the browser marked r as made for a page of
+// another origin (Fetch Metadata): cross-site, or same-site but of
+// another origin (a sibling subdomain). Browsers without Fetch Metadata
+// send no mark; the cookie's SameSite attribute guards them.
+func crossOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return true
+	}
+	return false
 }
 
 // carriesCookie reports whether r has the cookie authentication reads a

@@ -190,3 +190,59 @@ func TestPublishWithoutKeyOnlyFromLoopback(t *testing.T) {
 		}
 	}
 }
+
+// POST /v1/publish without an API key refuses, over a real socket from
+// loopback, what a web page open in a browser on the same machine can
+// send: a simple content type (a form, or fetch with a string body, sent
+// without a preflight), an Origin other than the node's own host, or a
+// Fetch Metadata mark of another site. JSON, or no content type, from a
+// client that is no browser publishes; with a key, the key decides.
+func TestPublishWithoutKeyRefusesWhatAPageCanSend(t *testing.T) {
+	rd := testenv.SharedRedis(t)
+	pub := fanout.NewRedisPublisher(rd.Client, rd.Names)
+	keyless := httptest.NewServer(api.New(api.Config{Publisher: pub}))
+	t.Cleanup(keyless.Close)
+	keyed := httptest.NewServer(api.New(api.Config{Publisher: pub, APIKey: "k3y"}))
+	t.Cleanup(keyed.Close)
+	own := strings.TrimPrefix(keyless.URL, "http://")
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		status int
+		code   string
+	}{
+		{"JSON", map[string]string{"Content-Type": "application/json"}, http.StatusOK, ""},
+		{"no content type", nil, http.StatusOK, ""},
+		{"JSON from the node's own origin", map[string]string{"Content-Type": "application/json", "Origin": "http://" + own}, http.StatusOK, ""},
+		{"a form", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+		{"fetch with a string body", map[string]string{"Content-Type": "text/plain;charset=UTF-8"}, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+		{"a multipart form", map[string]string{"Content-Type": "multipart/form-data; boundary=x"}, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+		{"spelled loosely", map[string]string{"Content-Type": " Text/Plain ; x"}, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+		{"a foreign origin", map[string]string{"Content-Type": "application/json", "Origin": "https://evil.example"}, http.StatusForbidden, "origin_not_allowed"},
+		{"an opaque origin", map[string]string{"Origin": "null"}, http.StatusForbidden, "origin_not_allowed"},
+		{"cross-site", map[string]string{"Sec-Fetch-Site": "cross-site"}, http.StatusForbidden, "origin_not_allowed"},
+		{"same-site", map[string]string{"Sec-Fetch-Site": "same-site"}, http.StatusForbidden, "origin_not_allowed"},
+	} {
+		task := testenv.UniqueID("task")
+		r := do(t, keyless.URL, req{method: "POST", path: "/v1/publish", header: tc.header, body: doc(task, "t1", 1, "")})
+		s := stored(t, rd, task)
+		if tc.status == http.StatusOK {
+			if r.status != http.StatusOK || s == nil {
+				t.Errorf("%s: %d %q, stored %v; want it published", tc.name, r.status, r.body, s != nil)
+			}
+			continue
+		}
+		wantError(t, tc.name, r, tc.status, tc.code)
+		if s != nil {
+			t.Errorf("%s: refused, yet stored", tc.name)
+		}
+		// The key is the guard where there is one: a page cannot send it.
+		h := map[string]string{"X-API-Key": "k3y"}
+		for k, v := range tc.header {
+			h[k] = v
+		}
+		if r := do(t, keyed.URL, req{method: "POST", path: "/v1/publish", header: h, body: doc(task, "t1", 1, "")}); r.status != http.StatusOK {
+			t.Errorf("%s with the API key: %d %q, want it published", tc.name, r.status, r.body)
+		}
+	}
+}
