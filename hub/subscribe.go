@@ -148,7 +148,7 @@ func (c *Conn) admitTasksLocked(a *admission, ids []string) {
 		case c.tasks.has(id):
 		case a.room <= 0:
 			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeTooMany})
-		case !h.readIsFree(c.TenantID, id) && !a.budget.take(watch{byTask, id}):
+		case !c.readIsFreeLocked(id) && !a.budget.take(watch{byTask, id}):
 			a.rejected = append(a.rejected, a.budget.refuse(Rejection{TaskID: id}))
 		default:
 			a.room--
@@ -169,7 +169,7 @@ func (c *Conn) admitProjectsLocked(a *admission, ids []string) {
 		case c.projects.has(id):
 		case a.room <= 0:
 			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeTooMany})
-		case !h.listIsFree(byProject, c.TenantID, id) && !a.budget.take(watch{byProject, id}):
+		case !c.listIsFreeLocked(byProject, id) && !a.budget.take(watch{byProject, id}):
 			a.rejected = append(a.rejected, a.budget.refuse(Rejection{ProjectID: id}))
 		default:
 			a.room--
@@ -190,7 +190,7 @@ func (c *Conn) admitUserLocked(a *admission) {
 	if c.userScope || c.UserID == "" {
 		return
 	}
-	if !h.listIsFree(byUser, c.TenantID, c.UserID) && !a.budget.take(watch{by: byUser}) {
+	if !c.listIsFreeLocked(byUser, c.UserID) && !a.budget.take(watch{by: byUser}) {
 		a.rejected = append(a.rejected, a.budget.refuse(Rejection{}))
 		return
 	}
@@ -358,22 +358,33 @@ func unwatched(r Rejection) bool {
 	return r.Code == CodeRateLimitExceeded || r.Code == CodeTooMany || r.Code == CodeInvalidID
 }
 
-// readIsFree reports whether subscribing to the task costs no remote read:
-// a connection of the tenant here watches it, so its read is shared or
-// cached, or the source has it cached.
-func (h *Hub) readIsFree(tenant, id string) bool {
-	return h.idx.has(byTask, key{tenant, id}) || h.cfg.Source.Cached(id)
+// readIsFreeLocked reports whether subscribing to the task costs no remote
+// read: the source has a copy the connection sees. Only such a copy: the
+// budget's answer must not tell a task hidden from the connection (another
+// tenant's, or of a project not granted) from an absent one, so whether
+// anyone else watches or read the id, or a copy of it that the connection
+// does not see, changes nothing. c.mu guards the grant.
+func (c *Conn) readIsFreeLocked(id string) bool {
+	snap := c.hub.cfg.Source.Cached(id)
+	return snap != nil && c.Sees(snap)
 }
 
-// listIsFree is readIsFree of a project (by byProject) or user listing.
-func (h *Hub) listIsFree(by int, tenant, id string) bool {
-	if h.idx.has(by, key{tenant, id}) {
+// listIsFreeLocked is readIsFreeLocked of a project (by byProject) or the
+// user's listing: a connection of the tenant here watches it, or the
+// source has it cached. A project not granted is never free, so that
+// others' watching it tells nothing (its listing shows nothing anyway).
+func (c *Conn) listIsFreeLocked(by int, id string) bool {
+	h := c.hub
+	if by == byProject && !c.Grant.Project(id) {
+		return false
+	}
+	if h.idx.has(by, key{c.TenantID, id}) {
 		return true
 	}
 	if by == byProject {
-		return h.cfg.Source.ListCached(tenant, id, "")
+		return h.cfg.Source.ListCached(c.TenantID, id, "")
 	}
-	return h.cfg.Source.ListCached(tenant, "", id)
+	return h.cfg.Source.ListCached(c.TenantID, "", id)
 }
 
 // readBudget takes a subscription's reads from its user's budget, one id

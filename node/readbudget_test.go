@@ -118,7 +118,7 @@ func TestReconnectIsChargedOnlyForWhatIsNew(t *testing.T) {
 		cl.Close()
 		testenv.Eventually(t, "the connection closed and its tasks uncached", func() bool {
 			return testenv.Scrape(t, s.AdminURL)["pushd_connections"] == 0 &&
-				!slices.ContainsFunc(held, s.Store().Cached)
+				!slices.ContainsFunc(held, func(id string) bool { return s.Store().Cached(id) != nil })
 		})
 	}
 
@@ -163,5 +163,89 @@ func wantSSE(t *testing.T, cl *sseClient, tasks, refused []string) {
 	slices.Sort(gotRefused)
 	if !slices.Equal(gotTasks, slices.Sorted(slices.Values(tasks))) || !slices.Equal(gotRefused, slices.Sorted(slices.Values(refused))) {
 		t.Fatalf("sent %v and refused %v, want %v sent and %v refused", gotTasks, gotRefused, tasks, refused)
+	}
+}
+
+// TestSpentBudgetTellsNoHiddenTaskFromAnAbsentOne: once a user's read
+// budget is spent, a task hidden from it, another tenant's or one of a
+// project it is not granted, is answered rate_limit_exceeded exactly as an
+// absent id is, though the node holds a fresh copy of it because others
+// watch it; only a task the user sees is spared the budget by that copy.
+// Before, the copy was asked by task id alone, and answered not_found.
+func TestSpentBudgetTellsNoHiddenTaskFromAnAbsentOne(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.Hub.SubscribeReads, cfg.Hub.SubscribeReadBurst = 0.001, 2 // spent for the whole test
+	s := startNode(t, cfg)
+	f := newGrantFixture(t, c) // f.p2: project P2, user u2; f.own: P2, u1
+	other := testenv.UniqueID("t")
+	foreign := testenv.UniqueID("task")
+	c.goPublish(t, doc(foreign, other, 1, "RUNNING"))
+
+	prober := openWS(t, s.URL, tokenFor(t, f.tenant, "P1")) // user u1, granted P1
+	prober.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{testenv.UniqueID("absent"), testenv.UniqueID("absent")}})
+	prober.NextOf(t, "ack") // two not_found: the budget is spent
+
+	codes := func(raw []byte) map[string]string {
+		var ack struct {
+			Rejected []struct {
+				TaskID string `json:"task_id"`
+				Code   string `json:"code"`
+			} `json:"rejected"`
+		}
+		json.Unmarshal(raw, &ack)
+		out := map[string]string{}
+		for _, r := range ack.Rejected {
+			out[r.TaskID] = r.Code
+		}
+		return out
+	}
+	watch := func(tok, task string) {
+		w := openWS(t, s.URL, tok)
+		w.send(t, map[string]any{"op": "subscribe", "id": 1, "tasks": []string{task}})
+		if got := w.nextTask(t); got.TaskID != task {
+			t.Fatalf("the watcher got %s, want %s", got.TaskID, task)
+		}
+		w.NextOf(t, "ack")
+	}
+	cached := func(id string) bool { return s.Store().Cached(id) != nil }
+	// The node caches a copy for half a second: a round counts only when
+	// the copies were there when the probe's ack came (only a read of the
+	// id puts one back, and the probe's is the only one that could).
+	for round := 1; ; round++ {
+		watch(token(t, other, "u9"), foreign)
+		watch(grantedToken(t, f.tenant, "u7", []string{"*"}), f.p2)  // users with budgets of their own
+		watch(grantedToken(t, f.tenant, "u8", []string{"*"}), f.own) // the prober's own task
+		absent := testenv.UniqueID("absent")
+		prober.send(t, map[string]any{"op": "subscribe", "id": 2, "tasks": []string{absent, foreign, f.p2, f.own}})
+		var own bool
+		var raw []byte
+		for raw == nil {
+			m := prober.Next(t)
+			switch msgType(m) {
+			case "task":
+				own = own || parseDoc(t, string(m["task"])).TaskID == f.own
+			case "ack":
+				raw = rawMessage(m)
+			}
+		}
+		if !cached(foreign) || !cached(f.p2) || !cached(f.own) {
+			if round == 20 {
+				t.Fatal("in 20 rounds the node never held the copies through a probe")
+			}
+			prober.send(t, map[string]any{"op": "unsubscribe", "id": 3, "tasks": []string{f.own}})
+			prober.NextOf(t, "ack")
+			continue
+		}
+		got := codes(raw)
+		for _, id := range []string{absent, foreign, f.p2} {
+			if got[id] != hub.CodeRateLimitExceeded {
+				t.Errorf("with the budget spent, %s was answered %q; want rate_limit_exceeded, as the absent id was (%q) (ack %s)", id, got[id], got[absent], raw)
+			}
+		}
+		if !own || got[f.own] != "" {
+			t.Errorf("the prober's own task, cached: delivered %v, rejected %q; want it delivered without the budget", own, got[f.own])
+		}
+		return
 	}
 }

@@ -108,10 +108,15 @@ func (m *MemoryStore) Reload(ctx context.Context, taskIDs []string) (map[string]
 // Observe does nothing: a MemoryStore has no cache to make stale.
 func (m *MemoryStore) Observe(string, int64) {}
 
-// Cached is always true: a MemoryStore has no remote source to spare.
-func (m *MemoryStore) Cached(string) bool { return true }
+// Cached returns the task's snapshot: a MemoryStore has no remote source
+// to spare.
+func (m *MemoryStore) Cached(taskID string) *Snapshot {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.tasks[taskID]
+}
 
-// ListCached is always true, as Cached.
+// ListCached is always true: a MemoryStore has no remote source to spare.
 func (m *MemoryStore) ListCached(string, string, string) bool { return true }
 
 // SetIfNewer stores s unless the store holds the same or a newer version of

@@ -33,10 +33,12 @@ type Source interface {
 	// cached older copy or cached absence is served afterwards. It does no
 	// I/O and never blocks.
 	Observe(taskID string, version int64)
-	// Cached reports whether Get(taskID, 0) would be answered without a
-	// remote read, and ListCached the same of ListProject (projectID set)
-	// or ListUser (userID set). They do no I/O.
-	Cached(taskID string) bool
+	// Cached returns the snapshot Get(taskID, 0) would answer without a
+	// remote read, or nil (an absence known without one is nil too: whom
+	// it may spare a read must not depend on another tenant's tasks), and
+	// ListCached reports whether ListProject (projectID set) or ListUser
+	// (userID set) would be answered without one. They do no I/O.
+	Cached(taskID string) *Snapshot
 	ListCached(tenantID, projectID, userID string) bool
 }
 

@@ -29,13 +29,13 @@ func TestRememberAfterExpiryKeepsOnlyTheVersion(t *testing.T) {
 		t.Fatalf("remember(v3) beside a cached v5 = v%d, want v5", got.Version)
 	}
 	s.tasks.sweepAt(monotime() + int64(time.Hour))
-	if s.Cached("task_1") {
+	if s.Cached("task_1") != nil {
 		t.Fatal("an expired snapshot is still served")
 	}
 	if got := s.remember(v3); got != v3 {
 		t.Fatalf("remember(v3) beside the remnant of v5 = %+v, want v3 as read", got)
 	}
-	if s.Cached("task_1") {
+	if s.Cached("task_1") != nil {
 		t.Fatal("a read older than the remnant was cached")
 	}
 	s.tasks.update("task_1", func(old *snapshot.Snapshot, present bool) (*snapshot.Snapshot, bool) {

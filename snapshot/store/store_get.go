@@ -237,14 +237,13 @@ func (s *Store) rememberFor(snap *snapshot.Snapshot, ttl time.Duration) *snapsho
 	return newest
 }
 
-// Cached reports whether Get(taskID, 0) would be answered from the
-// in-process caches, without Redis or PostgreSQL.
-func (s *Store) Cached(taskID string) bool {
-	if _, ok := s.tasks.get(taskID); ok {
-		return true
-	}
-	_, ok := s.missing.get(taskID)
-	return ok
+// Cached returns the snapshot Get(taskID, 0) would answer from the
+// in-process cache, without Redis or PostgreSQL, or nil. A cached absence
+// is nil too: the hub spares a read only of a task its reader sees, and a
+// task of another tenant must cost what an absent one costs.
+func (s *Store) Cached(taskID string) *snapshot.Snapshot {
+	snap, _ := s.tasks.get(taskID)
+	return snap
 }
 
 // Observe records that a notification announced version of the task: a
