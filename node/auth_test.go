@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/db"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 )
 
 // expiredAt reads c until the server says its token expired and returns
@@ -247,6 +250,115 @@ func TestBadTokenFloodIsLimitedPerAddress(t *testing.T) {
 			t.Fatalf("good token %d from one address: %d %s, want 404 (the failure limit counted a success)", i+1, status, body)
 		}
 	}
+}
+
+// With PostgreSQL's sessions table gone, every session lookup fails and
+// its request is answered 503 unavailable. A failed lookup takes from the
+// address's failed-authentication bucket as an invalid token does, so a
+// flood of session tokens from one address reaches PostgreSQL about burst
+// times (each a transaction that rolls back) and is answered 429 past them.
+func TestSessionStoreFailuresAreLimitedPerAddress(t *testing.T) {
+	ctx := context.Background()
+	pg := ownDatabase(t) // its own: the test drops a table
+	if _, err := pg.Pool.Exec(ctx, `DROP TABLE sessions`); err != nil {
+		t.Fatal(err)
+	}
+	app := "pushd_nosessions_" + testenv.RandomSuffix(4)
+	r := testenv.SharedRedis(t)
+	cfg := node.Config{RedisURL: r.URL, KeyPrefix: r.Names.Prefix, DatabaseURL: pg.AppURL(app)}
+	_, lb, _ := net.ParseCIDR("127.0.0.1/32")
+	cfg.API.TrustedProxies = []*net.IPNet{lb} // the test speaks for clients through X-Forwarded-For
+	const burst, rate = 20, 1.0               // the flags' defaults
+	cfg.API.AuthFailureBurst, cfg.API.AuthFailureRate = burst, rate
+	srv := startNode(t, cfg)
+	before := rollbacks(t, pg)
+
+	tr := &http.Transport{MaxIdleConnsPerHost: 8}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	get := func(tok string) (int, http.Header, string) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/tasks/task_absent", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("X-Forwarded-For", "203.0.113.7")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0, nil, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	const workers, each = 8, 100
+	const flood = workers * each
+	var (
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		refusal  struct {
+			h    http.Header
+			body string
+		}
+		wg sync.WaitGroup
+	)
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				status, h, body := get(sessionToken())
+				mu.Lock()
+				statuses[status]++
+				if status == http.StatusTooManyRequests && refusal.h == nil {
+					refusal.h, refusal.body = h, body
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	pg.FlushStats(t, app)
+	lookups := rollbacks(t, pg) - before
+	allowed := burst + int(rate*elapsed.Seconds()) + 1
+	t.Logf("flood of %d session tokens in %s with the sessions table missing: statuses %v; %d failed transactions in PostgreSQL (allowed %d)",
+		flood, elapsed.Round(time.Millisecond), statuses, lookups, allowed)
+	if statuses[http.StatusServiceUnavailable]+statuses[http.StatusTooManyRequests] != flood {
+		t.Fatalf("statuses %v, want only 503 and 429", statuses)
+	}
+	if n := statuses[http.StatusServiceUnavailable]; n == 0 || n > allowed {
+		t.Errorf("%d answered 503, want 1 to %d (the burst, and what the bucket refilled meanwhile)", n, allowed)
+	}
+	if lookups == 0 || lookups > int64(allowed) {
+		t.Errorf("%d failed session lookups in PostgreSQL for a flood of %d, want 1 to %d", lookups, flood, allowed)
+	}
+	want429(t, http.StatusTooManyRequests, refusal.h, refusal.body, "rate_limit_exceeded", 2*time.Second)
+}
+
+// ownDatabase is a database of the test's own with the schema applied,
+// for a test that breaks it; it is dropped when the test ends.
+func ownDatabase(t *testing.T) testenv.Postgres {
+	t.Helper()
+	u := testenv.EmptyDatabase(t)
+	pool, err := pgxpool.New(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := db.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return testenv.Postgres{URL: u, Pool: pool}
+}
+
+// rollbacks is how many transactions of pg's database failed, as the
+// statistics count them: a query that fails (a missing table) is one.
+// Counts of backends still running may lag: see FlushStats.
+func rollbacks(t *testing.T, pg testenv.Postgres) int64 {
+	t.Helper()
+	var n int64
+	if err := pg.Pool.QueryRow(context.Background(), `SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // A token's lifetime is bounded by default: a JWT valid for ten years,

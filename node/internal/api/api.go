@@ -276,9 +276,8 @@ func codeForStatus(status int) string {
 	return httperr.BadRequest
 }
 
-// authed authenticates the request before h runs. Only invalid tokens
-// count as failures: an expired one was signed by the issuer, and its
-// client must hear token_expired to fetch a fresh one.
+// authed authenticates the request before h runs, counting a failed check
+// against the client address's bucket (authFailures, failed).
 func (s *server) authed(endpoint string, h func(echo.Context, hub.Principal) error) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		attempt, wait := s.failures.begin(c.RealIP())
@@ -290,7 +289,7 @@ func (s *server) authed(endpoint string, h func(echo.Context, hub.Principal) err
 			s.cfg.Admission.Passed(endpoint, admission.RuleAuthFailures)
 		}
 		p, err := s.cfg.Auth.Authenticate(c.Request())
-		attempt.end(errors.Is(err, auth.ErrInvalidToken))
+		attempt.end(failed(err))
 		switch {
 		case err == nil:
 		case errors.Is(err, auth.ErrTokenExpired):

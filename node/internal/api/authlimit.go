@@ -1,12 +1,14 @@
 package api
 
 import (
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/time/rate"
 
+	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/internal/httperr"
 )
 
@@ -14,7 +16,8 @@ import (
 // token bucket each, so that a flood of made-up tokens costs a session
 // lookup (a PostgreSQL query) only for its first few. The buckets are the
 // most recently used addresses'; forgetting one only gives its address a
-// fresh burst. A nil *authFailures limits nothing.
+// fresh burst. A nil *authFailures limits nothing. What counts as failed
+// is failed's to say.
 type authFailures struct {
 	burst int
 	rate  rate.Limit
@@ -84,4 +87,20 @@ func (a authAttempt) end(failed bool) {
 // tooManyFailures answers 429 like every other rate limit.
 func tooManyFailures(wait time.Duration) error {
 	return tooManyRequests(httperr.RateLimitExceeded, wait, "too many failed authentications from this address; retry later")
+}
+
+// failed reports whether a check's error takes a token from its address's
+// bucket: an invalid token, and a session token the session store could
+// not look up (auth.ErrUnavailable). A failed lookup costs the store what
+// an unknown token costs it, more when the store is struggling, and an
+// address sending made-up session tokens while PostgreSQL fails (a
+// missing sessions table, an outage) would otherwise reach it once per
+// request. Honest clients lose little by it: the 503 already tells them
+// to wait (Retry-After), their bucket refills at the configured rate, and
+// a session Redis holds is looked up without PostgreSQL at all. An
+// expired token is no failure: it was signed by the issuer, and its
+// client must hear token_expired to fetch a fresh one; nor is a missing
+// one, which costs no lookup.
+func failed(err error) bool {
+	return errors.Is(err, auth.ErrInvalidToken) || errors.Is(err, auth.ErrUnavailable)
 }
