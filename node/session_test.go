@@ -2,7 +2,11 @@ package node_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -159,4 +163,79 @@ func TestLogoutInEitherStoreEndsTheSession(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A session that cannot become a principal is refused as an invalid token
+// (401 unauthorized, never 503), and logged once at warn, naming it by a
+// hash of its token, never the token, with why. In PostgreSQL: a NULL in
+// projects (which cannot even be read into a list of names), a project
+// that is no valid id, a tenant or user that is no valid id. In Redis: a
+// document that is no session. A row that never expires (expires_at
+// infinity) is no malformed row: it is taken.
+func TestMalformedSessionIsRefused(t *testing.T) {
+	c := newCluster(t)
+	var logs testenv.LogBuffer
+	cfg := c.config()
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	srv := startNode(t, cfg)
+	ctx := context.Background()
+	tenant, user := testenv.UniqueID("tenant"), testenv.UniqueID("user")
+	row := func(tok, tenant, user, projects, expires string) {
+		t.Helper()
+		if _, err := c.pg.Pool.Exec(ctx, `INSERT INTO sessions (token, tenant_id, user_id, projects, expires_at) VALUES ($1, $2, $3, $4::text[], `+expires+`)`,
+			tok, tenant, user, projects); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inRedis := func(tok, doc string) {
+		t.Helper()
+		if err := c.redis.Client.Set(ctx, c.redis.Names.Prefix+"session:"+tok, doc, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		store func(tok string)
+	}{
+		{"projects {NULL} in PostgreSQL", func(tok string) { row(tok, tenant, user, "{NULL}", "now() + interval '1 hour'") }},
+		{"a NULL among projects in PostgreSQL", func(tok string) { row(tok, tenant, user, "{p1,NULL}", "NULL") }},
+		{"an invalid project in PostgreSQL", func(tok string) { row(tok, tenant, user, `{"p 1"}`, "NULL") }},
+		{"an empty tenant_id in PostgreSQL", func(tok string) { row(tok, "", user, "{}", "NULL") }},
+		{"an invalid user_id in PostgreSQL", func(tok string) { row(tok, tenant, "u/1", "{}", "NULL") }},
+		{"a document that is not JSON in Redis", func(tok string) { inRedis(tok, `{"tenant_id":`) }},
+		{"a null project in Redis", func(tok string) {
+			inRedis(tok, `{"tenant_id":"`+tenant+`","user_id":"`+user+`","projects":[null]}`)
+		}},
+		{"no user in Redis", func(tok string) { inRedis(tok, `{"tenant_id":"`+tenant+`"}`) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := sessionToken()
+			tc.store(tok)
+			for range 2 { // the second is answered as the first, and logged no more
+				resp, body := httpDo(t, http.MethodGet, srv.URL+"/v1/tasks/task_absent", tok, "")
+				wantError(t, resp, body, http.StatusUnauthorized, "unauthorized")
+			}
+			sum := sha256.Sum256([]byte(tok))
+			id := hex.EncodeToString(sum[:6])
+			var lines []map[string]any
+			for line := range strings.Lines(logs.String()) {
+				if strings.Contains(line, tok) {
+					t.Fatalf("a log line carries the token: %s", line)
+				}
+				var m map[string]any
+				if json.Unmarshal([]byte(line), &m) == nil && m["session"] == id {
+					lines = append(lines, m)
+				}
+			}
+			if len(lines) != 1 || lines[0]["level"] != "WARN" || lines[0]["reason"] == nil {
+				t.Fatalf("log lines naming session %s: %v, want one warning with its reason", id, lines)
+			}
+		})
+	}
+
+	// A row that never expires is taken.
+	forever := sessionToken()
+	row(forever, tenant, user, "{}", "'infinity'")
+	resp, body := httpDo(t, http.MethodGet, srv.URL+"/v1/tasks/task_absent", forever, "")
+	wantError(t, resp, body, http.StatusNotFound, "not_found")
 }

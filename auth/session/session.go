@@ -7,6 +7,8 @@ package session
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -17,6 +19,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/semaphore"
@@ -36,8 +39,15 @@ type Config struct {
 	// one it ends when re-validation finds the session gone.
 	Redis redis.UniversalClient
 	// DB, when set, is read on a Redis miss: table sessions (token,
-	// tenant_id, user_id, plan, expires_at). Nil means Redis is the only
-	// store.
+	// tenant_id, user_id, plan, projects, expires_at). Nil means Redis is
+	// the only store.
+	//
+	// A session either store holds that cannot become a principal (a
+	// tenant_id or user_id that is no valid id, a NULL or invalid id in
+	// projects, a Redis document that is no session) is malformed: its
+	// token is refused as invalid, never as unavailable, and it is logged
+	// at warn once per NegativeTTL, named by SessionID. An expires_at of
+	// infinity, as NULL, names no expiry.
 	DB *pgxpool.Pool
 	// Prefix is prepended to the Redis keys (keys.Names.Prefix).
 	Prefix string
@@ -52,12 +62,13 @@ type Config struct {
 	TombstoneTTL time.Duration
 	// Timeout bounds each lookup; zero means 2s.
 	Timeout time.Duration
-	// NegativeTTL is how long a token the database does not know is
-	// remembered, in process, so that its repeats cost no query; Redis is
-	// still asked, so a session written there meanwhile is found. Zero
-	// means 10s; negative disables it. NegativeEntries bounds the tokens
-	// remembered, the least recently refused forgotten first; zero means
-	// 65536.
+	// NegativeTTL is how long a token the database does not know, or
+	// holds a malformed row of, is remembered, in process, so that its
+	// repeats cost no query; Redis is still asked, so a session written
+	// there meanwhile is found. It is also how long a malformed session
+	// goes unlogged after its warning. Zero means 10s; negative disables
+	// both. NegativeEntries bounds the tokens remembered, the least
+	// recently refused forgotten first; zero means 65536.
 	NegativeTTL     time.Duration
 	NegativeEntries int
 	// MaxDBQueries caps the lookups in the database at once; zero means 4.
@@ -84,6 +95,10 @@ type Store struct {
 	// what it saves, database queries, is bounded per node anyway. Nil
 	// when disabled.
 	unknown *lru.Cache[string, time.Time]
+	// warned maps the tokens of malformed sessions lately logged to when
+	// they may be logged again, so that a client repeating one costs one
+	// line per NegativeTTL. Nil when NegativeTTL disables it.
+	warned  *lru.Cache[string, time.Time]
 	dbSlots *semaphore.Weighted
 	queries atomic.Int64 // database queries sent, lookups and re-checks
 	// dbFailures logs the lookups the database failed: their tokens are
@@ -142,6 +157,7 @@ func New(cfg Config) *Store {
 		dbFailures: episode.New(cfg.Logger, "session lookups in postgres still failing")}
 	if cfg.NegativeTTL > 0 {
 		s.unknown, _ = lru.New[string, time.Time](cfg.NegativeEntries) // errs only on a size <= 0
+		s.warned, _ = lru.New[string, time.Time](cfg.NegativeEntries)
 	}
 	return s
 }
@@ -206,7 +222,7 @@ func (s *Store) lookup(ctx context.Context, token string) (auth.Principal, error
 	if rerr == nil {
 		var sess record
 		if err := json.Unmarshal(raw, &sess); err != nil {
-			return auth.Principal{}, auth.Invalid("malformed session", err)
+			return auth.Principal{}, s.malformed(token, "redis", "the document is not a session: "+err.Error())
 		}
 		if sess.Revoked {
 			return auth.Principal{}, auth.Invalid("revoked session", nil)
@@ -217,7 +233,11 @@ func (s *Store) lookup(ctx context.Context, token string) (auth.Principal, error
 				return auth.Principal{}, auth.Invalid("unknown session", nil) // expired, as PostgreSQL would say
 			}
 		}
-		return principalOf(token, sess, expires)
+		p, why := principalOf(token, sess, expires)
+		if why != "" {
+			return auth.Principal{}, s.malformed(token, "redis", why)
+		}
+		return p, nil
 	}
 	if s.cfg.DB == nil {
 		if errors.Is(rerr, redis.Nil) {
@@ -228,7 +248,7 @@ func (s *Store) lookup(ctx context.Context, token string) (auth.Principal, error
 	if s.knownUnknown(token) {
 		return auth.Principal{}, auth.Invalid("unknown session", nil)
 	}
-	sess, exp, err := s.query(ctx, token)
+	sess, exp, why, err := s.query(ctx, token)
 	switch {
 	case err != nil && !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil:
 		s.dbFailures.Fail("session lookup in postgres failed; its token is answered 503 unavailable", err)
@@ -246,15 +266,23 @@ func (s *Store) lookup(ctx context.Context, token string) (auth.Principal, error
 	}
 	var expires time.Time
 	ttl := s.cfg.CacheTTL
-	if exp != nil {
-		expires = *exp
+	if !exp.IsZero() {
+		expires = exp
 		ttl = min(ttl, time.Until(expires))
 		// Truncated to the millisecond: the copy never outlives the row.
 		sess.ExpiresAt = expires.UnixMilli()
 	}
-	p, err := principalOf(token, sess, expires)
-	if err != nil {
-		return auth.Principal{}, err
+	p, pwhy := principalOf(token, sess, expires)
+	if why == "" {
+		why = pwhy
+	}
+	if why != "" {
+		// Remembered as an unknown token is: the row is the database's
+		// answer, and its repeats need not ask again.
+		if s.unknown != nil {
+			s.unknown.Add(token, time.Now().Add(s.cfg.NegativeTTL))
+		}
+		return auth.Principal{}, s.malformed(token, "postgres", why)
 	}
 	// Written back only when Redis answered the miss: a Redis that failed
 	// is left alone, and the next lookup tries it again.
@@ -281,34 +309,92 @@ func (s *Store) knownUnknown(token string) bool {
 }
 
 // query reads token's live session from the database, holding one of
-// MaxDBQueries slots.
-func (s *Store) query(ctx context.Context, token string) (sess record, exp *time.Time, err error) {
+// MaxDBQueries slots. Every column is read as nullable, so that a value no
+// session may have is a malformed row (why says what), not a failed query
+// answered 503: a NULL in projects, or in a column the schema declares
+// NOT NULL. exp is zero for a session that names no expiry (NULL or
+// infinity).
+func (s *Store) query(ctx context.Context, token string) (sess record, exp time.Time, why string, err error) {
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.DBQueueWait)
 	err = s.dbSlots.Acquire(wctx, 1)
 	cancel()
 	if err != nil {
-		return sess, nil, fmt.Errorf("%d session lookups in flight for %v", s.cfg.MaxDBQueries, s.cfg.DBQueueWait)
+		return sess, exp, "", fmt.Errorf("%d session lookups in flight for %v", s.cfg.MaxDBQueries, s.cfg.DBQueueWait)
 	}
 	defer s.dbSlots.Release(1)
 	s.queries.Add(1)
+	var (
+		tenant, user, plan pgtype.Text
+		projects           []pgtype.Text
+		expires            pgtype.Timestamptz
+	)
 	err = s.cfg.DB.QueryRow(ctx, `SELECT tenant_id, user_id, plan, projects, expires_at FROM sessions
-		WHERE token = $1 AND (expires_at IS NULL OR expires_at > now())`, token).Scan(&sess.TenantID, &sess.UserID, &sess.Plan, &sess.Projects, &exp)
-	return sess, exp, err
+		WHERE token = $1 AND (expires_at IS NULL OR expires_at > now())`, token).Scan(&tenant, &user, &plan, &projects, &expires)
+	if err != nil {
+		return sess, exp, "", err
+	}
+	sess.TenantID, sess.UserID, sess.Plan = tenant.String, user.String, plan.String
+	for _, p := range projects {
+		if !p.Valid {
+			why = "projects holds NULL"
+		}
+		sess.Projects = append(sess.Projects, p.String)
+	}
+	if !tenant.Valid || !user.Valid {
+		why = "tenant_id or user_id is NULL"
+	}
+	// -infinity never passes the WHERE; infinity is as NULL, no expiry.
+	if expires.Valid && expires.InfinityModifier == pgtype.Finite {
+		exp = expires.Time
+	}
+	return sess, exp, why, nil
 }
 
-func principalOf(token string, sess record, expires time.Time) (auth.Principal, error) {
-	if !snapshot.ValidID(sess.TenantID) || !snapshot.ValidID(sess.UserID) {
-		return auth.Principal{}, auth.Invalid("session without a valid tenant or user", nil)
+// principalOf is the principal of a session, or why it cannot be one.
+func principalOf(token string, sess record, expires time.Time) (auth.Principal, string) {
+	if !snapshot.ValidID(sess.TenantID) {
+		return auth.Principal{}, "tenant_id is no valid id"
+	}
+	if !snapshot.ValidID(sess.UserID) {
+		return auth.Principal{}, "user_id is no valid id"
 	}
 	grant, err := snapshot.ParseGrant(sess.Projects)
 	if err != nil {
-		return auth.Principal{}, auth.Invalid("session with invalid projects", err)
+		return auth.Principal{}, "projects: " + err.Error()
 	}
 	p := auth.Principal{TenantID: sess.TenantID, UserID: sess.UserID, ExpiresAt: expires, EndsAt: expires, Session: token, Grant: grant}
+	// A plan only selects limits; one that is no plain name is ignored, as
+	// a token's plan claim is.
 	if snapshot.ValidID(sess.Plan) {
 		p.Plan = sess.Plan
 	}
-	return p, nil
+	return p, ""
+}
+
+// malformed logs a session of store that cannot become a principal, once
+// per NegativeTTL for its token, and returns the invalid token error it is
+// answered with: the client's token is no good (401), and a retry would
+// find the same session (never 503).
+func (s *Store) malformed(token, store, why string) error {
+	now := time.Now()
+	if s.warned != nil {
+		if until, ok := s.warned.Get(token); ok && now.Before(until) {
+			return auth.Invalid("malformed session", nil)
+		}
+		s.warned.Add(token, now.Add(s.cfg.NegativeTTL))
+	}
+	s.cfg.Logger.Warn("malformed session refused as an invalid token; fix or delete it in its store",
+		"store", store, "session", SessionID(token), "reason", why)
+	return auth.Invalid("malformed session", nil)
+}
+
+// SessionID names a session in logs: the first 6 bytes of the SHA-256 of
+// its token, in hex. The token is the session's key in both stores and a
+// credential, so it is never logged itself; an operator finds the row with
+// left(encode(sha256(token::bytea), 'hex'), 12) in PostgreSQL.
+func SessionID(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:6])
 }
 
 // Presence reports what each store holds of each token now: one pipelined
