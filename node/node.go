@@ -102,15 +102,18 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	hc.Plans, hc.NodeName, hc.Logger = planNames(cfg.Admission.Plans), cfg.NodeName, cfg.Logger
 	n.hub = hub.New(hc)
 	n.be.start(n.hub)
+	// One set of failed-authentication buckets for the API and the
+	// WebSocket refresh: an address's allowance is spent by either.
+	limit := api.NewAuthLimit(cfg.API)
 	wc := cfg.WS
-	wc.Hub, wc.OriginPatterns, wc.Authenticate, wc.Logger = n.hub, cfg.API.OriginPatterns, refresher(verifier), cfg.Logger
+	wc.Hub, wc.OriginPatterns, wc.Authenticate, wc.Logger = n.hub, cfg.API.OriginPatterns, refresher(verifier, limit), cfg.Logger
 	sc := cfg.SSE
 	sc.Hub, sc.Logger = n.hub, cfg.Logger
 	n.streams = []api.Stream{
 		{Path: sse.Path, Transport: sse.New(sc)},
 		{Path: ws.Path, Transport: ws.New(wc), NoCORS: true},
 	}
-	n.handler = api.New(n.apiConfig(verifier, n.demo(verifier)))
+	n.handler = api.New(n.apiConfig(verifier, limit, n.demo(verifier)))
 	// Made here, not in Serve, so Shutdown from another goroutine always
 	// finds it. ReadTimeout bounds the reading of a request, body included:
 	// without it a Content-Length whose body never comes holds a connection
@@ -176,11 +179,17 @@ func planNames(plans map[string]int) []string {
 }
 
 // refresher checks a WebSocket refresh's token with the verifier that
-// checked the connection's first.
-func refresher(v *auth.Verifier) func(context.Context, string) (hub.Principal, string, error) {
-	return func(ctx context.Context, token string) (hub.Principal, string, error) {
-		p, err := v.AuthenticateToken(ctx, token)
+// checked the connection's first, counting its failures against the
+// client's address as the API counts them: on an open connection a client
+// may send refreshes at its request rate, on each of its connections. It
+// names the token's session (empty for a JWT), which the connection
+// answers to from then on.
+func refresher(v *auth.Verifier, limit *api.AuthLimit) func(context.Context, string, string) (hub.Principal, string, error) {
+	return func(ctx context.Context, client, token string) (hub.Principal, string, error) {
+		p, wait, err := limit.Check(ctx, v, client, token)
 		switch {
+		case wait > 0:
+			return hub.Principal{}, "", &ws.LimitedError{Wait: wait}
 		case errors.Is(err, auth.ErrTokenExpired):
 			return hub.Principal{}, "", fmt.Errorf("%w: %w", ws.ErrTokenExpired, err)
 		case errors.Is(err, auth.ErrUnavailable):
@@ -229,9 +238,9 @@ func (n *Node) demo(verifier *auth.Verifier) http.Handler {
 	return web.Demo(web.DemoConfig{Sim: n.sim, Auth: verifier, Tokens: n.demoSigner != nil, Logger: n.log})
 }
 
-func (n *Node) apiConfig(verifier *auth.Verifier, demo http.Handler) api.Config {
+func (n *Node) apiConfig(verifier *auth.Verifier, limit *api.AuthLimit, demo http.Handler) api.Config {
 	c := n.cfg.API
-	c.Hub, c.Source, c.Publisher, c.Auth = n.hub, n.be.source, n.be.publisher, verifier
+	c.Hub, c.Source, c.Publisher, c.Auth, c.AuthLimit = n.hub, n.be.source, n.be.publisher, verifier, limit
 	c.Streams, c.Admission, c.Ready = n.streams, n.adm, n.be.ready
 	c.APIKey, c.DemoSigner, c.Demo, c.Client, c.Version = n.cfg.APIKey, n.demoSigner, demo, web.Client(), n.cfg.Version
 	c.MaxConns, c.Logger = maxConns(n.cfg.MaxConns), n.cfg.Logger

@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/ws"
 )
 
@@ -174,4 +176,55 @@ func TestWebSocketRefreshHandsTheLogoutCheckToTheNewToken(t *testing.T) {
 			t.Fatalf("closed with %d, want %d", code, ws.StatusTokenRefused)
 		}
 	})
+}
+
+// A refresh counts against its connection's address as a request's token
+// does: with the sessions table gone, refreshes with session tokens are
+// answered unavailable (the connection goes on) only until the address's
+// failed-authentication bucket is spent, then rate_limit_exceeded, and
+// PostgreSQL sees no more lookups than the burst; the address's plain
+// requests are refused with 429 too.
+func TestWebSocketRefreshCountsFailedAuthentications(t *testing.T) {
+	pg := ownDatabase(t) // its own: the test drops a table
+	if _, err := pg.Pool.Exec(context.Background(), `DROP TABLE sessions`); err != nil {
+		t.Fatal(err)
+	}
+	app := "pushd_refresh_" + testenv.RandomSuffix(4)
+	r := testenv.SharedRedis(t)
+	cfg := node.Config{RedisURL: r.URL, KeyPrefix: r.Names.Prefix, DatabaseURL: pg.AppURL(app)}
+	const burst = 3
+	cfg.API.AuthFailureBurst, cfg.API.AuthFailureRate = burst, 0.01
+	srv := startNode(t, cfg)
+	before := rollbacks(t, pg)
+
+	tenant := testenv.UniqueID("t")
+	cl := openWS(t, srv.URL, token(t, tenant, "u1")) // a JWT: its check costs no lookup
+	const refreshes = 10
+	codes := map[string]int{}
+	for i := range refreshes {
+		cl.send(t, map[string]any{"op": "refresh", "id": i, "token": sessionToken()})
+		m := cl.NextOf(t, "error")
+		var code string
+		var ms int64
+		json.Unmarshal(m["code"], &code)
+		json.Unmarshal(m["retry_after_ms"], &ms)
+		codes[code]++
+		if code == "rate_limit_exceeded" && ms <= 0 {
+			t.Fatalf("refresh %d refused with %s, want a retry_after_ms", i, rawString(m))
+		}
+	}
+	pg.FlushStats(t, app)
+	lookups := rollbacks(t, pg) - before
+	t.Logf("%d refreshes with session tokens, the sessions table missing: %v; %d failed lookups in PostgreSQL", refreshes, codes, lookups)
+	if codes["unavailable"] != burst || codes["rate_limit_exceeded"] != refreshes-burst {
+		t.Fatalf("refreshes answered %v, want %d unavailable and the rest rate_limit_exceeded", codes, burst)
+	}
+	if lookups > burst {
+		t.Fatalf("%d failed session lookups, want at most %d", lookups, burst)
+	}
+	// The connection goes on, and the address's requests are refused too.
+	cl.send(t, map[string]any{"op": "subscribe", "id": 99})
+	cl.NextOf(t, "ack")
+	resp, body := httpDo(t, http.MethodGet, srv.URL+"/v1/tasks/task_absent", sessionToken(), "")
+	wantError(t, resp, body, http.StatusTooManyRequests, "rate_limit_exceeded")
 }

@@ -71,12 +71,15 @@ type Config struct {
 	// node's own heartbeat ping is not counted. Zero means 5.
 	ControlFrames float64
 	// Authenticate checks the token of a refresh request as the
-	// connection's first token was checked, and names its session (empty
-	// for a JWT), which the connection answers to from then on. Its error
-	// wraps ErrTokenExpired, ErrUnavailable (the check could not be made:
-	// the client may retry) or neither (an invalid token). Nil refuses
-	// every refresh as unavailable.
-	Authenticate func(ctx context.Context, token string) (p hub.Principal, session string, err error)
+	// connection's first token was checked, client being the connection's
+	// address (hub.Principal.RemoteIP), whose failed authentications it
+	// counts, and names the token's session (empty for a JWT), which the
+	// connection answers to from then on. Its error is a *LimitedError (the
+	// address failed too many: the token was not checked), or wraps
+	// ErrTokenExpired, ErrUnavailable (the check could not be made: the
+	// client may retry) or neither (an invalid token). Nil refuses every
+	// refresh as unavailable.
+	Authenticate func(ctx context.Context, client, token string) (p hub.Principal, session string, err error)
 	Logger       *slog.Logger // nil means slog.Default()
 }
 
@@ -85,6 +88,14 @@ var (
 	ErrTokenExpired = errors.New("ws: token expired")
 	ErrUnavailable  = errors.New("ws: token check unavailable")
 )
+
+// A LimitedError is Config.Authenticate's refusal of a token it did not
+// check: the connection's address failed too many authentications lately.
+// The refresh is answered rate_limit_exceeded with Wait, and the
+// connection goes on with its token.
+type LimitedError struct{ Wait time.Duration }
+
+func (e *LimitedError) Error() string { return "ws: too many failed authentications from this address" }
 
 // Handler serves /v1/ws.
 type Handler struct {
@@ -379,16 +390,25 @@ func (h *Handler) handle(ctx context.Context, data []byte, c *hub.Conn, bad *int
 // first was: the connection then ends at the new token's expiry. A token
 // refused, expired, or of another user or tenant ends the connection
 // (4003) after an error saying why; a check that could not be made is an
-// unavailable error, and the connection goes on with its token.
+// unavailable error, and one refused for the address's failed
+// authentications a rate_limit_exceeded error: with either the connection
+// goes on with its token.
 func (h *Handler) refresh(ctx context.Context, c *hub.Conn, req request) {
 	if h.cfg.Authenticate == nil {
 		c.Send(hub.Event{Kind: hub.KindError, Code: hub.CodeUnavailable, Message: "this node cannot refresh tokens"})
 		return
 	}
 	actx, cancel := context.WithTimeout(ctx, h.limits.SubscribeTimeout)
-	p, session, err := h.cfg.Authenticate(actx, req.Token)
+	p, session, err := h.cfg.Authenticate(actx, c.RemoteIP, req.Token)
 	cancel()
+	var limited *LimitedError
 	switch {
+	case errors.As(err, &limited):
+		ms := httperr.RetryAfterMS(limited.Wait)
+		c.Send(hub.Event{Kind: hub.KindError, Code: httperr.RateLimitExceeded,
+			Message:    "too many failed authentications from this address; retry later",
+			RetryAfter: httperr.RetryAfterSeconds(ms), RetryAfterMS: ms})
+		return
 	case errors.Is(err, ErrUnavailable):
 		c.Send(hub.Event{Kind: hub.KindError, Code: hub.CodeUnavailable, Message: "the token could not be checked; retry"})
 		return

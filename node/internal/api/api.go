@@ -112,6 +112,10 @@ type Config struct {
 	AuthFailureBurst     int
 	AuthFailureRate      float64
 	AuthFailureAddresses int
+	// AuthLimit, when set, is the buckets of the settings above as made by
+	// NewAuthLimit, shared with the node's other paths that check tokens
+	// (a WebSocket refresh); nil means New makes the API's own.
+	AuthLimit *AuthLimit
 	// OriginPatterns are the origins whose pages may open WebSockets and
 	// read the streams and the snapshot API with credentials (CORS), as
 	// the WebSocket endpoint takes them; empty allows none but the
@@ -169,8 +173,14 @@ type server struct {
 // New returns the HTTP handler of a node.
 func New(cfg Config) http.Handler {
 	cfg = cfg.WithDefaults()
-	s := &server{cfg: cfg, log: cfg.Logger, failures: newAuthFailures(cfg.AuthFailureBurst, cfg.AuthFailureRate, cfg.AuthFailureAddresses),
-		refusers: make(map[string]Refuser)}
+	limit := cfg.AuthLimit
+	if limit == nil {
+		limit = NewAuthLimit(cfg)
+	}
+	s := &server{cfg: cfg, log: cfg.Logger, refusers: make(map[string]Refuser)}
+	if limit != nil {
+		s.failures = limit.f
+	}
 	for _, st := range cfg.Streams {
 		if rf, ok := st.Transport.(Refuser); ok {
 			s.refusers[st.Path] = rf

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -39,6 +40,41 @@ func newAuthFailures(burst int, perSecond float64, addresses int) *authFailures 
 	}
 	buckets, _ := simplelru.NewLRU[string, *failureBucket](addresses, nil) // errs only on a size <= 0
 	return &authFailures{burst: burst, rate: rate.Limit(perSecond), buckets: buckets}
+}
+
+// AuthLimit is a node's failed-authentication buckets, one per client
+// address. Every path that checks a client's token takes from the same
+// ones: the API's endpoints (Config.AuthLimit) and a WebSocket refresh
+// (Check), so that no path spends an address's allowance apart. A nil
+// *AuthLimit limits nothing.
+type AuthLimit struct{ f *authFailures }
+
+// NewAuthLimit returns the buckets of c's AuthFailureBurst,
+// AuthFailureRate and AuthFailureAddresses; nil when c sets no limit.
+func NewAuthLimit(c Config) *AuthLimit {
+	c = c.WithDefaults()
+	f := newAuthFailures(c.AuthFailureBurst, c.AuthFailureRate, c.AuthFailureAddresses)
+	if f == nil {
+		return nil
+	}
+	return &AuthLimit{f}
+}
+
+// Check verifies token for the client at addr as the API checks a
+// request's. While addr's bucket is empty the token is not checked, and
+// wait says how long until it may be; a check that failed takes a token.
+func (l *AuthLimit) Check(ctx context.Context, v *auth.Verifier, addr, token string) (p auth.Principal, wait time.Duration, err error) {
+	var f *authFailures
+	if l != nil {
+		f = l.f
+	}
+	attempt, wait := f.begin(addr)
+	if wait > 0 {
+		return auth.Principal{}, wait, nil
+	}
+	p, err = v.AuthenticateToken(ctx, token)
+	attempt.end(failed(err))
+	return p, 0, err
 }
 
 // authAttempt is one authentication counted against its address's bucket.
