@@ -104,7 +104,8 @@ type Config struct {
 	// client is the TCP peer.
 	TrustedProxies []*net.IPNet
 	// AuthFailureBurst and AuthFailureRate are the token bucket of failed
-	// authentications (invalid tokens) per client address: capacity and
+	// authentications (invalid tokens, and session tokens the session store
+	// could not look up: see failed) per client address: capacity and
 	// refill per second. An address whose bucket is empty is answered 429
 	// before its token is looked at. Either zero means no limit.
 	// AuthFailureAddresses bounds the addresses tracked, the least recently
@@ -133,7 +134,7 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "streams one client address may hold on this node (429 past it); 0 means no limit")
 	fs.IntVar(&c.MaxURLBytes, "max-url-bytes", c.MaxURLBytes, "longest request URL, in bytes (414 past it); at most --max-header-bytes, which counts it too")
-	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", c.AuthFailureBurst, "failed authentications (invalid tokens) a client address may make at once; past them it is answered 429 before its token is checked; 0 means no limit")
+	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", c.AuthFailureBurst, "failed authentications (invalid tokens, session lookups the store failed) a client address may make at once; past them it is answered 429 before its token is checked; 0 means no limit")
 	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", c.AuthFailureRate, "failed authentications per second a client address's bucket refills")
 	fs.IntVar(&c.AuthFailureAddresses, "auth-failure-addresses", c.AuthFailureAddresses, "client addresses whose failed authentications this node tracks; past it the least recently seen are forgotten")
 }
