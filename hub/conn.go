@@ -544,10 +544,9 @@ func (c *Conn) Close() {
 		c.mu.Unlock()
 		delete(h.conns, c)
 		h.unclassLocked(connClass{c.Transport, c.Plan})
-		if ip := c.RemoteIP; ip != "" {
-			if h.byIP[ip]--; h.byIP[ip] <= 0 {
-				delete(h.byIP, ip)
-			}
+		if s := c.Slot; s != nil && s.opened && !s.done {
+			s.done = true
+			h.uncountLocked(s.ip)
 		}
 		h.stats.closed.Add(1)
 		h.log.Debug("connection closed", "conn", c.ID, "tenant", c.TenantID)

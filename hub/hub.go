@@ -223,12 +223,13 @@ type Hub struct {
 
 	idx index // who watches what, sharded
 
-	mu      sync.RWMutex // guards conns, byIP, classes, plans, closing and empty
-	conns   map[*Conn]struct{}
-	byIP    map[string]int    // open connections per Principal.RemoteIP
-	classes map[connClass]int // open connections per transport and plan label
-	closing bool
-	empty   chan struct{} // closed when closing and the last connection leaves
+	mu       sync.RWMutex // guards conns, byIP, reserved, classes, plans, closing, empty and every Slot's state
+	conns    map[*Conn]struct{}
+	byIP     map[string]int    // connections per client address, open or reserved (Slot)
+	reserved int               // slots reserved and neither opened nor released
+	classes  map[connClass]int // open connections per transport and plan label
+	closing  bool
+	empty    chan struct{} // closed when closing and the last connection leaves
 
 	modeMu     sync.Mutex // guards mode, modeReason and tenantPolling; taken under a Conn's mu, never the reverse
 	mode       string
@@ -375,8 +376,11 @@ type Principal struct {
 	// Hold, when set, is held outside the hub for as long as the connection
 	// is open (an admission lease, a session); nil means none.
 	Hold Hold
-	// RemoteIP is the client's address, counted for ConnsFrom; empty is
-	// not counted.
+	// Slot, when set, is the connection's place under the node's caps,
+	// reserved before it opened (Reserve); Open keeps it and Close gives it
+	// back. Nil counts the connection in Len only.
+	Slot *Slot
+	// RemoteIP is the client's address, for the checks of its tokens.
 	RemoteIP string
 	// Transport is the protocol the connection speaks, set by the
 	// transport; connections and writes are counted by it.
@@ -433,8 +437,9 @@ func (h *Hub) Open(p Principal, sink Sink) (*Conn, error) {
 		return nil, ErrClosed
 	}
 	h.conns[c] = struct{}{}
-	if p.RemoteIP != "" {
-		h.byIP[p.RemoteIP]++
+	if s := p.Slot; s != nil && !s.opened && !s.done {
+		s.opened = true
+		h.reserved--
 	}
 	c.Plan = h.classLocked(p)
 	h.mu.Unlock()
@@ -482,11 +487,73 @@ func (h *Hub) Len() int {
 	return len(h.conns)
 }
 
-// ConnsFrom is the number of open connections from a client address.
-func (h *Hub) ConnsFrom(ip string) int {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.byIP[ip]
+// A Slot is a connection counted against the node's caps before it opens,
+// so that requests in flight cannot all pass a cap that counts only the
+// connections already open: N requests at once against a cap of C hold at
+// most C. Reserve takes it; Open, given it in Principal.Slot, keeps it for
+// the connection's life and Close gives it back; a Slot never opened is
+// its reserver's to Release.
+type Slot struct {
+	h            *Hub
+	ip           string
+	opened, done bool // guarded by h.mu; done: released, or its connection closed
+}
+
+// A SlotLimit names the cap that refused a Reserve.
+type SlotLimit int
+
+const (
+	SlotFree    SlotLimit = iota // reserved
+	SlotNode                     // the node holds maxConns
+	SlotAddress                  // the address holds maxPerIP
+)
+
+// Reserve counts one more connection from client address ip, before it
+// opens, if the node holds fewer than maxConns connections and ip fewer
+// than maxPerIP (zero: no limit), reserved ones included. An empty ip is
+// counted in all only.
+func (h *Hub) Reserve(ip string, maxConns, maxPerIP int) (*Slot, SlotLimit) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if maxConns > 0 && len(h.conns)+h.reserved >= maxConns {
+		return nil, SlotNode
+	}
+	if maxPerIP > 0 && ip != "" && h.byIP[ip] >= maxPerIP {
+		return nil, SlotAddress
+	}
+	h.reserved++
+	if ip != "" {
+		h.byIP[ip]++
+	}
+	return &Slot{h: h, ip: ip}, SlotFree
+}
+
+// Release gives back a slot that no connection opened with; once one did,
+// it does nothing: the connection's Close gives it back. Idempotent, and
+// nil does nothing.
+func (s *Slot) Release() {
+	if s == nil {
+		return
+	}
+	h := s.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.opened || s.done {
+		return
+	}
+	s.done = true
+	h.reserved--
+	h.uncountLocked(s.ip)
+}
+
+// uncountLocked takes one connection from ip's count.
+func (h *Hub) uncountLocked(ip string) {
+	if ip == "" {
+		return
+	}
+	if h.byIP[ip]--; h.byIP[ip] <= 0 {
+		delete(h.byIP, ip)
+	}
 }
 
 func (h *Hub) allConns() []*Conn {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/node"
 )
 
 // clientFrom is an HTTP client whose connections come from ip, a loopback
@@ -153,4 +154,81 @@ func TestTrustedProxyNamesTheClient(t *testing.T) {
 	waitConns(t, s, 4)
 	resp, body = open(other, "203.0.113.11")
 	want429(t, resp.StatusCode, resp.Header, string(body), "too_many_connections", 5*time.Second)
+}
+
+// burst opens n SSE streams at u all at once from the address of client
+// and returns the status of each; the open ones stay open until the test
+// ends. A request in flight between the caps' check and its stream's
+// registration used to be counted by neither.
+func burst(t *testing.T, client *http.Client, u string, n int) map[int]int {
+	t.Helper()
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	start := make(chan struct{})
+	results := make(chan result, n)
+	for range n {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+			<-start
+			resp, err := client.Do(req)
+			results <- result{resp, err}
+		}()
+	}
+	close(start)
+	statuses := map[int]int{}
+	for range n {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("a request of the burst: %v", r.err)
+		}
+		t.Cleanup(func() { r.resp.Body.Close() })
+		statuses[r.resp.StatusCode]++
+	}
+	return statuses
+}
+
+// TestCapsHoldUnderConcurrentConnects: 40 streams asked for at once from
+// one address hold exactly the cap's number, whether the cap is the
+// address's (--max-conns-per-ip), the user's (fleet-wide lease) or the
+// node's (--max-conns); the rest are refused for that cap.
+func TestCapsHoldUnderConcurrentConnects(t *testing.T) {
+	c := newCluster(t)
+	task := testenv.UniqueID("task")
+	c.goPublish(t, doc(task, "t1", 1, "RUNNING"))
+	const n = 40
+	for _, tc := range []struct {
+		name   string
+		set    func(*node.Config)
+		cap    int
+		status int
+	}{
+		{"per address", func(cfg *node.Config) { cfg.API.MaxConnsPerIP = 12 }, 12, http.StatusTooManyRequests},
+		{"per user", func(cfg *node.Config) { cfg.Admission.MaxConnsPerUser = 7 }, 7, http.StatusTooManyRequests},
+		{"per node", func(cfg *node.Config) { cfg.MaxConns = 9 }, 9, http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := c.config()
+			cfg.API.MaxConnsPerIP = 0
+			// Each admission is a round trip to Redis, as in production:
+			// the connect buckets (wide open here) and the session.
+			cfg.Admission.ConnectIPBurst, cfg.Admission.ConnectIPRate = 1000, 1000
+			tc.set(&cfg)
+			s := startNode(t, cfg)
+			sess := sessionToken()
+			if err := c.redis.Client.Set(context.Background(), c.redis.Names.Prefix+"session:"+sess, `{"tenant_id":"t1","user_id":"`+testenv.UniqueID("u")+`"}`, time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+			u := s.URL + "/v1/events?task=" + task + "&access_token=" + sess
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+			got := burst(t, client, u, n)
+			if got[http.StatusOK] != tc.cap || got[tc.status] != n-tc.cap {
+				t.Fatalf("%d requests at once against a cap of %d: statuses %v; want %d streams and %d refused %d", n, tc.cap, got, tc.cap, n-tc.cap, tc.status)
+			}
+			waitConns(t, s, tc.cap)
+		})
+	}
 }

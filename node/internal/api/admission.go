@@ -28,7 +28,8 @@ func authPrincipal(c echo.Context) auth.Principal {
 // (a bad request, a refused upgrade, a draining node) is released here.
 func (s *server) admitStream(serve func(http.ResponseWriter, *http.Request, hub.Principal)) func(echo.Context, hub.Principal) error {
 	return func(c echo.Context, p hub.Principal) error {
-		p.RemoteIP = c.RealIP() // counted by the hub for limitStreams
+		p.RemoteIP = c.RealIP()
+		p.Slot, _ = c.Get(slotKey).(*hub.Slot)
 		if s.cfg.Admission == nil {
 			serve(c.Response(), c.Request(), p)
 			return nil

@@ -8,36 +8,47 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/httperr"
 )
 
 // Node-local limits, checked before authentication so that a flood of
-// connections costs no token checks and no Redis round trips. Counts come
-// from the hub, which every open stream is registered with; requests in
-// flight between the check and the hub's Open can overshoot a limit by
-// their number, which is bounded by the listener's backlog.
+// connections costs no token checks and no Redis round trips. A request
+// that passes reserves its place (hub.Slot) at once, so requests in flight
+// count as the streams they may become: N at once against a cap of C hold
+// at most C.
 
 // overCapacityRetry is what a client refused for capacity is told to wait:
 // long enough for a load balancer to try another node first.
 const overCapacityRetry = 5 * time.Second
 
-// limitStreams refuses a new stream when the node holds MaxConns
-// connections (503: the node is full, another may not be) or the client's
-// address holds MaxConnsPerIP of them (429).
+// slotKey is where limitStreams leaves the request's reserved slot for
+// admitStream, which hands it to the hub.
+const slotKey = "pushd.slot"
+
+// limitStreams reserves a new stream's place, or refuses it when the node
+// holds MaxConns connections (503: the node is full, another may not be)
+// or the client's address holds MaxConnsPerIP of them (429), those still
+// being set up included. A place the hub never opened a connection in
+// (the request refused later, or its upgrade failed) is given back when
+// the request ends.
 func (s *server) limitStreams(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if max := s.cfg.MaxConns; max > 0 && s.cfg.Hub.Len() >= max {
+		slot, limit := s.cfg.Hub.Reserve(c.RealIP(), s.cfg.MaxConns, s.cfg.MaxConnsPerIP)
+		switch limit {
+		case hub.SlotNode:
 			return &apiError{status: http.StatusServiceUnavailable, code: httperr.OverCapacity, wait: overCapacityRetry,
-				message: "this node holds its maximum of " + strconv.Itoa(max) + " connections; retry, possibly on another node"}
+				message: "this node holds its maximum of " + strconv.Itoa(s.cfg.MaxConns) + " connections; retry, possibly on another node"}
+		case hub.SlotAddress:
+			s.cfg.Admission.Refused(admission.EndpointConnect, admission.RuleConnsPerIP, overCapacityRetry)
+			return tooManyRequests(httperr.TooManyConnections, overCapacityRetry,
+				"at most "+strconv.Itoa(s.cfg.MaxConnsPerIP)+" open connections per client address on this node")
 		}
-		if max := s.cfg.MaxConnsPerIP; max > 0 {
-			if s.cfg.Hub.ConnsFrom(c.RealIP()) >= max {
-				s.cfg.Admission.Refused(admission.EndpointConnect, admission.RuleConnsPerIP, overCapacityRetry)
-				return tooManyRequests(httperr.TooManyConnections, overCapacityRetry,
-					"at most "+strconv.Itoa(max)+" open connections per client address on this node")
-			}
+		if s.cfg.MaxConnsPerIP > 0 {
 			s.cfg.Admission.Passed(admission.EndpointConnect, admission.RuleConnsPerIP)
 		}
+		defer slot.Release() // a no-op once the hub opened the connection
+		c.Set(slotKey, slot)
 		return next(c)
 	}
 }
