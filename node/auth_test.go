@@ -384,3 +384,33 @@ func TestTenYearTokenRefusedByDefault(t *testing.T) {
 		}
 	}
 }
+
+// The demo's API (--demo beside Redis and PostgreSQL) checks bearer tokens,
+// sessions with a lookup, and counts its failures against the client
+// address's bucket as every other endpoint does: past the burst, made-up
+// tokens are answered 429 before they are looked up, on the demo and on
+// the API alike.
+func TestDemoAuthenticationCountsAgainstTheAddress(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	cfg.Demo = true
+	cfg.API.AuthFailureBurst, cfg.API.AuthFailureRate = 5, 0.001 // no refill within the test
+	srv := startNode(t, cfg)
+	statuses := map[int]int{}
+	for range 30 {
+		resp, body := httpDo(t, http.MethodGet, srv.URL+"/demo/me", sessionToken(), "")
+		statuses[resp.StatusCode]++
+		if resp.StatusCode == http.StatusTooManyRequests {
+			wantError(t, resp, body, http.StatusTooManyRequests, "rate_limit_exceeded")
+		}
+	}
+	if statuses[http.StatusUnauthorized] != 5 || statuses[http.StatusTooManyRequests] != 25 {
+		t.Fatalf("30 made-up session tokens on /demo/me: statuses %v; want 5 refused 401 and 25 answered 429", statuses)
+	}
+	resp, body := httpDo(t, http.MethodGet, srv.URL+"/v1/tasks/task_absent", sessionToken(), "")
+	wantError(t, resp, body, http.StatusTooManyRequests, "rate_limit_exceeded")
+	// The page and its files take no token and are served.
+	if resp, body := httpDo(t, http.MethodGet, srv.URL+"/demo/config", "", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/demo/config: %d %s", resp.StatusCode, body)
+	}
+}

@@ -213,7 +213,7 @@ func New(cfg Config) http.Handler {
 	}
 	if cfg.Demo != nil {
 		e.GET("/demo", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/demo/") })
-		e.Match([]string{http.MethodGet, http.MethodHead, http.MethodPost}, "/demo/*", echo.WrapHandler(http.StripPrefix("/demo", cfg.Demo)))
+		e.Match([]string{http.MethodGet, http.MethodHead, http.MethodPost}, "/demo/*", s.limitDemoAuth(echo.WrapHandler(http.StripPrefix("/demo", cfg.Demo))))
 	}
 	if cfg.Client != nil {
 		e.Match([]string{http.MethodGet, http.MethodHead}, "/client/*", echo.WrapHandler(http.StripPrefix("/client", cfg.Client)))

@@ -3,10 +3,12 @@ package api
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 
 	"github.com/pushd/pushd/auth"
@@ -117,6 +119,26 @@ func (a authAttempt) end(failed bool) {
 	a.b.inFlight--
 	if failed {
 		a.b.lim.AllowN(time.Now(), 1)
+	}
+}
+
+// limitDemoAuth counts the demo's authentications against the client
+// address's bucket, as authed counts the API's: the demo checks a request's
+// bearer token itself, a session token with a lookup, and answers 401 when
+// the check fails, which takes a token (an expired one too: the demo does
+// not tell it apart by status).
+func (s *server) limitDemoAuth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if c.Request().Header.Get("Authorization") == "" {
+			return next(c)
+		}
+		attempt, wait := s.failures.begin(c.RealIP())
+		if wait > 0 {
+			return tooManyFailures(wait)
+		}
+		err := next(c)
+		attempt.end(c.Response().Status == http.StatusUnauthorized)
+		return err
 	}
 }
 
