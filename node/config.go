@@ -51,6 +51,14 @@ type Config struct {
 	NodeName string
 	Version  string // the build's version, shown by GET /
 
+	// AdminHosts are the DNS names the admin listener answers to besides
+	// IP literals and localhost, compared with a request's Host less its
+	// port and case-insensitively; any other Host gets 403
+	// host_not_allowed on every route, so a page that DNS-rebinds its own
+	// name to the admin address reads nothing. nil means none: scrape by
+	// pod IP, or list the Service's name here.
+	AdminHosts []string
+
 	// ReconnectAfter bounds the random delay draining clients wait before
 	// reconnecting; zero means 5s.
 	ReconnectAfter time.Duration

@@ -23,6 +23,7 @@ import (
 	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/internal/adminhost"
 	"github.com/pushd/pushd/internal/framing"
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/node/internal/api"
@@ -146,7 +147,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 // listener: /metrics, the delivery inspector (/inspect/tasks/{id}: which
 // connections here watch a task and what each was sent), and /healthz and
 // /readyz as the client listener answers them, for probes that only reach
-// the admin port.
+// the admin port. Every route answers only to the listener's own names
+// (Config.AdminHosts).
 func (n *Node) adminHandler() http.Handler {
 	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm, Publisher: n.be.published, Reconcile: n.be.reconcileStats()})
 	mux := http.NewServeMux()
@@ -157,7 +159,7 @@ func (n *Node) adminHandler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httperr.Write(w, http.StatusNotFound, httperr.NotFound, "the admin listener serves /metrics, /healthz, /readyz and /inspect/tasks/{id}")
 	})
-	return mux
+	return adminhost.Handler(mux, n.cfg.AdminHosts)
 }
 
 // checker is the hub's repair Checker: the backend's, unless a test runs

@@ -37,6 +37,7 @@ type config struct {
 	DrainTimeout   time.Duration
 	DebugListen    string
 	AdminListen    string
+	AdminHosts     string
 	LogLevel       string
 	LogFormat      string
 
@@ -102,6 +103,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	flagval.Duration(fs, &c.DrainTimeout, "drain-timeout", "how long shutdown spends closing connections")
 	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private")
 	fs.StringVar(&c.AdminListen, "admin-listen", "127.0.0.1:9464", "address of the admin listener: /metrics (Prometheus), /healthz, /readyz and the delivery inspector /inspect/tasks/{id}; empty serves none; keep it private (the client listener never serves /metrics or the inspector, which names users and connections)")
+	fs.StringVar(&c.AdminHosts, "admin-hosts", "", "comma-separated DNS names the admin and debug listeners answer to besides IP addresses and localhost, e.g. pushd-admin.monitoring.svc for a scrape by Service name; a request whose Host is any other name gets 403 host_not_allowed on every route, so a web page that DNS-rebinds its own name to the listener reads nothing; empty lists none")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {
@@ -318,6 +320,7 @@ func (c config) nodeConfig(version string, log *slog.Logger) node.Config {
 	n.JWTSecret, n.JWTPublicKeyPEM, n.JWTAudience = []byte(c.JWTSecret), c.jwtPEM, c.jwtAudience()
 	n.API.TrustedProxies, _ = c.trustedProxies() // validated with the other settings
 	n.API.OriginPatterns = c.originPatterns()
+	n.AdminHosts = c.adminHosts()
 	n.Version, n.Logger = version, log
 	return n
 }
@@ -338,6 +341,17 @@ func (c config) originPatterns() []string {
 	for o := range strings.SplitSeq(c.Origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
 			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// adminHosts parses --admin-hosts.
+func (c config) adminHosts() []string {
+	var out []string
+	for h := range strings.SplitSeq(c.AdminHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
 		}
 	}
 	return out

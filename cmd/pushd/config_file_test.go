@@ -146,6 +146,8 @@ func TestBadSettingsNameTheSettingAndOrigin(t *testing.T) {
 		{"database-url", "postgres://h/db", "needs --redis-url", nil},
 		{"streams", "true", "needs --redis-url", nil},
 		{"trusted-proxies", "10.0.0.0/8,lb.example", `"lb.example": want IP addresses or CIDRs`, nil},
+		{"admin-hosts", "pushd-admin.monitoring.svc,pushd-admin:9464", `"pushd-admin:9464": want DNS names without a port`, nil},
+		{"admin-hosts", "*.svc", `"*.svc": want DNS names`, nil},
 		{"redis-cluster", "true", "needs --redis-url with the cluster's seed nodes", nil},
 		{"redis-url", "redis://a:1,http://b:2", `seed 2: scheme "http"; want host:6379 or redis://host:6379`, []string{"--redis-cluster"}},
 		{"redis-url", " , ", "no seed node", []string{"--redis-cluster"}},

@@ -59,6 +59,7 @@ var flagCases = map[string]flagCase{
 	"reconnect-after":             {"9s", "11s", func(c config) string { return dur(c.Node.ReconnectAfter) }},
 	"debug-listen":                {"127.0.0.1:1", "127.0.0.1:2", func(c config) string { return c.DebugListen }},
 	"admin-listen":                {"127.0.0.1:3", "127.0.0.1:4", func(c config) string { return c.AdminListen }},
+	"admin-hosts":                 {"env.svc", "flag.svc", func(c config) string { return c.AdminHosts }},
 	"demo":                        {"true", "false", func(c config) string { return strconv.FormatBool(c.Node.Demo) }},
 	"streams":                     {"true", "false", func(c config) string { return strconv.FormatBool(c.Node.Streams) }},
 	"redis-cluster":               {"true", "false", func(c config) string { return strconv.FormatBool(c.Node.RedisCluster) }},

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/pushd/pushd/internal/adminhost"
 	"github.com/pushd/pushd/internal/redislog"
 	"github.com/pushd/pushd/node"
 )
@@ -105,11 +106,12 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 		log.Info("admin serving", "addr", al.Addr().String(), "routes", "/metrics /healthz /readyz /inspect/tasks/{id}")
 	}
 	if dl != nil {
-		// Profiles are for operators on a private address, never the public one.
+		// Profiles are for operators on a private address, never the public
+		// one, and answer to the admin listener's names only.
 		debugDone := make(chan struct{})
 		go func() {
 			defer close(debugDone)
-			http.Serve(dl, debugMux()) // returns once dl is closed
+			http.Serve(dl, adminhost.Handler(debugMux(), cfg.adminHosts())) // returns once dl is closed
 		}()
 		defer func() {
 			dl.Close()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -272,5 +273,45 @@ func TestMetricsOnlyOnTheAdminListener(t *testing.T) {
 	}
 	if resp, _ := httpDo(t, http.MethodGet, p.AdminURL+"/v1/events", "", ""); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("the admin listener answered /v1/events %d, want 404: it serves no client routes", resp.StatusCode)
+	}
+}
+
+// The admin and the debug listener answer only to their own names: a page
+// that DNS-rebinds its name to either gets 403 host_not_allowed, on every
+// route; an IP address, localhost and a name of --admin-hosts are served.
+func TestAdminAndDebugListenersAnswerOnlyTheirOwnHosts(t *testing.T) {
+	// localhost:0, not 127.0.0.1:0: --debug-listen must differ from --listen.
+	p := startBinary(t, "--debug-listen", "localhost:0", "--admin-hosts", "pushd-admin.monitoring.svc")
+	debugURL := "http://" + p.log.wait(t, regexp.MustCompile(`msg="pprof serving" addr=(\S+)`), p.exited)[1]
+	get := func(u, host string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, b
+	}
+	for _, u := range []string{p.AdminURL + "/metrics", p.AdminURL + "/readyz", debugURL + "/debug/pprof/", debugURL + "/debug/pprof/cmdline"} {
+		for _, host := range []string{"evil.example", "evil.example:9464", "localhost.evil.example"} {
+			resp, body := get(u, host)
+			if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), `"error":"host_not_allowed"`) {
+				t.Errorf("GET %s with Host %s: %d %.200s, want 403 host_not_allowed", u, host, resp.StatusCode, body)
+			}
+		}
+		for _, host := range []string{"127.0.0.1", "localhost:1", "pushd-admin.monitoring.svc:9464"} {
+			if resp, body := get(u, host); resp.StatusCode != http.StatusOK {
+				t.Errorf("GET %s with Host %s: %d %.200s, want 200", u, host, resp.StatusCode, body)
+			}
+		}
 	}
 }

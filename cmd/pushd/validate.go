@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,11 @@ func (c config) validate(from origins) error {
 	checkAddr(bad, "admin-listen", c.AdminListen, true)
 	if c.AdminListen != "" && !strings.HasSuffix(c.AdminListen, ":0") && (c.AdminListen == c.Listen || c.AdminListen == c.DebugListen) {
 		bad("admin-listen", "must differ from --listen and --debug-listen: metrics are never served on the public address")
+	}
+	for _, h := range c.adminHosts() {
+		if !hostNameRE.MatchString(h) {
+			bad("admin-hosts", "%q: want DNS names without a port (e.g. pushd-admin.monitoring.svc); IP addresses and localhost are always allowed", h)
+		}
 	}
 	for name, u := range map[string]string{
 		"redis-url": c.Node.RedisURL, "redis-cache-url": c.Node.RedisCacheURL,
@@ -184,6 +190,10 @@ func validateAdmission(a admission.Config, bad func(name, format string, args ..
 
 // checkAddr checks a host:port to listen on; the port is a number from 0
 // (any free port) to 65535.
+// hostNameRE is a DNS name --admin-hosts takes: labels of letters, digits
+// and hyphens, a trailing dot allowed, no port, no wildcard.
+var hostNameRE = regexp.MustCompile(`^(?i:[a-z0-9]([a-z0-9-]*[a-z0-9])?)(\.(?i:[a-z0-9]([a-z0-9-]*[a-z0-9])?))*\.?$`)
+
 func checkAddr(bad func(name, format string, args ...any), name, addr string, optional bool) {
 	if addr == "" {
 		if !optional {

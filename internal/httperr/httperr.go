@@ -30,6 +30,9 @@ const (
 	URITooLong         = "uri_too_long"
 	Unavailable        = "unavailable"
 	Internal           = "internal"
+	// HostNotAllowed refuses, on the admin and debug listeners, a request
+	// whose Host is not one of the listener's own names (DNS rebinding).
+	HostNotAllowed = "host_not_allowed"
 )
 
 // Body is the JSON error body.
