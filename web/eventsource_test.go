@@ -7,7 +7,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -373,16 +372,7 @@ process.on('SIGTERM', () => { es.close(); process.exit(0); });
 // it with its Last-Event-ID, and every change arrives exactly once, those
 // made while it was away included, none again from a resume.
 func TestEventSourcePackageThroughDrains(t *testing.T) {
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("the test needs %s (scripts/test installs it): %v", tool, err)
-		}
-	}
-	scratch := t.TempDir()
-	if err := os.WriteFile(filepath.Join(scratch, "package.json"), []byte(`{"name":"scratch","private":true,"type":"module"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	npm(t, scratch, "install", "--no-audit", "--no-fund", "--no-save", eventSourcePackage)
+	scratch := scratchProject(t, eventSourcePackage)
 	if err := os.WriteFile(filepath.Join(scratch, "drain.mjs"), []byte(drainScript), 0o644); err != nil {
 		t.Fatal(err)
 	}

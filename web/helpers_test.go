@@ -52,6 +52,12 @@ type testNode struct {
 // startNode runs a node on a real listener until the test ends.
 func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *testNode {
 	t.Helper()
+	return startNodeOn(t, "127.0.0.1:0", cfg, opts...)
+}
+
+// startNodeOn runs a node listening on addr until the test ends.
+func startNodeOn(t *testing.T, addr string, cfg node.Config, opts ...node.Option) *testNode {
+	t.Helper()
 	if cfg.NodeName == "" {
 		cfg.NodeName = "node-" + testenv.RandomSuffix(2)
 	}
@@ -68,7 +74,7 @@ func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

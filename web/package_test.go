@@ -54,43 +54,7 @@ process.on('SIGTERM', () => { client.close(); process.exit(0); });
 // Chromium, importing the installed file. The package is the file the node
 // serves, byte for byte.
 func TestClientPackage(t *testing.T) {
-	for _, tool := range []string{"node", "npm", "tar"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("the package test needs %s (scripts/test installs it): %v", tool, err)
-		}
-	}
-	// Pack a copy, so npm writes nothing into the repository.
-	src := t.TempDir()
-	for _, name := range []string{"package.json", "pushd.js", "pushd.d.ts"} {
-		b, err := os.ReadFile(filepath.Join("client", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(src, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	packs := t.TempDir()
-	npm(t, src, "pack", "--pack-destination", packs)
-	tarballs, _ := filepath.Glob(filepath.Join(packs, "*.tgz"))
-	if len(tarballs) != 1 {
-		t.Fatalf("npm pack made %v, want one tarball", tarballs)
-	}
-	listing, err := exec.Command("tar", "tzf", tarballs[0]).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := strings.Fields(string(listing))
-	slices.Sort(files)
-	if want := []string{"package/package.json", "package/pushd.d.ts", "package/pushd.js"}; !slices.Equal(files, want) {
-		t.Fatalf("the tarball holds %v, want %v", files, want)
-	}
-
-	scratch := t.TempDir()
-	if err := os.WriteFile(filepath.Join(scratch, "package.json"), []byte(`{"name":"scratch","private":true,"type":"module"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	npm(t, scratch, "install", "--no-audit", "--no-fund", "--no-save", tarballs[0], wsPackage, eventSourcePackage)
+	scratch := scratchProject(t, packClient(t), wsPackage, eventSourcePackage)
 	installed := filepath.Join(scratch, "node_modules", "@pushd", "client")
 	checkExports(t, installed)
 
@@ -152,6 +116,63 @@ func TestClientPackage(t *testing.T) {
 		publishTask(t, n.URL, task, 2)
 		p.wait("version 2 on both transports", `window.seen.sse === 2 && window.seen.ws === 2`)
 	})
+}
+
+// packClient packs a copy of web/client with npm (so npm writes nothing
+// into the repository), checks that the tarball holds the package's three
+// files, and returns its path.
+func packClient(t *testing.T) string {
+	t.Helper()
+	needTools(t, "node", "npm", "tar")
+	src := t.TempDir()
+	for _, name := range []string{"package.json", "pushd.js", "pushd.d.ts"} {
+		b, err := os.ReadFile(filepath.Join("client", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	packs := t.TempDir()
+	npm(t, src, "pack", "--pack-destination", packs)
+	tarballs, _ := filepath.Glob(filepath.Join(packs, "*.tgz"))
+	if len(tarballs) != 1 {
+		t.Fatalf("npm pack made %v, want one tarball", tarballs)
+	}
+	listing, err := exec.Command("tar", "tzf", tarballs[0]).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := strings.Fields(string(listing))
+	slices.Sort(files)
+	if want := []string{"package/package.json", "package/pushd.d.ts", "package/pushd.js"}; !slices.Equal(files, want) {
+		t.Fatalf("the tarball holds %v, want %v", files, want)
+	}
+	return tarballs[0]
+}
+
+// scratchProject is a Node.js project (an ES module) in a directory of the
+// test's own, with the packages installed from npm: names with versions,
+// or tarballs.
+func scratchProject(t *testing.T, packages ...string) string {
+	t.Helper()
+	needTools(t, "node", "npm")
+	scratch := t.TempDir()
+	if err := os.WriteFile(filepath.Join(scratch, "package.json"), []byte(`{"name":"scratch","private":true,"type":"module"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	npm(t, scratch, append([]string{"install", "--no-audit", "--no-fund", "--no-save"}, packages...)...)
+	return scratch
+}
+
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the test needs %s (scripts/test installs it): %v", tool, err)
+		}
+	}
 }
 
 // npm runs npm in dir and fails the test with its output if it fails.
@@ -281,24 +302,31 @@ func (w *watcher) waitLine(t *testing.T, line string) {
 // waitCount waits until the process has printed line n times.
 func (w *watcher) waitCount(t *testing.T, line string, n int) {
 	t.Helper()
+	w.waitFor(t, fmt.Sprintf("%s %d times", line, n), func(lines []string) bool { return countOf(lines, line) >= n })
+}
+
+// waitFor waits until the lines the process has printed satisfy done, and
+// returns them; what names the wait in a failure.
+func (w *watcher) waitFor(t *testing.T, what string, done func(lines []string) bool) []string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	for {
 		w.mu.Lock()
-		found, changed, lines := countOf(w.lines, line) >= n, w.changed, strings.Join(w.lines, "\n")
+		lines, changed := slices.Clone(w.lines), w.changed
 		w.mu.Unlock()
-		if found {
-			return
+		if done(lines) {
+			return lines
 		}
 		select {
 		case <-changed:
 		case <-w.exited:
-			if w.count(line) >= n {
-				return
+			if lines := w.snapshot(); done(lines) {
+				return lines
 			}
-			t.Fatalf("node exited without printing %s %d times:\n%s\nstderr:\n%s", line, n, lines, w.stderr.String())
+			t.Fatalf("node exited without printing %s:\n%s\nstderr:\n%s", what, strings.Join(w.snapshot(), "\n"), w.stderr.String())
 		case <-ctx.Done():
-			t.Fatalf("node did not print %s %d times within %v:\n%s", line, n, waitFor, lines)
+			t.Fatalf("node did not print %s within %v:\n%s", what, waitFor, strings.Join(lines, "\n"))
 		}
 	}
 }

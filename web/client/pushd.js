@@ -57,6 +57,10 @@
 
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELED']);
 
+// ignore is the error listener of every WebSocket: what failed is learned
+// from the close that follows.
+const ignore = () => {};
+
 /**
  * The grace added to the server's heartbeat interval before a silent
  * connection is taken for dead: the server writes a heartbeat up to a
@@ -424,8 +428,14 @@ export class PushdClient extends EventTarget {
   }
 
   #openSSE(gen, token) {
-    const url = this.#sseURL(token);
-    const es = new this.#EventSource(url);
+    let es;
+    try {
+      es = new this.#EventSource(this.#sseURL(token));
+    } catch {
+      // A URL the constructor refuses: a failed connect like any other.
+      this.#fail(gen, { reason: 'sse_error', probe: false });
+      return;
+    }
     this.#es = es;
     const json = (e) => {
       try {
@@ -492,17 +502,24 @@ export class PushdClient extends EventTarget {
   }
 
   #openWS(gen, token) {
-    const u = new URL(`${this.#base}/v1/ws`);
-    u.protocol = u.protocol === 'https:' ? 'wss:' : 'ws:';
-    u.searchParams.set('access_token', token);
     let ws;
     try {
+      const u = new URL(`${this.#base}/v1/ws`);
+      u.protocol = u.protocol === 'https:' ? 'wss:' : 'ws:';
+      u.searchParams.set('access_token', token);
       ws = new this.#WebSocket(u.toString(), 'pushd.v1');
-    } catch (err) {
+    } catch {
       this.#fail(gen, { reason: 'ws_error', probe: false });
       return;
     }
     this.#ws = ws;
+    // A socket's error is always followed by its close event, which plans
+    // the next attempt (the hello timer and the liveness rule stand behind
+    // it). The listener is still needed: the ws package's WebSocket is an
+    // EventEmitter, which throws an error nobody listens for at the process
+    // (a refused connection killed a Node.js client). It stays on after
+    // teardown, whose close of a connecting socket errors too.
+    ws.onerror = ignore;
     ws.onopen = () => {
       if (gen !== this.#gen) return;
       const s = this.#subscription();
@@ -785,13 +802,18 @@ export class PushdClient extends EventTarget {
     clearTimeout(this.#limitTimer);
     this.#limitTimer = null;
     if (this.#es) {
-      this.#es.close();
+      const es = this.#es;
       this.#es = null;
+      try {
+        es.close();
+      } catch {
+        // nothing to close
+      }
     }
     if (this.#ws) {
       const ws = this.#ws;
       this.#ws = null;
-      ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
+      ws.onopen = ws.onmessage = ws.onclose = null; // onerror stays: see #openWS
       try {
         ws.close(1000);
       } catch {
