@@ -39,6 +39,16 @@ func TestClientHelpersInTheBrowser(t *testing.T) {
 		check('retry-after seconds', m.parseRetryAfter('2') === 2000);
 		check('retry-after date', m.parseRetryAfter(new Date(Date.now() + 3000).toUTCString(), Date.now()) > 1000);
 		check('retry-after garbage', m.parseRetryAfter('soon') === null && m.parseRetryAfter(null) === null);
+		// A wait a server names is at most MAX_SERVER_WAIT_MS; one that is not a finite number from 0 up is none.
+		check('ceilings', m.MAX_SERVER_WAIT_MS === 300000 && m.MAX_HEARTBEAT_MS === 300000);
+		check('retry-after capped', m.parseRetryAfter('3000000') === 300000 && m.parseRetryAfter(new Date(Date.now() + 86400000).toUTCString()) === 300000);
+		check('retry-after past a number', m.parseRetryAfter('9'.repeat(400)) === null);
+		const capped = m.limitOf({ error: 'rate_limit_exceeded', retry_after: 3000000, retry_after_ms: 3e9 });
+		check('limit capped', capped.retryAfter === 300 && capped.retryAfterMs === 300000 && capped.message === 'too many requests, try again in 300 s');
+		const junk = m.limitOf(JSON.parse('{"code":"rate_limit_exceeded","retry_after":"30","retry_after_ms":-5}'), 2500);
+		check('limit of junk takes the header', junk.retryAfter === 3 && junk.retryAfterMs === 2500);
+		const huge = m.limitOf(JSON.parse('{"code":"rate_limit_exceeded","retry_after_ms":1e400}'));
+		check('limit of Infinity is none', huge.retryAfter === 1 && huge.retryAfterMs === 1000);
 		check('terminal', m.isTerminal('FAILED') && !m.isTerminal('RUNNING'));
 		// Refusals for a limit, in the platform's words, with the server's seconds.
 		check('limit message', m.limitMessage(30) === 'too many requests, try again in 30 s');

@@ -115,6 +115,7 @@ export interface ReconnectingDetail {
   delayMs: number;
   /**
    * Why: 'stream_error', 'ws_close_<code>', 'http_<status>', 'no_hello', 'interrupted', 'server_reconnect', 'token',
+   * 'sse_error' or 'ws_error' (the EventSource or WebSocket constructor threw),
    * 'rate_limit_exceeded', or 'silent': nothing arrived for heartbeat_ms plus HEARTBEAT_GRACE_MS.
    */
   reason: string;
@@ -147,8 +148,9 @@ export type LimitCode = 'rate_limit_exceeded' | 'too_many_connections';
 /** A refusal for a limit, as limitOf reads it. */
 export interface Limit {
   code: LimitCode;
-  /** Whole seconds, rounded up: the server's retry_after (a 429's Retry-After). */
+  /** Whole seconds, rounded up: the server's retry_after (a 429's Retry-After); at most MAX_SERVER_WAIT_MS / 1000. */
   retryAfter: number;
+  /** At most MAX_SERVER_WAIT_MS. */
   retryAfterMs: number;
   /** The platform's message: "too many requests, try again in <retryAfter> s". */
   message: string;
@@ -207,6 +209,17 @@ export declare const State: {
  * taken for dead, and the client reconnects, resuming. 10000 ms.
  */
 export declare const HEARTBEAT_GRACE_MS: number;
+/**
+ * The longest wait the client takes from a server (a reconnect hint's after_ms, Retry-After,
+ * retry_after_ms, retry_after): a longer one is taken as this long, and one that is not a
+ * finite number from 0 up as none. The jitter added to a refusal's wait comes on top. 300000 ms.
+ */
+export declare const MAX_SERVER_WAIT_MS: number;
+/**
+ * The longest heartbeat_ms the client takes from a hello: a connection silent for this plus
+ * HEARTBEAT_GRACE_MS is taken for dead, whatever heartbeat_ms said. 300000 ms.
+ */
+export declare const MAX_HEARTBEAT_MS: number;
 
 export declare function isTerminal(status: string): boolean;
 export declare function fullJitter(attempt: number, baseMs: number, maxMs: number, random?: () => number): number;
@@ -217,6 +230,7 @@ export declare function limitMessage(seconds: number): string;
  * error event, rejection or message ({"code", ...}); null when the code is not a limit's.
  */
 export declare function limitOf(refusal: unknown, fallbackMs?: number | null): Limit | null;
+/** A Retry-After header (seconds or an HTTP date) in ms, at most MAX_SERVER_WAIT_MS; null when absent or malformed. */
 export declare function parseRetryAfter(value: string | null | undefined, now?: number): number | null;
 
 export declare class PushdClient extends EventTarget {

@@ -51,6 +51,11 @@
 //   connection) is otherwise reported by neither EventSource nor WebSocket
 //   for many minutes. The server sends an idle connection a heartbeat
 //   event or message, which both can see.
+// - Takes every wait a server names (a reconnect hint, Retry-After, a
+//   refusal's retry_after_ms, hello's heartbeat_ms) as at most 5 minutes,
+//   and one that is not a finite number from 0 up as none: a timer fires
+//   a wait past 2^31-1 ms at once, and a hostile or broken server could
+//   otherwise turn its wait into a storm of reconnects.
 // - Reports its state ("connecting", "streaming", "polling", "idle",
 //   "closed") and the server's mode ("push" or "polling") as events: a
 //   state event each time what it reports changes, once.
@@ -69,6 +74,32 @@ const ignore = () => {};
  * timeout, 10 s by default, and the client gives the server as long.
  */
 export const HEARTBEAT_GRACE_MS = 10000;
+
+/**
+ * The longest wait the client takes from a server: a reconnect hint's
+ * after_ms, a Retry-After (seconds or a date), a refusal's retry_after_ms
+ * or retry_after. A longer one is taken as this long; the jitter the
+ * client adds to a refusal's wait comes on top. A node names seconds; a
+ * timer fires a wait past 2^31-1 ms at once, so a server that named more
+ * set off a storm of reconnects.
+ */
+export const MAX_SERVER_WAIT_MS = 300000;
+
+/**
+ * The longest heartbeat interval the client takes from a hello's
+ * heartbeat_ms, so a connection silent for at most this plus
+ * HEARTBEAT_GRACE_MS is taken for dead.
+ */
+export const MAX_HEARTBEAT_MS = 300000;
+
+// serverWait reads a wait in ms a server named (or a token's remaining
+// life): a finite number from 0 up, at most ceiling. Anything else, a
+// string, NaN, Infinity (JSON's 1e400) or a negative number, is null, as
+// if the server had named none. Every such wait goes through here before
+// it reaches a timer.
+function serverWait(ms, ceiling = MAX_SERVER_WAIT_MS) {
+  return typeof ms === 'number' && Number.isFinite(ms) && ms >= 0 ? Math.min(ms, ceiling) : null;
+}
 
 /** Client states, the `state` of a `state` event. */
 export const State = Object.freeze({
@@ -108,7 +139,7 @@ function jwtExpiry(token) {
   try {
     const b64 = parts[1].replace(/-/g, '+').replace(/_/g, '/');
     const exp = JSON.parse(atob(b64 + '='.repeat((4 - (b64.length % 4)) % 4))).exp;
-    return typeof exp === 'number' ? exp * 1000 : null;
+    return typeof exp === 'number' && Number.isFinite(exp * 1000) ? exp * 1000 : null;
   } catch {
     return null;
   }
@@ -137,25 +168,28 @@ export function limitMessage(seconds) {
  * limitOf reads a refusal for a limit: a 429 body, an SSE error event or a
  * WebSocket error or rejection. The server's retry_after (whole seconds,
  * rounded up) is the one the message shows; without it the milliseconds
- * are rounded up, and without either `fallbackMs` is. Null when the code
- * is not a limit's.
+ * are rounded up, and without either `fallbackMs` is. Each is taken as at
+ * most MAX_SERVER_WAIT_MS. Null when the code is not a limit's.
  */
 export function limitOf(m, fallbackMs = null) {
   if (!m || !LIMIT_CODES.has(m.code ?? m.error)) return null;
-  let ms = Number(m.retry_after_ms);
-  let s = Number(m.retry_after);
-  if (!(ms > 0)) ms = s > 0 ? s * 1000 : fallbackMs;
+  let ms = serverWait(m.retry_after_ms);
+  let s = serverWait(m.retry_after, MAX_SERVER_WAIT_MS / 1000);
+  if (!(ms > 0)) ms = s > 0 ? s * 1000 : serverWait(fallbackMs);
   if (!(ms > 0)) ms = 1000;
   if (!(s > 0)) s = Math.ceil(ms / 1000);
   return { code: m.code ?? m.error, retryAfter: s, retryAfterMs: ms, message: limitMessage(s) };
 }
 
-/** parseRetryAfter reads a Retry-After header (seconds or an HTTP date) as ms; null when absent or malformed. */
+/**
+ * parseRetryAfter reads a Retry-After header (seconds or an HTTP date) as
+ * ms, at most MAX_SERVER_WAIT_MS; null when absent or malformed.
+ */
 export function parseRetryAfter(value, now = Date.now()) {
   if (value == null || value === '') return null;
-  if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000;
+  if (/^\d+$/.test(value.trim())) return serverWait(Number(value.trim()) * 1000);
   const at = Date.parse(value);
-  return Number.isNaN(at) ? null : Math.max(0, at - now);
+  return Number.isNaN(at) ? null : serverWait(Math.max(0, at - now));
 }
 
 // limitOfResponse reads a 429's body as limitOf does; a body that is not
@@ -182,7 +216,7 @@ async function denialOfResponse(res) {
 // whose data is a 429's or 503's body) as #probe reads the status: the
 // status its code comes with, the wait, and the limit when it is one.
 function refusalOf(m) {
-  const ms = Number(m.retry_after_ms);
+  const ms = serverWait(m.retry_after_ms);
   return { code: LIMIT_CODES.has(m.error) ? 429 : 503, waitMs: ms > 0 ? ms : null, limit: limitOf(m) };
 }
 
@@ -607,9 +641,20 @@ export class PushdClient extends EventTarget {
     const exp = jwtExpiry(token);
     if (exp == null || typeof this.#opt.token !== 'function') return;
     const left = exp - Date.now();
-    const delay = Math.max(left - Math.min(60000, left / 5), 0);
+    this.#refreshAt(gen, Date.now() + Math.max(left - Math.min(60000, left / 5), 0));
+  }
+
+  // #refreshAt sends a fresh token at time at (Unix ms). A timer cannot
+  // wait past 2^31-1 ms (about 24 days; a longer wait fires at once, and a
+  // long-lived token was refreshed back to back), so the wait is taken in
+  // steps of at most MAX_SERVER_WAIT_MS.
+  #refreshAt(gen, at) {
     this.#refreshTimer = setTimeout(async () => {
       this.#refreshTimer = null;
+      if (Date.now() < at) {
+        this.#refreshAt(gen, at);
+        return;
+      }
       let fresh;
       try {
         fresh = await this.#token(true);
@@ -620,7 +665,7 @@ export class PushdClient extends EventTarget {
       if (gen !== this.#gen || !this.#ws) return;
       this.#send({ op: 'refresh', id: ++this.#wsReqID, token: fresh });
       this.#planRefresh(gen, fresh);
-    }, delay);
+    }, serverWait(Math.max(0, at - Date.now())));
   }
 
   #send(msg) {
@@ -669,6 +714,7 @@ export class PushdClient extends EventTarget {
   #watchLiveness(gen, heartbeatMs) {
     clearTimeout(this.#liveTimer);
     this.#liveTimer = null;
+    heartbeatMs = serverWait(heartbeatMs, MAX_HEARTBEAT_MS);
     if (!(heartbeatMs > 0)) return;
     const limit = heartbeatMs + HEARTBEAT_GRACE_MS;
     const check = () => {
@@ -721,7 +767,8 @@ export class PushdClient extends EventTarget {
 
   #hint(afterMs) {
     // Used when the connection ends, which the server does next.
-    if (typeof afterMs === 'number' && afterMs >= 0) this.#hintMs = afterMs;
+    const ms = serverWait(afterMs);
+    if (ms != null) this.#hintMs = ms;
   }
 
   // #fail ends the connection of generation gen and plans the next one.
