@@ -177,48 +177,11 @@ func TestBadTokenFloodIsLimitedPerAddress(t *testing.T) {
 	srv := startNode(t, cfg)
 	before := c.pg.TableScans(t, "sessions") // a session lookup is one scan
 
-	tr := &http.Transport{MaxIdleConnsPerHost: 8}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr}
 	get := func(from, tok string) (int, http.Header, string) {
-		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/tasks/task_absent", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("X-Forwarded-For", from)
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Error(err)
-			return 0, nil, ""
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header, string(b)
+		return getFrom(t, srv.URL+"/v1/tasks/task_absent", from, tok)
 	}
-
-	const workers, each = 8, 250
-	const flood = workers * each
-	var (
-		mu       sync.Mutex
-		statuses = map[int]int{}
-		refusal  struct {
-			h    http.Header
-			body string
-		}
-		wg sync.WaitGroup
-	)
-	for range workers {
-		wg.Go(func() {
-			for range each {
-				status, h, body := get("203.0.113.7", sessionToken())
-				mu.Lock()
-				statuses[status]++
-				if status == http.StatusTooManyRequests && refusal.h == nil {
-					refusal.h, refusal.body = h, body
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	const flood = 2000
+	statuses, refusal := floodFrom(t, srv.URL+"/v1/tasks/task_absent", "203.0.113.7", flood)
 
 	// Another address still has its own allowance: a bad token there is a
 	// plain 401 (one more lookup), and a good one goes through.
@@ -273,48 +236,9 @@ func TestSessionStoreFailuresAreLimitedPerAddress(t *testing.T) {
 	srv := startNode(t, cfg)
 	before := rollbacks(t, pg)
 
-	tr := &http.Transport{MaxIdleConnsPerHost: 8}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr}
-	get := func(tok string) (int, http.Header, string) {
-		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/tasks/task_absent", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("X-Forwarded-For", "203.0.113.7")
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Error(err)
-			return 0, nil, ""
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header, string(b)
-	}
-	const workers, each = 8, 100
-	const flood = workers * each
-	var (
-		mu       sync.Mutex
-		statuses = map[int]int{}
-		refusal  struct {
-			h    http.Header
-			body string
-		}
-		wg sync.WaitGroup
-	)
+	const flood = 800
 	start := time.Now()
-	for range workers {
-		wg.Go(func() {
-			for range each {
-				status, h, body := get(sessionToken())
-				mu.Lock()
-				statuses[status]++
-				if status == http.StatusTooManyRequests && refusal.h == nil {
-					refusal.h, refusal.body = h, body
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	statuses, refusal := floodFrom(t, srv.URL+"/v1/tasks/task_absent", "203.0.113.7", flood)
 	elapsed := time.Since(start)
 	pg.FlushStats(t, app)
 	lookups := rollbacks(t, pg) - before
@@ -413,4 +337,55 @@ func TestDemoAuthenticationCountsAgainstTheAddress(t *testing.T) {
 	if resp, body := httpDo(t, http.MethodGet, srv.URL+"/demo/config", "", ""); resp.StatusCode != http.StatusOK {
 		t.Fatalf("/demo/config: %d %s", resp.StatusCode, body)
 	}
+}
+
+// getFrom GETs u with a bearer token as the client from, named in
+// X-Forwarded-For (the node trusts loopback as its proxy).
+func getFrom(t *testing.T, u, from, tok string) (int, http.Header, string) {
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("X-Forwarded-For", from)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0, nil, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// refusal429 is one 429 of a flood, read whole.
+type refusal429 struct {
+	h    http.Header
+	body string
+}
+
+// floodFrom GETs u n times (a multiple of 8) from 8 workers as the client
+// from, each with a made-up session token, and counts the statuses; it
+// keeps the first 429.
+func floodFrom(t *testing.T, u, from string, n int) (map[int]int, refusal429) {
+	t.Helper()
+	const workers = 8
+	var (
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		first    refusal429
+		wg       sync.WaitGroup
+	)
+	for range workers {
+		wg.Go(func() {
+			for range n / workers {
+				status, h, body := getFrom(t, u, from, sessionToken())
+				mu.Lock()
+				statuses[status]++
+				if status == http.StatusTooManyRequests && first.h == nil {
+					first = refusal429{h, body}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return statuses, first
 }

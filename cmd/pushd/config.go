@@ -326,32 +326,21 @@ func (c config) nodeConfig(version string, log *slog.Logger) node.Config {
 }
 
 // jwtAudience parses --jwt-audience.
-func (c config) jwtAudience() []string {
-	var out []string
-	for a := range strings.SplitSeq(c.JWTAudience, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
-}
+func (c config) jwtAudience() []string { return commaList(c.JWTAudience) }
 
-func (c config) originPatterns() []string {
-	var out []string
-	for o := range strings.SplitSeq(c.Origins, ",") {
-		if o = strings.TrimSpace(o); o != "" {
-			out = append(out, o)
-		}
-	}
-	return out
-}
+// originPatterns parses --allowed-origins.
+func (c config) originPatterns() []string { return commaList(c.Origins) }
 
 // adminHosts parses --admin-hosts.
-func (c config) adminHosts() []string {
+func (c config) adminHosts() []string { return commaList(c.AdminHosts) }
+
+// commaList is a comma-separated setting's items, trimmed, empty ones left
+// out.
+func commaList(s string) []string {
 	var out []string
-	for h := range strings.SplitSeq(c.AdminHosts, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			out = append(out, h)
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
 		}
 	}
 	return out
