@@ -20,9 +20,14 @@ const rewatchGrace = 10 * time.Second
 // can costs Redis and PostgreSQL at most its user's budget, and no other
 // user's. One bucket per tenant and user with a bucket not full; full ones
 // are forgotten by sweep. Alongside, per user, what its connections
-// watched until they closed (rewatchGrace), which costs nothing to watch
-// again: re-watching is bounded by the user's connect rate times the
-// subscriptions a connection may hold, not by this budget.
+// watched until they closed and what its subscriptions paid for lately
+// (rewatchGrace after the last of either), which costs nothing to watch
+// again: many connections of one user asking for one task at once (a
+// reconnect storm) pay for it once, and re-watching is bounded by the
+// user's connect rate times the subscriptions a connection may hold, not
+// by this budget. What is free is decided by the user's own history only,
+// never by what other users watch: that would tell a task hidden from the
+// user from an absent one.
 type readBudgets struct {
 	perSecond  rate.Limit
 	burst      int
@@ -73,14 +78,27 @@ func (b *readBudgets) take(k key, now time.Time) (ok bool, wait time.Duration) {
 
 // closed records what a connection of the user watched when it closed at
 // now: watching it again within rewatchGrace is free. The grace is the
-// user's, from its last connection to close, so that sweep costs one check
-// per user.
+// user's, from its last connection to close or read paid for, so that
+// sweep costs one check per user.
 func (b *readBudgets) closed(k key, ws []watch, now time.Time) {
 	if len(ws) == 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.keepLocked(k, ws, now)
+}
+
+// paid records a read the user's subscription paid for at now: its other
+// connections watch w for free within rewatchGrace, as after a close.
+func (b *readBudgets) paid(k key, w watch, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.keepLocked(k, []watch{w}, now)
+}
+
+// keepLocked makes ws free for the user until rewatchGrace after now.
+func (b *readBudgets) keepLocked(k key, ws []watch, now time.Time) {
 	r := b.rewatch[k]
 	if r == nil || !now.Before(r.until) {
 		r = &rewatchSet{ws: make(map[watch]struct{}, len(ws))}

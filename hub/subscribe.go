@@ -398,7 +398,8 @@ type readBudget struct {
 }
 
 // take reports whether w may be read: one of the user's connections that
-// closed lately watched it, or the budget has a read for it.
+// closed lately watched it or paid for it lately, or the budget has a read
+// for it.
 func (b *readBudget) take(w watch) bool {
 	if b.h.budgets.rewatched(b.k, w, b.now) {
 		return true
@@ -406,6 +407,7 @@ func (b *readBudget) take(w watch) bool {
 	if !b.spent {
 		ok, wait := b.h.budgets.take(b.k, b.now)
 		if ok {
+			b.h.budgets.paid(b.k, w, b.now)
 			return true
 		}
 		b.spent, b.wait = true, wait
