@@ -101,7 +101,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.Origins, "allowed-origins", "", "comma-separated origin patterns (host or scheme://host, with * wildcards) whose pages may open WebSockets and use the token cookie, besides the server's own host; other origins get 403")
 	c.DrainTimeout = 10 * time.Second
 	flagval.Duration(fs, &c.DrainTimeout, "drain-timeout", "how long shutdown spends closing connections")
-	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private")
+	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private; a request must arrive within --request-timeout, and a profile or trace last under 2 minutes")
 	fs.StringVar(&c.AdminListen, "admin-listen", "127.0.0.1:9464", "address of the admin listener: /metrics (Prometheus), /healthz, /readyz and the delivery inspector /inspect/tasks/{id}; empty serves none; keep it private (the client listener never serves /metrics or the inspector, which names users and connections)")
 	fs.StringVar(&c.AdminHosts, "admin-hosts", "", "comma-separated DNS names the admin and debug listeners answer to besides IP addresses and localhost, e.g. pushd-admin.monitoring.svc for a scrape by Service name; a request whose Host is any other name gets 403 host_not_allowed on every route, so a web page that DNS-rebinds its own name to the listener reads nothing; empty lists none")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/pushd/pushd/internal/adminhost"
 	"github.com/pushd/pushd/internal/redislog"
@@ -109,12 +110,13 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 		// Profiles are for operators on a private address, never the public
 		// one, and answer to the admin listener's names only.
 		debugDone := make(chan struct{})
+		srv := debugServer(cfg)
 		go func() {
 			defer close(debugDone)
-			http.Serve(dl, adminhost.Handler(debugMux(), cfg.adminHosts())) // returns once dl is closed
+			srv.Serve(dl) // returns once the server is closed
 		}()
 		defer func() {
-			dl.Close()
+			srv.Close()
 			<-debugDone
 		}()
 		log.Info("pprof serving", "addr", dl.Addr().String())
@@ -165,6 +167,21 @@ func listen(cfg config) (l, admin, debug net.Listener, err error) {
 		return nil, nil, nil, err
 	}
 	return l, admin, debug, nil
+}
+
+// debugServer serves the profiles with the admin listener's deadlines, so
+// a client that never finishes its request, or never reads, holds its
+// connection only so long. A CPU profile or trace may ask for up to a
+// minute less than the write timeout (pprof refuses longer ones).
+func debugServer(cfg config) *http.Server {
+	timeout := cfg.Node.WithDefaults().RequestTimeout
+	return &http.Server{
+		Handler:           adminhost.Handler(debugMux(), cfg.adminHosts()),
+		ReadHeaderTimeout: timeout,
+		ReadTimeout:       timeout,
+		WriteTimeout:      2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+	}
 }
 
 func debugMux() *http.ServeMux {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -313,5 +315,28 @@ func TestAdminAndDebugListenersAnswerOnlyTheirOwnHosts(t *testing.T) {
 				t.Errorf("GET %s with Host %s: %d %.200s, want 200", u, host, resp.StatusCode, body)
 			}
 		}
+	}
+}
+
+// The debug listener holds no connection without a deadline: a client that
+// sends half a request is cut once --request-timeout passes, as on the
+// node's other listeners.
+func TestDebugListenerCutsAnUnfinishedRequest(t *testing.T) {
+	p := startBinary(t, "--debug-listen", "localhost:0", "--request-timeout", "1s")
+	addr := p.log.wait(t, regexp.MustCompile(`msg="pprof serving" addr=(\S+)`), p.exited)[1]
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /debug/pprof/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Far past the timeout: a listener without one never closes.
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	_, err = io.Copy(io.Discard, conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("the debug listener kept a half-sent request's connection open past 30 s; --request-timeout is 1s")
 	}
 }
