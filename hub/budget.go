@@ -38,11 +38,37 @@ type readBudgets struct {
 	rewatch map[key]*rewatchSet
 }
 
-// rewatchSet is what a user's connections watched when they closed, free
-// to watch again until the grace of the last of them to close has passed.
+// rewatchSet is what a user's connections watched when they closed, or
+// paid for, free to watch again until the grace of the last of them has
+// passed. Its first watch is kept inline and the map made for a second:
+// most users, one browser each, subscribe to little at a time.
 type rewatchSet struct {
-	until time.Time
-	ws    map[watch]struct{}
+	until    time.Time
+	first    watch
+	hasFirst bool
+	ws       map[watch]struct{} // the others; nil until there are any
+}
+
+func (r *rewatchSet) has(w watch) bool {
+	if r.hasFirst && r.first == w {
+		return true
+	}
+	_, ok := r.ws[w]
+	return ok
+}
+
+// add keeps w unless the set holds max watches already.
+func (r *rewatchSet) add(w watch, max int) {
+	switch n := len(r.ws); {
+	case r.has(w):
+	case !r.hasFirst:
+		r.first, r.hasFirst = w, true
+	case n+1 >= max:
+	case r.ws == nil:
+		r.ws = map[watch]struct{}{w: {}}
+	default:
+		r.ws[w] = struct{}{}
+	}
 }
 
 // watch is one thing a connection watches: a task or project (by byTask or
@@ -101,15 +127,12 @@ func (b *readBudgets) paid(k key, w watch, now time.Time) {
 func (b *readBudgets) keepLocked(k key, ws []watch, now time.Time) {
 	r := b.rewatch[k]
 	if r == nil || !now.Before(r.until) {
-		r = &rewatchSet{ws: make(map[watch]struct{}, len(ws))}
+		r = &rewatchSet{}
 		b.rewatch[k] = r
 	}
 	r.until = now.Add(rewatchGrace)
 	for _, w := range ws {
-		if len(r.ws) >= b.maxRewatch {
-			break
-		}
-		r.ws[w] = struct{}{}
+		r.add(w, b.maxRewatch)
 	}
 }
 
@@ -122,8 +145,7 @@ func (b *readBudgets) rewatched(k key, w watch, now time.Time) bool {
 	if r == nil || !now.Before(r.until) {
 		return false
 	}
-	_, ok := r.ws[w]
-	return ok
+	return r.has(w)
 }
 
 // sweep forgets the buckets that have refilled, as they are as a new one,

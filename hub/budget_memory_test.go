@@ -30,8 +30,8 @@ func TestPaidReadsMemory(t *testing.T) {
 	per := (heapInUse() - before) / users
 	runtime.KeepAlive(&b)
 	t.Logf("%d bytes live per user with one paid read", per)
-	if per > 480 {
-		t.Errorf("%d bytes per user's paid read, want at most 480", per)
+	if per > 128 {
+		t.Errorf("%d bytes per user's paid read, want at most 128", per)
 	}
 	b.sweep(now.Add(rewatchGrace))
 	if len(b.rewatch) != 0 {
