@@ -88,3 +88,43 @@ func (s *server) sameOrAllowedOrigin(r *http.Request, origin string) bool {
 	}
 	return originAllowed(s.cfg.OriginPatterns, origin)
 }
+
+// UnsupportedMediaType is the error code of a publish without an API key
+// whose body is not declared JSON (415).
+const UnsupportedMediaType = "unsupported_media_type"
+
+// checkNotFromPage refuses a publish without an API key that a web page
+// could have sent: any page open in a browser on a loopback host reaches a
+// loopback address. A page of another origin sends a simple request
+// without asking (no preflight) only with a simple content type, and a
+// browser marks what a page sends with Origin and Fetch Metadata; a
+// client that is no browser sends JSON and neither mark. With a key, the
+// key is the guard: a page cannot set X-API-Key without a preflight,
+// which publishing never answers.
+func (s *server) checkNotFromPage(r *http.Request) error {
+	if o := r.Header.Get("Origin"); o != "" {
+		if u, err := url.Parse(o); err != nil || !strings.EqualFold(u.Host, r.Host) {
+			return fail(http.StatusForbidden, OriginNotAllowed, "a page of origin "+httperr.Truncate(strconv.Quote(o), 80)+" may not publish")
+		}
+	}
+	if crossOrigin(r) {
+		return fail(http.StatusForbidden, OriginNotAllowed, "a page of another origin may not publish")
+	}
+	if corsSimpleType(r.Header.Get("Content-Type")) {
+		return fail(http.StatusUnsupportedMediaType, UnsupportedMediaType,
+			"publishing without an API key takes a JSON body (Content-Type: application/json, or none), which no page of another origin can send without asking")
+	}
+	return nil
+}
+
+// corsSimpleType reports whether a page of any origin may send a body of
+// content type ct without a preflight: its essence, the part before any
+// parameter, as a browser's lenient parser reads it.
+func corsSimpleType(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	switch strings.ToLower(strings.TrimSpace(mt)) {
+	case "text/plain", "application/x-www-form-urlencoded", "multipart/form-data":
+		return true
+	}
+	return false
+}
