@@ -257,9 +257,7 @@ func (s *Store) lookup(ctx context.Context, token string) (auth.Principal, error
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		if s.unknown != nil {
-			s.unknown.Add(token, time.Now().Add(s.cfg.NegativeTTL))
-		}
+		s.rememberUnknown(token)
 		return auth.Principal{}, auth.Invalid("unknown session", nil)
 	case err != nil:
 		return auth.Principal{}, fmt.Errorf("%w: %w", auth.ErrUnavailable, err)
@@ -279,9 +277,7 @@ func (s *Store) lookup(ctx context.Context, token string) (auth.Principal, error
 	if why != "" {
 		// Remembered as an unknown token is: the row is the database's
 		// answer, and its repeats need not ask again.
-		if s.unknown != nil {
-			s.unknown.Add(token, time.Now().Add(s.cfg.NegativeTTL))
-		}
+		s.rememberUnknown(token)
 		return auth.Principal{}, s.malformed(token, "postgres", why)
 	}
 	// Written back only when Redis answered the miss: a Redis that failed
@@ -293,6 +289,14 @@ func (s *Store) lookup(ctx context.Context, token string) (auth.Principal, error
 		}
 	}
 	return p, nil
+}
+
+// rememberUnknown spares token's repeats a query for NegativeTTL: the
+// database did not know it, or holds a malformed row of it.
+func (s *Store) rememberUnknown(token string) {
+	if s.unknown != nil {
+		s.unknown.Add(token, time.Now().Add(s.cfg.NegativeTTL))
+	}
 }
 
 // knownUnknown reports whether the database lately did not know token.
