@@ -114,7 +114,7 @@ type Config struct {
 	AuthFailureAddresses int
 	// AuthLimit, when set, is the buckets of the settings above as made by
 	// NewAuthLimit, shared with the node's other paths that check tokens
-	// (a WebSocket refresh); nil means New makes the API's own.
+	// (a WebSocket refresh); nil means New makes the API's own from them.
 	AuthLimit *AuthLimit
 	// OriginPatterns are the origins whose pages may open WebSockets and
 	// read the streams and the snapshot API with credentials (CORS), as
@@ -166,20 +166,16 @@ func (c Config) WithDefaults() Config {
 type server struct {
 	cfg      Config
 	log      *slog.Logger
-	failures *authFailures
+	failures *AuthLimit
 	refusers map[string]Refuser // by route: the streams whose transport answers refusals itself
 }
 
 // New returns the HTTP handler of a node.
 func New(cfg Config) http.Handler {
 	cfg = cfg.WithDefaults()
-	limit := cfg.AuthLimit
-	if limit == nil {
-		limit = NewAuthLimit(cfg)
-	}
-	s := &server{cfg: cfg, log: cfg.Logger, refusers: make(map[string]Refuser)}
-	if limit != nil {
-		s.failures = limit.f
+	s := &server{cfg: cfg, log: cfg.Logger, failures: cfg.AuthLimit, refusers: make(map[string]Refuser)}
+	if s.failures == nil {
+		s.failures = NewAuthLimit(cfg)
 	}
 	for _, st := range cfg.Streams {
 		if rf, ok := st.Transport.(Refuser); ok {
@@ -287,7 +283,7 @@ func codeForStatus(status int) string {
 }
 
 // authed authenticates the request before h runs, counting a failed check
-// against the client address's bucket (authFailures, failed).
+// against the client address's bucket (AuthLimit, failed).
 func (s *server) authed(endpoint string, h func(echo.Context, hub.Principal) error) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		attempt, wait := s.failures.begin(c.RealIP())
@@ -545,7 +541,7 @@ func (s *server) checkAPIKey(c echo.Context) error {
 		if !isLoopback(host) || !isLoopback(c.RealIP()) {
 			return fail(http.StatusForbidden, httperr.Forbidden, "publishing without an API key is allowed from loopback only")
 		}
-		return s.checkNotFromPage(r)
+		return checkNotFromPage(r)
 	}
 	key := r.Header.Get("X-API-Key")
 	if key == "" {

@@ -15,13 +15,16 @@ import (
 	"github.com/pushd/pushd/internal/httperr"
 )
 
-// authFailures limits failed authentications per client address with a
+// AuthLimit limits failed authentications per client address with a
 // token bucket each, so that a flood of made-up tokens costs a session
-// lookup (a PostgreSQL query) only for its first few. The buckets are the
-// most recently used addresses'; forgetting one only gives its address a
-// fresh burst. A nil *authFailures limits nothing. What counts as failed
-// is failed's to say.
-type authFailures struct {
+// lookup (a PostgreSQL query) only for its first few. A node makes one,
+// and every path that checks a client's token takes from it: the API's
+// endpoints (Config.AuthLimit), the demo's, and a WebSocket refresh
+// (Check), so that no path spends an address's allowance apart. The
+// buckets are the most recently used addresses'; forgetting one only gives
+// its address a fresh burst. A nil *AuthLimit limits nothing. What counts
+// as failed is failed's to say.
+type AuthLimit struct {
 	burst int
 	rate  rate.Limit
 
@@ -36,41 +39,22 @@ type failureBucket struct {
 	inFlight int
 }
 
-func newAuthFailures(burst int, perSecond float64, addresses int) *authFailures {
-	if burst <= 0 || perSecond <= 0 {
-		return nil
-	}
-	buckets, _ := simplelru.NewLRU[string, *failureBucket](addresses, nil) // errs only on a size <= 0
-	return &authFailures{burst: burst, rate: rate.Limit(perSecond), buckets: buckets}
-}
-
-// AuthLimit is a node's failed-authentication buckets, one per client
-// address. Every path that checks a client's token takes from the same
-// ones: the API's endpoints (Config.AuthLimit) and a WebSocket refresh
-// (Check), so that no path spends an address's allowance apart. A nil
-// *AuthLimit limits nothing.
-type AuthLimit struct{ f *authFailures }
-
 // NewAuthLimit returns the buckets of c's AuthFailureBurst,
 // AuthFailureRate and AuthFailureAddresses; nil when c sets no limit.
 func NewAuthLimit(c Config) *AuthLimit {
 	c = c.WithDefaults()
-	f := newAuthFailures(c.AuthFailureBurst, c.AuthFailureRate, c.AuthFailureAddresses)
-	if f == nil {
+	if c.AuthFailureBurst <= 0 || c.AuthFailureRate <= 0 {
 		return nil
 	}
-	return &AuthLimit{f}
+	buckets, _ := simplelru.NewLRU[string, *failureBucket](c.AuthFailureAddresses, nil) // errs only on a size <= 0
+	return &AuthLimit{burst: c.AuthFailureBurst, rate: rate.Limit(c.AuthFailureRate), buckets: buckets}
 }
 
 // Check verifies token for the client at addr as the API checks a
 // request's. While addr's bucket is empty the token is not checked, and
 // wait says how long until it may be; a check that failed takes a token.
 func (l *AuthLimit) Check(ctx context.Context, v *auth.Verifier, addr, token string) (p auth.Principal, wait time.Duration, err error) {
-	var f *authFailures
-	if l != nil {
-		f = l.f
-	}
-	attempt, wait := f.begin(addr)
+	attempt, wait := l.begin(addr)
 	if wait > 0 {
 		return auth.Principal{}, wait, nil
 	}
@@ -81,7 +65,7 @@ func (l *AuthLimit) Check(ctx context.Context, v *auth.Verifier, addr, token str
 
 // authAttempt is one authentication counted against its address's bucket.
 type authAttempt struct {
-	f *authFailures
+	f *AuthLimit
 	b *failureBucket
 }
 
@@ -90,7 +74,7 @@ type authAttempt struct {
 // does. Counting the checks in flight against the bucket lets only as many
 // run at once as could fail: a burst of parallel requests cannot all slip
 // in on the last token. Only a failed check takes its token (end).
-func (f *authFailures) begin(addr string) (authAttempt, time.Duration) {
+func (f *AuthLimit) begin(addr string) (authAttempt, time.Duration) {
 	if f == nil {
 		return authAttempt{}, 0
 	}

@@ -40,17 +40,14 @@ func (s *server) checkOrigin(noCORS bool, next echo.HandlerFunc) echo.HandlerFun
 		switch {
 		case !noCORS && !s.carriesCookie(r):
 			return next(c)
-		case origin != "" && s.sameOrAllowedOrigin(r, origin):
+		case origin == "" && (noCORS || !crossOrigin(r)):
 			return next(c)
-		case origin == "" && !noCORS && !crossOrigin(r):
-			return next(c)
-		case origin == "" && noCORS:
-			return next(c)
-		}
-		if origin == "" {
+		case origin == "":
 			return fail(http.StatusForbidden, OriginNotAllowed,
 				"a page of another origin may not use the token cookie here without CORS (Sec-Fetch-Site: "+
 					httperr.Truncate(strconv.Quote(r.Header.Get("Sec-Fetch-Site")), 40)+"); send the token in Authorization, or the request with CORS from an allowed origin")
+		case s.sameOrAllowedOrigin(r, origin):
+			return next(c)
 		}
 		what := "use the token cookie here"
 		if noCORS {
@@ -83,10 +80,14 @@ func (s *server) carriesCookie(r *http.Request) bool {
 // sameOrAllowedOrigin is the WebSocket library's origin rule, which the
 // upgrade applies again: the request's own host, or a listed pattern.
 func (s *server) sameOrAllowedOrigin(r *http.Request, origin string) bool {
-	if u, err := url.Parse(origin); err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host) {
-		return true
-	}
-	return originAllowed(s.cfg.OriginPatterns, origin)
+	return sameHost(r, origin) || originAllowed(s.cfg.OriginPatterns, origin)
+}
+
+// sameHost reports whether origin is of r's own host: a page the node
+// itself served.
+func sameHost(r *http.Request, origin string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
 }
 
 // UnsupportedMediaType is the error code of a publish without an API key
@@ -101,9 +102,9 @@ const UnsupportedMediaType = "unsupported_media_type"
 // client that is no browser sends JSON and neither mark. With a key, the
 // key is the guard: a page cannot set X-API-Key without a preflight,
 // which publishing never answers.
-func (s *server) checkNotFromPage(r *http.Request) error {
+func checkNotFromPage(r *http.Request) error {
 	if o := r.Header.Get("Origin"); o != "" {
-		if u, err := url.Parse(o); err != nil || !strings.EqualFold(u.Host, r.Host) {
+		if !sameHost(r, o) {
 			return fail(http.StatusForbidden, OriginNotAllowed, "a page of origin "+httperr.Truncate(strconv.Quote(o), 80)+" may not publish")
 		}
 	}
