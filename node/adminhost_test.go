@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -11,27 +10,6 @@ import (
 
 	"github.com/pushd/pushd/internal/testenv"
 )
-
-// adminGet asks the admin listener for path with the Host header host,
-// over the listener's own address.
-func adminGet(t *testing.T, adminURL, path, host string) (*http.Response, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, adminURL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Host = host
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
-}
 
 // A page that rebinds its own DNS name to the admin address makes the
 // victim's browser send that name as Host: the admin listener refuses
@@ -56,7 +34,7 @@ func TestAdminListenerRefusesForeignHosts(t *testing.T) {
 	for _, host := range []string{"evil.example:" + port, "evil.example", "localhost.evil.example:" + port,
 		"pushd-admin.monitoring.svc.evil.example:" + port, "127.0.0.1.nip.io:" + port, "[::1]evil:" + port} {
 		for _, path := range paths {
-			resp, body := adminGet(t, s.AdminURL, path, host)
+			resp, body := httpDo(t, http.MethodGet, s.AdminURL+path, "", "", "Host", host)
 			if resp.StatusCode != http.StatusForbidden {
 				t.Errorf("GET %s with Host %s: %d, want 403: %.200s", path, host, resp.StatusCode, body)
 				continue
@@ -73,7 +51,7 @@ func TestAdminListenerRefusesForeignHosts(t *testing.T) {
 
 	for _, host := range []string{"127.0.0.1:" + port, "127.0.0.1", "10.42.7.3:" + port, "[::1]:" + port, "[fd00::7]",
 		"localhost:" + port, "localhost", "LOCALHOST.", "pushd-admin.monitoring.svc:" + port, "PUSHD-ADMIN.monitoring.svc."} {
-		resp, body := adminGet(t, s.AdminURL, "/inspect/tasks/"+task, host)
+		resp, body := httpDo(t, http.MethodGet, s.AdminURL+"/inspect/tasks/"+task, "", "", "Host", host)
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("inspector with Host %s: %d, want 200: %.200s", host, resp.StatusCode, body)
 			continue
@@ -82,7 +60,7 @@ func TestAdminListenerRefusesForeignHosts(t *testing.T) {
 		if err := json.Unmarshal(body, &got); err != nil || got.TaskID != task {
 			t.Errorf("inspector with Host %s: %s, want task %s", host, body, task)
 		}
-		resp, body = adminGet(t, s.AdminURL, "/metrics", host)
+		resp, body = httpDo(t, http.MethodGet, s.AdminURL+"/metrics", "", "", "Host", host)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "pushd_connections") {
 			t.Errorf("/metrics with Host %s: %d, want 200 with pushd's metrics: %.200s", host, resp.StatusCode, body)
 		}

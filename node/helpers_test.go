@@ -300,6 +300,10 @@ func httpDo(t *testing.T, method, u, tok, body string, header ...string) (*http.
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" { // net/http sends req.Host, never a Host header
+			req.Host = header[i+1]
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)

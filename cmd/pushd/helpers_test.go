@@ -218,8 +218,10 @@ func (p *proc) waitExit(t *testing.T) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
-// httpDo sends a request and returns the answer with its body read.
-func httpDo(t *testing.T, method, url, tok, body string) (*http.Response, []byte) {
+// httpDo sends a request, with the headers given as name, value pairs
+// (Host sets the request's host), and returns the answer with its body
+// read.
+func httpDo(t *testing.T, method, url, tok, body string, header ...string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
@@ -230,6 +232,13 @@ func httpDo(t *testing.T, method, url, tok, body string) (*http.Response, []byte
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" { // net/http sends req.Host, never a Host header
+			req.Host = header[i+1]
+			continue
+		}
+		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := client.Do(req)
 	if err != nil {

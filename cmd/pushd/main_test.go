@@ -287,21 +287,7 @@ func TestAdminAndDebugListenersAnswerOnlyTheirOwnHosts(t *testing.T) {
 	debugURL := "http://" + p.log.wait(t, regexp.MustCompile(`msg="pprof serving" addr=(\S+)`), p.exited)[1]
 	get := func(u, host string) (*http.Response, []byte) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, u, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = host
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp, b
+		return httpDo(t, http.MethodGet, u, "", "", "Host", host)
 	}
 	for _, u := range []string{p.AdminURL + "/metrics", p.AdminURL + "/readyz", debugURL + "/debug/pprof/", debugURL + "/debug/pprof/cmdline"} {
 		for _, host := range []string{"evil.example", "evil.example:9464", "localhost.evil.example"} {
