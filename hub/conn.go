@@ -161,7 +161,7 @@ func (c *Conn) offer(s *snapshot.Snapshot, n news) {
 // writers itself: it reports whether the offer scheduled c, which the
 // caller must then push to the run queue.
 func (c *Conn) offerDeferred(s *snapshot.Snapshot, n news) (push bool) {
-	push, _, _ = c.offerTracked(s, n, false)
+	push, _, _ = c.offerTracked(s, n)
 	return push
 }
 
@@ -169,13 +169,15 @@ func (c *Conn) offerDeferred(s *snapshot.Snapshot, n news) (push bool) {
 // s and the version of its task the connection held before (delivered or
 // pending; 0 for none).
 //
-// With repair, a connection that resumed from a stream cursor holds a
-// version of every task it watches that the node may not know: the stream
-// replayed only what changed after the cursor. A snapshot of such a task
+// A connection that resumed from a stream cursor holds a version of every
+// task it watches, and knows only those of the tasks the stream holds
+// changes of shortly before or after the cursor (Conn.replay). A task's
+// state read again (n.reread) that it has no record of and that was
 // written well before the cursor's entry (resumeMargin) is one the client
-// has, and is recorded as delivered without a write; a later one may be a
-// change the stream lacks, and is offered.
-func (c *Conn) offerTracked(s *snapshot.Snapshot, n news, repair bool) (push, taken bool, had int64) {
+// has: the previous connection's own repair rounds would have brought it.
+// It is recorded as delivered without a write. News of a change is always
+// offered, and so is a later state: it may be a change the stream lacks.
+func (c *Conn) offerTracked(s *snapshot.Snapshot, n news) (push, taken bool, had int64) {
 	h := c.hub
 	c.mu.Lock()
 	switch {
@@ -199,7 +201,7 @@ func (c *Conn) offerTracked(s *snapshot.Snapshot, n news, repair bool) (push, ta
 		had = t.delivered
 	}
 	switch {
-	case repair && t == nil && c.resumedAt > 0 && s.UpdatedAt < int64(c.resumedAt)*1000-h.resumeMargin().Milliseconds():
+	case n.reread && t == nil && c.resumedAt > 0 && s.UpdatedAt < int64(c.resumedAt)*1000-h.resumeMargin().Milliseconds():
 		c.rememberLocked(s.TaskID, s.Version)
 		c.mu.Unlock()
 		return false, false, 0

@@ -95,6 +95,11 @@ type news struct {
 	// live marks a change the node learned of after the subscription (a
 	// notification, a poll, a stream entry): its write measures staleness.
 	live bool
+	// reread marks a task's current state read again (a repair round, a
+	// resync, a poll) rather than news of a change: a resumed connection
+	// may take an old one for a version its client holds
+	// (Conn.offerTracked).
+	reread bool
 }
 
 // Bucket bounds of the hub's histograms.

@@ -384,7 +384,7 @@ func (h *Hub) refresh(tenants map[string]struct{}, cached bool) bool {
 		// A cached round retries initial reads that failed: what it
 		// delivers is a subscription's initial state, not measured for
 		// staleness. An uncached round looks for changes.
-		n := news{live: !cached}
+		n := news{live: !cached, reread: true}
 		for _, s := range snaps {
 			h.noteRead(s, ReadPoll)
 			targets = h.offerToWatchers(s, n, targets[:0])

@@ -187,11 +187,13 @@ func (s *downSource) Reload(ctx context.Context, ids []string) (map[string]*snap
 
 // TestFailedInitialReadIsRetried: a task whose current state could not be
 // read at subscribe time reaches the client once the sources answer again,
-// although it never changes (a finished task does not).
+// although it never changes (a finished task does not). The connection
+// never writes a stream position: its initial state was complete as of
+// none, and a client resuming from one would never be sent the task.
 func TestFailedInitialReadIsRetried(t *testing.T) {
 	src := &downSource{MemoryStore: snapshot.NewMemoryStore()}
 	bus := fanout.NewMemoryBus()
-	h := hub.New(hub.Config{Source: src, Bus: bus, PollInterval: 20 * time.Millisecond})
+	h := hub.New(hub.Config{Source: src, Bus: bus, PollInterval: 20 * time.Millisecond, Stream: &fakeStream{position: "P1"}})
 	bus.Start(h)
 	t.Cleanup(func() {
 		h.Close()
@@ -205,15 +207,20 @@ func TestFailedInitialReadIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	rej, err := c.Subscribe(context.Background(), hub.Subscription{Tasks: []string{"done"}})
-	if err != nil || len(rej) != 1 || rej[0].Code != hub.CodeUnavailable {
+	rej, err := c.Subscribe(context.Background(), hub.Subscription{Tasks: []string{"done", "other"}, Cursors: true})
+	if err != nil || len(rej) != 2 || rej[0].Code != hub.CodeUnavailable {
 		t.Fatalf("subscribe while down: %v %v", rej, err)
 	}
 	// Retried while still down, with backoff, and not given up on.
 	testenv.Eventually(t, "the failed read retried", func() bool { return src.reads.Load() >= 3 })
 	src.down.Store(false)
-	if s := r.nextTask(t); s.TaskID != "done" || s.Version != 7 {
-		t.Fatalf("got %s v%d", s.TaskID, s.Version)
+	if ev := r.next(t); ev.Kind != hub.KindTask || ev.Snapshot.TaskID != "done" || ev.Snapshot.Version != 7 || ev.Cursor != "" {
+		t.Fatalf("got %+v, want done v7 without a stream position", ev)
+	}
+	src.SetIfNewer(context.Background(), snap(t, "t1", "other", 1))
+	bus.Publish(snapshot.Notification{TenantID: "t1", TaskID: "other", Version: 1})
+	if ev := r.next(t); ev.Kind != hub.KindTask || ev.Snapshot.TaskID != "other" || ev.Cursor != "" {
+		t.Fatalf("got %+v, want other v1 without a stream position", ev)
 	}
 }
 

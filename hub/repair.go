@@ -162,7 +162,8 @@ func (h *Hub) repairRound(finished bool) bool {
 func (h *Hub) offerChecked(found Checked, targets []*Conn) []*Conn {
 	now := time.Now()
 	for _, s := range found.Repaired {
-		targets, _ = h.offerRepair(s, targets[:0])
+		// Never in Redis before: no client took it for one it holds.
+		targets, _ = h.offerRepair(s, news{live: true}, targets[:0])
 		h.stats.repairAge.Observe(now.Sub(time.UnixMilli(s.UpdatedAt)))
 	}
 	for _, s := range found.Found {
@@ -199,7 +200,7 @@ func (h *Hub) repairIDs() []string {
 // as repaired when a connection took it that held an older version or
 // none, unless it is young enough that its hint may be on its way still.
 func (h *Hub) countRepair(s *snapshot.Snapshot, now time.Time, targets []*Conn) []*Conn {
-	targets, held := h.offerRepair(s, targets)
+	targets, held := h.offerRepair(s, news{live: true, reread: true}, targets)
 	age := now.Sub(time.UnixMilli(s.UpdatedAt))
 	if held == heldNewer || age < repairGrace {
 		return targets
@@ -224,13 +225,13 @@ const (
 
 // offerRepair offers s to its watchers, as offerToWatchers does, and says
 // what those that took it held.
-func (h *Hub) offerRepair(s *snapshot.Snapshot, targets []*Conn) (_ []*Conn, held int) {
+func (h *Hub) offerRepair(s *snapshot.Snapshot, n news, targets []*Conn) (_ []*Conn, held int) {
 	h.noteRead(s, ReadRepair)
 	targets = h.watchersOf(s, targets)
 	ready := 0
 	held = heldNewer
 	for _, c := range targets {
-		push, taken, had := c.offerTracked(s, news{live: true}, true)
+		push, taken, had := c.offerTracked(s, n)
 		switch {
 		case !taken:
 		case had > 0:

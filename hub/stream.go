@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/pushd/pushd/snapshot"
 )
@@ -22,11 +23,13 @@ type Stream interface {
 	// was offered to the connections that watched it at the time. "" when
 	// the log has none. It must not allocate: the writers call it.
 	Position(tenant string) string
-	// Replay returns the tenant's changes after cursor, oldest first, or a
-	// reason why it cannot (the cursor is corrupt, of another tenant or
-	// epoch, trimmed away, too far behind, or the log is unavailable); the
-	// caller then reads everything, as for a new client.
-	Replay(ctx context.Context, tenant, cursor string) (changes []snapshot.Notification, fallback string)
+	// Replay returns the tenant's changes after cursor, oldest first, and
+	// those at or before it appended within window before it, newest first
+	// (it may leave some of those out), or a reason why it cannot (the
+	// cursor is corrupt, of another tenant or epoch, trimmed away, too far
+	// behind, or the log is unavailable); the caller then reads everything,
+	// as for a new client.
+	Replay(ctx context.Context, tenant, cursor string, window time.Duration) (after, before []snapshot.Notification, fallback string)
 }
 
 // Apply delivers a batch of a tenant's changes read from the Stream before it
@@ -98,10 +101,12 @@ func (h *Hub) ResyncNow(tenant string) bool {
 	return h.refresh(map[string]struct{}{tenant: {}}, false)
 }
 
-// replay offers c the tasks that changed after its resume cursor, among
-// those this Subscribe added (tasks, projects, user), instead of everything
-// they hold: the client has the rest.
-func (c *Conn) replay(ctx context.Context, changes []snapshot.Notification, tasks, projects []string, user bool) error {
+// replay offers c the tasks that changed after its resume cursor (after),
+// among those this Subscribe added (tasks, projects, user), instead of
+// everything they hold: the client has the rest. It first records the
+// versions the client holds of the tasks changed shortly before the cursor
+// (before), which repair rounds would otherwise take for news.
+func (c *Conn) replay(ctx context.Context, after, before []snapshot.Notification, tasks, projects []string, user bool) error {
 	want := make(map[string]struct{}, len(tasks))
 	for _, id := range tasks {
 		want[id] = struct{}{}
@@ -110,21 +115,38 @@ func (c *Conn) replay(ctx context.Context, changes []snapshot.Notification, task
 	for _, id := range projects {
 		inProject[id] = struct{}{}
 	}
+	// covered says whether the subscription covers n's task: an entry that
+	// does not name its project or user may still be in scope (the
+	// snapshot says, and offer checks) unless certain is asked for.
+	covered := func(n snapshot.Notification, certain bool) bool {
+		if _, ok := want[n.TaskID]; ok {
+			return true
+		}
+		_, byProject := inProject[n.ProjectID]
+		byUser := user && n.UserID == c.UserID
+		if certain {
+			return byProject || byUser
+		}
+		return (len(projects) > 0 && (byProject || n.ProjectID == "")) || (user && (byUser || n.UserID == ""))
+	}
+	c.mu.Lock()
+	for _, n := range before {
+		// Offered to the client's previous connection before its cursor
+		// was written: the client holds that version or a newer one.
+		if covered(n, true) {
+			c.holdsLocked(n.TaskID, n.Version)
+		}
+	}
+	c.mu.Unlock()
 	h := c.hub
 	var ids []string
 	seen := make(map[string]struct{})
-	for _, n := range changes {
+	for _, n := range after {
 		h.cfg.Source.Observe(n.TaskID, n.Version)
 		if _, ok := seen[n.TaskID]; ok {
 			continue
 		}
-		_, byTask := want[n.TaskID]
-		_, byProject := inProject[n.ProjectID]
-		// An entry that does not name its project or user may still be in
-		// scope: the snapshot says, and offer checks.
-		scoped := (len(projects) > 0 && (byProject || n.ProjectID == "")) ||
-			(user && (n.UserID == c.UserID || n.UserID == ""))
-		if byTask || scoped {
+		if covered(n, false) {
 			seen[n.TaskID] = struct{}{}
 			ids = append(ids, n.TaskID)
 		}

@@ -16,6 +16,7 @@ type fakeStream struct {
 	position string
 	covers   bool
 	changes  []snapshot.Notification
+	held     []snapshot.Notification
 	fallback string
 }
 
@@ -26,10 +27,10 @@ func (s *fakeStream) Position(string) string {
 	defer s.mu.Unlock()
 	return s.position
 }
-func (s *fakeStream) Replay(context.Context, string, string) ([]snapshot.Notification, string) {
+func (s *fakeStream) Replay(context.Context, string, string, time.Duration) (after, before []snapshot.Notification, fallback string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.changes, s.fallback
+	return s.changes, s.held, s.fallback
 }
 
 // The initial state carries no stream position; a sync event with it

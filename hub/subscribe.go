@@ -67,17 +67,18 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	case err != nil:
 		return a.rejected, err
 	case replayed:
-		c.settle()
+		c.settle(true)
 		return a.rejected, nil
 	}
 	err = c.readInitial(ctx, a)
+	unread := slices.ContainsFunc(a.rejected, unreadable)
 	if err == nil {
-		c.settle()
+		c.settle(!unread)
 	}
 	// A read that fails or is cut short is not the client's loss to wait
 	// out until the task next changes, which a finished task never does:
 	// the poll loop re-reads the tenant's watched tasks until it succeeds.
-	if err != nil || slices.ContainsFunc(a.rejected, unreadable) {
+	if err != nil || unread {
 		c.hub.poll.retry(c.TenantID, c.hub.pollWait(0))
 	}
 	return a.rejected, err
@@ -209,17 +210,21 @@ func (c *Conn) acceptSinceLocked(since map[string]int64) {
 	// of its projects and user) would only grow this map, request after
 	// request, so they are ignored.
 	for id, v := range since {
-		t := c.track.get(id)
-		if t == nil && c.track.len() >= c.hub.maxTracked() && !c.tasks.has(id) {
+		if c.track.get(id) == nil && c.track.len() >= c.hub.maxTracked() && !c.tasks.has(id) {
 			continue
 		}
-		var have int64
-		if t != nil {
-			have = t.delivered
+		if snapshot.ValidID(id) {
+			c.holdsLocked(id, v)
 		}
-		if snapshot.ValidID(id) && v > have {
-			c.rememberLocked(id, v)
-		}
+	}
+}
+
+// holdsLocked records that the client holds version v of task id, unless
+// the connection has a newer one on record. A pending snapshot not newer
+// than v is dropped when it is taken.
+func (c *Conn) holdsLocked(id string, v int64) {
+	if t := c.track.get(id); t == nil || v > t.delivered {
+		c.rememberLocked(id, v)
 	}
 }
 
@@ -262,12 +267,12 @@ func (c *Conn) replayResume(ctx context.Context, s Subscription, a *admission) (
 	if s.Resume == "" {
 		return false, nil
 	}
-	changes, fallback := h.cfg.Stream.Replay(ctx, c.TenantID, s.Resume)
+	after, before, fallback := h.cfg.Stream.Replay(ctx, c.TenantID, s.Resume, h.resumeMargin())
 	switch {
 	case fallback != "":
 		h.stats.resumeFallbacks.Add(1)
 		h.log.Debug("resume cursor not replayable; reading everything", "conn", c.ID, "tenant", c.TenantID, "reason", fallback)
-	case c.replay(ctx, changes, a.tasks, a.projects, a.user) == nil:
+	case c.replay(ctx, after, before, a.tasks, a.projects, a.user) == nil:
 		h.stats.resumes.Add(1)
 		if p, err := cursor.Decode(s.Resume); err == nil {
 			c.mu.Lock()
@@ -427,9 +432,17 @@ func (b *readBudget) refuse(r Rejection) Rejection {
 // settle marks the connection's initial state offered: from now on the
 // tenant's stream position covers everything it watches, so its writes may
 // carry the position, and a KindSync tells the client the one it has now.
-func (c *Conn) settle() {
+// An initial state that lacks a task it could not read (not complete) is
+// as of no position: the connection then writes the transport's own
+// cursors, as one refused part of its subscription does, so that the
+// client reconnecting with one is read that task again, not resumed past
+// it.
+func (c *Conn) settle(complete bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !complete {
+		c.cursors = false
+	}
 	if c.closed || c.ending || !c.cursors {
 		return
 	}
@@ -445,7 +458,7 @@ func (c *Conn) offerList(snaps []*snapshot.Snapshot, err error) error {
 
 // refreshList offers a listing re-read while polling: changes, live.
 func (c *Conn) refreshList(snaps []*snapshot.Snapshot, err error) error {
-	return c.offerAll(news{live: true}, ReadPoll, snaps, err)
+	return c.offerAll(news{live: true, reread: true}, ReadPoll, snaps, err)
 }
 
 func (c *Conn) offerAll(n news, source ReadSource, snaps []*snapshot.Snapshot, err error) error {

@@ -152,7 +152,7 @@ func TestClusterTailDeliversFromEveryMaster(t *testing.T) {
 	// holds the tenant's stream.
 	before := f.tl.Stats()
 	for _, tenant := range f.tenants {
-		changes, reason := f.tl.Replay(ctx, tenant, start[tenant])
+		changes, _, reason := f.tl.Replay(ctx, tenant, start[tenant], 0)
 		if reason != "" || len(changes) != 10 || changes[0].Version != 1 || changes[9].Version != 10 {
 			t.Fatalf("%s: replay from the placement: %+v, reason %q; want v1…10", tenant, changes, reason)
 		}
@@ -165,7 +165,7 @@ func TestClusterTailDeliversFromEveryMaster(t *testing.T) {
 	// earlier batch: what to wait for is a replay from it that is empty.
 	f.g.waitUntil(t, "a replay from every tail's position returns nothing", func() bool {
 		for _, tenant := range f.tenants {
-			if changes, reason := f.tl.Replay(ctx, tenant, f.tl.Position(tenant)); reason != "" || len(changes) != 0 {
+			if changes, _, reason := f.tl.Replay(ctx, tenant, f.tl.Position(tenant), 0); reason != "" || len(changes) != 0 {
 				return false
 			}
 		}

@@ -44,7 +44,7 @@ var lagBounds = [...]time.Duration{
 type counters struct {
 	reads, readErrors, entries, applyErrors, malformed atomic.Int64
 	rechecks                                           atomic.Int64
-	replays, replayed                                  atomic.Int64
+	replays, replayed, replayedHeld                    atomic.Int64
 	fallbacks                                          [len(fallbackReasons)]atomic.Int64
 	resyncs                                            [len(resyncReasons)]atomic.Int64
 	lag                                                *histogram.Histogram
@@ -68,7 +68,8 @@ type Stats struct {
 	ApplyErrors int64 // batches the hub could not deliver (retried)
 
 	Replays         int64            // resume cursors replayed
-	Replayed        int64            // entries those replays returned
+	Replayed        int64            // entries after the cursors those replays returned
+	ReplayedHeld    int64            // entries at or before the cursors, within the window asked for, those replays returned
 	ResumeFallbacks map[string]int64 // resume cursors not replayed, by reason (Fallback*)
 	TailResyncs     map[string]int64 // tenants re-read because the tail could not continue, by reason (Resync*)
 
@@ -79,7 +80,7 @@ func (c *counters) stats() Stats {
 	s := Stats{
 		Reads: c.reads.Load(), ReadErrors: c.readErrors.Load(), Rechecks: c.rechecks.Load(), Entries: c.entries.Load(),
 		Malformed: c.malformed.Load(), ApplyErrors: c.applyErrors.Load(),
-		Replays: c.replays.Load(), Replayed: c.replayed.Load(),
+		Replays: c.replays.Load(), Replayed: c.replayed.Load(), ReplayedHeld: c.replayedHeld.Load(),
 		ResumeFallbacks: make(map[string]int64, len(fallbackReasons)),
 		TailResyncs:     make(map[string]int64, len(resyncReasons)),
 		Lag:             c.lag.Snapshot(),

@@ -149,7 +149,7 @@ func TestTailDeliversInOrderAndGivesPositions(t *testing.T) {
 	// which returns nothing only once it names the last entry, is what to
 	// wait for.
 	g.waitUntil(t, "a replay from the position returns nothing", func() bool {
-		changes, reason := tl.Replay(ctx, tenant, tl.Position(tenant))
+		changes, _, reason := tl.Replay(ctx, tenant, tl.Position(tenant), 0)
 		return reason == "" && len(changes) == 0 && tl.Covers(tenant)
 	})
 
@@ -158,13 +158,24 @@ func TestTailDeliversInOrderAndGivesPositions(t *testing.T) {
 	// behind returns that batch: the replay counters are compared across
 	// this one replay only.
 	before := tl.Stats()
-	changes, reason := tl.Replay(ctx, tenant, p0)
-	if reason != "" || len(changes) != 20 {
-		t.Fatalf("replay from the start: %d changes, reason %q; want 20", len(changes), reason)
+	changes, held, reason := tl.Replay(ctx, tenant, p0, 0)
+	if reason != "" || len(changes) != 20 || len(held) != 0 {
+		t.Fatalf("replay from the start: %d changes, %d held, reason %q; want 20 and none held without a window", len(changes), len(held), reason)
 	}
 	s := tl.Stats()
 	if s.Entries != 20 || s.Lag.Count != 20 || s.Replays != before.Replays+1 || s.Replayed != before.Replayed+20 {
 		t.Fatalf("stats %+v, before the last replay %+v: want 20 entries tailed, and one replay of 20", s, before)
+	}
+
+	// From the last position with a window, the changes at or before it
+	// are what the client holds, newest first: the 20, then the one
+	// published before the tail.
+	changes, held, reason = tl.Replay(ctx, tenant, tl.Position(tenant), time.Minute)
+	if reason != "" || len(changes) != 0 || len(held) != 21 || held[0].Version != 20 || held[19].Version != 1 || held[20].TaskID != "before" {
+		t.Fatalf("replay from the end with a window: %d changes, held %+v, reason %q; want none after, the 21 before, newest first", len(changes), held, reason)
+	}
+	if s := tl.Stats(); s.ReplayedHeld != before.ReplayedHeld+21 {
+		t.Fatalf("%d entries read before the cursor, want 21", s.ReplayedHeld-before.ReplayedHeld)
 	}
 }
 
@@ -190,36 +201,36 @@ func TestReplayFallbacks(t *testing.T) {
 	defer rb()
 	curA, curB := tl.Position(a), tl.Position(b)
 
-	if _, reason := tl.Replay(ctx, a, curB); reason != stream.FallbackTenant {
+	if _, _, reason := tl.Replay(ctx, a, curB, 0); reason != stream.FallbackTenant {
 		t.Fatalf("another tenant's cursor: reason %q", reason)
 	}
 	for _, bad := range []string{"s1.", "s1.AAAAAAAAAAAAAAAA", curA + "x", "s1." + curA} {
-		if _, reason := tl.Replay(ctx, a, bad); reason != stream.FallbackCorrupt {
+		if _, _, reason := tl.Replay(ctx, a, bad, 0); reason != stream.FallbackCorrupt {
 			t.Fatalf("corrupt cursor %q: reason %q", bad, reason)
 		}
 	}
 	for v := int64(2); v <= 8; v++ {
 		pub.Publish(ctx, snap(t, a, "task_"+a, v))
 	}
-	if _, reason := tl.Replay(ctx, a, curA); reason != stream.FallbackTooMany {
+	if _, _, reason := tl.Replay(ctx, a, curA, time.Minute); reason != stream.FallbackTooMany {
 		t.Fatalf("7 entries behind with MaxReplay 5: reason %q", reason)
 	}
 	// Trimmed: everything but the newest entry goes.
 	if err := r.Client.XTrimMaxLen(ctx, r.Names.Stream(a), 1).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, reason := tl.Replay(ctx, a, curA); reason != stream.FallbackTrimmed {
+	if _, _, reason := tl.Replay(ctx, a, curA, time.Minute); reason != stream.FallbackTrimmed {
 		t.Fatalf("trimmed cursor: reason %q", reason)
 	}
 	// Recreated: the stream is lost and written again.
 	if err := r.Client.Del(ctx, r.Names.Stream(b)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, reason := tl.Replay(ctx, b, curB); reason != stream.FallbackEpoch {
+	if _, _, reason := tl.Replay(ctx, b, curB, time.Minute); reason != stream.FallbackEpoch {
 		t.Fatalf("cursor of a lost stream: reason %q", reason)
 	}
 	pub.Publish(ctx, snap(t, b, "task_"+b, 2))
-	if _, reason := tl.Replay(ctx, b, curB); reason != stream.FallbackEpoch {
+	if _, _, reason := tl.Replay(ctx, b, curB, time.Minute); reason != stream.FallbackEpoch {
 		t.Fatalf("cursor of a recreated stream: reason %q", reason)
 	}
 	s := tl.Stats()

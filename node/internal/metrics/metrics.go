@@ -135,6 +135,7 @@ var (
 	tailResyncs     = counter("stream_tail_resyncs_total", "Tenants re-read because their tail could not continue, by reason: trimmed, epoch (stream recreated), backwards (stream lost), start.", "reason")
 	resumes         = counter("resumes_total", "SSE reconnects with a stream cursor that were served by replaying the stream.")
 	replayed        = counter("resume_replayed_entries_total", "Stream entries replayed for resuming clients.")
+	replayedHeld    = counter("resume_held_entries_total", "Stream entries at or before resuming clients' cursors, within the repair interval plus 1 s, read to learn which versions those clients hold.")
 	resumeTasks     = counter("resume_tasks_total", "Tasks read and sent to resuming clients because they moved after the cursor.")
 	resumeFallbacks = counter("resume_fallbacks_total", "Resume cursors not replayed, so the client got a full resync, by reason: corrupt, tenant, epoch, trimmed, too_many, ahead, unavailable, subscription.", "reason")
 	admAllowed      = counter("admission_allowed_total", "Rate-limit checks passed, by rule: connect_user, connect_ip (buckets), api (plan window), user_cap, tenant_cap (connection caps), conns_per_ip, auth_failures (the node's own per-address limits).", "rule")
@@ -194,7 +195,7 @@ var (
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
 		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard,
 		streamsTailed, streamsPolled, streamLength, streamEntries, streamReads, streamRechecks, streamMalformed, streamCatchUps, tailResyncs,
-		resumes, replayed, resumeTasks, resumeFallbacks,
+		resumes, replayed, replayedHeld, resumeTasks, resumeFallbacks,
 		admAllowed, admRejected, admFallbacks, admStoreErrors, admStoreUp, leases, leaseEvents, reconciles, reconcileDiff, sessionsClosed,
 		connsOpen, reconnects, refetch, sfShared, pubsubLosses,
 		rlAllowed, rlRejected, cacheHit, cacheMiss, cacheSet, hotDetected, hotTasks, unwatched, published, streamLen, applyErrors,
@@ -430,6 +431,7 @@ func (e emitter) stream(ts stream.Stats, hs hub.Stats) {
 	}
 	e.emit(resumes, float64(hs.Resumes))
 	e.emit(replayed, float64(ts.Replayed))
+	e.emit(replayedHeld, float64(ts.ReplayedHeld))
 	e.emit(resumeTasks, float64(hs.ResumeTasks))
 	for reason, n := range ts.ResumeFallbacks {
 		e.emit(resumeFallbacks, float64(n), reason)
