@@ -206,7 +206,8 @@ func TestEncoderVersionsAreBounded(t *testing.T) {
 
 // TestResumedCursorCarriesWhatTheClientHolds: the first cursor of a
 // resumed connection names the versions it resumed with, of the tasks it
-// watches only, and a version delivered since replaces the one resumed.
+// watches by id only or, with a project or the user's scope, all of them,
+// and a version delivered since replaces the one resumed.
 func TestResumedCursorCarriesWhatTheClientHolds(t *testing.T) {
 	h := newParser(t)
 	defer h.Close()
@@ -228,13 +229,30 @@ func TestResumedCursorCarriesWhatTheClientHolds(t *testing.T) {
 	if len(got) != 3 || got["a"] != 5 || got["b"] != 4 || got["c"] != 1 {
 		t.Fatalf("second cursor %v, want a=5, b=4 and c=1", got)
 	}
+
+	// Which tasks a project or the user's scope holds is not known to the
+	// transport: every version resumed with is carried.
+	for _, query := range []string{"project=p1", "scope=user", "task=c&project=p1"} {
+		r := httptest.NewRequest(http.MethodGet, "/v1/events?"+query, nil)
+		r.Header.Set("Last-Event-ID", "a=3,b=4")
+		sub, code, _ := h.ParseRequest(r)
+		if code != "" {
+			t.Fatal(code)
+		}
+		e := h.newEncoder(sub)
+		var b bytes.Buffer
+		e.render(&b, []hub.Event{taskEvent(t, "c", 1)})
+		if got := parseCursor(lastID(&b)); len(got) != 3 || got["a"] != 3 || got["b"] != 4 || got["c"] != 1 {
+			t.Fatalf("%s: first cursor %v, want a=3, b=4 and c=1", query, got)
+		}
+	}
 }
 
 // TestResumedSingleTaskCursor: a connection watching one task resumes
 // with its version inline, as a new one keeps it.
 func TestResumedSingleTaskCursor(t *testing.T) {
 	var e encoder
-	e.resumeFrom(map[string]int64{"a": 3}, []string{"a"})
+	e.resumeFrom(hub.Subscription{Tasks: []string{"a"}, Since: map[string]int64{"a": 3}})
 	if e.versions != nil || e.oneTask != "a" || e.oneVersion != 3 {
 		t.Fatalf("encoder holds %q=%d and %v, want a=3 inline", e.oneTask, e.oneVersion, e.versions)
 	}
@@ -255,7 +273,7 @@ func TestResumedCursorIsBounded(t *testing.T) {
 		since[id], tasks = 1, append(tasks, id)
 	}
 	var e encoder
-	e.resumeFrom(since, tasks)
+	e.resumeFrom(hub.Subscription{Tasks: tasks, Since: since})
 	var b bytes.Buffer
 	e.render(&b, []hub.Event{taskEvent(t, "t0", 2)})
 	if id := lastID(&b); id != "t0=2" {

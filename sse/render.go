@@ -26,17 +26,26 @@ type encoder struct {
 }
 
 // resumeFrom records the versions a resuming client holds (its
-// Last-Event-ID) of the tasks it watches by id, so the cursors of this
+// Last-Event-ID) of the tasks it watches, so the cursors of this
 // connection name them too: without them, the cursor after one reconnect
 // names only what moved since, and a second reconnect sends again every
-// task that did not move. Entries of tasks not watched are left out: they
-// would ride along in every cursor for nothing. A claimed version newer
-// than the node's current one is kept as claimed: the hub holds the client
-// to it too (Subscription.Since), so every connection decides alike what
-// to send. It must be called before the first event is rendered.
-func (e *encoder) resumeFrom(since map[string]int64, tasks []string) {
-	for _, id := range tasks {
-		if v := since[id]; v > 0 {
+// task that did not move. Of a subscription by id alone, entries of tasks
+// not watched are left out: they would ride along in every cursor for
+// nothing. Which tasks a project or the user's scope holds is not known
+// here, so with one every entry is kept (within maxCursorTasks). A claimed
+// version newer than the node's current one is kept as claimed: the hub
+// holds the client to it too (Subscription.Since), so every connection
+// decides alike what to send. It must be called before the first event is
+// rendered.
+func (e *encoder) resumeFrom(s hub.Subscription) {
+	if len(s.Projects) > 0 || s.User {
+		for id, v := range s.Since {
+			e.record(id, v)
+		}
+		return
+	}
+	for _, id := range s.Tasks {
+		if v := s.Since[id]; v > 0 {
 			e.record(id, v)
 		}
 	}

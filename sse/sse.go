@@ -191,7 +191,7 @@ func (h *Handler) subscribe(ctx context.Context, c *hub.Conn, sub hub.Subscripti
 // its first cursor is complete.
 func (h *Handler) newEncoder(sub hub.Subscription) encoder {
 	e := encoder{retry: h.retry().Milliseconds(), fp: fingerprint(sub)}
-	e.resumeFrom(sub.Since, sub.Tasks)
+	e.resumeFrom(sub)
 	return e
 }
 
