@@ -385,7 +385,7 @@ func (r *run) startPushd(ctx context.Context, bin string) error {
 	}
 	r.names = r.redis.names()
 	r.rdb = r.redis.client(cfg.Publishers)
-	r.pub = newPublisher(newRedisStore(r.rdb, r.names), r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
+	r.pub = newPublisher(newRedisStore(r.rdb, r.names, 0), r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
 	r.pub.every = cfg.PubEvery
 	return nil
 }

@@ -34,8 +34,11 @@ type redisStore struct {
 
 var _ store = redisStore{}
 
-func newRedisStore(rdb redis.UniversalClient, names keys.Names) redisStore {
-	s := redisStore{pub: fanout.NewRedisPublisher(rdb, names)}
+// newRedisStore writes through rdb; streamMaxLen > 0 appends every change
+// to the tenant's stream too, trimmed to about that many entries, which
+// nodes with --streams tail and resume clients from.
+func newRedisStore(rdb redis.UniversalClient, names keys.Names, streamMaxLen int64) redisStore {
+	s := redisStore{pub: fanout.NewRedisPublisher(rdb, names, fanout.WithStream(streamMaxLen))}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		// go-redis keeps dialing a dead master until it reloads the slot
 		// map: after a failover, as soon as a write fails. Reloads run
@@ -320,6 +323,27 @@ func (p *publisher) each(ctx context.Context) {
 		wg.Go(func() {
 			buf := make([]byte, 0, 512)
 			for i := s; i < p.tasks; i += p.shards {
+				if ctx.Err() != nil {
+					return
+				}
+				buf = p.publish(ctx, i, time.Now(), buf)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// publishSet publishes each task of ids once, as fast as the shards go;
+// each task goes to the shard that owns it.
+func (p *publisher) publishSet(ctx context.Context, ids []int) {
+	var wg sync.WaitGroup
+	for s := range p.shards {
+		wg.Go(func() {
+			buf := make([]byte, 0, 512)
+			for _, i := range ids {
+				if i%p.shards != s {
+					continue
+				}
 				if ctx.Err() != nil {
 					return
 				}
