@@ -38,9 +38,35 @@ type conn struct {
 	firstAfter  atomic.Int64 // Unix ns of the first delivery published after the worker's since mark, 0 if none yet
 	status      atomic.Int32 // connState
 
+	hold atomic.Pointer[holdCount] // what it received since the worker's hold mark; nil before one
+
 	mu      sync.Mutex
 	closing bool      // guarded by mu
 	closer  io.Closer // the current physical connection, guarded by mu
+}
+
+// holdCount is what one connection received after the hold mark: task
+// events, and the resends among them (a version it held at the mark, or
+// anything in the quiet window, when nothing is published).
+type holdCount struct {
+	held     int64 // the version it held at the mark
+	reopened atomic.Bool
+	events   atomic.Int64
+	resent   atomic.Int64
+	quiet    atomic.Int64
+}
+
+// count notes a task event of version v received at recv (Unix ns);
+// quietFrom is the worker's quiet mark, 0 for none.
+func (h *holdCount) count(v, recv, quietFrom int64) {
+	h.events.Add(1)
+	inQuiet := quietFrom != 0 && recv >= quietFrom
+	if inQuiet {
+		h.quiet.Add(1)
+	}
+	if inQuiet || v <= h.held {
+		h.resent.Add(1)
+	}
 }
 
 type connState int32
@@ -190,6 +216,9 @@ func errKind(err error, established bool) string {
 func (c *conn) opened(first *func(error)) {
 	c.status.Store(int32(stateOpen))
 	c.w.opened.Add(1)
+	if h := c.hold.Load(); h != nil {
+		h.reopened.Store(true)
+	}
 	if *first != nil {
 		(*first)(nil)
 		*first = nil
@@ -222,6 +251,9 @@ func (c *conn) onTask(data []byte, recv int64) {
 		default:
 			c.last.Store(v)
 		}
+	}
+	if h := c.hold.Load(); h != nil {
+		h.count(v, recv, c.w.quiet.Load())
 	}
 	p := c.w.phase.Load()
 	s := &p.shards[c.id%len(p.shards)]

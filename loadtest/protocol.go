@@ -11,7 +11,7 @@ import (
 
 // command is one controller → worker message; Cmd says which fields matter.
 type command struct {
-	Cmd string `json:"cmd"` // init, open, phase, expect, churn, wake, since, resumed, stall, convergence, cuts, report, close, quit
+	Cmd string `json:"cmd"` // init, open, phase, expect, churn, wake, since, resumed, hold, quiet, held, stall, convergence, cuts, report, close, quit
 
 	// init: URLs are the nodes, connection i dialing node i mod len(URLs).
 	URLs      []string `json:"urls,omitempty"`
@@ -50,13 +50,17 @@ type command struct {
 	// convergence: how long after RefNs (Unix ns) each connection first
 	// held the version of the latest expect. since: from now on each
 	// connection notes its first delivery of a snapshot published at or
-	// after RefNs; resumed reports them.
+	// after RefNs; resumed reports them. hold: from now on each connection
+	// counts the task events it receives, and which of them carry a
+	// version it holds now; quiet: events received at or after RefNs are
+	// counted as the quiet window's, every one of them a resend; held
+	// reports the counts.
 	RefNs int64 `json:"ref_ns,omitempty"`
 }
 
 // reply is one worker → controller message.
 type reply struct {
-	Type string `json:"type"` // ready, opened, stalled, progress, convergence, cuts, resumed, report, churned, closed, log
+	Type string `json:"type"` // ready, opened, stalled, progress, convergence, cuts, resumed, holding, quieted, held, report, churned, closed, log
 
 	// opened
 	Opened int `json:"opened,omitempty"`
@@ -77,6 +81,8 @@ type reply struct {
 
 	// resumed: by task, what its connections saw since the since mark.
 	Resumed map[int]*taskResume `json:"resumed,omitempty"`
+	// held: what the connections received since the hold mark.
+	Held *holdReport `json:"held,omitempty"`
 
 	Report *workerReport `json:"report,omitempty"`
 	Msg    string        `json:"msg,omitempty"`
@@ -89,6 +95,27 @@ type taskResume struct {
 	Conns   int   `json:"conns"`
 	Resumed int   `json:"resumed"`
 	MaxNs   int64 `json:"max_ns"`
+}
+
+// holdReport is what a worker's connections received after the hold
+// mark: task events, and of them the resends, events carrying a version
+// the connection held at the mark or received in the quiet window.
+type holdReport struct {
+	Conns       int   `json:"conns"`    // connections counting since the mark
+	Reopened    int   `json:"reopened"` // of them, those that connected again after it
+	Events      int64 `json:"events"`
+	Resent      int64 `json:"resent"`
+	Quiet       int64 `json:"quiet"`        // events received in the quiet window
+	ResentConns int   `json:"resent_conns"` // connections sent at least one resend
+}
+
+func (h *holdReport) add(o *holdReport) {
+	h.Conns += o.Conns
+	h.Reopened += o.Reopened
+	h.Events += o.Events
+	h.Resent += o.Resent
+	h.Quiet += o.Quiet
+	h.ResentConns += o.ResentConns
 }
 
 // workerReport is what one worker saw, merged by the controller.

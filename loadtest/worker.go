@@ -95,6 +95,7 @@ type worker struct {
 	wake atomic.Pointer[chan struct{}] // closed to wake clients waiting to reconnect
 
 	since atomic.Int64 // Unix ns of the latest since command: connections note their first delivery published after it
+	quiet atomic.Int64 // Unix ns of the latest quiet command, 0 before one since the hold mark
 
 	regressions   atomic.Int64
 	resumeRepeats atomic.Int64
@@ -160,6 +161,14 @@ func (w *worker) handle(cmd command) {
 		w.markSince(cmd.RefNs)
 	case "resumed":
 		w.send(reply{Type: "resumed", Resumed: w.resumed()})
+	case "hold":
+		w.markHold()
+		w.send(reply{Type: "holding"})
+	case "quiet":
+		w.quiet.Store(cmd.RefNs)
+		w.send(reply{Type: "quieted"})
+	case "held":
+		w.send(reply{Type: "held", Held: w.held()})
 	case "stall":
 		w.stall(cmd)
 	case "convergence":
@@ -418,6 +427,37 @@ func (w *worker) resumed() map[int]*taskResume {
 		}
 	}
 	return out
+}
+
+// markHold starts counting, on every connection, the task events it
+// receives from now on against the version it holds now.
+func (w *worker) markHold() {
+	w.quiet.Store(0)
+	for _, c := range w.snapshotConns() {
+		c.hold.Store(&holdCount{held: c.last.Load()})
+	}
+}
+
+// held is what the connections received since the hold mark.
+func (w *worker) held() *holdReport {
+	r := &holdReport{}
+	for _, c := range w.snapshotConns() {
+		h := c.hold.Load()
+		if h == nil {
+			continue
+		}
+		r.Conns++
+		if h.reopened.Load() {
+			r.Reopened++
+		}
+		r.Events += h.events.Load()
+		r.Quiet += h.quiet.Load()
+		if n := h.resent.Load(); n > 0 {
+			r.Resent += n
+			r.ResentConns++
+		}
+	}
+	return r
 }
 
 // phase is where deliveries are recorded while it is current. Histograms
