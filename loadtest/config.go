@@ -58,6 +58,11 @@ type config struct {
 	PubEvery    time.Duration // the publisher's schedule tick: updates due are sent together
 	PGWrites    string        // auto, always, fallback, off
 	StormJitter time.Duration
+	// StormResume: storm on a node with --streams, Redis kept, every task
+	// updated just before the stop and StormMoved of them while the node
+	// is down; measures what the resumed clients are sent.
+	StormResume bool
+	StormMoved  float64
 	// PingFlooders: fanout on pushd: WebSocket clients that send pings as
 	// fast as their socket takes them while the updates flow.
 	PingFlooders int
@@ -115,6 +120,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.PubEvery, "publish-every", time.Millisecond, "the publisher sends the updates due every this often, together: 1ms spreads them evenly, 100ms sends bursts of a tenth of a second's updates")
 	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always (the row first, then Redis, as the Task State Service does), fallback (only when Redis fails), off; auto is off for idle, repair and -target both, always otherwise")
 	fs.DurationVar(&c.StormJitter, "storm-jitter", 0, "storm: each client waits a random delay up to this before reconnecting (0: all at once)")
+	fs.BoolVar(&c.StormResume, "storm-resume", false, "storm: clients resume instead: pushd runs with --streams, Redis is kept, every task is updated (with stream entries) in the seconds before the stop (at -rate, default tasks/2 per second, each task twice) and -storm-moved of them while the node is down; measures the task events each reconnected client gets from its reconnect until two repair intervals (-repair-interval, default pushd's 10s) after every client converged: events_per_client_after_resume (ideally the moved share), resent_unchanged and the node's repairs in that quiet window")
+	fs.Float64Var(&c.StormMoved, "storm-moved", 0.1, "with -storm-resume: the share of the tasks (above 0, at most 1) moved to a new version while the node is down, picked at random, the same for a given -tasks")
 	fs.BoolVar(&c.Pin, "pin", false, "on two cores: run the server under test on CPU 0 alone with GOMAXPROCS=1 (pushd and Centrifugo alike), and the load generator, its workers, the private Redis and the shared PostgreSQL's processes on CPU 1 (given every CPU back after the run); figures then count the server's own core")
 	fs.BoolVar(&c.FindMax, "find-max", false, "fanout: find the highest rate each server holds (every update delivered, p99 ≤ 100 ms, the publisher keeping up): runs from -rate, doubling while held, then halving the gap to within 10 %; reports max_held_rate")
 	fs.IntVar(&c.PingFlooders, "ping-flooders", 0, "fanout on pushd: this many extra WebSocket clients send pings as fast as their socket takes them while updates flow, each reconnecting a second after the server closes it")
@@ -181,6 +188,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if err := c.checkCluster(); err != nil {
 		return c, err
+	}
+	if c.StormResume && (c.Scenario != "storm" || c.Cluster) {
+		return c, fmt.Errorf("-storm-resume needs -scenario storm, without -cluster")
+	}
+	if set["storm-moved"] && !c.StormResume {
+		return c, fmt.Errorf("-storm-moved needs -storm-resume")
+	}
+	if c.StormResume && (c.StormMoved <= 0 || c.StormMoved > 1) {
+		return c, fmt.Errorf("-storm-moved %v: want a share above 0, at most 1", c.StormMoved)
 	}
 	if c.Transport != "" && c.Transport != "sse" && c.Transport != "ws" {
 		return c, fmt.Errorf("-transport %q: want sse or ws", c.Transport)
@@ -329,6 +345,9 @@ func (c config) withDefaults() config {
 		case c.Scenario == "repair":
 			c.Duration = time.Minute
 		}
+	}
+	if c.StormResume && c.StormMoved <= 0 {
+		c.StormMoved = 0.1
 	}
 	if c.Scenario == "repair" && c.Quick && c.RepairInterval <= 0 {
 		c.RepairInterval = time.Second

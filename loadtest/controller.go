@@ -385,7 +385,11 @@ func (r *run) startPushd(ctx context.Context, bin string) error {
 	}
 	r.names = r.redis.names()
 	r.rdb = r.redis.client(cfg.Publishers)
-	r.pub = newPublisher(newRedisStore(r.rdb, r.names, 0), r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
+	var streamMaxLen int64
+	if cfg.StormResume {
+		streamMaxLen = pushdStreamMaxLen // the nodes run with --streams: the Task State Service must append
+	}
+	r.pub = newPublisher(newRedisStore(r.rdb, r.names, streamMaxLen), r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
 	r.pub.every = cfg.PubEvery
 	return nil
 }
@@ -451,6 +455,9 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 	}
 	if cfg.Scenario == "storm" {
 		common = append(common, "--drain-timeout", "2s")
+	}
+	if cfg.StormResume {
+		common = append(common, "--streams")
 	}
 	// Admission limits are for browsers, and the load generator is a few
 	// users on 16 addresses opening thousands of connections a second: off

@@ -199,6 +199,27 @@ func TestScenarios(t *testing.T) {
 					t.Errorf("%d reconnects for %d clients", res.Convergence.Reconnects, res.Conns)
 				}
 			})
+			t.Run("storm-resume", func(t *testing.T) {
+				cfg := tinyConfig("storm", transport)
+				cfg.Conns, cfg.Tasks, cfg.StormResume, cfg.RepairInterval = 200, 20, true, time.Second
+				cfg = cfg.withDefaults()
+				res := runTiny(t, cfg)
+				figureOf(t, res, "converge_s")
+				if n := figureOf(t, res, "reconnected"); n != float64(cfg.Conns) {
+					t.Errorf("%v of %d clients reconnected", n, cfg.Conns)
+				}
+				// Every client of a moved task is sent it; what else is sent
+				// (resent_unchanged) is what the run measures, not checked here.
+				ideal := figureOf(t, res, "events_per_client_ideal")
+				if ideal <= 0 || figureOf(t, res, "events_per_client_after_resume") < ideal {
+					t.Errorf("%v events per client after resume, want at least the %v of the moved tasks", figureOf(t, res, "events_per_client_after_resume"), ideal)
+				}
+				figureOf(t, res, "resent_unchanged")
+				figureOf(t, res, "repairs_quiet_window")
+				if n := figureOf(t, res, "stream_resumes"); transport == "sse" && n == 0 {
+					t.Error("no SSE client resumed from a stream cursor")
+				}
+			})
 			t.Run("outage", func(t *testing.T) {
 				res := runTiny(t, tinyConfig("outage", transport))
 				// The promise the node's failure tests hold it to as well.
@@ -398,5 +419,35 @@ func TestClusterFlags(t *testing.T) {
 	want := []string{"fanout/sse/true/false", "fanout/ws/true/false", "storm/sse/true/false", "storm/ws/true/false", "fanout/sse/true/true", "fanout/ws/true/true"}
 	if !slices.Equal(got, want) {
 		t.Errorf("-cluster -quick runs %v, want %v", got, want)
+	}
+}
+
+// TestStormResumeFlags: -storm-resume is a storm on one node, and
+// -storm-moved a share that goes with it.
+func TestStormResumeFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-storm-resume", "-scenario", "fanout"},
+		{"-storm-resume", "-quick"},
+		{"-storm-resume", "-cluster", "-scenario", "storm"},
+		{"-storm-moved", "0.2", "-scenario", "storm"},
+		{"-storm-resume", "-storm-moved", "0", "-scenario", "storm"},
+		{"-storm-resume", "-storm-moved", "1.5", "-scenario", "storm"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+	cfg, err := parseFlags([]string{"-storm-resume", "-scenario", "storm"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs := cfg.runs(); len(runs) != 1 || !runs[0].StormResume || runs[0].StormMoved != 0.1 {
+		t.Errorf("runs %+v, want one storm with -storm-resume, 10 %% moved", runs)
+	}
+	if got := movedTasks(1000, 0.1); len(got) != 100 || !slices.IsSorted(got) || !slices.Equal(got, movedTasks(1000, 0.1)) {
+		t.Errorf("movedTasks(1000, 0.1): %d tasks %v", len(got), got)
+	}
+	if n := watchersOf([]int{0, 5, 19}, 50, 20); n != 3+3+2 {
+		t.Errorf("watchers of tasks 0, 5, 19 of 20 among 50 connections: %d, want 8", n)
 	}
 }

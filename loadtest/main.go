@@ -6,6 +6,7 @@
 //	go run ./loadtest -scenario fanout -transport sse -conns 10000 -tasks 1000 -rate 1000 -duration 20s
 //	go run ./loadtest -quick            # every scenario at small scale, both transports
 //	go run ./loadtest -cluster -scenario fanout -kill-master   # three nodes on Redis Cluster, a master killed
+//	go run ./loadtest -scenario storm -storm-resume -repair-interval 2s   # clients resuming from stream cursors
 //
 // Scenarios: idle (memory per connection), fanout (latency, deliveries/s,
 // convergence), churn (connections opening and closing under load), storm
@@ -14,10 +15,16 @@
 // then beside clients that subscribe and never read). With -cluster, fanout
 // and storm run on three nodes over a private Redis Cluster, clients spread
 // over them; -kill-master kills a master halfway through fanout's
-// publishing. Each run writes a JSON result (-out) and prints a markdown
-// table row for docs/BENCHMARKS.md; it exits non-zero when a connection
-// did not converge or saw a version go backwards, or when the server kept
-// connections or goroutines once every client left.
+// publishing. With -storm-resume, storm restarts a node running --streams
+// with Redis kept instead: every task changes just before the stop, a share
+// of them (-storm-moved) while the node is down, and the clients, resuming
+// from their stream cursor (SSE) or version (WebSocket), count what they
+// are sent until two repair intervals after every one converged
+// (events_per_client_after_resume, resent_unchanged, and the node's
+// repairs in that quiet window). Each run writes a JSON result (-out) and
+// prints a markdown table row for docs/BENCHMARKS.md; it exits non-zero
+// when a connection did not converge or saw a version go backwards, or
+// when the server kept connections or goroutines once every client left.
 //
 // -target centrifugo measures Centrifugo (a binary built by whoever runs
 // it, -centrifugo-bin) with the same clients, pacing and snapshots, and

@@ -37,6 +37,10 @@ type result struct {
 	Cluster    bool `json:"cluster,omitempty"`
 	Nodes      int  `json:"nodes"`
 	KillMaster bool `json:"kill_master,omitempty"`
+	// StormResume: the storm's clients resumed from their cursors (SSE) or
+	// versions (WebSocket), StormMoved of the tasks moved meanwhile.
+	StormResume bool    `json:"storm_resume,omitempty"`
+	StormMoved  float64 `json:"storm_moved,omitempty"`
 	// NodeConnections is each node's pushd_connections at the end, with
 	// several nodes: clients go round-robin over them.
 	NodeConnections []float64 `json:"node_connections,omitempty"`
@@ -150,6 +154,9 @@ func newResult(cfg config, commit string) *result {
 	}
 	if cfg.Scenario == "stall" {
 		r.StalledSSE, r.StalledWS = cfg.StalledSSE, cfg.StalledWS
+	}
+	if cfg.StormResume {
+		r.StormResume, r.StormMoved = true, cfg.StormMoved
 	}
 	r.SnapBytes = cfg.SnapshotBytes
 	if cfg.Scenario == "churn" {
@@ -348,6 +355,8 @@ func (r *result) row() string {
 // and the master killed.
 func (r *result) label() string {
 	switch {
+	case r.StormResume:
+		return r.Scenario + " (resume, streams)"
 	case r.KillMaster:
 		return fmt.Sprintf("%s (cluster: %d nodes, %d masters, one killed)", r.Scenario, r.Nodes, clusterMasters)
 	case r.Cluster:

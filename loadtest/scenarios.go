@@ -171,7 +171,11 @@ func runChurn(ctx context.Context, r *run) error {
 // when the last of them accepted) with Redis flushed and every task changed in
 // PostgreSQL meanwhile, and measures how long every client takes to
 // reconnect and converge, and how many PostgreSQL queries that took.
+// -storm-resume runs runStormResume instead.
 func runStorm(ctx context.Context, r *run) error {
+	if r.cfg.StormResume {
+		return runStormResume(ctx, r)
+	}
 	if err := r.connectAll(ctx); err != nil {
 		return err
 	}
