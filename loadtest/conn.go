@@ -49,8 +49,8 @@ type conn struct {
 // events, and the resends among them (a version it held at the mark, or
 // anything in the quiet window, when nothing is published).
 type holdCount struct {
-	held     int64 // the version it held at the mark
-	reopened atomic.Bool
+	held     int64        // the version it held at the mark
+	reopened atomic.Int64 // Unix ns of its first handshake after the mark, 0 before one
 	events   atomic.Int64
 	resent   atomic.Int64
 	quiet    atomic.Int64
@@ -217,7 +217,7 @@ func (c *conn) opened(first *func(error)) {
 	c.status.Store(int32(stateOpen))
 	c.w.opened.Add(1)
 	if h := c.hold.Load(); h != nil {
-		h.reopened.Store(true)
+		h.reopened.CompareAndSwap(0, time.Now().UnixNano())
 	}
 	if *first != nil {
 		(*first)(nil)

@@ -101,17 +101,19 @@ type taskResume struct {
 // mark: task events, and of them the resends, events carrying a version
 // the connection held at the mark or received in the quiet window.
 type holdReport struct {
-	Conns       int   `json:"conns"`    // connections counting since the mark
-	Reopened    int   `json:"reopened"` // of them, those that connected again after it
-	Events      int64 `json:"events"`
-	Resent      int64 `json:"resent"`
-	Quiet       int64 `json:"quiet"`        // events received in the quiet window
-	ResentConns int   `json:"resent_conns"` // connections sent at least one resend
+	Conns        int   `json:"conns"`          // connections counting since the mark
+	Reopened     int   `json:"reopened"`       // of them, those that connected again after it
+	LastReopenNs int64 `json:"last_reopen_ns"` // when the last of them did (Unix ns)
+	Events       int64 `json:"events"`
+	Resent       int64 `json:"resent"`
+	Quiet        int64 `json:"quiet"`        // events received in the quiet window
+	ResentConns  int   `json:"resent_conns"` // connections sent at least one resend
 }
 
 func (h *holdReport) add(o *holdReport) {
 	h.Conns += o.Conns
 	h.Reopened += o.Reopened
+	h.LastReopenNs = max(h.LastReopenNs, o.LastReopenNs)
 	h.Events += o.Events
 	h.Resent += o.Resent
 	h.Quiet += o.Quiet

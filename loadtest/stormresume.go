@@ -94,6 +94,15 @@ func runStormResume(ctx context.Context, r *run) error {
 	} else {
 		r.res.warn("storm: %d of %d clients converged", conv, live)
 	}
+	// A client of a task that did not move counts as converged before it
+	// reconnects: the window starts once every one has.
+	back, err := r.waitReconnected(ctx, max(cfg.Settle, 30*time.Second))
+	if err != nil {
+		return err
+	}
+	if back.Reopened == back.Conns {
+		r.res.fig("reconnect_all_s", time.Unix(0, back.LastReopenNs).Sub(up).Seconds(), "s", false)
+	}
 
 	// The quiet window: nothing is published, so whatever a client is
 	// sent now it already holds. Two intervals hold at least one whole
@@ -108,15 +117,9 @@ func runStormResume(ctx context.Context, r *run) error {
 		return err
 	}
 	m1 := r.scrape(ctx)
-	replies, err := r.all(ctx, func(int) command { return command{Cmd: "held"} }, "held", 30*time.Second)
+	h, err := r.held(ctx)
 	if err != nil {
 		return err
-	}
-	h := &holdReport{}
-	for _, rp := range replies {
-		if rp.Held != nil {
-			h.add(rp.Held)
-		}
 	}
 	if h.Reopened < h.Conns {
 		r.res.warn("storm: %d of %d clients reconnected", h.Reopened, h.Conns)
@@ -127,18 +130,61 @@ func runStormResume(ctx context.Context, r *run) error {
 	r.res.fig("clients_resent_unchanged", float64(h.ResentConns), "", false)
 	r.res.fig("quiet_window_events", float64(h.Quiet), "", false)
 	r.res.fig("quiet_window_s", time.Since(quietFrom).Seconds(), "s", false)
-	// The node restarted: its counters count from then.
+	// The node restarted: its counters count from then. pushd_repairs_total
+	// counts tasks, not connections.
 	r.res.fig("repairs_quiet_window", sumSeries(m1, "pushd_repairs_total")-sumSeries(m0, "pushd_repairs_total"), "", true)
+	for _, found := range []string{"database_newer", "redis_newer", "not_held"} {
+		series := `pushd_repairs_total{found="` + found + `"}`
+		r.res.fig("repairs_quiet_window_"+found, m1[series]-m0[series], "", false)
+	}
 	r.res.fig("repairs_since_restart", sumSeries(m1, "pushd_repairs_total"), "", false)
+	r.res.fig("repair_rounds_since_restart", m1["pushd_repair_rounds_total"], "", false)
 	r.res.fig("stream_resumes", m1["pushd_resumes_total"], "", false)
 	r.res.fig("resume_fallbacks", sumSeries(m1, "pushd_resume_fallbacks_total"), "", false)
+	// Tasks the replays sent: one per client of a moved task, and one per
+	// client whose cursor was older than its task's last entry.
+	r.res.fig("resume_tasks_sent", m1["pushd_resume_tasks_total"], "", false)
 
 	m, err := r.final(ctx)
 	if err != nil {
 		return err
 	}
-	r.res.latency("reconnect", m.phase("storm").Connect, false)
+	// Clients told a read failed are read everything again, as new ones.
+	// (No reconnect latency, as the storm reports: a client of a task that
+	// did not move has no first snapshot to time unless it is resent one.)
+	r.res.fig("unavailable_errors", float64(m.Errors["error_event_unavailable"]+m.Errors["rejected_unavailable"]), "", false)
 	return nil
+}
+
+// held is what every connection received since the hold mark.
+func (r *run) held(ctx context.Context) (*holdReport, error) {
+	replies, err := r.all(ctx, func(int) command { return command{Cmd: "held"} }, "held", 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	h := &holdReport{}
+	for _, rp := range replies {
+		if rp.Held != nil {
+			h.add(rp.Held)
+		}
+	}
+	return h, nil
+}
+
+// waitReconnected asks the workers every 100 ms until every connection
+// counting since the hold mark connected again, or timeout; it returns
+// the last answer, which says how many did.
+func (r *run) waitReconnected(ctx context.Context, timeout time.Duration) (*holdReport, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		h, err := r.held(ctx)
+		if err != nil || h.Reopened >= h.Conns || time.Now().After(deadline) {
+			return h, err
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil { // polling the workers, not synchronization
+			return nil, err
+		}
+	}
 }
 
 // movedTasks is round(share × tasks) of the tasks, at least one, picked at

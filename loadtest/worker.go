@@ -447,8 +447,9 @@ func (w *worker) held() *holdReport {
 			continue
 		}
 		r.Conns++
-		if h.reopened.Load() {
+		if at := h.reopened.Load(); at != 0 {
 			r.Reopened++
+			r.LastReopenNs = max(r.LastReopenNs, at)
 		}
 		r.Events += h.events.Load()
 		r.Quiet += h.quiet.Load()
