@@ -19,7 +19,7 @@
 // with Redis kept instead: every task changes just before the stop, a share
 // of them (-storm-moved) while the node is down, and the clients, resuming
 // from their stream cursor (SSE) or version (WebSocket), count what they
-// are sent until two repair intervals after every one converged
+// are sent until two repair intervals after every one is back and converged
 // (events_per_client_after_resume, resent_unchanged, and the node's
 // repairs in that quiet window). Each run writes a JSON result (-out) and
 // prints a markdown table row for docs/BENCHMARKS.md; it exits non-zero

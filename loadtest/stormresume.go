@@ -106,7 +106,10 @@ func runStormResume(ctx context.Context, r *run) error {
 
 	// The quiet window: nothing is published, so whatever a client is
 	// sent now it already holds. Two intervals hold at least one whole
-	// repair round, wherever the wall-clock slots fall.
+	// repair round, wherever the wall-clock slots fall. (A round offers
+	// what Redis holds, and a running task's snapshot expires there 10 s
+	// after its last write: with pushd's 10 s interval the round may find
+	// none.)
 	interval := cmp.Or(cfg.RepairInterval, pushdRepairInterval)
 	m0 := r.scrape(ctx)
 	quietFrom := time.Now()
