@@ -107,9 +107,11 @@ func (h *Hub) ResyncNow(tenant string) bool {
 // versions the client holds of the tasks changed shortly before the cursor
 // (before), which repair rounds would otherwise take for news.
 func (c *Conn) replay(ctx context.Context, after, before []snapshot.Notification, tasks, projects []string, user bool) error {
-	want := make(map[string]struct{}, len(tasks))
+	// By id, the subscription's own string: a record of the task then
+	// shares it rather than keeping the entry's.
+	want := make(map[string]string, len(tasks))
 	for _, id := range tasks {
-		want[id] = struct{}{}
+		want[id] = id
 	}
 	inProject := make(map[string]struct{}, len(projects))
 	for _, id := range projects {
@@ -133,7 +135,9 @@ func (c *Conn) replay(ctx context.Context, after, before []snapshot.Notification
 	for _, n := range before {
 		// Offered to the client's previous connection before its cursor
 		// was written: the client holds that version or a newer one.
-		if covered(n, true) {
+		if id, ok := want[n.TaskID]; ok {
+			c.holdsLocked(id, n.Version)
+		} else if covered(n, true) {
 			c.holdsLocked(n.TaskID, n.Version)
 		}
 	}
