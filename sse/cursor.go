@@ -101,6 +101,31 @@ func appendStreamCursor(b []byte, c, fp string) []byte {
 	return append(b, fp...)
 }
 
+// appendOwnVersion appends to a task event's stream cursor the event's
+// own version, ",task=version". The position is the one read when the
+// write was taken, which need not yet cover the stream entry of the very
+// change the event carries (its hint may come before the tail applies the
+// entry): the replay after it would send that change again, though the
+// client holds it. Neither ',' nor '=' occurs in the hub's cursor, its
+// fingerprint or an id.
+func appendOwnVersion(b []byte, s *snapshot.Snapshot) []byte {
+	b = append(b, ',')
+	b = append(b, s.TaskID...)
+	b = append(b, '=')
+	return strconv.AppendInt(b, s.Version, 10)
+}
+
+// cutOwnVersion splits a stream cursor into what appendStreamCursor wrote
+// and the versions after it (none for a sync's cursor, or one of a node
+// from before them).
+func cutOwnVersion(s string) (streamCursor string, versions map[string]int64) {
+	c, own, ok := strings.Cut(s, ",")
+	if !ok {
+		return s, nil
+	}
+	return c, parseCursor(own)
+}
+
 // cutFingerprint splits what appendStreamCursor wrote into the hub's
 // cursor and the fingerprint; ok is false for a cursor without one (of a
 // node from before fingerprints), whose only '.' ends its prefix.

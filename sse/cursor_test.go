@@ -74,8 +74,8 @@ func TestStreamCursorIsWrittenAndVersionsStillKept(t *testing.T) {
 	ev := taskEvent(t, "a", 2)
 	ev.Cursor = "s1.AAAA"
 	e.render(&b, []hub.Event{ev})
-	if id := lastID(&b); id != "s1.AAAA.FfFfFfFf" {
-		t.Fatalf("id %q, want the stream cursor and the fingerprint", id)
+	if id := lastID(&b); id != "s1.AAAA.FfFfFfFf,a=2" {
+		t.Fatalf("id %q, want the stream cursor, the fingerprint and the event's own version", id)
 	}
 	e.render(&b, []hub.Event{taskEvent(t, "b", 1)})
 	got := parseCursor(lastID(&b))
@@ -168,19 +168,28 @@ func TestStreamCursorRoundTrips(t *testing.T) {
 	ev.Cursor = "s1.CETs1oHbrJKjNACmTwA"
 	e.render(&b, []hub.Event{ev})
 	id := lastID(&b)
-	if !strings.HasPrefix(id, ev.Cursor+".") || len(id) != len(ev.Cursor)+1+8 {
-		t.Fatalf("id %q, want %s and a fingerprint", id, ev.Cursor)
+	if !strings.HasPrefix(id, ev.Cursor+".") || !strings.HasSuffix(id, ",task_a=4") || len(id) != len(ev.Cursor)+1+8+len(",task_a=4") {
+		t.Fatalf("id %q, want %s, a fingerprint and task_a=4", id, ev.Cursor)
 	}
 	b.Reset()
 	e.render(&b, []hub.Event{{Kind: hub.KindSync, Cursor: ev.Cursor}})
-	if sync := lastID(&b); sync != id {
-		t.Fatalf("sync id %q, want the task's %q", sync, id)
+	sync := lastID(&b)
+	if sync != strings.TrimSuffix(id, ",task_a=4") {
+		t.Fatalf("sync id %q, want the task's %q without its version", sync, id)
 	}
-	if sub := parse("scope=user&project=p1&task=task_a", id); sub.Resume != ev.Cursor || sub.ResumeMismatch {
-		t.Fatalf("same subscription reordered: resume %q, mismatch %v; want %q", sub.Resume, sub.ResumeMismatch, ev.Cursor)
+	for _, id := range []string{id, sync} {
+		sub := parse("scope=user&project=p1&task=task_a", id)
+		if sub.Resume != ev.Cursor || sub.ResumeMismatch {
+			t.Fatalf("same subscription reordered, from %q: resume %q, mismatch %v; want %q", id, sub.Resume, sub.ResumeMismatch, ev.Cursor)
+		}
+		if want := strings.HasSuffix(id, "=4"); want != (sub.Since["task_a"] == 4) || len(sub.Since) > 1 {
+			t.Fatalf("from %q: since %v", id, sub.Since)
+		}
 	}
-	if sub := parse("task=task_a&task=task_b&project=p1&scope=user", id); sub.Resume != "" || !sub.ResumeMismatch {
-		t.Fatalf("a task added: resume %q, mismatch %v; want no resume", sub.Resume, sub.ResumeMismatch)
+	// A subscription changed is read everything, sparing only the version
+	// the cursor names.
+	if sub := parse("task=task_a&task=task_b&project=p1&scope=user", id); sub.Resume != "" || !sub.ResumeMismatch || sub.Since["task_a"] != 4 {
+		t.Fatalf("a task added: resume %q, mismatch %v, since %v; want no resume, task_a=4 held", sub.Resume, sub.ResumeMismatch, sub.Since)
 	}
 }
 

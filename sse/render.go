@@ -68,14 +68,15 @@ func (e *encoder) record(id string, v int64) {
 }
 
 // cursor records s as delivered and appends the connection's cursor to b:
-// the hub's stream cursor when the event carries one, else the versions.
-// The versions are recorded either way: an event without a stream cursor
-// may follow one.
+// the hub's stream cursor when the event carries one, followed by the
+// event's own version (see appendOwnVersion), else the versions. The
+// versions are recorded either way: an event without a stream cursor may
+// follow one.
 func (e *encoder) cursor(b []byte, s *snapshot.Snapshot, streamCursor string) []byte {
 	e.record(s.TaskID, s.Version)
 	switch {
 	case streamCursor != "":
-		return appendStreamCursor(b, streamCursor, e.fp)
+		return appendOwnVersion(appendStreamCursor(b, streamCursor, e.fp), s)
 	case e.versions != nil:
 		return encodeCursor(b, e.versions)
 	}

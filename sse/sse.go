@@ -134,7 +134,9 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 	}
 	// A stream cursor issued for another subscription, or without a
 	// fingerprint, is not replayed from: the replay would skip every task
-	// added since, which never moved though the client never had it.
+	// added since, which never moved though the client never had it. The
+	// version it names of its own event's task is held either way.
+	lastID, s.Since = cutOwnVersion(lastID)
 	if c, fp, ok := cutFingerprint(lastID); ok && fp == fingerprint(s) {
 		s.Resume = c
 	} else {
