@@ -143,6 +143,9 @@ func runStormResume(ctx context.Context, r *run) error {
 	r.res.fig("repairs_since_restart", sumSeries(m1, "pushd_repairs_total"), "", false)
 	r.res.fig("repair_rounds_since_restart", m1["pushd_repair_rounds_total"], "", false)
 	r.res.fig("stream_resumes", m1["pushd_resumes_total"], "", false)
+	// What the replays read before the cursors to learn what each client
+	// holds (0 from a node before that read).
+	r.res.fig("held_entries_per_resume", m1["pushd_resume_held_entries_total"]/max(m1["pushd_resumes_total"], 1), "", false)
 	r.res.fig("resume_fallbacks", sumSeries(m1, "pushd_resume_fallbacks_total"), "", false)
 	// Tasks the replays sent: one per client of a moved task, and one per
 	// client whose cursor was older than its task's last entry.
