@@ -220,30 +220,12 @@ func TestEncoderVersionsAreBounded(t *testing.T) {
 func TestResumedCursorCarriesWhatTheClientHolds(t *testing.T) {
 	h := newParser(t)
 	defer h.Close()
-	r := httptest.NewRequest(http.MethodGet, "/v1/events?task=a&task=b&task=c", nil)
-	r.Header.Set("Last-Event-ID", "a=3,b=4,gone=9")
-	sub, code, _ := h.ParseRequest(r)
-	if code != "" {
-		t.Fatal(code)
-	}
-	e := h.newEncoder(sub)
-	var b bytes.Buffer
-	e.render(&b, []hub.Event{taskEvent(t, "c", 1)})
-	got := parseCursor(lastID(&b))
-	if len(got) != 3 || got["a"] != 3 || got["b"] != 4 || got["c"] != 1 {
-		t.Fatalf("first cursor %v, want a=3, b=4 and c=1", got)
-	}
-	e.render(&b, []hub.Event{taskEvent(t, "a", 5)})
-	got = parseCursor(lastID(&b))
-	if len(got) != 3 || got["a"] != 5 || got["b"] != 4 || got["c"] != 1 {
-		t.Fatalf("second cursor %v, want a=5, b=4 and c=1", got)
-	}
-
-	// Which tasks a project or the user's scope holds is not known to the
-	// transport: every version resumed with is carried.
-	for _, query := range []string{"project=p1", "scope=user", "task=c&project=p1"} {
+	// resumed renders task c at version 1 as the first event of a
+	// connection resumed with lastID.
+	resumed := func(query, lastID string) (*encoder, *bytes.Buffer) {
+		t.Helper()
 		r := httptest.NewRequest(http.MethodGet, "/v1/events?"+query, nil)
-		r.Header.Set("Last-Event-ID", "a=3,b=4")
+		r.Header.Set("Last-Event-ID", lastID)
 		sub, code, _ := h.ParseRequest(r)
 		if code != "" {
 			t.Fatal(code)
@@ -251,7 +233,24 @@ func TestResumedCursorCarriesWhatTheClientHolds(t *testing.T) {
 		e := h.newEncoder(sub)
 		var b bytes.Buffer
 		e.render(&b, []hub.Event{taskEvent(t, "c", 1)})
-		if got := parseCursor(lastID(&b)); len(got) != 3 || got["a"] != 3 || got["b"] != 4 || got["c"] != 1 {
+		return &e, &b
+	}
+	e, b := resumed("task=a&task=b&task=c", "a=3,b=4,gone=9")
+	got := parseCursor(lastID(b))
+	if len(got) != 3 || got["a"] != 3 || got["b"] != 4 || got["c"] != 1 {
+		t.Fatalf("first cursor %v, want a=3, b=4 and c=1", got)
+	}
+	e.render(b, []hub.Event{taskEvent(t, "a", 5)})
+	got = parseCursor(lastID(b))
+	if len(got) != 3 || got["a"] != 5 || got["b"] != 4 || got["c"] != 1 {
+		t.Fatalf("second cursor %v, want a=5, b=4 and c=1", got)
+	}
+
+	// Which tasks a project or the user's scope holds is not known to the
+	// transport: every version resumed with is carried.
+	for _, query := range []string{"project=p1", "scope=user", "task=c&project=p1"} {
+		_, b := resumed(query, "a=3,b=4")
+		if got := parseCursor(lastID(b)); len(got) != 3 || got["a"] != 3 || got["b"] != 4 || got["c"] != 1 {
 			t.Fatalf("%s: first cursor %v, want a=3, b=4 and c=1", query, got)
 		}
 	}
