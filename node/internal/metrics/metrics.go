@@ -136,7 +136,7 @@ var (
 	resumes         = counter("resumes_total", "SSE reconnects with a stream cursor that were served by replaying the stream.")
 	replayed        = counter("resume_replayed_entries_total", "Stream entries replayed for resuming clients.")
 	replayedHeld    = counter("resume_held_entries_total", "Stream entries at or before resuming clients' cursors, within the repair interval plus 1 s, read to learn which versions those clients hold.")
-	resumeTasks     = counter("resume_tasks_total", "Tasks read and sent to resuming clients because they moved after the cursor.")
+	resumeTasks     = counter("resume_tasks_total", "Tasks read for resuming clients because the stream holds a change of them after the cursor; each is sent unless the client holds its current version.")
 	resumeFallbacks = counter("resume_fallbacks_total", "Resume cursors not replayed, so the client got a full resync, by reason: corrupt, tenant, epoch, trimmed, too_many, ahead, unavailable, subscription.", "reason")
 	admAllowed      = counter("admission_allowed_total", "Rate-limit checks passed, by rule: connect_user, connect_ip (buckets), api (plan window), user_cap, tenant_cap (connection caps), conns_per_ip, auth_failures (the node's own per-address limits).", "rule")
 	admRejected     = counter("admission_rejected_total", "Connections and API calls refused (429), by rule.", "rule")
