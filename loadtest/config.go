@@ -25,11 +25,16 @@ type config struct {
 	// expands both into one run of each, pushd first.
 	Target string
 
-	// Cluster runs three pushd nodes on a private Redis Cluster of three
-	// masters with a replica each (fanout and storm only); KillMaster, with
-	// fanout, kills one master halfway through the publishing.
+	// Cluster runs the pushd nodes (three unless Nodes says) on a private
+	// Redis Cluster of three masters with a replica each (idle, fanout and
+	// storm only); KillMaster, with fanout, kills one master halfway
+	// through the publishing.
 	Cluster    bool
 	KillMaster bool
+	// Nodes is how many pushd nodes run, each its own process, on the
+	// run's Redis; 0 before withDefaults: 1, or clusterMasters with
+	// -cluster.
+	Nodes int
 
 	Conns     int
 	Tasks     int
@@ -98,7 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws (with -quick and no -transport: both); stall always runs both")
 	fs.BoolVar(&c.Quick, "quick", false, "a smoke run of every scenario at small scale (200 connections, 5 s)")
 	fs.StringVar(&c.Target, "target", "pushd", "the server under test: pushd, centrifugo, or both (pushd, then Centrifugo, same settings); centrifugo runs fanout and idle only and needs -centrifugo-bin")
-	fs.BoolVar(&c.Cluster, "cluster", false, "three pushd nodes on a private Redis Cluster (three masters, a replica each), clients spread over them; fanout and storm only (with -quick: fanout, storm and fanout with -kill-master)")
+	fs.BoolVar(&c.Cluster, "cluster", false, "three pushd nodes (or -nodes) on a private Redis Cluster (three masters, a replica each), clients spread over them; idle, fanout and storm only (with -quick: fanout, storm and fanout with -kill-master)")
+	fs.IntVar(&c.Nodes, "nodes", 0, "pushd nodes, each its own process, ports and log, on the run's Redis, clients spread over them by connection (connection i dials node i mod nodes); more than one runs idle, fanout, churn and storm (default 1; with -cluster 3)")
 	fs.BoolVar(&c.KillMaster, "kill-master", false, "with -cluster -scenario fanout: SIGKILL the master serving tenant t0's channel halfway through the publishing, and measure how long its tenants' deliveries stop")
 	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000, stall 1000 healthy ones, half SSE and half WebSocket, repair 10000)")
 	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500, stall 100, repair = conns)")
@@ -189,6 +195,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err := c.checkCluster(); err != nil {
 		return c, err
 	}
+	if set["nodes"] && c.Nodes < 1 {
+		return c, fmt.Errorf("-nodes %d: want 1 or more", c.Nodes)
+	}
+	if err := c.checkNodes(); err != nil {
+		return c, err
+	}
 	if c.StormResume && (c.Scenario != "storm" || c.Cluster) {
 		return c, fmt.Errorf("-storm-resume needs -scenario storm, without -cluster")
 	}
@@ -250,16 +262,47 @@ func (c config) checkTarget() error {
 	return nil
 }
 
-// clusterScenarios are the scenarios -cluster runs, in the order -quick
-// runs them.
-var clusterScenarios = []string{"fanout", "storm"}
+// clusterScenarios are the scenarios -cluster runs.
+var clusterScenarios = []string{"idle", "fanout", "storm"}
 
 func (c config) checkCluster() error {
 	if c.KillMaster && (!c.Cluster || (c.Scenario != "fanout" && !c.Quick)) {
 		return fmt.Errorf("-kill-master needs -cluster and -scenario fanout")
 	}
 	if c.Cluster && c.Scenario != "" && !slices.Contains(clusterScenarios, c.Scenario) {
-		return fmt.Errorf("-cluster runs %s, not %s", strings.Join(clusterScenarios, " and "), c.Scenario)
+		return fmt.Errorf("-cluster runs %s, not %s", strings.Join(clusterScenarios, ", "), c.Scenario)
+	}
+	return nil
+}
+
+// multiNodeScenarios are the scenarios that run on several nodes without
+// -cluster: the others restart one node, kill its Redis, pin stalled
+// clients to node 0 or count resumes of one node.
+var multiNodeScenarios = []string{"idle", "fanout", "churn", "storm"}
+
+// nodeCount is how many pushd nodes the run starts.
+func (c config) nodeCount() int {
+	switch {
+	case c.Nodes > 0:
+		return c.Nodes
+	case c.Cluster:
+		return clusterMasters
+	}
+	return 1
+}
+
+func (c config) checkNodes() error {
+	if c.Nodes <= 1 {
+		return nil
+	}
+	if c.Target != "pushd" && c.Target != "" {
+		return fmt.Errorf("-nodes %d: -target %s runs one node", c.Nodes, c.Target)
+	}
+	if c.StormResume {
+		return fmt.Errorf("-nodes %d: -storm-resume runs on one node", c.Nodes)
+	}
+	if !c.Cluster && c.Scenario != "" && !slices.Contains(multiNodeScenarios, c.Scenario) {
+		return fmt.Errorf("-nodes %d runs %s, not %s", c.Nodes, strings.Join(multiNodeScenarios, ", "), c.Scenario)
 	}
 	return nil
 }
@@ -367,6 +410,7 @@ func (c config) withDefaults() config {
 	if c.Target == "" {
 		c.Target = "pushd"
 	}
+	c.Nodes = c.nodeCount()
 	if c.Target == "centrifugo" {
 		// Centrifugo reads no PostgreSQL: its publisher writes only to it.
 		c.PGWrites = "off"

@@ -443,14 +443,14 @@ func startRedis(ctx context.Context, cfg config, dir string) (redisDeployment, e
 	return rs, nil
 }
 
-// newFleet makes the run's pushd nodes, not yet started: one, or with
-// -cluster three on the cluster, each on a port of its own.
+// newFleet makes the run's pushd nodes, not yet started: cfg.Nodes of
+// them (one, or three with -cluster unless -nodes says), each on ports, a
+// log directory and a node name of its own.
 func (r *run) newFleet(bin, dir string) (fleet, error) {
 	cfg := r.cfg
-	n := 1
+	n := cfg.nodeCount()
 	common := []string{"--redis-url", r.redis.url(), "--database-url", r.db.url, "--jwt-secret", string(r.secret), "--log-level", "warn"}
 	if cfg.Cluster {
-		n = clusterMasters
 		common = append(common, "--redis-cluster")
 	}
 	if cfg.Scenario == "storm" {
@@ -472,8 +472,9 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 		env = append(env, "PUSHD_REPAIR_INTERVAL="+cfg.RepairInterval.String())
 	}
 	var f fleet
+	used := map[int]bool{}
 	for i := range n {
-		port, err := freePort()
+		port, err := r.freshPort(used)
 		if err != nil {
 			return nil, err
 		}
@@ -484,7 +485,7 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 				return nil, err
 			}
 		}
-		adminPort, err := freePort()
+		adminPort, err := r.freshPort(used)
 		if err != nil {
 			return nil, err
 		}
@@ -496,6 +497,20 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 		f = append(f, &serverProc{name: "pushd", health: "/healthz", bin: bin, args: args, env: nodeEnv, port: port, adminPort: adminPort, logDir: logDir, cpus: cfg.serverCPUs()})
 	}
 	return f, nil
+}
+
+// freshPort is a free port not in used, which it joins: each of a fleet's
+// ports is picked free and closed again before its node listens, so
+// nothing else stops the kernel handing one out twice.
+func (r *run) freshPort(used map[int]bool) (int, error) {
+	for range 100 {
+		p, err := freePort()
+		if err != nil || !used[p] {
+			used[p] = true
+			return p, err
+		}
+	}
+	return 0, fmt.Errorf("no free port unlike the %d taken", len(used))
 }
 
 // goroutineSlack is how many goroutines above its pre-connect baseline the

@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-// fleet is the pushd nodes under test: one on standalone Redis, three on a
-// Redis Cluster. Clients spread over them by connection; what the run
-// measures of the server (CPU, RSS, /metrics) is summed over them.
+// fleet is the pushd nodes under test: one or more (-nodes) on standalone
+// Redis, three (or -nodes) on a Redis Cluster. Clients spread over them by
+// connection; what the run measures of the server (CPU, RSS, /metrics) is
+// summed over them, and some of it also kept node by node.
 type fleet []*serverProc
 
 func (f fleet) urls() []string {

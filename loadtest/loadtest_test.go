@@ -311,6 +311,50 @@ func TestCluster(t *testing.T) {
 	})
 }
 
+// TestFleetFlags: -nodes runs the scenarios several nodes can, alone or on
+// the cluster.
+func TestFleetFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-nodes", "0", "-scenario", "idle"},
+		{"-nodes", "2", "-scenario", "stall"},
+		{"-nodes", "2", "-scenario", "outage"},
+		{"-nodes", "2", "-scenario", "storm", "-storm-resume"},
+		{"-nodes", "2", "-scenario", "idle", "-target", "centrifugo", "-centrifugo-bin", "x"},
+		{"-cluster", "-nodes", "5", "-scenario", "churn"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+	for _, tc := range []struct {
+		args  []string
+		nodes int
+	}{
+		{[]string{"-scenario", "idle"}, 1},
+		{[]string{"-scenario", "fanout", "-cluster"}, 3},
+		{[]string{"-scenario", "idle", "-cluster", "-nodes", "5"}, 5},
+		{[]string{"-scenario", "storm", "-nodes", "4"}, 4},
+	} {
+		cfg, err := parseFlags(tc.args, io.Discard)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if runs := cfg.runs(); len(runs) != 1 || runs[0].Nodes != tc.nodes {
+			t.Errorf("%v: runs %d nodes, want %d", tc.args, runs[0].Nodes, tc.nodes)
+		}
+	}
+	cfg, err := parseFlags([]string{"-quick", "-nodes", "2"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.runs() {
+		if !slices.Contains(multiNodeScenarios, c.Scenario) {
+			t.Errorf("-quick -nodes 2 runs %s", c.Scenario)
+		}
+	}
+}
+
 // TestStall runs the stall scenario small: 20 healthy clients, half SSE and
 // half WebSocket, alone and then beside 16 + 16 stalled clients watching
 // every task with 30 KB snapshots. As many stalled clients as the node has

@@ -12,14 +12,16 @@
 // convergence), churn (connections opening and closing under load), storm
 // (every client reconnecting to a restarted node with Redis cold), outage
 // (Redis killed and restarted under load), stall (healthy clients alone,
-// then beside clients that subscribe and never read). With -cluster, fanout
-// and storm run on three nodes over a private Redis Cluster, clients spread
-// over them; -kill-master kills a master halfway through fanout's
-// publishing. With -storm-resume, storm restarts a node running --streams
-// with Redis kept instead: every task changes just before the stop, a share
-// of them (-storm-moved) while the node is down, and the clients, resuming
-// from their stream cursor (SSE) or version (WebSocket), count what they
-// are sent until two repair intervals after every one is back and converged
+// then beside clients that subscribe and never read). With -cluster, idle,
+// fanout and storm run on three nodes (or -nodes) over a private Redis
+// Cluster, clients spread over them; -kill-master kills a master halfway
+// through fanout's publishing. -nodes N runs N nodes on the private Redis
+// (idle, fanout, churn, storm).
+// With -storm-resume, storm restarts a node running --streams with Redis
+// kept instead: every task changes just before the stop, a share of them
+// (-storm-moved) while the node is down, and the clients, resuming from
+// their stream cursor (SSE) or version (WebSocket), count what they are
+// sent until two repair intervals after every one is back and converged
 // (events_per_client_after_resume, resent_unchanged, and the node's
 // repairs in that quiet window). Each run writes a JSON result (-out) and
 // prints a markdown table row for docs/BENCHMARKS.md; it exits non-zero

@@ -31,9 +31,10 @@ type result struct {
 	StalledWS  int     `json:"stalled_ws,omitempty"`
 	SnapBytes  int     `json:"snapshot_bytes,omitempty"`
 	Quick      bool    `json:"quick,omitempty"`
-	// Cluster: three pushd nodes on a Redis Cluster of three masters with
-	// a replica each; the server's CPU and RSS are the nodes' sum, each
-	// node's in cpu.server_cores_per_node and samples[].node_rss_kb.
+	// Cluster: the pushd nodes run on a Redis Cluster of three masters
+	// with a replica each. With several nodes, on a cluster or not, the
+	// server's CPU and RSS are the nodes' sum, each node's in
+	// cpu.server_cores_per_node, samples[].node_rss_kb and per_node.
 	Cluster    bool `json:"cluster,omitempty"`
 	Nodes      int  `json:"nodes"`
 	KillMaster bool `json:"kill_master,omitempty"`
@@ -142,9 +143,7 @@ func newResult(cfg config, commit string) *result {
 		started: time.Now(), Latencies: map[string]*latencySummary{},
 	}
 	r.Started = r.started.UTC().Format(time.RFC3339)
-	if cfg.Cluster {
-		r.Nodes = clusterMasters
-	}
+	r.Nodes = cfg.nodeCount()
 	switch cfg.Scenario {
 	case "fanout", "churn", "outage", "stall":
 		r.Rate = cfg.Rate
@@ -351,8 +350,8 @@ func (r *result) row() string {
 		thousands(float64(r.Conns)), thousands(float64(r.Tasks)), strings.Join(figs, "; "), conv, regs, r.Commit, r.Command)
 }
 
-// label is the scenario as the table names it: with -cluster, the fleet,
-// and the master killed.
+// label is the scenario as the table names it: with -cluster or several
+// nodes, the fleet, and the master killed.
 func (r *result) label() string {
 	switch {
 	case r.StormResume:
@@ -361,6 +360,8 @@ func (r *result) label() string {
 		return fmt.Sprintf("%s (cluster: %d nodes, %d masters, one killed)", r.Scenario, r.Nodes, clusterMasters)
 	case r.Cluster:
 		return fmt.Sprintf("%s (cluster: %d nodes, %d masters)", r.Scenario, r.Nodes, clusterMasters)
+	case r.Nodes > 1:
+		return fmt.Sprintf("%s (%d nodes)", r.Scenario, r.Nodes)
 	}
 	return r.Scenario
 }

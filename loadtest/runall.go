@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -112,6 +113,9 @@ func (cfg config) runs() []config {
 		variants = []variant{{"fanout", false}, {"storm", false}, {"fanout", true}}
 	default:
 		for _, s := range scenarios {
+			if cfg.Nodes > 1 && !slices.Contains(multiNodeScenarios, s) {
+				continue // -quick on several nodes: the scenarios that run there
+			}
 			variants = append(variants, variant{s, false})
 		}
 	}
