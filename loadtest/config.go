@@ -4,8 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +37,10 @@ type config struct {
 	// run's Redis; 0 before withDefaults: 1, or clusterMasters with
 	// -cluster.
 	Nodes int
+	// Limits is pushd's admission limits: "off" turns the per-address and
+	// per-user ones off and takes no leases, "production" keeps them as an
+	// operator would set them for many clients behind few addresses.
+	Limits string
 
 	Conns     int
 	Tasks     int
@@ -105,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Target, "target", "pushd", "the server under test: pushd, centrifugo, or both (pushd, then Centrifugo, same settings); centrifugo runs fanout and idle only and needs -centrifugo-bin")
 	fs.BoolVar(&c.Cluster, "cluster", false, "three pushd nodes (or -nodes) on a private Redis Cluster (three masters, a replica each), clients spread over them; idle, fanout and storm only (with -quick: fanout, storm and fanout with -kill-master)")
 	fs.IntVar(&c.Nodes, "nodes", 0, "pushd nodes, each its own process, ports and log, on the run's Redis, clients spread over them by connection (connection i dials node i mod nodes); more than one runs idle, fanout, churn and storm (default 1; with -cluster 3)")
+	fs.StringVar(&c.Limits, "limits", "off", "pushd's admission limits: off (the per-address connect bucket and stream cap, the per-user connect bucket, the failed-authentication bucket, the API limits and the per-user and per-tenant caps off, so no leases are taken; clients of one user share its token) or production (idle and fanout: pushd's defaults for all of them, caps and leases on, each connection a user of its own whose token grants its task's project, and per source address, since 16 loopback addresses stand for many clients: --max-conns-per-ip max(5000, 1.25 × conns/sources), --connect-ip-rate max(20, 2 × ramp/sources)/s with --connect-ip-burst max(200, that rate), --expected-nodes the node count; a tenant may hold at most pushd's 10,000)")
 	fs.BoolVar(&c.KillMaster, "kill-master", false, "with -cluster -scenario fanout: SIGKILL the master serving tenant t0's channel halfway through the publishing, and measure how long its tenants' deliveries stop")
 	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000, stall 1000 healthy ones, half SSE and half WebSocket, repair 10000)")
 	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500, stall 100, repair = conns)")
@@ -199,6 +206,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-nodes %d: want 1 or more", c.Nodes)
 	}
 	if err := c.checkNodes(); err != nil {
+		return c, err
+	}
+	if err := c.checkLimits(); err != nil {
 		return c, err
 	}
 	if c.StormResume && (c.Scenario != "storm" || c.Cluster) {
@@ -307,6 +317,79 @@ func (c config) checkNodes() error {
 	return nil
 }
 
+// limitsScenarios are the scenarios -limits production runs: the others
+// reconnect every client at once or count refusals a production limit
+// would add to.
+var limitsScenarios = []string{"idle", "fanout"}
+
+// maxConnsPerTenant is pushd's --max-conns-per-tenant default, which
+// -limits production keeps.
+const maxConnsPerTenant = 10000
+
+func (c config) checkLimits() error {
+	switch c.Limits {
+	case "off", "":
+		return nil
+	case "production":
+	default:
+		return fmt.Errorf("-limits %q: want off or production", c.Limits)
+	}
+	if c.Quick || !slices.Contains(limitsScenarios, c.Scenario) {
+		return fmt.Errorf("-limits production runs -scenario %s only", strings.Join(limitsScenarios, " or "))
+	}
+	if c.Target != "pushd" {
+		return fmt.Errorf("-limits production: -target %s: the limits are pushd's", c.Target)
+	}
+	d := c.withDefaults()
+	if per := (d.Conns + d.Tenants - 1) / d.Tenants; per > maxConnsPerTenant {
+		return fmt.Errorf("-limits production keeps pushd's cap of %d connections per tenant: %d connections over %d tenants put %d on one; raise -tenants to %d or more",
+			maxConnsPerTenant, d.Conns, d.Tenants, per, (d.Conns+maxConnsPerTenant-1)/maxConnsPerTenant)
+	}
+	return nil
+}
+
+// production reports whether pushd runs with the production admission
+// limits (-limits production).
+func (c config) production() bool { return c.Limits == "production" }
+
+// limitsEnv is pushd's environment for c.Limits: the limits -limits off
+// turns off, or the per-address ones -limits production sizes for
+// c.Sources addresses standing for many clients, and the fleet's size.
+// Environment, not flags, so servers built from commits older than the
+// flags still start.
+func (c config) limitsEnv() []string {
+	if !c.production() {
+		// Admission limits are for browsers, and the load generator is a
+		// few users on 16 addresses opening thousands of connections a
+		// second: off unless -server-env sets them, the failed-
+		// authentication bucket per address too (a server that counts
+		// every authentication against it would otherwise let 20
+		// connections per address in).
+		return []string{"PUSHD_CONNECT_IP_BURST=0", "PUSHD_CONNECT_USER_BURST=0",
+			"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0",
+			"PUSHD_AUTH_FAILURE_BURST=0"}
+	}
+	perIP, ipRate, ipBurst := c.addressLimits()
+	return []string{
+		"PUSHD_MAX_CONNS_PER_IP=" + strconv.Itoa(perIP),
+		"PUSHD_CONNECT_IP_RATE=" + strconv.Itoa(ipRate),
+		"PUSHD_CONNECT_IP_BURST=" + strconv.Itoa(ipBurst),
+		"PUSHD_EXPECTED_NODES=" + strconv.Itoa(c.nodeCount()),
+	}
+}
+
+// addressLimits are -limits production's per-address settings: a stream
+// cap a quarter above the clients one source address holds (on one node
+// when the node count divides -sources), and a connect bucket refilling
+// at twice the ramp's share of an address, so the first attempts that
+// fail and retry fit too, holding a second of that; never below pushd's
+// defaults (5,000 streams, 20/s, 200).
+func (c config) addressLimits() (perIP, ipRate, ipBurst int) {
+	perIP = max(5000, int(math.Ceil(1.25*float64(c.Conns)/float64(c.Sources))))
+	ipRate = max(20, int(math.Ceil(2*c.Ramp/float64(c.Sources))))
+	return perIP, ipRate, max(200, ipRate)
+}
+
 func validScenario(s string) bool {
 	for _, v := range scenarios {
 		if v == s {
@@ -411,6 +494,9 @@ func (c config) withDefaults() config {
 		c.Target = "pushd"
 	}
 	c.Nodes = c.nodeCount()
+	if c.Limits == "" {
+		c.Limits = "off"
+	}
 	if c.Target == "centrifugo" {
 		// Centrifugo reads no PostgreSQL: its publisher writes only to it.
 		c.PGWrites = "off"

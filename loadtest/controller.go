@@ -410,7 +410,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 	}
 	_, err := r.all(ctx, func(i int) command {
 		return command{Cmd: "init", URLs: r.nodes.urls(), Transport: r.cfg.Transport, Target: r.kind.name, Secret: r.secret,
-			Sources: sources, Tenants: r.cfg.Tenants, Worker: i}
+			Sources: sources, Tenants: r.cfg.Tenants, Worker: i, OwnUsers: r.cfg.production()}
 	}, "ready", 30*time.Second)
 	return err
 }
@@ -459,15 +459,7 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 	if cfg.StormResume {
 		common = append(common, "--streams")
 	}
-	// Admission limits are for browsers, and the load generator is a few
-	// users on 16 addresses opening thousands of connections a second: off
-	// unless -server-env sets them, the failed-authentication bucket per
-	// address too (a server that counts every authentication against it
-	// would otherwise let 20 connections per address in). Environment, not flags, so servers
-	// built from commits older than the flags still start.
-	env := append([]string{"PUSHD_CONNECT_IP_BURST=0", "PUSHD_CONNECT_USER_BURST=0",
-		"PUSHD_MAX_CONNS_PER_USER=0", "PUSHD_MAX_CONNS_PER_TENANT=0", "PUSHD_API_LIMIT_FREE=0", "PUSHD_MAX_CONNS_PER_IP=0",
-		"PUSHD_AUTH_FAILURE_BURST=0"}, cfg.serverEnv()...)
+	env := append(cfg.limitsEnv(), cfg.serverEnv()...)
 	if cfg.RepairInterval > 0 {
 		env = append(env, "PUSHD_REPAIR_INTERVAL="+cfg.RepairInterval.String())
 	}

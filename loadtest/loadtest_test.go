@@ -312,7 +312,8 @@ func TestCluster(t *testing.T) {
 }
 
 // TestFleetFlags: -nodes runs the scenarios several nodes can, alone or on
-// the cluster.
+// the cluster; -limits production runs idle and fanout on pushd, with at
+// most pushd's per-tenant cap on one tenant.
 func TestFleetFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-nodes", "0", "-scenario", "idle"},
@@ -321,6 +322,10 @@ func TestFleetFlags(t *testing.T) {
 		{"-nodes", "2", "-scenario", "storm", "-storm-resume"},
 		{"-nodes", "2", "-scenario", "idle", "-target", "centrifugo", "-centrifugo-bin", "x"},
 		{"-cluster", "-nodes", "5", "-scenario", "churn"},
+		{"-limits", "lax", "-scenario", "idle"},
+		{"-limits", "production", "-scenario", "storm"},
+		{"-limits", "production", "-quick"},
+		{"-limits", "production", "-scenario", "idle", "-conns", "200000"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("%v: accepted", args)
@@ -334,6 +339,7 @@ func TestFleetFlags(t *testing.T) {
 		{[]string{"-scenario", "fanout", "-cluster"}, 3},
 		{[]string{"-scenario", "idle", "-cluster", "-nodes", "5"}, 5},
 		{[]string{"-scenario", "storm", "-nodes", "4"}, 4},
+		{[]string{"-scenario", "idle", "-nodes", "8", "-limits", "production", "-conns", "200000", "-tenants", "20"}, 8},
 	} {
 		cfg, err := parseFlags(tc.args, io.Discard)
 		if err != nil {
@@ -352,6 +358,11 @@ func TestFleetFlags(t *testing.T) {
 		if !slices.Contains(multiNodeScenarios, c.Scenario) {
 			t.Errorf("-quick -nodes 2 runs %s", c.Scenario)
 		}
+	}
+	// 16 sources and a ramp of 2,000/s: 125 connects a second from each.
+	c := config{Conns: 80000, Sources: 16, Ramp: 2000}
+	if perIP, rate, burst := c.addressLimits(); perIP != 6250 || rate != 250 || burst != 250 {
+		t.Errorf("address limits for 80,000 connections from 16 sources: %d streams, %d/s, burst %d; want 6250, 250, 250", perIP, rate, burst)
 	}
 }
 

@@ -16,7 +16,8 @@
 // fanout and storm run on three nodes (or -nodes) over a private Redis
 // Cluster, clients spread over them; -kill-master kills a master halfway
 // through fanout's publishing. -nodes N runs N nodes on the private Redis
-// (idle, fanout, churn, storm).
+// (idle, fanout, churn, storm). -limits production keeps pushd's admission limits, leases
+// included, with per-address ones sized for the few source addresses.
 // With -storm-resume, storm restarts a node running --streams with Redis
 // kept instead: every task changes just before the stop, a share of them
 // (-storm-moved) while the node is down, and the clients, resuming from

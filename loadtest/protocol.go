@@ -21,6 +21,10 @@ type command struct {
 	Sources   []string `json:"sources,omitempty"`
 	Tenants   int      `json:"tenants,omitempty"`
 	Worker    int      `json:"worker,omitempty"`
+	// OwnUsers: each connection is a user of its own, its token granting
+	// its task's project (-limits production); else a connection is its
+	// task's owner, whose token the user's connections share.
+	OwnUsers bool `json:"own_users,omitempty"`
 
 	// open: connections First..First+Count-1, connection i watching task
 	// i mod Tasks, at Rate per second, over Transport (empty: the one of
@@ -217,5 +221,9 @@ func tenantOf(i, tenants int) string { return "t" + strconv.Itoa(i%tenants) }
 func userIndex(i, tenants int) int { return i % (tenants * 20) }
 
 func userOf(i, tenants int) string { return "u" + strconv.Itoa(userIndex(i, tenants)) }
+
+// connUser is connection id's user when each connection is a user of its
+// own: a name no task owner has.
+func connUser(id int) string { return "c" + strconv.Itoa(id) }
 
 func projectOf(i, tenants int) string { return "p" + strconv.Itoa(i%(tenants*5)) }

@@ -55,6 +55,10 @@ type result struct {
 		Env  []string `json:"env,omitempty"`
 	} `json:"server"`
 
+	// Limits is "production" when pushd ran with its admission limits on
+	// (-limits production); empty: off.
+	Limits string `json:"limits,omitempty"`
+
 	OK       bool     `json:"ok"`
 	Problems []string `json:"problems,omitempty"` // what made it fail
 	Warnings []string `json:"warnings,omitempty"`
@@ -144,6 +148,9 @@ func newResult(cfg config, commit string) *result {
 	}
 	r.Started = r.started.UTC().Format(time.RFC3339)
 	r.Nodes = cfg.nodeCount()
+	if cfg.production() {
+		r.Limits = cfg.Limits
+	}
 	switch cfg.Scenario {
 	case "fanout", "churn", "outage", "stall":
 		r.Rate = cfg.Rate

@@ -20,6 +20,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/snapshot"
 )
 
 // profileEnv names a directory where each worker writes a CPU profile of
@@ -73,6 +74,7 @@ type worker struct {
 	centrifugo bool   // the server is Centrifugo: its endpoints, tokens and protocol
 	secret     []byte // the token secret
 	tenants    int
+	ownUsers   bool // each connection a user of its own (init's OwnUsers)
 	signer     *auth.Signer
 	sources    []string // loopback source addresses, as init named them
 	dialers    []*net.Dialer
@@ -194,6 +196,7 @@ func (w *worker) init(cmd command) {
 	w.centrifugo = cmd.Target == "centrifugo"
 	w.secret = cmd.Secret
 	w.tenants = max(cmd.Tenants, 1)
+	w.ownUsers = cmd.OwnUsers
 	w.signer = auth.NewSigner(cmd.Secret)
 	w.index = cmd.Worker
 	w.sources = cmd.Sources
@@ -243,6 +246,18 @@ func (w *worker) token(task int) string {
 		w.logf("sign: %v", err)
 	}
 	w.tokens[key] = t
+	return t
+}
+
+// connToken is a token of connection id's own user, granting the project
+// of its task: as a browser holds, one per client, so per-user caps and
+// buckets count one connection each. Minted per connection, not cached.
+func (w *worker) connToken(id, task int) string {
+	t, err := w.signer.Sign(auth.Principal{TenantID: tenantOf(task, w.tenants), UserID: connUser(id),
+		Grant: &snapshot.Grant{Projects: []string{projectOf(task, w.tenants)}}, ExpiresAt: time.Now().Add(12 * time.Hour)})
+	if err != nil {
+		w.logf("sign: %v", err)
+	}
 	return t
 }
 
@@ -309,7 +324,11 @@ func (w *worker) open(cmd command) {
 }
 
 func (w *worker) newConn(id, task int, ws bool) *conn {
-	c := &conn{w: w, id: id, task: int32(task), token: w.token(task), ws: ws}
+	tok := w.token(task)
+	if w.ownUsers {
+		tok = w.connToken(id, task)
+	}
+	c := &conn{w: w, id: id, task: int32(task), token: tok, ws: ws}
 	w.connsMu.Lock()
 	c.slot = len(w.conns)
 	w.conns = append(w.conns, c)
