@@ -41,6 +41,10 @@ type config struct {
 	// per-user ones off and takes no leases, "production" keeps them as an
 	// operator would set them for many clients behind few addresses.
 	Limits string
+	// Hold is how long idle holds every connection before its memory
+	// figures are read; 0 takes the default, 3 s (under 1,000
+	// connections, 0.5 s).
+	Hold time.Duration
 
 	Conns     int
 	Tasks     int
@@ -112,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.Cluster, "cluster", false, "three pushd nodes (or -nodes) on a private Redis Cluster (three masters, a replica each), clients spread over them; idle, fanout and storm only (with -quick: fanout, storm and fanout with -kill-master)")
 	fs.IntVar(&c.Nodes, "nodes", 0, "pushd nodes, each its own process, ports and log, on the run's Redis, clients spread over them by connection (connection i dials node i mod nodes); more than one runs idle, fanout, churn and storm (default 1; with -cluster 3)")
 	fs.StringVar(&c.Limits, "limits", "off", "pushd's admission limits: off (the per-address connect bucket and stream cap, the per-user connect bucket, the failed-authentication bucket, the API limits and the per-user and per-tenant caps off, so no leases are taken; clients of one user share its token) or production (idle and fanout: pushd's defaults for all of them, caps and leases on, each connection a user of its own whose token grants its task's project, and per source address, since 16 loopback addresses stand for many clients: --max-conns-per-ip max(5000, 1.25 × conns/sources), --connect-ip-rate max(20, 2 × ramp/sources)/s with --connect-ip-burst max(200, that rate), --expected-nodes the node count; a tenant may hold at most pushd's 10,000)")
+	fs.DurationVar(&c.Hold, "hold", 0, "idle: how long every connection is held, idle, after all converged, before the memory figures are read (default 3s; under 1000 connections 0.5s)")
 	fs.BoolVar(&c.KillMaster, "kill-master", false, "with -cluster -scenario fanout: SIGKILL the master serving tenant t0's channel halfway through the publishing, and measure how long its tenants' deliveries stop")
 	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000, stall 1000 healthy ones, half SSE and half WebSocket, repair 10000)")
 	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500, stall 100, repair = conns)")
@@ -210,6 +215,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if err := c.checkLimits(); err != nil {
 		return c, err
+	}
+	if c.Hold < 0 || (c.Hold > 0 && c.Scenario != "idle") {
+		return c, fmt.Errorf("-hold needs -scenario idle and a positive duration")
 	}
 	if c.StormResume && (c.Scenario != "storm" || c.Cluster) {
 		return c, fmt.Errorf("-storm-resume needs -scenario storm, without -cluster")

@@ -207,11 +207,7 @@ func (r *run) final(ctx context.Context) (*merged, error) {
 	}
 	m := mergeReports(r.cfg.Scenario, replies)
 	r.res.setConvergence(m)
-	var rss int64
-	for _, w := range r.workers {
-		rss += procRSS(w.proc.pid())
-	}
-	if m.Live > 0 && rss > 0 {
+	if rss := r.workersRSS(); m.Live > 0 && rss > 0 {
 		r.res.fig("loadgen_rss_per_conn_kb", float64(rss)/float64(m.Live), "KB/conn", false)
 	}
 	r.res.fig("loadgen_goroutines_per_conn", float64(m.Goroutines)/float64(max(m.Live, 1)), "goroutines/conn", false)

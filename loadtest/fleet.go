@@ -99,13 +99,18 @@ func (f fleet) scrape(ctx context.Context) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	return sumMetrics(each), nil
+}
+
+// sumMetrics adds every series up over the scrapes.
+func sumMetrics(each []metrics) metrics {
 	sum := metrics{}
 	for _, m := range each {
 		for k, v := range m {
 			sum[k] += v
 		}
 	}
-	return sum, nil
+	return sum
 }
 
 // scrapeEach reads every node's /metrics.

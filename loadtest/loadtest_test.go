@@ -311,6 +311,60 @@ func TestCluster(t *testing.T) {
 	})
 }
 
+// TestFleetIdle runs idle on three nodes with the production limits, for
+// each transport: every node holds some of the 300 connections, and every
+// part's cost per connection is reported, node by node for the server.
+// The transports run one after the other: the kernel's figures are the
+// whole machine's.
+func TestFleetIdle(t *testing.T) {
+	for _, transport := range []string{"sse", "ws"} {
+		t.Run(transport, func(t *testing.T) {
+			cfg := tinyConfig("idle", transport)
+			cfg.Conns, cfg.Nodes, cfg.Limits = 300, 3, "production"
+			cfg = cfg.withDefaults()
+			res := runTiny(t, cfg)
+			if res.Nodes != 3 || res.Limits != "production" || !strings.Contains(res.row(), "3 nodes") {
+				t.Errorf("the result does not say 3 nodes with production limits: %d nodes, limits %q, row %s", res.Nodes, res.Limits, res.row())
+			}
+			for _, name := range []string{"rss_per_conn_kb", "server_rss_per_conn_kb_min", "server_rss_per_conn_kb_max",
+				"loadgen_rss_per_conn_kb", "kernel_per_conn_kb", "redis_mem_per_conn_bytes", "connect_all_s"} {
+				if v := figureOf(t, res, name); v <= 0 {
+					t.Errorf("%s = %v, want above 0", name, v)
+				}
+			}
+			figureOf(t, res, "kernel_sockbuf_per_conn_kb")
+			figureOf(t, res, "kernel_slab_per_conn_kb")
+			figureOf(t, res, "loadgen_rss_delta_per_conn_kb")
+			if lo, hi := figureOf(t, res, "server_rss_per_conn_kb_min"), figureOf(t, res, "server_rss_per_conn_kb_max"); lo > hi {
+				t.Errorf("server RSS per connection: min %v above max %v", lo, hi)
+			}
+			for _, key := range []string{"connections", "server_rss_per_conn_kb", "goroutines_per_conn"} {
+				if v := res.PerNode[key]; len(v) != 3 {
+					t.Errorf("per_node[%s] = %v, want one value per node", key, v)
+				}
+			}
+			// Clients go round-robin over the nodes: 100 each.
+			for i, n := range res.PerNode["connections"] {
+				if n <= 0 {
+					t.Errorf("node %d held %v connections", i, n)
+				}
+			}
+			if n := res.NodeConnections; len(n) != 3 || n[0] != 100 || n[1] != 100 || n[2] != 100 {
+				t.Errorf("connections per node at the end %v, want [100 100 100]", n)
+			}
+			// Production limits take a lease per connection, and refuse none.
+			if l := res.ServerMetrics["pushd_admission_leases"]; l != float64(cfg.Conns) {
+				t.Errorf("%v leases held at the end, want one per connection, %d", l, cfg.Conns)
+			}
+			for k, v := range res.ServerMetrics {
+				if strings.HasPrefix(k, "pushd_admission_rejected_total") && v > 0 {
+					t.Errorf("%s = %v: a production limit refused clients", k, v)
+				}
+			}
+		})
+	}
+}
+
 // TestFleetFlags: -nodes runs the scenarios several nodes can, alone or on
 // the cluster; -limits production runs idle and fanout on pushd, with at
 // most pushd's per-tenant cap on one tenant.
@@ -326,6 +380,7 @@ func TestFleetFlags(t *testing.T) {
 		{"-limits", "production", "-scenario", "storm"},
 		{"-limits", "production", "-quick"},
 		{"-limits", "production", "-scenario", "idle", "-conns", "200000"},
+		{"-hold", "10s", "-scenario", "fanout"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("%v: accepted", args)

@@ -6,6 +6,7 @@
 //	go run ./loadtest -scenario fanout -transport sse -conns 10000 -tasks 1000 -rate 1000 -duration 20s
 //	go run ./loadtest -quick            # every scenario at small scale, both transports
 //	go run ./loadtest -cluster -scenario fanout -kill-master   # three nodes on Redis Cluster, a master killed
+//	go run ./loadtest -scenario idle -nodes 4 -conns 40000 -limits production   # memory per connection, part by part
 //	go run ./loadtest -scenario storm -storm-resume -repair-interval 2s   # clients resuming from stream cursors
 //
 // Scenarios: idle (memory per connection), fanout (latency, deliveries/s,
@@ -16,7 +17,9 @@
 // fanout and storm run on three nodes (or -nodes) over a private Redis
 // Cluster, clients spread over them; -kill-master kills a master halfway
 // through fanout's publishing. -nodes N runs N nodes on the private Redis
-// (idle, fanout, churn, storm). -limits production keeps pushd's admission limits, leases
+// (idle, fanout, churn, storm), and idle then reports the server's memory
+// per connection node by node beside the workers', the kernel's and
+// Redis's. -limits production keeps pushd's admission limits, leases
 // included, with per-address ones sized for the few source addresses.
 // With -storm-resume, storm restarts a node running --streams with Redis
 // kept instead: every task changes just before the stop, a share of them

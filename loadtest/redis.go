@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -157,4 +158,37 @@ func flushAll(ctx context.Context, rdb redis.UniversalClient) error {
 		})
 	}
 	return rdb.FlushAll(ctx).Err()
+}
+
+// usedMemory is Redis's used_memory (INFO memory) in bytes: on a cluster,
+// the masters' sum (each replica holds as much again).
+func usedMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	one := func(ctx context.Context, c *redis.Client) (int64, error) {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			return 0, err
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+				return strconv.ParseInt(v, 10, 64)
+			}
+		}
+		return 0, fmt.Errorf("INFO memory has no used_memory")
+	}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return one(ctx, c)
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		var total int64
+		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			n, err := one(ctx, m)
+			mu.Lock()
+			total += n
+			mu.Unlock()
+			return err
+		})
+		return total, err
+	}
+	return 0, fmt.Errorf("no Redis to read")
 }

@@ -58,6 +58,12 @@ type result struct {
 	// Limits is "production" when pushd ran with its admission limits on
 	// (-limits production); empty: off.
 	Limits string `json:"limits,omitempty"`
+	// Hold is how long idle held every connection before reading memory.
+	Hold string `json:"hold,omitempty"`
+	// PerNode is idle's per-connection figures node by node (each node's
+	// RSS and goroutines after less before, over the connections it held),
+	// and the connections each held when they were read.
+	PerNode map[string][]float64 `json:"per_node,omitempty"`
 
 	OK       bool     `json:"ok"`
 	Problems []string `json:"problems,omitempty"` // what made it fail

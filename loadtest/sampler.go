@@ -137,6 +137,10 @@ type sample struct {
 	Deliveries  float64 `json:"deliveries"`
 	PGQueries   float64 `json:"pg_queries"`
 	Polling     bool    `json:"polling,omitempty"`
+
+	// NodeGoroutines and NodeConnections are each node's, with several.
+	NodeGoroutines  []float64 `json:"node_goroutines,omitempty"`
+	NodeConnections []float64 `json:"node_connections,omitempty"`
 }
 
 // sampler records the server every 500 ms, following it across restarts.
@@ -175,7 +179,14 @@ func (s *sampler) take(ctx context.Context) sample {
 		sm.NodeRSSKB = rss
 	}
 	sm.CPUSeconds = float64(sum(s.nodes.cpu())) / clockTicks
-	if m, err := s.nodes.scrape(ctx); err == nil {
+	if each, err := s.nodes.scrapeEach(ctx); err == nil {
+		m := sumMetrics(each)
+		if len(each) > 1 {
+			for _, e := range each {
+				sm.NodeGoroutines = append(sm.NodeGoroutines, e["go_goroutines"])
+				sm.NodeConnections = append(sm.NodeConnections, e[s.connections])
+			}
+		}
 		sm.Goroutines = m["go_goroutines"]
 		sm.Connections = m[s.connections]
 		sm.Deliveries = s.deliveries(m)
@@ -206,26 +217,65 @@ func (s *sampler) all() []sample {
 // goroutine count: the server at rest, as near to after a GC as can be seen
 // from outside.
 func (s *sampler) settled(ctx context.Context, n int) (rssKB int64, goroutines float64) {
+	st := s.settledEach(ctx, n)
+	return st.RSSKB, st.Goroutines
+}
+
+// rest is the server at rest: over several samples, the smallest RSS and
+// goroutines of the fleet and, with several nodes, of each node (each
+// node's own smallest), and each node's connections at its last sample.
+type rest struct {
+	RSSKB           int64
+	Goroutines      float64
+	NodeRSSKB       []int64
+	NodeGoroutines  []float64
+	NodeConnections []float64
+}
+
+// settledEach is settled node by node.
+func (s *sampler) settledEach(ctx context.Context, n int) rest {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
-	rssKB, goroutines = -1, -1
+	r := rest{RSSKB: -1, Goroutines: -1}
 	for i := range n {
 		if i > 0 {
 			select {
 			case <-ctx.Done():
-				return
+				return r
 			case <-tick.C:
 			}
 		}
 		sm := s.take(ctx)
-		if rssKB < 0 || (sm.RSSKB > 0 && sm.RSSKB < rssKB) {
-			rssKB = sm.RSSKB
+		if r.RSSKB < 0 || (sm.RSSKB > 0 && sm.RSSKB < r.RSSKB) {
+			r.RSSKB = sm.RSSKB
 		}
-		if goroutines < 0 || (sm.Goroutines > 0 && sm.Goroutines < goroutines) {
-			goroutines = sm.Goroutines
+		if r.Goroutines < 0 || (sm.Goroutines > 0 && sm.Goroutines < r.Goroutines) {
+			r.Goroutines = sm.Goroutines
+		}
+		r.NodeRSSKB = minEach(r.NodeRSSKB, sm.NodeRSSKB)
+		r.NodeGoroutines = minEach(r.NodeGoroutines, sm.NodeGoroutines)
+		if sm.NodeConnections != nil {
+			r.NodeConnections = sm.NodeConnections
 		}
 	}
-	return rssKB, goroutines
+	return r
+}
+
+// minEach is the smaller of a and b element by element, where b has a
+// value (above 0): a node's missing sample does not count as its least.
+func minEach[T int64 | float64](a, b []T) []T {
+	if len(b) == 0 {
+		return a
+	}
+	if len(a) != len(b) {
+		return slices.Clone(b)
+	}
+	for i := range a {
+		if b[i] > 0 && (a[i] <= 0 || b[i] < a[i]) {
+			a[i] = b[i]
+		}
+	}
+	return a
 }
 
 // cpuMark is the CPU time of everything the run measures, at one moment.
@@ -302,3 +352,39 @@ func tcpExt(names ...string) map[string]int64 {
 // listenCounters are the accept-queue overflows and SYN retransmissions a
 // connection storm causes.
 var listenCounters = []string{"ListenOverflows", "ListenDrops", "TCPSynRetrans"}
+
+// kernelMem is the machine's kernel memory that sockets take, in KB:
+// TCP socket buffers (/proc/net/sockstat's "TCP: ... mem", in pages) and
+// the slab caches (/proc/meminfo's Slab), where a socket's struct, inode,
+// file and epoll entry live. Both are machine-wide: whatever else runs on
+// the machine moves them too.
+type kernelMem struct {
+	SockKB, SlabKB int64
+}
+
+func readKernelMem() kernelMem {
+	var k kernelMem
+	if b, err := os.ReadFile("/proc/net/sockstat"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			rest, ok := strings.CutPrefix(line, "TCP:")
+			if !ok {
+				continue
+			}
+			f := strings.Fields(rest)
+			for i := 0; i+1 < len(f); i += 2 {
+				if f[i] == "mem" {
+					pages, _ := strconv.ParseInt(f[i+1], 10, 64)
+					k.SockKB = pages * int64(os.Getpagesize()) / 1024
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Slab:"); ok {
+				k.SlabKB, _ = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			}
+		}
+	}
+	return k
+}

@@ -3,29 +3,44 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// runIdle measures what an idle connection costs the server: RSS and
-// goroutines before anyone connects and after every connection holds its
-// snapshot and the server has settled.
+// runIdle measures what an idle connection costs each part of the
+// machine: the server (RSS and goroutines, of the fleet and node by node),
+// the load generator's workers, the kernel and Redis, before anyone
+// connects and after every connection holds its snapshot and has been held
+// idle for -hold.
 func runIdle(ctx context.Context, r *run) error {
 	// A server with few connections settles at once; a big run gets 3 s
 	// and the smallest of several samples (there is no forced GC from outside).
-	wait, samples := 3*time.Second, 6
+	hold, samples := r.cfg.Hold, 6
 	if r.cfg.Conns < 1000 {
-		wait, samples = 500*time.Millisecond, 2
+		samples = 2
+		if hold <= 0 {
+			hold = 500 * time.Millisecond
+		}
 	}
-	rssBefore, gBefore := r.samp.settled(ctx, max(2, samples-2))
+	if hold <= 0 {
+		hold = 3 * time.Second
+	}
+	r.res.Hold = hold.String()
+	before := r.samp.settledEach(ctx, max(2, samples-2))
+	m0 := r.scrape(ctx)
+	k0, redis0, workers0 := readKernelMem(), r.redisMemory(ctx), r.workersRSS()
 	if err := r.connectAll(ctx); err != nil {
 		return err
 	}
-	if err := sleepCtx(ctx, wait); err != nil {
+	if err := sleepCtx(ctx, hold); err != nil {
 		return err
 	}
-	rssAfter, gAfter := r.samp.settled(ctx, samples)
+	after := r.samp.settledEach(ctx, samples)
+	m1 := r.scrape(ctx)
+	k1, redis1, workers1 := readKernelMem(), r.redisMemory(ctx), r.workersRSS()
+	rssBefore, rssAfter, gBefore, gAfter := before.RSSKB, after.RSSKB, before.Goroutines, after.Goroutines
 	n := float64(r.cfg.Conns)
 	r.res.fig("rss_before_mb", float64(rssBefore)/1024, "MB", false)
 	r.res.fig("rss_after_mb", float64(rssAfter)/1024, "MB", true)
@@ -33,6 +48,28 @@ func runIdle(ctx context.Context, r *run) error {
 	r.res.fig("goroutines_before", gBefore, "", false)
 	r.res.fig("goroutines_after", gAfter, "", false)
 	r.res.fig("goroutines_per_conn", (gAfter-gBefore)/n, "goroutines/conn", true)
+	r.nodeFigures(before, after)
+	if m0["go_memstats_heap_inuse_bytes"] > 0 && m1["go_memstats_heap_inuse_bytes"] > 0 {
+		// Nothing forces a GC here: RSS holds what the connect burst freed
+		// until the runtime's scavenger returns what lies past the heap
+		// goal, and heap_idle less heap_released, summed over the nodes,
+		// is the free heap RSS still counted at the reading.
+		r.res.fig("server_heap_inuse_per_conn_kb", (m1["go_memstats_heap_inuse_bytes"]-m0["go_memstats_heap_inuse_bytes"])/1024/n, "KB/conn", false)
+		r.res.fig("server_heap_free_unreturned_mb", (m1["go_memstats_heap_idle_bytes"]-m1["go_memstats_heap_released_bytes"])/(1<<20), "MB", false)
+	}
+	if workers0 > 0 && workers1 > 0 {
+		// The workers' growth alone: their RSS before anyone connected is
+		// the runtime's and the worker's own, not the connections'.
+		r.res.fig("loadgen_rss_delta_per_conn_kb", float64(workers1-workers0)/n, "KB/conn", false)
+	}
+	// Both ends of every connection are sockets of this machine's kernel.
+	sock, slab := float64(k1.SockKB-k0.SockKB)/n, float64(k1.SlabKB-k0.SlabKB)/n
+	r.res.fig("kernel_per_conn_kb", sock+slab, "KB/conn", true)
+	r.res.fig("kernel_sockbuf_per_conn_kb", sock, "KB/conn", false)
+	r.res.fig("kernel_slab_per_conn_kb", slab, "KB/conn", false)
+	if redis0 > 0 && redis1 > 0 {
+		r.res.fig("redis_mem_per_conn_bytes", float64(redis1-redis0)/n, "B/conn", true)
+	}
 	m, err := r.final(ctx)
 	if err != nil {
 		return err
@@ -43,6 +80,58 @@ func runIdle(ctx context.Context, r *run) error {
 		r.res.latency("connect", m.phase("ramp").Connect, true)
 	}
 	return nil
+}
+
+// nodeFigures reports idle's server figures per connection node by node:
+// each node's RSS and goroutines after less before, over the connections
+// it held after (its pushd_connections; with one node, every connection),
+// in per_node, and the least and most RSS per connection of any node.
+func (r *run) nodeFigures(before, after rest) {
+	rssB, rssA, gB, gA, conns := before.NodeRSSKB, after.NodeRSSKB, before.NodeGoroutines, after.NodeGoroutines, after.NodeConnections
+	if len(r.nodes) == 1 {
+		rssB, rssA, gB, gA = []int64{before.RSSKB}, []int64{after.RSSKB}, []float64{before.Goroutines}, []float64{after.Goroutines}
+		conns = []float64{float64(r.cfg.Conns)}
+	}
+	k := len(r.nodes)
+	if len(rssB) != k || len(rssA) != k || len(gB) != k || len(gA) != k || len(conns) != k {
+		r.res.warn("idle: no per-node figures: a node was not sampled before and after")
+		return
+	}
+	var rssPer, gPer []float64
+	for i := range k {
+		if conns[i] <= 0 {
+			r.res.warn("idle: node %d holds no connection", i)
+			return
+		}
+		rssPer = append(rssPer, float64(rssA[i]-rssB[i])/conns[i])
+		gPer = append(gPer, (gA[i]-gB[i])/conns[i])
+	}
+	r.res.PerNode = map[string][]float64{"connections": conns, "server_rss_per_conn_kb": rssPer, "goroutines_per_conn": gPer}
+	r.res.fig("server_rss_per_conn_kb_min", slices.Min(rssPer), "KB/conn", true)
+	r.res.fig("server_rss_per_conn_kb_max", slices.Max(rssPer), "KB/conn", true)
+}
+
+// workersRSS is the workers' resident sets, summed, in KB.
+func (r *run) workersRSS() int64 {
+	var rss int64
+	for _, w := range r.workers {
+		rss += procRSS(w.proc.pid())
+	}
+	return rss
+}
+
+// redisMemory is the run's Redis's used_memory in bytes, 0 when there is
+// none to read (Centrifugo) or it did not answer.
+func (r *run) redisMemory(ctx context.Context) int64 {
+	if r.rdb == nil {
+		return 0
+	}
+	n, err := usedMemory(ctx, r.rdb)
+	if err != nil {
+		r.logf("redis memory: %v", err)
+		return 0
+	}
+	return n
 }
 
 // runFanout publishes rate updates/s for duration to connected clients and
