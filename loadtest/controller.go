@@ -227,10 +227,31 @@ func (r *run) final(ctx context.Context) (*merged, error) {
 			r.res.ServerMetrics[k] = v
 		}
 	}
+	if r.cfg.production() {
+		r.admissionFigures(final)
+	}
 	if m.Converged < m.Live && r.kind.name == "pushd" {
 		r.diagnose(ctx, m.StuckTasks)
 	}
 	return m, nil
+}
+
+// admissionFigures reports, under -limits production, what the limits
+// did over the run: the checks refused (a refused client retries, so a
+// run can converge with some) and those decided on local limits because
+// the control Redis did not answer within --admission-timeout.
+func (r *run) admissionFigures(m metrics) {
+	var rejected float64
+	for k, v := range m {
+		if strings.HasPrefix(k, "pushd_admission_rejected_total{") {
+			rejected += v
+		}
+	}
+	r.res.fig("admission_rejected", rejected, "", false)
+	r.res.fig("admission_fallbacks", m["pushd_admission_fallbacks_total"], "", false)
+	if rejected > 0 {
+		r.res.warn("-limits production: pushd refused %v admission checks (pushd_admission_rejected_total by rule in server_metrics)", rejected)
+	}
 }
 
 // ownSeries is the server's own series of a scrape (names starting with

@@ -356,11 +356,10 @@ func TestFleetIdle(t *testing.T) {
 			if l := res.ServerMetrics["pushd_admission_leases"]; l != float64(cfg.Conns) {
 				t.Errorf("%v leases held at the end, want one per connection, %d", l, cfg.Conns)
 			}
-			for k, v := range res.ServerMetrics {
-				if strings.HasPrefix(k, "pushd_admission_rejected_total") && v > 0 {
-					t.Errorf("%s = %v: a production limit refused clients", k, v)
-				}
+			if n := figureOf(t, res, "admission_rejected"); n != 0 {
+				t.Errorf("a production limit refused %v admission checks: %v", n, res.Warnings)
 			}
+			figureOf(t, res, "admission_fallbacks")
 		})
 	}
 }
