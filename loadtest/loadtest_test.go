@@ -327,7 +327,7 @@ func TestFleetIdle(t *testing.T) {
 				t.Errorf("the result does not say 3 nodes with production limits: %d nodes, limits %q, row %s", res.Nodes, res.Limits, res.row())
 			}
 			for _, name := range []string{"rss_per_conn_kb", "server_rss_per_conn_kb_min", "server_rss_per_conn_kb_max",
-				"loadgen_rss_per_conn_kb", "kernel_per_conn_kb", "redis_mem_per_conn_bytes", "connect_all_s"} {
+				"loadgen_rss_per_conn_kb", "kernel_per_conn_kb", "redis_mem_per_conn_bytes", "redis_conn_keys_per_conn_bytes", "connect_all_s"} {
 				if v := figureOf(t, res, name); v <= 0 {
 					t.Errorf("%s = %v, want above 0", name, v)
 				}
@@ -335,6 +335,7 @@ func TestFleetIdle(t *testing.T) {
 			figureOf(t, res, "kernel_sockbuf_per_conn_kb")
 			figureOf(t, res, "kernel_slab_per_conn_kb")
 			figureOf(t, res, "loadgen_rss_delta_per_conn_kb")
+			figureOf(t, res, "redis_task_keys_change_mb")
 			if lo, hi := figureOf(t, res, "server_rss_per_conn_kb_min"), figureOf(t, res, "server_rss_per_conn_kb_max"); lo > hi {
 				t.Errorf("server RSS per connection: min %v above max %v", lo, hi)
 			}

@@ -192,3 +192,65 @@ func usedMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 	}
 	return 0, fmt.Errorf("no Redis to read")
 }
+
+// keyMemory is what a Redis's keys take (MEMORY USAGE, key and value with
+// their overhead), by class: Task is the task keys (snapshots and their
+// bookkeeping, which expire with their task's status, whoever watches
+// it), Conn the connections' (conn: leases and counts, rl: connect
+// buckets), Other the rest.
+type keyMemory struct {
+	Task, Conn, Other int64
+}
+
+// keysMemory scans every key of rdb (on a cluster, of every master) and
+// adds up what each class takes.
+func keysMemory(ctx context.Context, rdb redis.UniversalClient, prefix string) (keyMemory, error) {
+	var mu sync.Mutex
+	var total keyMemory
+	one := func(ctx context.Context, c *redis.Client) error {
+		var cursor uint64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, "", 1000).Result()
+			if err != nil {
+				return err
+			}
+			pipe := c.Pipeline()
+			cmds := make([]*redis.IntCmd, len(keys))
+			for i, k := range keys {
+				cmds[i] = pipe.MemoryUsage(ctx, k)
+			}
+			if len(keys) > 0 {
+				pipe.Exec(ctx) // a key that expired meanwhile answers nil: not counted
+			}
+			var km keyMemory
+			for i, k := range keys {
+				n, err := cmds[i].Result()
+				if err != nil {
+					continue
+				}
+				switch k = strings.TrimPrefix(k, prefix); {
+				case strings.HasPrefix(k, "task:"):
+					km.Task += n
+				case strings.HasPrefix(k, "conn:"), strings.HasPrefix(k, "rl:"):
+					km.Conn += n
+				default:
+					km.Other += n
+				}
+			}
+			mu.Lock()
+			total.Task, total.Conn, total.Other = total.Task+km.Task, total.Conn+km.Conn, total.Other+km.Other
+			mu.Unlock()
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return total, one(ctx, c)
+	case *redis.ClusterClient:
+		err := c.ForEachMaster(ctx, one)
+		return total, err
+	}
+	return total, fmt.Errorf("no Redis to read")
+}

@@ -355,12 +355,22 @@ var listenCounters = []string{"ListenOverflows", "ListenDrops", "TCPSynRetrans"}
 
 // kernelMem is the machine's kernel memory that sockets take, in KB:
 // TCP socket buffers (/proc/net/sockstat's "TCP: ... mem", in pages) and
-// the slab caches (/proc/meminfo's Slab), where a socket's struct, inode,
-// file and epoll entry live. Both are machine-wide: whatever else runs on
-// the machine moves them too.
+// the slab caches each socket takes an object of (socketCaches, from
+// /proc/slabinfo: active objects times their size). Both are
+// machine-wide: whatever else runs on the machine moves them too.
+// /proc/slabinfo is root's to read; without it SlabKB is /proc/meminfo's
+// Slab, every cache, and WholeSlab says so.
 type kernelMem struct {
 	SockKB, SlabKB int64
+	WholeSlab      bool
 }
+
+// socketCaches are the slab caches a TCP socket takes an object of: its
+// struct (TCP, TCPv6), its inode, its file and its epoll entry. The
+// dentry each one also has is left out: that cache is the file system's
+// too, and other work on the machine moves it by more than a small run's
+// sockets take.
+var socketCaches = []string{"TCP", "TCPv6", "sock_inode_cache", "filp", "eventpoll_epi", "eventpoll_pwq"}
 
 func readKernelMem() kernelMem {
 	var k kernelMem
@@ -379,6 +389,22 @@ func readKernelMem() kernelMem {
 			}
 		}
 	}
+	if b, err := os.ReadFile("/proc/slabinfo"); err == nil {
+		var bytes int64
+		for line := range strings.SplitSeq(string(b), "\n") {
+			// name <active_objs> <num_objs> <objsize> ...
+			f := strings.Fields(line)
+			if len(f) < 4 || !slices.Contains(socketCaches, f[0]) {
+				continue
+			}
+			active, _ := strconv.ParseInt(f[1], 10, 64)
+			size, _ := strconv.ParseInt(f[3], 10, 64)
+			bytes += active * size
+		}
+		k.SlabKB = bytes / 1024
+		return k
+	}
+	k.WholeSlab = true
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for line := range strings.SplitSeq(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "Slab:"); ok {

@@ -30,7 +30,8 @@ func runIdle(ctx context.Context, r *run) error {
 	r.res.Hold = hold.String()
 	before := r.samp.settledEach(ctx, max(2, samples-2))
 	m0 := r.scrape(ctx)
-	k0, redis0, workers0 := readKernelMem(), r.redisMemory(ctx), r.workersRSS()
+	k0, workers0 := readKernelMem(), r.workersRSS()
+	redis0, keys0 := r.redisMemory(ctx)
 	if err := r.connectAll(ctx); err != nil {
 		return err
 	}
@@ -39,7 +40,8 @@ func runIdle(ctx context.Context, r *run) error {
 	}
 	after := r.samp.settledEach(ctx, samples)
 	m1 := r.scrape(ctx)
-	k1, redis1, workers1 := readKernelMem(), r.redisMemory(ctx), r.workersRSS()
+	k1, workers1 := readKernelMem(), r.workersRSS()
+	redis1, keys1 := r.redisMemory(ctx)
 	rssBefore, rssAfter, gBefore, gAfter := before.RSSKB, after.RSSKB, before.Goroutines, after.Goroutines
 	n := float64(r.cfg.Conns)
 	r.res.fig("rss_before_mb", float64(rssBefore)/1024, "MB", false)
@@ -67,8 +69,16 @@ func runIdle(ctx context.Context, r *run) error {
 	r.res.fig("kernel_per_conn_kb", sock+slab, "KB/conn", true)
 	r.res.fig("kernel_sockbuf_per_conn_kb", sock, "KB/conn", false)
 	r.res.fig("kernel_slab_per_conn_kb", slab, "KB/conn", false)
+	if k0.WholeSlab || k1.WholeSlab {
+		r.res.warn("kernel_slab_per_conn_kb is /proc/meminfo's Slab, every cache: /proc/slabinfo is not readable")
+	}
 	if redis0 > 0 && redis1 > 0 {
-		r.res.fig("redis_mem_per_conn_bytes", float64(redis1-redis0)/n, "B/conn", true)
+		// The task keys expire with their task's status (10 s to an hour)
+		// and are written again when a node reads one from PostgreSQL:
+		// what they gain or lose meanwhile is not the connections'.
+		r.res.fig("redis_mem_per_conn_bytes", float64(redis1-redis0-(keys1.Task-keys0.Task))/n, "B/conn", true)
+		r.res.fig("redis_conn_keys_per_conn_bytes", float64(keys1.Conn-keys0.Conn)/n, "B/conn", false)
+		r.res.fig("redis_task_keys_change_mb", float64(keys1.Task-keys0.Task)/(1<<20), "MB", false)
 	}
 	m, err := r.final(ctx)
 	if err != nil {
@@ -120,18 +130,24 @@ func (r *run) workersRSS() int64 {
 	return rss
 }
 
-// redisMemory is the run's Redis's used_memory in bytes, 0 when there is
-// none to read (Centrifugo) or it did not answer.
-func (r *run) redisMemory(ctx context.Context) int64 {
+// redisMemory is the run's Redis's used_memory in bytes and what its keys
+// take by class; 0 when there is none to read (Centrifugo) or it did not
+// answer.
+func (r *run) redisMemory(ctx context.Context) (int64, keyMemory) {
 	if r.rdb == nil {
-		return 0
+		return 0, keyMemory{}
 	}
 	n, err := usedMemory(ctx, r.rdb)
 	if err != nil {
 		r.logf("redis memory: %v", err)
-		return 0
+		return 0, keyMemory{}
 	}
-	return n
+	km, err := keysMemory(ctx, r.rdb, r.names.Prefix)
+	if err != nil {
+		r.logf("redis keys: %v", err)
+		return 0, keyMemory{}
+	}
+	return n, km
 }
 
 // runFanout publishes rate updates/s for duration to connected clients and
