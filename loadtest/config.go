@@ -34,8 +34,9 @@ type config struct {
 	Cluster    bool
 	KillMaster bool
 	// Nodes is how many pushd nodes run, each its own process, on the
-	// run's Redis; 0 before withDefaults: 1, or clusterMasters with
-	// -cluster.
+	// run's Redis; 0 means the default, 1 or with -cluster clusterMasters
+	// (nodeCount): left 0 by withDefaults, so a config that sets Cluster
+	// after it still gets three.
 	Nodes int
 	// Limits is pushd's admission limits: "off" turns the per-address and
 	// per-user ones off and takes no leases, "production" keeps them as an
@@ -501,7 +502,6 @@ func (c config) withDefaults() config {
 	if c.Target == "" {
 		c.Target = "pushd"
 	}
-	c.Nodes = c.nodeCount()
 	if c.Limits == "" {
 		c.Limits = "off"
 	}

@@ -460,8 +460,8 @@ func startRedis(ctx context.Context, cfg config, dir string) (redisDeployment, e
 	return rs, nil
 }
 
-// newFleet makes the run's pushd nodes, not yet started: cfg.Nodes of
-// them (one, or three with -cluster unless -nodes says), each on ports, a
+// newFleet makes the run's pushd nodes, not yet started: cfg.nodeCount()
+// of them (one, or three with -cluster unless -nodes says), each on ports, a
 // log directory and a node name of its own.
 func (r *run) newFleet(bin, dir string) (fleet, error) {
 	cfg := r.cfg

@@ -401,8 +401,8 @@ func TestFleetFlags(t *testing.T) {
 			t.Errorf("%v: %v", tc.args, err)
 			continue
 		}
-		if runs := cfg.runs(); len(runs) != 1 || runs[0].Nodes != tc.nodes {
-			t.Errorf("%v: runs %d nodes, want %d", tc.args, runs[0].Nodes, tc.nodes)
+		if runs := cfg.runs(); len(runs) != 1 || runs[0].nodeCount() != tc.nodes {
+			t.Errorf("%v: runs %d nodes, want %d", tc.args, runs[0].nodeCount(), tc.nodes)
 		}
 	}
 	cfg, err := parseFlags([]string{"-quick", "-nodes", "2"}, io.Discard)
