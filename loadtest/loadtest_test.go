@@ -327,11 +327,15 @@ func TestFleetIdle(t *testing.T) {
 				t.Errorf("the result does not say 3 nodes with production limits: %d nodes, limits %q, row %s", res.Nodes, res.Limits, res.row())
 			}
 			for _, name := range []string{"rss_per_conn_kb", "server_rss_per_conn_kb_min", "server_rss_per_conn_kb_max",
-				"loadgen_rss_per_conn_kb", "kernel_per_conn_kb", "redis_mem_per_conn_bytes", "redis_conn_keys_per_conn_bytes", "connect_all_s"} {
+				"loadgen_rss_per_conn_kb", "redis_mem_per_conn_bytes", "redis_conn_keys_per_conn_bytes", "connect_all_s"} {
 				if v := figureOf(t, res, name); v <= 0 {
 					t.Errorf("%s = %v, want above 0", name, v)
 				}
 			}
+			// The kernel's is the machine's: the tests of other packages,
+			// opening and closing sockets meanwhile, move it more than 600
+			// sockets do. Reported, not bounded here.
+			figureOf(t, res, "kernel_per_conn_kb")
 			figureOf(t, res, "kernel_sockbuf_per_conn_kb")
 			figureOf(t, res, "kernel_slab_per_conn_kb")
 			figureOf(t, res, "loadgen_rss_delta_per_conn_kb")
