@@ -22,33 +22,30 @@ import (
 // tenant's stream is refused by its tag. Replay needs no tail: any node
 // answers any node's cursor.
 func (t *Tailer) Replay(ctx context.Context, tenant, resume string, window time.Duration) (after, before []snapshot.Notification, fallback string) {
-	r, reason := t.replay(ctx, tenant, resume, window)
-	if reason != "" {
-		t.stats.fallback(reason)
-		return nil, nil, reason
+	after, before, fallback = t.replay(ctx, tenant, resume, window)
+	if fallback != "" {
+		t.stats.fallback(fallback)
+		return nil, nil, fallback
 	}
 	t.stats.replays.Add(1)
-	t.stats.replayed.Add(int64(len(r.after)))
-	t.stats.replayedHeld.Add(int64(len(r.before)))
-	return r.after, r.before, ""
+	t.stats.replayed.Add(int64(len(after)))
+	t.stats.replayedHeld.Add(int64(len(before)))
+	return after, before, ""
 }
 
-// replayed is what a replay read.
-type replayed struct{ after, before []snapshot.Notification }
-
-func (t *Tailer) replay(ctx context.Context, tenant, resume string, window time.Duration) (replayed, string) {
+func (t *Tailer) replay(ctx context.Context, tenant, resume string, window time.Duration) (after, before []snapshot.Notification, fallback string) {
 	p, err := cursor.Decode(resume)
 	if err != nil {
-		return replayed{}, FallbackCorrupt
+		return nil, nil, FallbackCorrupt
 	}
 	if p.Tag != cursor.TenantTag(tenant) {
-		return replayed{}, FallbackTenant
+		return nil, nil, FallbackTenant
 	}
 	key := t.cfg.Names.Stream(tenant)
 	pipe := t.cfg.Client.Pipeline()
 	ep := pipe.Get(ctx, t.cfg.Names.StreamEpoch(tenant))
 	info := pipe.XInfoStream(ctx, key)
-	after := pipe.XRangeN(ctx, key, "("+p.ID.String(), "+", int64(t.cfg.MaxReplay)+1)
+	next := pipe.XRangeN(ctx, key, "("+p.ID.String(), "+", int64(t.cfg.MaxReplay)+1)
 	var prior *redis.XMessageSliceCmd
 	if window > 0 {
 		from := "-"
@@ -61,31 +58,31 @@ func (t *Tailer) replay(ctx context.Context, tenant, resume string, window time.
 	st, err := readState(ep, info)
 	switch {
 	case err != nil:
-		return replayed{}, FallbackUnavailable
+		return nil, nil, FallbackUnavailable
 	case !st.exists || !st.known || st.epoch != p.Epoch:
 		// Gone, or recreated since the cursor was made: Redis lost what
 		// came between.
-		return replayed{}, FallbackEpoch
+		return nil, nil, FallbackEpoch
 	case st.last.Less(p.ID):
-		return replayed{}, FallbackAhead
+		return nil, nil, FallbackAhead
 	case st.lost(p.ID):
-		return replayed{}, FallbackTrimmed
+		return nil, nil, FallbackTrimmed
 	}
-	msgs, err := after.Result()
+	msgs, err := next.Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return replayed{}, FallbackUnavailable
+		return nil, nil, FallbackUnavailable
 	}
 	if len(msgs) > t.cfg.MaxReplay {
-		return replayed{}, FallbackTooMany
+		return nil, nil, FallbackTooMany
 	}
-	r := replayed{after: t.parseEntries(tenant, msgs)}
+	after = t.parseEntries(tenant, msgs)
 	if prior != nil {
 		// Without them the client is only sent more: not worth a fallback.
 		if msgs, err := prior.Result(); err == nil {
-			r.before = t.parseEntries(tenant, msgs)
+			before = t.parseEntries(tenant, msgs)
 		}
 	}
-	return r, ""
+	return after, before, ""
 }
 
 // parseEntries reads a tenant's stream entries, skipping (and counting)
