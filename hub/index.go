@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pushd/pushd/snapshot"
 )
@@ -35,8 +36,9 @@ type index struct {
 type indexShard struct {
 	mu     sync.RWMutex
 	sets   [kinds]map[key]watchers
-	scoped map[string]int   // per tenant whose key hashes here, connections watching a project or a user
-	hot    map[key]struct{} // tasks watched by id by hotAt connections or more
+	scoped map[string]int       // per tenant whose key hashes here, connections watching a project or a user
+	since  [kinds]map[key]int64 // when a project or user key was indexed, Unix ms (none for tasks)
+	hot    map[key]struct{}     // tasks watched by id by hotAt connections or more
 }
 
 func (x *index) init(hotAt int) {
@@ -47,6 +49,8 @@ func (x *index) init(hotAt int) {
 			x.shards[i].sets[k] = make(map[key]watchers)
 		}
 		x.shards[i].scoped = make(map[string]int)
+		x.shards[i].since[byProject] = make(map[key]int64)
+		x.shards[i].since[byUser] = make(map[key]int64)
 		x.shards[i].hot = make(map[key]struct{})
 	}
 }
@@ -58,6 +62,9 @@ func (x *index) shard(k key) *indexShard {
 func (x *index) add(kind int, k key, c *Conn) {
 	sh := x.shard(k)
 	sh.mu.Lock()
+	if _, ok := sh.sets[kind][k]; !ok && kind != byTask {
+		sh.since[kind][k] = time.Now().UnixMilli()
+	}
 	w := sh.sets[kind][k].add(c)
 	sh.sets[kind][k] = w
 	if kind == byTask && w.len() >= x.hotAt {
@@ -74,6 +81,7 @@ func (x *index) remove(kind int, k key, c *Conn) {
 	sh.mu.Lock()
 	if w := sh.sets[kind][k].remove(c); w.len() == 0 {
 		delete(sh.sets[kind], k)
+		delete(sh.since[kind], k) // a no-op for a task
 	} else {
 		sh.sets[kind][k] = w
 	}
@@ -221,10 +229,10 @@ func (x *index) scopes() []snapshot.Scope {
 		sh := &x.shards[i]
 		sh.mu.RLock()
 		for k := range sh.sets[byProject] {
-			out = append(out, snapshot.Scope{TenantID: k.tenant, ProjectID: k.id})
+			out = append(out, snapshot.Scope{TenantID: k.tenant, ProjectID: k.id, WatchedSince: sh.since[byProject][k]})
 		}
 		for k := range sh.sets[byUser] {
-			out = append(out, snapshot.Scope{TenantID: k.tenant, UserID: k.id})
+			out = append(out, snapshot.Scope{TenantID: k.tenant, UserID: k.id, WatchedSince: sh.since[byUser][k]})
 		}
 		sh.mu.RUnlock()
 	}

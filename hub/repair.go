@@ -144,6 +144,13 @@ func (h *Hub) repairRound(finished bool) bool {
 		}
 	}
 	scopes := h.idx.scopes()
+	// A scope first listed reaches back to when it began to be watched:
+	// rounds may come 8 intervals apart. Further back there is nothing a
+	// round could have missed, only markers Redis lost.
+	oldest := time.Now().Add(-(h.cfg.RepairInterval<<repairMaxBackoff + h.cfg.RepairInterval)).UnixMilli()
+	for i := range scopes {
+		scopes[i].WatchedSince = max(scopes[i].WatchedSince, oldest)
+	}
 	slices.SortFunc(scopes, func(a, b snapshot.Scope) int {
 		return cmp.Or(cmp.Compare(a.TenantID, b.TenantID), cmp.Compare(a.ProjectID, b.ProjectID), cmp.Compare(a.UserID, b.UserID))
 	})

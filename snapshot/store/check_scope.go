@@ -20,7 +20,8 @@ const MaxScopeRows = 500
 // sqlScopeChanges lists, for each scope (tenant, id of column %[1]s, since
 // in Unix ms, 0 for none), its tasks changed since then, oldest first, at
 // most $6 each: one row per scope with no change (id NULL), so every scope
-// carries PostgreSQL's now. A scope without since starts $5 seconds back.
+// carries PostgreSQL's now. A scope without since (neither marked nor
+// known since when it is watched) starts $5 seconds back.
 // With the (tenant_id, %[1]s, updated_at) index each scope is one range
 // scan of its changes.
 const sqlScopeChanges = `SELECT s.i, t.id, t.version, t.status, t.updated_at > now() - make_interval(secs => $4),
@@ -164,6 +165,9 @@ func (s *Store) listScopes(ctx context.Context, req ScopeCheckRequest, keys []st
 		for j, i := range q.scopes {
 			sc := req.Scopes[i]
 			tenants[j], ids[j], from[j] = sc.TenantID, sc.ProjectID+sc.UserID, since[i]
+			if from[j] == 0 && sc.WatchedSince > 0 {
+				from[j] = sc.WatchedSince - lookBack.Milliseconds()
+			}
 		}
 		args := []any{tenants, ids, from, checkGrace.Seconds(), lookBack.Seconds(), MaxScopeRows}
 		err := s.tryQuery(ctx, q.sql, args, func(rows pgx.Rows) error {

@@ -136,3 +136,31 @@ func TestCheckScopesPagesThroughABurst(t *testing.T) {
 		t.Fatalf("second listing: %v, %d published in all; want %d", err, len(rec.published), n)
 	}
 }
+
+// A scope's first listing reaches back to when the node began to watch
+// it, less the look back: a task created after the subscription's initial
+// read and more than a look back before the first round (which backoff
+// may delay by intervals) is listed all the same. Without the scope's
+// time, the listing reaches one look back behind now.
+func TestCheckScopesFirstListingReachesBackToTheWatch(t *testing.T) {
+	e := newEnv(t, store.Config{})
+	project := testenv.UniqueID("p")
+	created := testenv.UniqueID("created")
+	e.pg.InsertTask(t, testenv.Task{ID: created, TenantID: "t1", ProjectID: project, UserID: "u1", Status: "QUEUED", Version: 1, UpdatedAt: time.Now().Add(-3 * time.Second)})
+	rec := newScopeRecorder(e)
+	unknown := rec.request(snapshot.Scope{TenantID: "t1", ProjectID: project})
+	unknown.LookBack = time.Second
+	if _, err := e.store.CheckScopes(testenv.Context(t), unknown); err != nil || len(rec.published) != 0 {
+		t.Fatalf("listing with no watch time: %v, published %v; want nothing (the change is 3 s old, the look back 1 s)", err, rec.published)
+	}
+	// The claim and marker that listing left are what another node finds
+	// first; a scope nobody listed has neither.
+	if err := e.r.Client.Del(testenv.Context(t), e.r.Names.ScopeChecked("t1", "project", project)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	watched := rec.request(snapshot.Scope{TenantID: "t1", ProjectID: project, WatchedSince: time.Now().Add(-5 * time.Second).UnixMilli()})
+	watched.LookBack = time.Second
+	if _, err := e.store.CheckScopes(testenv.Context(t), watched); err != nil || rec.published[created] != 1 {
+		t.Fatalf("first listing of a scope watched for 5 s: %v, published %v; want %s v1", err, rec.published, created)
+	}
+}
