@@ -68,7 +68,11 @@ func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *server {
 	served, adminServed := make(chan error, 1), make(chan error, 1)
 	go func() { served <- n.Serve(l) }()
 	go func() { adminServed <- n.ServeAdmin(al) }()
+	admin := "http://" + al.Addr().String()
 	t.Cleanup(func() {
+		if t.Failed() {
+			logDeliveryState(t, admin)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		n.Shutdown(ctx)
@@ -79,7 +83,33 @@ func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *server {
 			t.Errorf("serve admin: %v", err)
 		}
 	})
-	return &server{Node: n, URL: "http://" + l.Addr().String(), AdminURL: "http://" + al.Addr().String()}
+	return &server{Node: n, URL: "http://" + l.Addr().String(), AdminURL: admin}
+}
+
+// logDeliveryState logs what a failed test's node says of the paths a
+// change takes to a client (its mode, the bus, the repair and poll rounds),
+// so that a failure seen once tells which of them stalled. It never fails
+// the test itself: the node may be what broke.
+func logDeliveryState(t *testing.T, admin string) {
+	t.Helper()
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Logf("the node's metrics at the failure: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var lines []string
+	for line := range strings.SplitSeq(string(body), "\n") {
+		for _, p := range []string{"pushd_mode", "pushd_polling_tenants", "pushd_polls", "pushd_poll_errors", "pushd_resyncs",
+			"pushd_pubsub_failures", "pushd_pubsub_received", "pushd_pubsub_subscription", "pushd_liveness_", "pushd_repair", "pushd_notifications_total", "pushd_connections ", "pushd_deliveries_total"} {
+			if strings.HasPrefix(line, p) && !strings.Contains(line, "_bucket") {
+				lines = append(lines, line)
+				break
+			}
+		}
+	}
+	t.Logf("the node at the failure:\n%s", strings.Join(lines, "\n"))
 }
 
 func token(t testing.TB, tenant, user string) string {
