@@ -277,6 +277,19 @@ func TestCluster(t *testing.T) {
 		if d := figureOf(t, res, "deliveries_per_s"); d < 100 {
 			t.Errorf("%v deliveries/s, want about 250", d)
 		}
+		// Every node watches the tenant: each hears each hint once, and
+		// reads its snapshot at most once (a hint still in flight at the
+		// end is heard after the count).
+		if m := figureOf(t, res, "pubsub_msgs_per_update"); m < 2.5 || m > 3.05 {
+			t.Errorf("%v Pub/Sub messages heard per update on 3 nodes, want 3", m)
+		}
+		if rd := figureOf(t, res, "node_redis_reads_per_update"); rd > 3.05 {
+			t.Errorf("%v Redis reads per update on 3 nodes, want at most one a node", rd)
+		}
+		figureOf(t, res, "redis_cmds_per_update")
+		if c := figureOf(t, res, "redis_conns_per_node_max"); c < 1 {
+			t.Errorf("%v Redis connections on the busiest node, want at least its Pub/Sub's", c)
+		}
 	})
 	t.Run("storm", func(t *testing.T) {
 		res := runTiny(t, cluster("storm"))
@@ -365,6 +378,14 @@ func TestFleetIdle(t *testing.T) {
 				t.Errorf("a production limit refused %v admission checks: %v", n, res.Warnings)
 			}
 			figureOf(t, res, "admission_fallbacks")
+			// The fleet's shared parts at idle: reported, and each node
+			// holds a Redis connection at least (its Pub/Sub's).
+			for _, name := range []string{"pg_queries_per_node_per_min", "redis_cmds_per_node_per_min_idle", "node_idle_cpu_pct", "pg_conns_per_node_max"} {
+				figureOf(t, res, name)
+			}
+			if c := figureOf(t, res, "redis_conns_per_node_max"); c < 1 {
+				t.Errorf("%v Redis connections on the busiest node, want at least its Pub/Sub's", c)
+			}
 		})
 	}
 }

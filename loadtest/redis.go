@@ -28,6 +28,8 @@ type redisDeployment interface {
 	names() keys.Names
 	// pids are the running redis-server processes.
 	pids() []int
+	// ports are the ports its servers listen on.
+	ports() []int
 	kill()
 }
 
@@ -44,6 +46,8 @@ func (r *redisServer) pids() []int {
 	}
 	return []int{r.proc.pid()}
 }
+
+func (r *redisServer) ports() []int { return []int{r.port} }
 
 func (r *redisServer) kill() { r.proc.kill() }
 
@@ -128,6 +132,14 @@ func (c *redisCluster) pids() []int {
 	var out []int
 	for _, n := range c.nodes {
 		out = append(out, n.pids()...)
+	}
+	return out
+}
+
+func (c *redisCluster) ports() []int {
+	var out []int
+	for _, n := range c.nodes {
+		out = append(out, n.port)
 	}
 	return out
 }

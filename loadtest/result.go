@@ -68,6 +68,7 @@ type result struct {
 	OK       bool     `json:"ok"`
 	Problems []string `json:"problems,omitempty"` // what made it fail
 	Warnings []string `json:"warnings,omitempty"`
+	Notes    []string `json:"notes,omitempty"` // what a figure is made of
 
 	Figures       []figure                   `json:"figures"`
 	Latencies     map[string]*latencySummary `json:"latencies_ms,omitempty"`
@@ -235,6 +236,10 @@ func (r *result) warn(format string, args ...any) {
 	r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...))
 }
 
+func (r *result) note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
+
 func (r *result) fail(format string, args ...any) {
 	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
 }
@@ -319,6 +324,9 @@ func (r *result) report(w io.Writer) {
 	fmt.Fprintf(w, "   machine: %.0f%% busy before the run; loadavg %s → %s\n", r.Machine.BusyBeforePct, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd)
 	if r.Publisher != nil {
 		fmt.Fprintf(w, "   publisher: %s\n", r.Publisher)
+	}
+	for _, s := range r.Notes {
+		fmt.Fprintf(w, "   %s\n", s)
 	}
 	for _, s := range r.Warnings {
 		fmt.Fprintf(w, "   warning: %s\n", s)

@@ -35,8 +35,23 @@ func runIdle(ctx context.Context, r *run) error {
 	if err := r.connectAll(ctx); err != nil {
 		return err
 	}
-	if err := sleepCtx(ctx, hold); err != nil {
+	// The fleet's costs at idle are read over the hold less its first
+	// quarter (at most 10 s), which the connect burst's reads end in.
+	warm := min(hold/4, 10*time.Second)
+	if err := sleepCtx(ctx, warm); err != nil {
 		return err
+	}
+	pushd := r.kind.name == "pushd"
+	var idle0 fleetMark
+	if pushd {
+		idle0 = r.markFleet(ctx)
+	}
+	if err := sleepCtx(ctx, hold-warm); err != nil {
+		return err
+	}
+	if pushd {
+		r.idleCosts(idle0, r.markFleet(ctx))
+		r.connsPerNode(r.redis.ports())
 	}
 	after := r.samp.settledEach(ctx, samples)
 	m1 := r.scrape(ctx)
@@ -160,7 +175,8 @@ func runFanout(ctx context.Context, r *run) error {
 	if err := r.phase(ctx, "measure"); err != nil {
 		return err
 	}
-	before, m0 := r.mark(), r.scrape(ctx)
+	before, fleet0 := r.mark(), r.markFleet(ctx)
+	m0 := fleet0.m
 	var pr pubRun
 	var kill *masterKill
 	if r.cfg.KillMaster {
@@ -173,9 +189,14 @@ func runFanout(ctx context.Context, r *run) error {
 		pr = r.pub.run(ctx, r.cfg.Rate, r.cfg.Duration)
 		stop()
 	}
-	after, m1 := r.mark(), r.scrape(ctx)
+	after, fleet1 := r.mark(), r.markFleet(ctx)
+	m1 := fleet1.m
 	if err := r.phase(ctx, "drain"); err != nil {
 		return err
+	}
+	if r.kind.name == "pushd" {
+		r.updateCosts(fleet0, fleet1, pr.Sent)
+		r.connsPerNode(r.redis.ports())
 	}
 	cpu := before.to(after)
 	r.res.CPU = &cpu
