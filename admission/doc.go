@@ -13,8 +13,11 @@
 // and pipelines are never transactions.
 //
 // Each node registers the tenants it holds leases of on every renewal, and
-// every node rebuilds the registered tenants' counts from their live leases
-// (the reconcile). The registry is spread over 64 sets (tenantBuckets), a
+// every node walks the registered tenants, rebuilding from their live
+// leases the counts of those it claims first (the reconcile: one node per
+// tenant per ReconcileInterval, so its cost does not grow with the node
+// count; the users a node saw go to the tenant's shared set, for whichever
+// node reconciles it). The registry is spread over 64 sets (tenantBuckets), a
 // tenant's picked by FNV-1a of its id, so no one key takes every node's
 // registrations and on a cluster the sets land on several shards. The
 // reconcile walks them one at a time, spread over ReconcileInterval, from
@@ -40,6 +43,8 @@
 //	conn:{<tenant>}:user:<user>         open connections of a user
 //	conn:{<tenant>}:tenant              open connections of a tenant
 //	conn:{<tenant>}:leases              leases (sorted set, member <id>:<user>, score expiry ms)
+//	conn:{<tenant>}:reconciled          the tenant's reconcile claim (string, PX 0.9 ReconcileInterval)
+//	conn:{<tenant>}:seen                users seen since the last reconcile, lease or none (set)
 //	conn:tenants:{<0-63>}               tenants with leases, for the reconcile (set; FNV-1a of the id mod 64)
 //	conn:tenants                        the same, of the release before: read and drained, never written
 package admission

@@ -35,6 +35,14 @@ func (n names) capUser(tenant, user string) string {
 }
 func (n names) capTenant(tenant string) string { return n.conn(tenant) + ":tenant" }
 func (n names) leases(tenant string) string    { return n.conn(tenant) + ":leases" }
+
+// reconciled is a tenant's reconcile claim: set by the node that
+// reconciles it, for most of a ReconcileInterval.
+func (n names) reconciled(tenant string) string { return n.conn(tenant) + ":reconciled" }
+
+// seenUsers is the users whose counts the tenant's next reconcile checks
+// even without a lease: those that held one on some node since.
+func (n names) seenUsers(tenant string) string { return n.conn(tenant) + ":seen" }
 func (n names) conn(tenant string) string      { return n.prefix + "conn:{" + keys.Join(tenant) + "}" }
 
 // tenantBuckets is how many sets the registry of tenants with leases is

@@ -115,7 +115,7 @@ func TestReconcileAcrossBuckets(t *testing.T) {
 	}
 	// One step reconciles its bucket's tenant only.
 	// |5-1| + |0-1| + |9-2|
-	diff, err := c.reconcileStep(ctx, reg[tenants[0]])
+	diff, err := c.reconcileStep(ctx, reg[tenants[0]], false)
 	if err != nil || diff != 12 {
 		t.Fatalf("step of %s's bucket: repaired %d, %v; want 12", tenants[0], diff, err)
 	}
@@ -180,7 +180,7 @@ func TestReconcileDrainsLegacyRegistry(t *testing.T) {
 	setCounts(t, r.Client, map[string]int{n.capUser(live[0], "u1"): 3, n.capTenant(live[1]): 0, n.capTenant(empty): 4})
 
 	// The walk's last stop is the legacy set; the buckets know no tenant.
-	diff, err := c.reconcileStep(ctx, reconcileSteps-1)
+	diff, err := c.reconcileStep(ctx, reconcileSteps-1, false)
 	if err != nil || diff != 2+1+4 {
 		t.Fatalf("legacy step: repaired %d, %v; want %d", diff, err, 2+1+4)
 	}
@@ -300,7 +300,7 @@ func TestFailedStepKeepsUsersSeen(t *testing.T) {
 
 	rs.Stop()
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	_, err := c.reconcileStep(sctx, tenantBucket("t1"))
+	_, err := c.reconcileStep(sctx, tenantBucket("t1"), false)
 	cancel()
 	if err == nil {
 		t.Fatal("step succeeded with Redis stopped")
@@ -309,11 +309,66 @@ func TestFailedStepKeepsUsersSeen(t *testing.T) {
 	if err := rdb.Set(ctx, c.names.capUser("t1", "u1"), 3, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	diff, err := c.reconcileStep(ctx, tenantBucket("t1"))
+	diff, err := c.reconcileStep(ctx, tenantBucket("t1"), false)
 	if err != nil || diff != 3 {
 		t.Fatalf("step after Redis came back: repaired %d, %v; want 3 (u1's count)", diff, err)
 	}
 	if got := count(t, rdb, c.names.capUser("t1", "u1")); got != 0 {
 		t.Fatalf("u1's count %d, want 0", got)
+	}
+}
+
+// Every node's walk visits every registered tenant each ReconcileInterval,
+// and one node of the fleet reconciles it: three nodes' steps over the
+// tenant's bucket run its reconcile once. A user whose last lease a node
+// released is checked by whichever node reconciles next, through the
+// tenant's shared set: its count, left wrong, is repaired there.
+func TestWalkReconcilesATenantOnceForTheFleet(t *testing.T) {
+	r := testenv.SharedRedis(t)
+	ctx := context.Background()
+	tenant := testenv.UniqueID("t")
+	stoppedWithLeases(t, r, []string{tenant}, []string{"u1", "u2"}, true)
+	b := reconciler(t, r, time.Hour)
+	h, d := b.Connect(ctx, tenant, "u3", "", "")
+	if !d.Allowed || d.Local {
+		t.Fatalf("connect: %+v", d)
+	}
+	h.Release()
+	testenv.Eventually(t, "released in Redis", func() bool { return b.Stats().LeasesReleased == 1 })
+	n := b.names
+	setCounts(t, r.Client, map[string]int{n.capUser(tenant, "u3"): 2})
+
+	a, c := reconciler(t, r, time.Hour), reconciler(t, r, time.Hour)
+	nodes := []*Controller{a, b, c}
+	walk := func() (runs int64) {
+		t.Helper()
+		for _, node := range nodes {
+			if _, err := node.reconcileStep(ctx, tenantBucket(tenant), true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, node := range nodes {
+			runs += node.Stats().Reconciles
+		}
+		return runs
+	}
+	if runs := walk(); runs != 1 {
+		t.Fatalf("three nodes' walks reconciled the tenant %d times, want once", runs)
+	}
+	if got := count(t, r.Client, n.capUser(tenant, "u3")); got != 2 {
+		t.Fatalf("u3's count %d before a reconcile knew of u3, want 2 still", got)
+	}
+	// The next interval: the claim has expired.
+	if err := r.Client.Del(ctx, n.reconciled(tenant)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if runs := walk(); runs != 2 {
+		t.Fatalf("after two intervals the tenant was reconciled %d times, want twice", runs)
+	}
+	if u1, u3, tn := count(t, r.Client, n.capUser(tenant, "u1")), count(t, r.Client, n.capUser(tenant, "u3")), count(t, r.Client, n.capTenant(tenant)); u1 != 1 || u3 != 0 || tn != 2 {
+		t.Fatalf("counts u1 %d, u3 %d, tenant %d; want 1, 0 (u3 holds no lease), 2", u1, u3, tn)
+	}
+	if left := r.Client.SCard(ctx, n.seenUsers(tenant)).Val(); left != 0 {
+		t.Fatalf("%d users left in the shared set after their reconcile", left)
 	}
 }

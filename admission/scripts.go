@@ -92,3 +92,12 @@ func ints(cmd *redis.Cmd, n int) ([]int64, error) {
 	}
 	return vals, nil
 }
+
+// anys is ss as a command's arguments.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
