@@ -26,11 +26,17 @@ type fleetMark struct {
 	redisBy   map[string]int64 // calls by command, summed over the masters
 	pgXacts   int64            // pg_stat_database's commits and rollbacks in the run's database; -1 unread
 	nodeCPU   []int64          // each node's CPU time, clock ticks
+	redisCPU  int64            // the Redis servers' CPU time, clock ticks
 	m         metrics          // the nodes' /metrics, summed
 }
 
 func (r *run) markFleet(ctx context.Context) fleetMark {
 	fm := fleetMark{at: time.Now(), redisCmds: -1, pgXacts: -1, nodeCPU: r.nodes.cpu(), m: r.scrape(ctx)}
+	if r.redis != nil {
+		for _, pid := range r.redis.pids() {
+			fm.redisCPU += procCPU(pid)
+		}
+	}
 	if r.rdb != nil {
 		fm.redisCmds, fm.redisBy = redisCommands(ctx, r.rdb)
 	}
@@ -135,6 +141,8 @@ func (r *run) idleCosts(a, b fleetMark) {
 		r.res.fig("node_idle_cpu_pct", sum/nodes, "% of a core", true)
 		r.res.fig("node_idle_cpu_pct_max", most, "% of a core", false)
 	}
+	// Redis's, of the whole fleet: what a connection costs it at idle.
+	r.res.fig("redis_idle_cpu_pct", float64(b.redisCPU-a.redisCPU)/clockTicks/(minutes*60)*100, "% of a core", true)
 }
 
 // updateCosts reports what each update published cost the fleet between
