@@ -198,8 +198,8 @@ func TestCentrifugoWS(t *testing.T) {
 
 	c := &conn{w: w, task: 3, token: "good"}
 	opened := 0
-	first := func(error) { opened++ }
-	established, err := c.sessionWS(&first)
+	c.first = func(error) { opened++ }
+	established, err := runSession(c.sessionWS)
 	if !established || websocket.CloseStatus(err) != websocket.StatusNormalClosure {
 		t.Fatalf("session: established %v, %v; want established and a normal close", established, err)
 	}
@@ -217,8 +217,7 @@ func TestCentrifugoWS(t *testing.T) {
 	}
 
 	c = &conn{w: w, task: 3, token: "bad"}
-	first = func(error) { opened++ }
-	established, err = c.sessionWS(&first)
+	established, err = runSession(c.sessionWS)
 	if established || errKind(err, established) != "centrifugo_error_3500" {
 		t.Errorf("refused connect: established %v, %v (%s), want centrifugo_error_3500", established, err, errKind(err, established))
 	}

@@ -15,35 +15,32 @@ import (
 	"github.com/coder/websocket"
 )
 
+// sessionEnd takes the outcome of one physical connection, once:
+// established reports whether the server accepted it (pushd answered the
+// GET with 200, the WebSocket subscribe was sent, Centrifugo replied to
+// connect), err what ended it.
+type sessionEnd func(established bool, err error)
+
 // sessionSSE runs one physical EventSource connection: GET /v1/events over a
 // socket of its own (no http.Transport, whose two goroutines per connection
 // a worker holding thousands cannot afford), parsing the stream by hand.
 // Once the server answered, the worker's poller reads the stream where
-// there is one (Linux); elsewhere this goroutine does. established reports
-// whether the server answered 200.
-func (c *conn) sessionSSE(first *func(error)) (established bool, err error) {
+// there is one (Linux), else a goroutine of the session's own; sessionSSE
+// returns then, and end is called when the stream ends.
+func (c *conn) sessionSSE(end sessionEnd) {
 	nc, addr, err := c.dial()
 	if nc == nil {
-		return false, err
+		end(false, err)
+		return
 	}
-	defer nc.Close()
-
-	req := c.sseRequest(make([]byte, 0, 512), addr)
-	nc.SetDeadline(time.Now().Add(15 * time.Second))
-	if _, err := nc.Write(req); err != nil {
-		return false, err
-	}
-	br := bufio.NewReaderSize(nc, 2048)
-	resp, err := http.ReadResponse(br, nil)
+	br, resp, err := c.getSSE(nc, addr)
 	if err != nil {
-		return false, err
+		nc.Close()
+		end(false, err)
+		return
 	}
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return false, statusError{resp.StatusCode}
-	}
-	nc.SetDeadline(time.Time{})
-	c.opened(first)
+	c.opened()
+	done := func(err error) { end(true, err) }
 	chunked := len(resp.TransferEncoding) == 1 && resp.TransferEncoding[0] == "chunked"
 	if p := c.w.poller; p != nil && resp.ContentLength < 0 && (chunked || len(resp.TransferEncoding) == 0) {
 		// What br holds past the head is the body's start, chunked or not.
@@ -51,13 +48,49 @@ func (c *conn) sessionSSE(first *func(error)) (established bool, err error) {
 		if chunked {
 			f = &dechunker{next: f}
 		}
-		return true, p.serve(c, nc, nc.Close, pending(br), func(*pconn) feeder { return f })
+		p.serve(c, nc, nc.Close, pending(br), func(*pconn) feeder { return f }, done)
+		return
 	}
 	var body io.Reader = br // a body that runs to the end of the connection is read in place
 	if len(resp.TransferEncoding) > 0 || resp.ContentLength >= 0 {
 		body = resp.Body
 	}
-	return true, c.readSSE(body)
+	c.readAlone(nc.Close, done, func() error { return c.readSSE(body) })
+}
+
+// getSSE sends the GET that opens the stream and reads the answer's head.
+func (c *conn) getSSE(nc net.Conn, addr string) (*bufio.Reader, *http.Response, error) {
+	req := c.sseRequest(make([]byte, 0, 512), addr)
+	nc.SetDeadline(time.Now().Add(15 * time.Second))
+	if _, err := nc.Write(req); err != nil {
+		return nil, nil, err
+	}
+	br := bufio.NewReaderSize(nc, 2048)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return nil, nil, statusError{resp.StatusCode}
+	}
+	nc.SetDeadline(time.Time{})
+	return br, resp, nil
+}
+
+// readAlone reads an established session on a goroutine of its own, where
+// there is no poller: read returns when the stream ends, closeConn then
+// closes the socket, and done takes what ended it.
+func (c *conn) readAlone(closeConn func() error, done func(error), read func() error) {
+	started := c.w.dialq.goRead(func() {
+		err := read()
+		closeConn()
+		done(err)
+	})
+	if !started {
+		closeConn()
+		done(errWorkerClosed)
+	}
 }
 
 // pending returns what br has read and not handed out, emptying it.
@@ -73,7 +106,7 @@ func pending(br *bufio.Reader) []byte {
 // error means the connection is closing.
 func (c *conn) dial() (nc net.Conn, addr string, err error) {
 	addr = strings.TrimPrefix(c.w.nodeURL(c.id), "http://")
-	nc, err = c.w.dialers[c.id%len(c.w.dialers)].Dial("tcp", addr)
+	nc, err = c.w.dialers[c.id%len(c.w.dialers)].DialContext(c.w.dialq.context(), "tcp", addr)
 	if err != nil {
 		return nil, addr, err
 	}
@@ -170,54 +203,39 @@ func (f closerFunc) Close() error { return f() }
 // sessionWS runs one physical WebSocket connection: handshake with
 // subprotocol pushd.v1 over a socket of its own, subscribe (with "since"
 // after a reconnect), then read frames. The worker's poller reads them
-// where there is one (Linux), answering pings; elsewhere this goroutine
-// reads them with coder/websocket, which answers pings while it reads.
-// Against Centrifugo it speaks Centrifugo's protocol instead
-// (centrifugoWS).
-func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
-	path, protocols := "/v1/ws", []string{"pushd.v1"}
-	hdr := http.Header{"Authorization": {"Bearer " + c.token}}
-	if c.w.centrifugo {
-		// JSON is Centrifugo's default protocol, asked for by no
-		// subprotocol; the token goes in the connect command.
-		path, protocols, hdr = "/connection/websocket", nil, nil
-	}
+// where there is one (Linux), answering pings; elsewhere a goroutine of the
+// session's own reads them with coder/websocket, which answers pings while
+// it reads. sessionWS returns once the stream is handed over, and end is
+// called when it ends. Against Centrifugo it speaks Centrifugo's protocol
+// instead (centrifugoSession).
+func (c *conn) sessionWS(end sessionEnd) {
 	nc, addr, err := c.dial()
 	if nc == nil {
-		return false, err
+		end(false, err)
+		return
 	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(15 * time.Second))
-	hs := &oneConn{nc: nc, br: bufio.NewReaderSize(nc, 1024)}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	wc, resp, err := websocket.Dial(ctx, "ws://"+addr+path, &websocket.DialOptions{
-		HTTPClient:      &http.Client{Transport: hs},
-		HTTPHeader:      hdr,
-		Subprotocols:    protocols,
-		CompressionMode: websocket.CompressionDisabled,
-	})
-	cancel()
+	wc, early, err := c.dialWS(nc, addr)
 	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			return false, statusError{resp.StatusCode}
-		}
-		return false, err
+		nc.Close()
+		end(false, err)
+		return
 	}
-	defer wc.CloseNow()
-	nc.SetDeadline(time.Time{})
-	wc.SetReadLimit(maxEvent)
 	if c.w.centrifugo {
 		if err := writeWS(wc, centrifugoConnect(c.token)); err != nil {
-			return false, err
+			wc.CloseNow()
+			end(false, err)
+			return
 		}
-		cs := &centrifugoSession{c: c, first: first}
+		cs := &centrifugoSession{c: c}
+		done := func(err error) { end(cs.result(err)) }
 		if p := c.w.poller; p != nil {
-			err := p.serve(c, nc, wc.CloseNow, pending(hs.br), func(pc *pconn) feeder {
+			p.serve(c, nc, wc.CloseNow, early, func(pc *pconn) feeder {
 				return &wsParser{onMessage: cs.message(pc.writeText), send: pc.write}
-			})
-			return cs.result(err)
+			}, done)
+			return
 		}
-		return c.centrifugoWS(wc, cs)
+		c.readAlone(wc.CloseNow, done, func() error { return c.centrifugoWS(wc, cs) })
+		return
 	}
 
 	id := taskID(int(c.task))
@@ -234,21 +252,63 @@ func (c *conn) sessionWS(first *func(error)) (established bool, err error) {
 	}
 	msg = append(msg, '}')
 	if err := writeWS(wc, msg); err != nil {
-		return false, err
+		wc.CloseNow()
+		end(false, err)
+		return
 	}
-	c.opened(first)
+	c.opened()
+	done := func(err error) { end(true, err) }
 	if p := c.w.poller; p != nil {
-		return true, p.serve(c, nc, wc.CloseNow, pending(hs.br), func(pc *pconn) feeder {
+		p.serve(c, nc, wc.CloseNow, early, func(pc *pconn) feeder {
 			return &wsParser{onMessage: c.onWS, send: pc.write}
-		})
+		}, done)
+		return
 	}
-	buf := make([]byte, 0, 1024)
-	for {
-		if buf, err = readWS(wc, buf); err != nil {
-			return true, err
+	c.readAlone(wc.CloseNow, done, func() error {
+		buf := make([]byte, 0, 1024)
+		for {
+			var err error
+			if buf, err = readWS(wc, buf); err != nil {
+				return err
+			}
+			c.onWS(buf, time.Now().UnixNano())
 		}
-		c.onWS(buf, time.Now().UnixNano())
+	})
+}
+
+// dialWS runs the WebSocket handshake on nc, pushd's or Centrifugo's.
+// early is what was read past the handshake, for the poller; wc, closed
+// with CloseNow, closes nc as well.
+func (c *conn) dialWS(nc net.Conn, addr string) (wc *websocket.Conn, early []byte, err error) {
+	path, protocols := "/v1/ws", []string{"pushd.v1"}
+	hdr := http.Header{"Authorization": {"Bearer " + c.token}}
+	if c.w.centrifugo {
+		// JSON is Centrifugo's default protocol, asked for by no
+		// subprotocol; the token goes in the connect command.
+		path, protocols, hdr = "/connection/websocket", nil, nil
 	}
+	nc.SetDeadline(time.Now().Add(15 * time.Second))
+	hs := &oneConn{nc: nc, br: bufio.NewReaderSize(nc, 1024)}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	wc, resp, err := websocket.Dial(ctx, "ws://"+addr+path, &websocket.DialOptions{
+		HTTPClient:      &http.Client{Transport: hs},
+		HTTPHeader:      hdr,
+		Subprotocols:    protocols,
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	cancel()
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, nil, statusError{resp.StatusCode}
+		}
+		return nil, nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	wc.SetReadLimit(maxEvent)
+	if c.w.poller != nil {
+		early = pending(hs.br)
+	}
+	return wc, early, nil
 }
 
 // onWS dispatches one pushd message read at recv (Unix ns).
@@ -314,7 +374,6 @@ func (u upgraded) Close() error                { return u.nc.Close() }
 // answers with one. Whoever reads the connection owns it.
 type centrifugoSession struct {
 	c           *conn
-	first       *func(error)
 	established bool // the connect reply arrived
 }
 
@@ -335,7 +394,7 @@ func (s *centrifugoSession) message(pong func([]byte) error) func([]byte, int64)
 					return centrifugoError{code}
 				}
 				s.established = true
-				s.c.opened(s.first)
+				s.c.opened()
 			default:
 				s.c.onCentrifugo(msg, now)
 			}
@@ -353,16 +412,18 @@ func (s *centrifugoSession) result(err error) (established bool, _ error) {
 	return s.established, err
 }
 
-// centrifugoWS reads a Centrifugo session on this goroutine.
-func (c *conn) centrifugoWS(wc *websocket.Conn, s *centrifugoSession) (established bool, err error) {
+// centrifugoWS reads a Centrifugo session on this goroutine, until the
+// error that ends it, which s.result reads.
+func (c *conn) centrifugoWS(wc *websocket.Conn, s *centrifugoSession) error {
 	onFrame := s.message(func(msg []byte) error { return writeWS(wc, msg) })
 	buf := make([]byte, 0, 1024)
 	for {
+		var err error
 		if buf, err = readWS(wc, buf); err != nil {
-			return s.result(err)
+			return err
 		}
 		if err := onFrame(buf, time.Now().UnixNano()); err != nil {
-			return s.result(err)
+			return err
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,12 +24,16 @@ type conn struct {
 	ws    bool // WebSocket, else SSE
 	slot  int  // index in w.conns, guarded by w.connsMu
 
-	// Owned by the run goroutine, and by the worker's poller while it
-	// reads a session (poller.serve hands them over and back).
-	phys      int64  // the newest version on the current physical connection
-	gotFirst  bool   // a task event arrived on the current physical connection
-	dialStart int64  // Unix ns when the current physical connection was dialed
-	cursor    []byte // SSE: the last id: field, sent as Last-Event-ID
+	// Owned by whoever runs the connection now: a dialer during an
+	// attempt, then the poller's loop (or, without a poller, the
+	// session's reader) until the session ends; nobody while it is queued
+	// or waits to reconnect, the queue or the timer handing it on.
+	phys      int64       // the newest version on the current physical connection
+	gotFirst  bool        // a task event arrived on the current physical connection
+	dialStart int64       // Unix ns when the current physical connection was dialed
+	cursor    []byte      // SSE: the last id: field, sent as Last-Event-ID
+	first     func(error) // called once with the first attempt's outcome, then nil
+	retries   int         // attempts failed since the last established stream
 
 	last        atomic.Int64 // the newest version seen, over reconnects
 	convergedAt atomic.Int64 // Unix ns when it first held the expected version, 0 if not yet
@@ -41,8 +44,9 @@ type conn struct {
 	hold atomic.Pointer[holdCount] // what it received since the worker's hold mark; nil before one
 
 	mu      sync.Mutex
-	closing bool      // guarded by mu
-	closer  io.Closer // the current physical connection, guarded by mu
+	closing bool        // guarded by mu
+	closer  io.Closer   // the current physical connection, guarded by mu
+	backoff *time.Timer // armed while waiting to reconnect, guarded by mu
 }
 
 // holdCount is what one connection received after the hold mark: task
@@ -111,19 +115,6 @@ func (c *conn) setCloser(cl io.Closer) bool {
 	return true
 }
 
-// close ends the client for good.
-func (c *conn) close() {
-	c.mu.Lock()
-	c.closing = true
-	cl := c.closer
-	c.closer = nil
-	c.mu.Unlock()
-	if cl != nil {
-		cl.Close()
-	}
-	c.w.removeConn(c)
-}
-
 func (c *conn) isClosing() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -134,61 +125,6 @@ func (c *conn) isClosing() bool {
 type statusError struct{ code int }
 
 func (e statusError) Error() string { return "status " + strconv.Itoa(e.code) }
-
-// run connects and reconnects until close. first, if not nil, is called
-// once with the outcome of the first attempt.
-func (c *conn) run(first func(error)) {
-	defer c.status.Store(int32(stateClosed))
-	attempt := 0
-	for {
-		c.status.Store(int32(stateDialing))
-		c.dialStart = time.Now().UnixNano()
-		c.phys, c.gotFirst = 0, false
-		var err error
-		established := false
-		if c.ws {
-			established, err = c.sessionWS(&first)
-		} else {
-			established, err = c.sessionSSE(&first)
-		}
-		if first != nil {
-			first(err)
-			first = nil
-		}
-		if c.isClosing() {
-			return
-		}
-		c.w.countErr(errKind(err, established))
-		c.w.reconnects.Add(1)
-		if established {
-			attempt = 0 // the stream ended: reconnect at once
-			continue
-		}
-		c.status.Store(int32(stateWaiting))
-		if !c.backoff(attempt) {
-			return
-		}
-		attempt++
-	}
-}
-
-// backoff waits before another attempt: 100 ms doubling up to 1 s, with
-// jitter, or until the controller wakes every waiting client.
-func (c *conn) backoff(attempt int) bool {
-	d := min(100*time.Millisecond<<min(attempt, 4), time.Second)
-	d = d/2 + rand.N(d/2+1)
-	wake := *c.w.wake.Load()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-wake:
-		if j := c.wakeJitter.Load(); j > 0 {
-			time.Sleep(time.Duration(j)) // the jitter a client is asked to wait; not synchronization
-		}
-	}
-	return !c.isClosing()
-}
 
 func errKind(err error, established bool) string {
 	var se statusError
@@ -213,16 +149,13 @@ func errKind(err error, established bool) string {
 }
 
 // opened marks the first successful handshake of a physical connection.
-func (c *conn) opened(first *func(error)) {
+func (c *conn) opened() {
 	c.status.Store(int32(stateOpen))
 	c.w.opened.Add(1)
 	if h := c.hold.Load(); h != nil {
 		h.reopened.CompareAndSwap(0, time.Now().UnixNano())
 	}
-	if *first != nil {
-		(*first)(nil)
-		*first = nil
-	}
+	c.reportFirst(nil)
 }
 
 // onTask handles one task snapshot read at recv (Unix ns).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -352,6 +353,16 @@ func TestFleetIdle(t *testing.T) {
 			figureOf(t, res, "kernel_sockbuf_per_conn_kb")
 			figureOf(t, res, "kernel_slab_per_conn_kb")
 			figureOf(t, res, "loadgen_rss_delta_per_conn_kb")
+			// On Linux no connection holds a goroutine while it is open or
+			// waits: once every one holds its stream the dialers have left
+			// (they run only while attempts are queued), and the worker keeps
+			// its command loop and the poller's loop. 0.1 at 300 connections
+			// is 30 goroutines: room for those and for a pool of
+			// dialersPerProc dialers per CPU on a machine of up to 3 CPUs not
+			// yet gone, far below the 1.0 of a goroutine per connection.
+			if g := figureOf(t, res, "loadgen_goroutines_per_conn"); runtime.GOOS == "linux" && g > 0.1 {
+				t.Errorf("the load generator holds %v goroutines per connection, want at most 0.1", g)
+			}
 			figureOf(t, res, "redis_task_keys_change_mb")
 			if lo, hi := figureOf(t, res, "server_rss_per_conn_kb_min"), figureOf(t, res, "server_rss_per_conn_kb_max"); lo > hi {
 				t.Errorf("server RSS per connection: min %v above max %v", lo, hi)

@@ -15,9 +15,10 @@ import (
 // poller reads the streams of a worker's established connections on one
 // goroutine, from an epoll set of its own. With a goroutine blocked in a
 // read per connection, every delivery cost a wake-up through Go's netpoller
-// and the scheduler; here a ready socket costs a read(2), and the events of
-// one epoll_wait are read one after the other. A connection's goroutine
-// waits, parked, for its session to end, then reconnects as before.
+// and the scheduler, and every connection a parked goroutine's stack; here
+// a ready socket costs a read(2), the events of one epoll_wait are read one
+// after the other, and a session's end is a call on the loop to the
+// function serve was given.
 type poller struct {
 	epfd int
 	wake int           // an eventfd in the set, written by close
@@ -32,9 +33,9 @@ type poller struct {
 // of the dialed socket's, whose net.Conn is closed, so Go's netpoller no
 // longer watches it; only the loop reads, writes or closes it.
 type pconn struct {
-	fd  int
-	f   feeder     // owned by the loop once added
-	end chan error // the session's end, sent once by the loop
+	fd   int
+	f    feeder      // owned by the loop once added
+	done func(error) // takes the session's end, called once by the loop
 
 	mu   sync.Mutex
 	gone bool // fd is closed, guarded by mu
@@ -77,34 +78,38 @@ func (p *poller) close() {
 	<-p.done
 }
 
-// serve hands c's established connection nc to the poller and waits for
-// the session's end. closeConn closes nc and whatever wraps it once the
-// poller holds a descriptor of its own. early is what was read past the
-// handshake, fed first; newFeeder builds the session's parser for pc. c's
-// fields the run goroutine owns belong to the poller until serve returns.
-func (p *poller) serve(c *conn, nc net.Conn, closeConn func() error, early []byte, newFeeder func(*pconn) feeder) error {
+// serve hands c's established connection nc to the poller and returns.
+// closeConn closes nc and whatever wraps it once the poller holds a
+// descriptor of its own. early is what was read past the handshake, fed
+// first; newFeeder builds the session's parser for pc. done takes what
+// ended the session, once: on the loop, which it must not block, or before
+// serve returns when the poller could not take nc. c's fields its runner
+// owns belong to the poller until done is called.
+func (p *poller) serve(c *conn, nc net.Conn, closeConn func() error, early []byte, newFeeder func(*pconn) feeder, done func(error)) {
 	fd, err := dupConn(nc)
 	closeConn()
 	if err != nil {
-		return err
+		done(err)
+		return
 	}
-	pc := &pconn{fd: fd, end: make(chan error, 1)}
+	pc := &pconn{fd: fd, done: done}
 	pc.f = newFeeder(pc)
 	if len(early) > 0 {
 		if err := pc.f.feed(early, time.Now().UnixNano()); err != nil {
 			pc.release()
-			return err
+			done(err)
+			return
 		}
 	}
 	if !c.setCloser(pc) {
 		pc.release()
-		return nil
+		done(nil)
+		return
 	}
 	if err := p.add(pc); err != nil {
 		pc.release()
-		return err
+		done(err)
 	}
-	return <-pc.end
 }
 
 // dupConn returns a non-blocking duplicate of nc's descriptor.
@@ -210,13 +215,14 @@ func (p *poller) read(pc *pconn, buf []byte, closed bool) {
 }
 
 // end ends pc's session with err: the loop forgets it, closes its
-// descriptor (which leaves the epoll set with it) and wakes serve.
+// descriptor (which leaves the epoll set with it) and hands the end to
+// done, which may start the connection's next attempt.
 func (p *poller) end(pc *pconn, err error) {
 	p.mu.Lock()
 	delete(p.conns, int32(pc.fd))
 	p.mu.Unlock()
 	pc.release()
-	pc.end <- err
+	pc.done(err)
 }
 
 // shutdown ends every session with err and releases the poller.
@@ -228,7 +234,7 @@ func (p *poller) shutdown(err error) {
 	p.mu.Unlock()
 	for _, pc := range conns {
 		pc.release()
-		pc.end <- err
+		pc.done(err)
 	}
 	unix.Close(p.epfd)
 	unix.Close(p.wake)

@@ -32,6 +32,19 @@ func pollerWorker(t *testing.T, centrifugo bool, url string) *worker {
 	return w
 }
 
+// runSession runs one session, c.sessionSSE or c.sessionWS, and waits
+// for its end, whoever reads it.
+func runSession(session func(sessionEnd)) (established bool, err error) {
+	type outcome struct {
+		established bool
+		err         error
+	}
+	ended := make(chan outcome, 1)
+	session(func(established bool, err error) { ended <- outcome{established, err} })
+	o := <-ended
+	return o.established, o.err
+}
+
 func taskJSON(v int) string {
 	return fmt.Sprintf(`{"type":"task","task_id":"lt_3","version":%d,"sent_ns":1}`, v)
 }
@@ -64,8 +77,7 @@ func TestPollerWS(t *testing.T) {
 	defer srv.Close()
 	w := pollerWorker(t, false, srv.URL)
 	c := &conn{w: w, task: 3, token: "t", ws: true}
-	first := func(error) {}
-	established, err := c.sessionWS(&first)
+	established, err := runSession(c.sessionWS)
 	if !established || websocket.CloseStatus(err) != websocket.StatusGoingAway {
 		t.Fatalf("session: established %v, %v; want established and close 1001", established, err)
 	}
@@ -86,8 +98,8 @@ func TestPollerCentrifugoWS(t *testing.T) {
 	w := pollerWorker(t, true, srv.URL)
 	c := &conn{w: w, task: 3, token: "good", ws: true}
 	opened := 0
-	first := func(error) { opened++ }
-	established, err := c.sessionWS(&first)
+	c.first = func(error) { opened++ }
+	established, err := runSession(c.sessionWS)
 	if !established || websocket.CloseStatus(err) != websocket.StatusNormalClosure {
 		t.Fatalf("session: established %v, %v; want established and a normal close", established, err)
 	}
@@ -101,7 +113,7 @@ func TestPollerCentrifugoWS(t *testing.T) {
 		t.Errorf("last version %d after %d deliveries, want 3 and 3", got, n)
 	}
 	c = &conn{w: w, task: 3, token: "bad", ws: true}
-	established, err = c.sessionWS(&first)
+	established, err = runSession(c.sessionWS)
 	if established || errKind(err, established) != "centrifugo_error_3500" {
 		t.Errorf("refused connect: established %v, %v, want centrifugo_error_3500", established, err)
 	}
@@ -135,8 +147,7 @@ func TestPollerSSE(t *testing.T) {
 	defer srv.Close()
 	w := pollerWorker(t, false, srv.URL)
 	c := &conn{w: w, task: 3, token: "t"}
-	first := func(error) {}
-	established, err := c.sessionSSE(&first)
+	established, err := runSession(c.sessionSSE)
 	if !established || !errors.Is(err, io.EOF) {
 		t.Fatalf("session: established %v, %v; want established and EOF at the last chunk", established, err)
 	}
@@ -144,12 +155,9 @@ func TestPollerSSE(t *testing.T) {
 		t.Errorf("last version %d, cursor %q", got, c.cursor)
 	}
 
-	c.phys = 0 // as run does before each physical connection
+	c.phys = 0 // as attempt does before each physical connection
 	ended := make(chan error, 1)
-	go func() {
-		_, err := c.sessionSSE(&first)
-		ended <- err
-	}()
+	c.sessionSSE(func(_ bool, err error) { ended <- err })
 	<-wrote
 	c.close()
 	select {
@@ -196,12 +204,8 @@ func TestPollerSeesTheEnd(t *testing.T) {
 	w := pollerWorker(t, false, "http://"+ln.Addr().String())
 	for i := range 50 {
 		c := &conn{w: w, task: 3, token: "t"}
-		first := func(error) {}
 		ended := make(chan error, 1)
-		go func() {
-			_, err := c.sessionSSE(&first)
-			ended <- err
-		}()
+		c.sessionSSE(func(_ bool, err error) { ended <- err })
 		select {
 		case err := <-ended:
 			if !errors.Is(err, io.EOF) {

@@ -33,7 +33,6 @@ func workerMain(in io.Reader, out io.Writer) int {
 	raiseNoFile()
 	w := &worker{out: json.NewEncoder(out)}
 	w.setPhase("ramp")
-	w.wake.Store(newWake())
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -53,14 +52,22 @@ func workerMain(in io.Reader, out io.Writer) int {
 			}
 		}
 	}
+	w.shutdown()
+	return 0
+}
+
+// shutdown ends every connection and waits until nothing the worker
+// started runs: no dialer, reader, timer or poller loop is left.
+func (w *worker) shutdown() {
 	w.stopProgress()
 	w.stopChurn()
 	w.stopStall()
+	w.dialq.close() // a connection opened from now on ends before its first attempt
 	w.closeAll()
 	if w.poller != nil {
 		w.poller.close()
 	}
-	return 0
+	w.dialq.wait()
 }
 
 // worker holds connections. Its fields are set by init before any
@@ -79,7 +86,9 @@ type worker struct {
 	sources    []string // loopback source addresses, as init named them
 	dialers    []*net.Dialer
 	index      int
-	poller     *poller // reads established streams; nil: each connection's goroutine does
+	poller     *poller // reads established streams; nil: each session's goroutine does
+
+	dialq dialQueue // runs the connections' attempts and backoffs
 
 	tokMu  sync.Mutex
 	tokens map[int]string // by user index; for Centrifugo by task, whose channel the token subscribes to
@@ -93,8 +102,6 @@ type worker struct {
 	phases  map[string]*phase // every phase so far, guarded by phaseMu
 
 	targets atomic.Pointer[[]int64] // expected version per task
-
-	wake atomic.Pointer[chan struct{}] // closed to wake clients waiting to reconnect
 
 	since atomic.Int64 // Unix ns of the latest since command: connections note their first delivery published after it
 	quiet atomic.Int64 // Unix ns of the latest quiet command, 0 before one since the hold mark
@@ -126,8 +133,6 @@ type worker struct {
 // nodeURL is the node connection id dials: connections go round-robin
 // over the nodes.
 func (w *worker) nodeURL(id int) string { return w.urls[id%len(w.urls)] }
-
-func newWake() *chan struct{} { c := make(chan struct{}); return &c }
 
 func (w *worker) send(r reply) {
 	w.outMu.Lock()
@@ -306,7 +311,7 @@ func (w *worker) open(cmd command) {
 			id := cmd.First + i
 			c := w.newConn(id, id%cmd.Tasks, ws)
 			wg.Add(1)
-			go c.run(func(err error) {
+			c.start(func(err error) {
 				if err != nil {
 					failed.Add(1)
 				} else {
@@ -394,7 +399,7 @@ func (w *worker) startChurn(cmd command) {
 				}
 				id := int(w.nextID.Add(1))
 				c := w.newConn(id, rand.IntN(cmd.Tasks), w.transport == "ws")
-				go c.run(nil)
+				c.start(nil)
 			}
 		}
 	}()
@@ -408,15 +413,19 @@ func (w *worker) stopChurn() {
 	}
 }
 
+// wakeAll ends the backoff of every connection waiting to reconnect:
+// each reconnects after its wake jitter, drawn anew up to jitter when it
+// is above 0.
 func (w *worker) wakeAll(jitter time.Duration) {
-	next := newWake()
-	old := w.wake.Swap(next)
+	conns := w.snapshotConns()
 	if jitter > 0 {
-		for _, c := range w.snapshotConns() {
+		for _, c := range conns {
 			c.wakeJitter.Store(int64(rand.N(jitter)))
 		}
 	}
-	close(*old)
+	for _, c := range conns {
+		c.wake()
+	}
 }
 
 // markSince starts watching, on every connection, for the first delivery
