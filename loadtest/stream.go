@@ -27,13 +27,17 @@ const maxEvent = 1 << 20
 var errTooLong = errors.New("event over 1 MiB")
 
 // sseParser reads text/event-stream: only what the loadtest needs, event,
-// id, data and comments, dispatched to its conn on a blank line.
+// id, data and comments, dispatched to its conn on a blank line. Between
+// events it holds no buffer: an event's data is dispatched from the piece
+// it was read in, and only what a piece cuts off is copied, and dropped
+// once dispatched.
 type sseParser struct {
-	c       *conn
-	line    []byte // the start of a line the last piece cut
-	data    []byte
-	kind    sseKind
-	hasData bool
+	c        *conn
+	line     []byte // the start of a line the last piece cut, else nil
+	data     []byte // the event's data so far, nil between events
+	borrowed bool   // data points into the piece being fed: copied before feed returns
+	kind     sseKind
+	hasData  bool
 }
 
 func (p *sseParser) feed(b []byte, now int64) error {
@@ -44,32 +48,36 @@ func (p *sseParser) feed(b []byte, now int64) error {
 				return errTooLong
 			}
 			p.line = append(p.line, b...)
-			return nil
+			break
 		}
-		line := b[:i]
+		line, borrowed := b[:i], true
 		if len(p.line) > 0 {
 			if len(p.line)+i > maxEvent {
 				return errTooLong
 			}
-			p.line = append(p.line, line...)
-			line = p.line
+			// The joined line's array is never reused: data may keep it.
+			line, borrowed, p.line = append(p.line, line...), false, nil
 		}
 		b = b[i+1:]
 		if n := len(line); n > 0 && line[n-1] == '\r' {
 			line = line[:n-1]
 		}
-		p.onLine(line, now)
-		p.line = p.line[:0]
+		p.onLine(line, borrowed, now)
+	}
+	if p.borrowed {
+		p.data, p.borrowed = bytes.Clone(p.data), false
 	}
 	return nil
 }
 
-func (p *sseParser) onLine(line []byte, now int64) {
+// onLine reads one line; borrowed says it points into the piece being
+// fed.
+func (p *sseParser) onLine(line []byte, borrowed bool, now int64) {
 	if len(line) == 0 { // dispatch
 		if p.hasData {
 			p.c.onSSE(p.kind, p.data, now)
 		}
-		p.data, p.kind, p.hasData = p.data[:0], sseMessage, false
+		p.data, p.borrowed, p.kind, p.hasData = nil, false, sseMessage, false
 		return
 	}
 	if line[0] == ':' { // comment: heartbeat
@@ -98,9 +106,13 @@ func (p *sseParser) onLine(line []byte, now int64) {
 		}
 	case "data":
 		if p.hasData {
-			p.data = append(p.data, '\n')
+			// data's capacity ends at its length while it is not its own:
+			// append copies it then.
+			p.data = append(append(p.data, '\n'), value...)
+			p.borrowed = false
+		} else {
+			p.data, p.borrowed = value[:len(value):len(value)], borrowed
 		}
-		p.data = append(p.data, value...)
 		p.hasData = true
 	case "id":
 		p.c.cursor = append(p.c.cursor[:0], value...)
@@ -212,8 +224,8 @@ type wsParser struct {
 	op        byte     // the current frame's opcode
 	fin       bool
 	remain    int64  // payload bytes left in the current frame
-	msg       []byte // a data message read so far, over frames and pieces
-	ctl       []byte // a control frame's payload so far
+	msg       []byte // a data message cut by pieces or frames so far, else nil
+	ctl       []byte // a control frame's payload so far, else nil
 	frag      bool   // a fragmented message is open
 }
 
@@ -301,7 +313,7 @@ func (p *wsParser) startFrame() error {
 		if !p.fin || p.remain > 125 {
 			return errors.New("websocket: bad control frame")
 		}
-		p.ctl = p.ctl[:0]
+		p.ctl = nil
 	case opText, opBinary:
 		if p.frag {
 			return errors.New("websocket: new message inside a fragmented one")
@@ -323,18 +335,21 @@ func (p *wsParser) startFrame() error {
 
 // endFrame acts on a frame whose payload has all been read: whole, when
 // the payload is a whole message read in one piece, else in msg or ctl.
+// Buffers are dropped once used: an idle connection holds none.
 func (p *wsParser) endFrame(whole []byte, now int64) error {
 	p.inPayload = false
+	ctl := p.ctl
+	p.ctl = nil
 	switch p.op {
 	case opClose:
 		ce := websocket.CloseError{Code: websocket.StatusNoStatusRcvd}
-		if len(p.ctl) >= 2 {
-			ce.Code = websocket.StatusCode(binary.BigEndian.Uint16(p.ctl))
-			ce.Reason = string(p.ctl[2:])
+		if len(ctl) >= 2 {
+			ce.Code = websocket.StatusCode(binary.BigEndian.Uint16(ctl))
+			ce.Reason = string(ctl[2:])
 		}
 		return ce
 	case opPing:
-		return p.send(appendClientFrame(nil, opPong, p.ctl))
+		return p.send(appendClientFrame(nil, opPong, ctl))
 	case opPong:
 		return nil
 	}
@@ -346,7 +361,7 @@ func (p *wsParser) endFrame(whole []byte, now int64) error {
 		msg = p.msg
 	}
 	err := p.onMessage(msg, now)
-	p.msg = p.msg[:0]
+	p.msg = nil
 	return err
 }
 

@@ -17,11 +17,18 @@ import (
 // whole.
 var pieceSizes = []int{1, 2, 3, 5, 7, 13, 64, 1 << 30}
 
-// feedPieces feeds b to f in pieces of size n, and returns the first error.
+// feedPieces feeds b to f in pieces of size n, and returns the first
+// error. Each piece is read into one buffer, overwritten once fed, as the
+// poller's is: a parser that keeps a piece past feed reads garbage.
 func feedPieces(f feeder, b []byte, n int) error {
+	buf := make([]byte, min(n, len(b)))
 	for len(b) > 0 {
-		k := min(n, len(b))
-		if err := f.feed(b[:k], 1); err != nil {
+		k := copy(buf, b)
+		err := f.feed(buf[:k], 1)
+		for i := range buf {
+			buf[i] = '#'
+		}
+		if err != nil {
 			return err
 		}
 		b = b[k:]
@@ -47,7 +54,8 @@ func TestSSEParserPieces(t *testing.T) {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			w := testWorker(false)
 			c := &conn{w: w, task: 3}
-			if err := feedPieces(&sseParser{c: c}, []byte(stream), n); err != nil {
+			p := &sseParser{c: c}
+			if err := feedPieces(p, []byte(stream), n); err != nil {
 				t.Fatal(err)
 			}
 			if got := c.last.Load(); got != 5 {
@@ -64,6 +72,16 @@ func TestSSEParserPieces(t *testing.T) {
 			}
 			if w.errs["error_event_not_found"] != 1 || len(w.errs) != 1 || w.modeSeen["polling"] == nil {
 				t.Errorf("errors %v, modes %v", w.errs, w.modeSeen)
+			}
+			// The last event ends, a heartbeat follows: no buffer is left.
+			if err := feedPieces(p, []byte("\n\n: hb\n"), n); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.last.Load(); got != 6 {
+				t.Errorf("last version %d after the last event, want 6", got)
+			}
+			if p.line != nil || p.data != nil {
+				t.Errorf("holds a line %q and data %q between events, want neither", p.line, p.data)
 			}
 		})
 	}
@@ -170,6 +188,7 @@ func TestWSParserPieces(t *testing.T) {
 	stream = append(stream, serverFrame(true, opPong, nil)...)
 	stream = append(stream, serverFrame(true, opContinuation, []byte("frag-3"))...)
 	stream = append(stream, serverFrame(true, opText, nil)...)
+	idle := len(stream) // every message read, nothing cut
 	stream = append(stream, serverFrame(true, opClose, append([]byte{0x03, 0xe9}, "going away"...))...)
 	stream = append(stream, serverFrame(true, opText, []byte("after the close"))...)
 	want := []string{`{"type":"ack","id":1}`, string(mid), string(big), "frag-1,frag-2,frag-3", ""}
@@ -182,7 +201,11 @@ func TestWSParserPieces(t *testing.T) {
 				onMessage: func(msg []byte, now int64) error { got = append(got, string(msg)); return nil },
 				send:      func(f []byte) error { sent = append(sent, bytes.Clone(f)); return nil },
 			}
-			err := feedPieces(p, stream, n)
+			err := feedPieces(p, stream[:idle], n)
+			if err != nil || p.msg != nil || p.ctl != nil {
+				t.Errorf("%v, holding %d message and %d control bytes between messages, want none", err, len(p.msg), len(p.ctl))
+			}
+			err = feedPieces(p, stream[idle:], n)
 			var ce websocket.CloseError
 			if !errors.As(err, &ce) || ce.Code != 1001 || ce.Reason != "going away" {
 				t.Errorf("stream ended with %v, want close 1001 going away", err)
