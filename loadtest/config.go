@@ -154,7 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.CentrifugoBin, "centrifugo-bin", "", "a Centrifugo 6.9.1 binary for -target centrifugo or both: build Centrifugo 6.9.1 yourself and pass its path")
 	fs.StringVar(&c.Out, "out", "", "write the JSON result here (with -quick, -find-max or -target both: a JSON array of every run)")
 	fs.BoolVar(&c.Verbose, "v", false, "log progress to stderr")
-	fs.StringVar(&c.ProfileWorkers, "profile-workers", "", "write each worker's CPU profile to this directory")
+	fs.StringVar(&c.ProfileWorkers, "profile-workers", "", "write each worker's CPU profile, and its heap in use when it reports, to this directory (the heap profile forces a GC and samples every 512 bytes allocated: a profiled run's figures are not comparable)")
 	fs.Bool("worker", false, "run as a worker (internal)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: loadtest -scenario idle|fanout|churn|storm|outage|stall [-transport sse|ws] [flags]\n       loadtest -quick\n\n")

@@ -7,10 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"sort"
 	"sync"
@@ -23,15 +20,11 @@ import (
 	"github.com/pushd/pushd/snapshot"
 )
 
-// profileEnv names a directory where each worker writes a CPU profile of
-// its run (-profile-workers).
-const profileEnv = "PUSHD_LOADTEST_PROFILE"
-
 // workerMain runs a worker: it holds client connections and answers the
 // controller's commands until stdin closes or it is told to quit.
 func workerMain(in io.Reader, out io.Writer) int {
 	raiseNoFile()
-	w := &worker{out: json.NewEncoder(out)}
+	w := &worker{out: json.NewEncoder(out), prof: newProfiler()}
 	w.setPhase("ramp")
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
@@ -45,14 +38,12 @@ func workerMain(in io.Reader, out io.Writer) int {
 			break
 		}
 		w.handle(cmd)
-		if cmd.Cmd == "init" && os.Getenv(profileEnv) != "" {
-			f, err := os.Create(filepath.Join(os.Getenv(profileEnv), fmt.Sprintf("worker%d.cpu.pprof", w.index)))
-			if err == nil && pprof.StartCPUProfile(f) == nil {
-				defer func() { pprof.StopCPUProfile(); f.Close() }()
-			}
+		if cmd.Cmd == "init" {
+			w.prof.startCPU(w.index)
 		}
 	}
 	w.shutdown()
+	w.prof.stop()
 	return 0
 }
 
@@ -75,6 +66,7 @@ func (w *worker) shutdown() {
 type worker struct {
 	outMu sync.Mutex
 	out   *json.Encoder
+	prof  *profiler // owned by the command loop
 
 	urls       []string // the nodes, http://host:port: connection i dials urls[i mod len]
 	transport  string
@@ -184,6 +176,9 @@ func (w *worker) handle(cmd command) {
 		w.send(reply{Type: "cuts", Stalled: w.stalledReports()})
 	case "report":
 		w.stopProgress()
+		if err := w.prof.writeHeap(w.index); err != nil {
+			w.logf("heap profile: %v", err)
+		}
 		w.send(reply{Type: "report", Report: w.report()})
 	case "close":
 		w.stopChurn()
