@@ -357,9 +357,9 @@ func TestFleetIdle(t *testing.T) {
 			// waits: once every one holds its stream the dialers have left
 			// (they run only while attempts are queued), and the worker keeps
 			// its command loop and the poller's loop. 0.1 at 300 connections
-			// is 30 goroutines: room for those and for a pool of
-			// dialersPerProc dialers per CPU on a machine of up to 3 CPUs not
-			// yet gone, far below the 1.0 of a goroutine per connection.
+			// is 30 goroutines: ten times those few, far below the 1.0 of a
+			// goroutine per connection, and below a dialer pool that stayed
+			// (dialersPerProc, 32, per CPU).
 			if g := figureOf(t, res, "loadgen_goroutines_per_conn"); runtime.GOOS == "linux" && g > 0.1 {
 				t.Errorf("the load generator holds %v goroutines per connection, want at most 0.1", g)
 			}
