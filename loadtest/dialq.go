@@ -10,14 +10,14 @@ import (
 
 // dialersPerProc bounds a worker's dialer goroutines at this many per
 // GOMAXPROCS. A dialer spends an attempt waiting for the server's answer
-// to its handshake, not on its own CPU, so it takes several per processor
-// to keep up with a ramp: at 8, a worker of two processors opening 1,000
-// WebSocket connections a second fell up to 0.4 s behind (idle, 10,000
-// connections on two nodes); at 32 and 128 it kept the pace of one
-// goroutine per connection. The bound keeps a reconnect storm from growing
-// a stack per connection again; dialers exist only while attempts are
-// queued, so an idle worker has none.
-const dialersPerProc = 32
+// to its handshake, not on its own CPU, and a reconnect storm is a herd of
+// browsers each connecting at once: at 32 per processor a worker let 64
+// attempts through at a time and smoothed the storm itself (no listen
+// queue overflow where the herd overflowed it 3,754 times). At 1,024 a
+// worker's 5,000 clients reconnect in two waves. Dialers exist only while
+// attempts are queued, so an idle worker has none; a storm's handshake
+// stacks are its garbage.
+const dialersPerProc = 1024
 
 var errWorkerClosed = errors.New("worker closed")
 

@@ -136,7 +136,7 @@ func silentServer(t *testing.T) (url string, accepted <-chan net.Conn) {
 		t.Fatal(err)
 	}
 	ch := make(chan net.Conn, 256)
-	done := make(chan struct{})
+	done, stop := make(chan struct{}), make(chan struct{})
 	go func() { // ends when the listener closes
 		defer close(done)
 		for {
@@ -144,10 +144,15 @@ func silentServer(t *testing.T) (url string, accepted <-chan net.Conn) {
 			if err != nil {
 				return
 			}
-			ch <- nc
+			select {
+			case ch <- nc:
+			case <-stop: // nobody reads ch any more: more attempts than it holds
+				nc.Close()
+			}
 		}
 	}()
 	t.Cleanup(func() {
+		close(stop)
 		ln.Close()
 		<-done
 		close(ch)

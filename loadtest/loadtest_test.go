@@ -358,8 +358,7 @@ func TestFleetIdle(t *testing.T) {
 			// (they run only while attempts are queued), and the worker keeps
 			// its command loop and the poller's loop. 0.1 at 300 connections
 			// is 30 goroutines: ten times those few, far below the 1.0 of a
-			// goroutine per connection, and below a dialer pool that stayed
-			// (dialersPerProc, 32, per CPU).
+			// goroutine per connection.
 			if g := figureOf(t, res, "loadgen_goroutines_per_conn"); runtime.GOOS == "linux" && g > 0.1 {
 				t.Errorf("the load generator holds %v goroutines per connection, want at most 0.1", g)
 			}
