@@ -581,26 +581,26 @@ func (c *Controller) reconcileTenants(ctx context.Context, batch []string, seen 
 	}
 	// The script may touch only keys it is given: the count keys of the
 	// users of every lease, read first, and of the users seen.
+	var mine []int // the batch's tenants this node reconciles
 	pipe = c.rdb.Pipeline()
 	read := make([]*redis.StringSliceCmd, len(batch))
 	seenRead := make([]*redis.StringSliceCmd, len(batch))
 	for i, t := range batch {
 		if done[i] = !shared || claims[i].Val(); done[i] {
+			mine = append(mine, i)
 			read[i] = pipe.ZRange(ctx, c.names.leases(t), 0, -1)
 			seenRead[i] = pipe.SMembers(ctx, c.names.seenUsers(t))
 		}
 	}
-	if pipe.Len() == 0 {
+	if len(mine) == 0 {
 		return 0, done, done, nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, done, done, err
 	}
-	calls := make([]*scriptCall, 0, len(batch))
-	for i, t := range batch {
-		if !done[i] {
-			continue
-		}
+	calls := make([]*scriptCall, len(mine))
+	for j, i := range mine {
+		t := batch[i]
 		users := make(map[string]struct{})
 		for _, u := range seenRead[i].Val() {
 			users[u] = struct{}{}
@@ -613,22 +613,17 @@ func (c *Controller) reconcileTenants(ctx context.Context, batch []string, seen 
 		for u := range users {
 			keys = append(keys, c.names.capUser(t, u))
 		}
-		calls = append(calls, &scriptCall{script: reconcileScript, keys: keys, args: []any{c.names.capUserPrefix(t), c.keyTTL()}})
+		calls[j] = &scriptCall{script: reconcileScript, keys: keys, args: []any{c.names.capUserPrefix(t), c.keyTTL()}}
 	}
 	if err := runPipelined(ctx, c.rdb, calls); err != nil {
 		return 0, done, done, err
 	}
 	var total int64
 	live := make([]bool, len(batch))
-	next := 0
 	pipe = c.rdb.Pipeline()
-	for i, t := range batch {
-		if !done[i] {
-			continue
-		}
-		call := calls[next]
-		next++
-		v, err := ints(call.cmd, 3)
+	for j, i := range mine {
+		t := batch[i]
+		v, err := ints(calls[j].cmd, 3)
 		if err != nil {
 			return total, done, live, err
 		}

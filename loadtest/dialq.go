@@ -31,7 +31,7 @@ var errWorkerClosed = errors.New("worker closed")
 // The zero value is an open queue.
 type dialQueue struct {
 	mu      sync.Mutex
-	queue   []*conn // due an attempt, oldest first; guarded by mu
+	queue   []*conn // due an attempt, oldest first, each at most once (its backoff is taken once); guarded by mu
 	running int     // dialer goroutines, guarded by mu
 	closed  bool    // guarded by mu
 	ctx     context.Context

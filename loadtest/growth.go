@@ -122,7 +122,7 @@ func (r *run) idleCosts(a, b fleetMark) {
 		return
 	}
 	if a.pgXacts >= 0 && b.pgXacts >= 0 {
-		// Less the two reads of the marks themselves.
+		// Less the first mark's own read, counted by the second.
 		r.res.fig("pg_queries_per_node_per_min", float64(b.pgXacts-a.pgXacts-1)/nodes/minutes, "/node/min", true)
 	}
 	queries := func(m metrics) float64 { return m["pushd_postgres_queries_total"] + m["pushd_repair_db_queries_total"] }
