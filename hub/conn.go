@@ -57,6 +57,7 @@ type Conn struct {
 	scheduled bool // queued for, or held by, a writer or a sink's queued write
 	endAfter  bool // end the connection once what is pending is written
 	resumed   bool // counted in Stats.Reconnects
+	reading   bool // a Subscribe is reading its initial state
 	ending    bool
 	closed    bool
 	// Resume cursors (Subscription.Cursors, with a Stream). cursors: the
@@ -167,7 +168,10 @@ func (c *Conn) offerDeferred(s *snapshot.Snapshot, n news) (push bool) {
 
 // offerTracked is offerDeferred that also reports whether the outbox took
 // s and the version of its task the connection held before (delivered or
-// pending; 0 for none).
+// pending; 0 for none). While a Subscribe reads its initial state, it
+// reports s not taken: those reads send the client the task's current
+// state anyway, so a repair round that gets there first found nothing
+// the client lacked.
 //
 // A connection that resumed from a stream cursor holds a version of every
 // task it watches, and knows only those of the tasks the stream holds
@@ -235,8 +239,9 @@ func (c *Conn) offerTracked(s *snapshot.Snapshot, n news) (push, taken bool, had
 	t.snap = s
 	t.setNews(n)
 	push = c.markScheduledLocked()
+	taken = !c.reading
 	c.mu.Unlock()
-	return push, true, had
+	return push, taken, had
 }
 
 // Send queues a non-task event (an error for a refused subscription, say).

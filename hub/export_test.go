@@ -1,5 +1,15 @@
 package hub
 
+import (
+	"time"
+
+	"github.com/pushd/pushd/snapshot"
+)
+
+// CountRepair offers s to its watchers as a repair round that found it in
+// Redis does, counting it as a repair if a connection lacked it.
+func CountRepair(h *Hub, s *snapshot.Snapshot) { h.countRepair(s, time.Now(), nil) }
+
 // PendingVersion is the version of task waiting in c's outbox, 0 if none.
 func PendingVersion(c *Conn, task string) int64 {
 	c.mu.Lock()

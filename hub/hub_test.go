@@ -84,11 +84,15 @@ func (r *recorder) nextTask(t *testing.T) *snapshot.Snapshot {
 // countingSource counts reads of a real in-memory store.
 type countingSource struct {
 	*snapshot.MemoryStore
-	gets atomic.Int64
+	gets    atomic.Int64
+	reading func() // if set, called by each Get before it reads
 }
 
 func (s *countingSource) Get(ctx context.Context, id string, atLeast int64) (*snapshot.Snapshot, error) {
 	s.gets.Add(1)
+	if s.reading != nil {
+		s.reading()
+	}
 	return s.MemoryStore.Get(ctx, id, atLeast)
 }
 

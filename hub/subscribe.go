@@ -58,6 +58,7 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) ([]Rejection, erro
 	if err != nil {
 		return nil, err
 	}
+	defer c.readDone()
 	if a.needBus {
 		if err := c.joinBus(ctx); err != nil {
 			return a.rejected, err
@@ -129,6 +130,7 @@ func (c *Conn) admit(s Subscription) (*admission, error) {
 	// Until this Subscribe has offered the initial state, the stream
 	// position says nothing about what it adds.
 	c.settled = false
+	c.reading = true
 	// A stream cursor says the client has every change of what it
 	// watches; a client refused part of its subscription comes back for
 	// it, and a cursor of this connection would then skip it if it never
@@ -137,6 +139,14 @@ func (c *Conn) admit(s Subscription) (*admission, error) {
 		c.cursors = true
 	}
 	return a, nil
+}
+
+// readDone ends a Subscribe's initial reads: a repair round that offers
+// the connection a task from now on counts if the client lacked it.
+func (c *Conn) readDone() {
+	c.mu.Lock()
+	c.reading = false
+	c.mu.Unlock()
 }
 
 // admitTasksLocked watches the tasks of ids it admits, in order.
