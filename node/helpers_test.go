@@ -102,7 +102,7 @@ func logDeliveryState(t *testing.T, admin string) {
 	var lines []string
 	for line := range strings.SplitSeq(string(body), "\n") {
 		for _, p := range []string{"pushd_mode", "pushd_polling_tenants", "pushd_polls", "pushd_poll_errors", "pushd_resyncs",
-			"pushd_pubsub_failures", "pushd_pubsub_received", "pushd_pubsub_subscription", "pushd_liveness_", "pushd_repair", "pushd_notifications_total", "pushd_connections ", "pushd_deliveries_total"} {
+			"pushd_pubsub_failures", "pushd_pubsub_received", "pushd_pubsub_subscription", "pushd_liveness_", "pushd_repair", "pushd_notifications_total", "pushd_connections ", "pushd_deliveries_total", "pushd_resume", "pushd_stream"} {
 			if strings.HasPrefix(line, p) && !strings.Contains(line, "_bucket") {
 				lines = append(lines, line)
 				break

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/stream/cursor"
@@ -47,11 +48,14 @@ func resumeOnlyWhatMoved(t *testing.T, streams bool, watch string) {
 		query = "task=" + strings.Join(tasks, "&task=")
 	}
 	// write stores a version as the Task State Service does, its row
-	// first, with an updated_at a moment ago.
-	write := func(id string, v int64) {
+	// first, with an updated_at a moment ago; writeNow, one made now, which
+	// a repair round racing its stream entry leaves to the entry.
+	writeAt := func(id string, v int64, at time.Time) {
 		c.pg.InsertTask(t, testenv.Task{ID: id, TenantID: tenant, ProjectID: "p1", UserID: "u1", Status: "RUNNING", Progress: int(v), Version: v})
-		streamPublish(t, c.redis.Client, c.redis.Names, docNow(id, tenant, v))
+		streamPublish(t, c.redis.Client, c.redis.Names, docAt(id, tenant, v, at))
 	}
+	write := func(id string, v int64) { writeAt(id, v, time.Now().Add(-1500*time.Millisecond)) }
+	writeNow := func(id string, v int64) { writeAt(id, v, time.Now()) }
 	for _, id := range tasks {
 		write(id, 1)
 	}
@@ -84,8 +88,10 @@ func resumeOnlyWhatMoved(t *testing.T, streams bool, watch string) {
 			}
 			delete(want, s.TaskID)
 		}
-		if st := to.Hub().Stats(); streams && st.Resumes != before.Resumes+1 {
-			t.Fatalf("resume %d: the stream replayed %d cursors, want 1", round+1, st.Resumes-before.Resumes)
+		// The hub counts a replay once it has offered it: after the
+		// client may have read it. A fallback never counts it.
+		if streams {
+			testenv.Eventually(t, "the resume counted as a replay", func() bool { return to.Hub().Stats().Resumes == before.Resumes+1 })
 		}
 		// Two repair rounds that began after the resume: the one running
 		// now ends first.
@@ -94,7 +100,7 @@ func resumeOnlyWhatMoved(t *testing.T, streams bool, watch string) {
 		// Nothing else is on its way: a change made now is the next event.
 		quiet := tasks[5-round]
 		held[quiet]++
-		write(quiet, held[quiet])
+		writeNow(quiet, held[quiet])
 		ev := nextTaskEvent(t, cl)
 		if s := parseDoc(t, ev.Data); s.TaskID != quiet || s.Version != held[quiet] {
 			t.Fatalf("resume %d: after two repair rounds got task %d v%d, want task %d v%d: an unchanged task was sent again",

@@ -384,8 +384,12 @@ func measureRepair(t *testing.T, nodes []*server, interval time.Duration, slots 
 // over a second old (a younger one's hint may be on its way still), and a
 // round may come at once.
 func docNow(task, tenant string, version int64) string {
-	at := time.Now().Add(-1500 * time.Millisecond).UnixMilli()
-	return strings.Replace(doc(task, tenant, version, "RUNNING"), `"updated_at":1710000000000`, fmt.Sprintf(`"updated_at":%d`, at), 1)
+	return docAt(task, tenant, version, time.Now().Add(-1500*time.Millisecond))
+}
+
+// docAt is doc with an updated_at of at.
+func docAt(task, tenant string, version int64, at time.Time) string {
+	return strings.Replace(doc(task, tenant, version, "RUNNING"), `"updated_at":1710000000000`, fmt.Sprintf(`"updated_at":%d`, at.UnixMilli()), 1)
 }
 
 // With streams, a change stored and announced but never appended to the
