@@ -209,9 +209,19 @@ func (c *Controller) capKeys(tenant, user string) []string {
 	return []string{c.names.capUser(tenant, user), c.names.capTenant(tenant), c.names.leases(tenant)}
 }
 
-// keyTTL is the TTL of the count keys: past it, with no node renewing,
-// every lease they count has expired too.
+// keyTTL is the TTL of a tenant's leases and count: past it, with no node
+// renewing, every lease they hold has expired too.
 func (c *Controller) keyTTL() int64 { return (2 * c.cfg.LeaseTTL).Milliseconds() }
+
+// userKeyTTL is the TTL of a user's count. Renewals leave the users' counts
+// alone, a command per user each RenewInterval that made the fleet's Redis
+// upkeep grow with its connections; the reconcile refreshes the count of
+// every user with a lease, once per ReconcileInterval, and this outlasts
+// two of its rounds missed. A count whose leases are all gone (their nodes
+// too) is set right by the next reconcile, which reads the expired leases.
+func (c *Controller) userKeyTTL() int64 {
+	return (2*c.cfg.LeaseTTL + 3*c.cfg.ReconcileInterval).Milliseconds()
+}
 
 // acquire takes a slot under the caps: in Redis, one script for both
 // counts and the lease; while Redis is down, under the node's share.
@@ -234,7 +244,7 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 		tctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		start := time.Now()
 		cmd := acquireScript.Run(tctx, c.rdb, c.capKeys(tenant, user),
-			h.member, c.cfg.LeaseTTL.Milliseconds(), capArg(userCap), capArg(tenantCap), c.names.capUserPrefix(tenant), c.keyTTL())
+			h.member, c.cfg.LeaseTTL.Milliseconds(), capArg(userCap), capArg(tenantCap), c.names.capUserPrefix(tenant), c.keyTTL(), c.userKeyTTL())
 		c.luaDone(EndpointConnect, start, on...)
 		v, dead, err := acquireReply(cmd)
 		cancel()
@@ -398,8 +408,8 @@ func (c *Controller) renew() {
 			n := min(len(holds), batchSize)
 			keys := make([]string, 0, 2+n)
 			keys = append(keys, c.names.leases(t), c.names.capTenant(t))
-			args := make([]any, 0, 2+n)
-			args = append(args, c.cfg.LeaseTTL.Milliseconds(), c.keyTTL())
+			args := make([]any, 0, 3+n)
+			args = append(args, c.cfg.LeaseTTL.Milliseconds(), c.keyTTL(), c.userKeyTTL())
 			for _, h := range holds[:n] {
 				keys = append(keys, c.names.capUser(t, h.user))
 				args = append(args, h.member)
@@ -613,7 +623,7 @@ func (c *Controller) reconcileTenants(ctx context.Context, batch []string, seen 
 		for u := range users {
 			keys = append(keys, c.names.capUser(t, u))
 		}
-		calls[j] = &scriptCall{script: reconcileScript, keys: keys, args: []any{c.names.capUserPrefix(t), c.keyTTL()}}
+		calls[j] = &scriptCall{script: reconcileScript, keys: keys, args: []any{c.names.capUserPrefix(t), c.keyTTL(), c.userKeyTTL()}}
 	}
 	if err := runPipelined(ctx, c.rdb, calls); err != nil {
 		return 0, done, done, err

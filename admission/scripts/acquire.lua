@@ -10,7 +10,8 @@
 -- ARGV[3]  per-user cap (0: none)
 -- ARGV[4]  per-tenant cap (0: none)
 -- ARGV[5]  prefix of user count keys (conn:{t}:user:), to know a lease's count key by name
--- ARGV[6]  TTL ms of the count keys
+-- ARGV[6]  TTL ms of the tenant's keys
+-- ARGV[7]  TTL ms of the user's count key
 -- Returns {admitted (1|0), refused by (0 none, 1 user cap, 2 tenant cap),
 -- leases expired, expired leases of other users...}.
 local t = redis.call('TIME')
@@ -53,7 +54,7 @@ redis.call('INCR', KEYS[2])
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
 -- Counts outlive their leases only briefly when every node holding them is
 -- gone: nothing is left behind for good.
-redis.call('PEXPIRE', KEYS[1], keyTTL)
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]))
 redis.call('PEXPIRE', KEYS[2], keyTTL)
 redis.call('PEXPIRE', KEYS[3], keyTTL)
 return reply(1, 0)

@@ -5,11 +5,13 @@
 -- KEYS[1]    the tenant's leases, KEYS[2] the tenant's count
 -- KEYS[3..]  user count keys (conn:{t}:user:<user>) to rebuild
 -- ARGV[1]    prefix of user count keys, to know a lease's count key by name
--- ARGV[2]    TTL ms of the count keys
+-- ARGV[2]    TTL ms of the tenant's keys
+-- ARGV[3]    TTL ms of the users' count keys: renewals leave them alone,
+--            so this refreshes those of every user with a lease
 -- Returns {leases expired, total difference, live leases}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local keyTTL = tonumber(ARGV[2])
+local keyTTL, userTTL = tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local expired = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local live = redis.call('ZRANGE', KEYS[1], 0, -1)
@@ -30,7 +32,7 @@ for i = 3, #KEYS do
     local have = tonumber(redis.call('GET', k) or '0') or 0
     local want = counts[k] or 0
     diff = diff + math.abs(have - want)
-    if want > 0 then redis.call('SET', k, want, 'PX', keyTTL) else redis.call('DEL', k) end
+    if want > 0 then redis.call('SET', k, want, 'PX', userTTL) else redis.call('DEL', k) end
   end
 end
 local have = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
