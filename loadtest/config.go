@@ -111,7 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Scenario, "scenario", "", "idle, fanout, churn, storm, outage, stall or repair (with -quick: empty runs every one)")
-	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws (with -quick and no -transport: both); stall always runs both")
+	fs.StringVar(&c.Transport, "transport", "sse", "sse, ws, or mixed (idle and fanout: half of each, SSE on the even nodes and WebSocket on the odd ones; with one node, every other connection); with -quick and no -transport: sse and ws in turn; stall always runs both")
 	fs.BoolVar(&c.Quick, "quick", false, "a smoke run of every scenario at small scale (200 connections, 5 s)")
 	fs.StringVar(&c.Target, "target", "pushd", "the server under test: pushd, centrifugo, or both (pushd, then Centrifugo, same settings); centrifugo runs fanout and idle only and needs -centrifugo-bin")
 	fs.BoolVar(&c.Cluster, "cluster", false, "three pushd nodes (or -nodes) on a private Redis Cluster (three masters, a replica each), clients spread over them; idle, fanout and storm only (with -quick: fanout, storm and fanout with -kill-master)")
@@ -229,8 +229,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.StormResume && (c.StormMoved <= 0 || c.StormMoved > 1) {
 		return c, fmt.Errorf("-storm-moved %v: want a share above 0, at most 1", c.StormMoved)
 	}
-	if c.Transport != "" && c.Transport != "sse" && c.Transport != "ws" {
-		return c, fmt.Errorf("-transport %q: want sse or ws", c.Transport)
+	switch {
+	case c.Transport == "mixed" && (c.Quick || (c.Scenario != "idle" && c.Scenario != "fanout")):
+		return c, fmt.Errorf("-transport mixed runs -scenario idle or fanout, without -quick")
+	case c.Transport != "" && c.Transport != "sse" && c.Transport != "ws" && c.Transport != "mixed":
+		return c, fmt.Errorf("-transport %q: want sse, ws or mixed", c.Transport)
 	}
 	if err := c.checkTarget(); err != nil {
 		return c, err

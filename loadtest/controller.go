@@ -137,9 +137,23 @@ func (r *run) connectAll(ctx context.Context) error {
 	}
 	r.res.fig("connect_all_s", time.Since(started).Seconds(), "s", false)
 	if conv < live {
+		r.clientCountsAtFailure(ctx)
 		return fmt.Errorf("only %d of %d connections got their task's snapshot after connecting", conv, live)
 	}
 	return nil
+}
+
+// clientCountsAtFailure records, for a run that stops short, what its
+// clients counted (errors by kind, reconnects), so the result says why.
+func (r *run) clientCountsAtFailure(ctx context.Context) {
+	replies, err := r.all(ctx, func(int) command { return command{Cmd: "report"} }, "report", 30*time.Second)
+	if err != nil {
+		r.logf("no client counts at the failure: %v", err)
+		return
+	}
+	m := mergeReports(r.cfg.Scenario, replies)
+	r.res.ClientCounts = m.Errors
+	r.logf("client counts at the failure: %v", m.Errors)
 }
 
 // converge sets the expected versions and waits until every live connection

@@ -134,6 +134,19 @@ func (r *run) nodeFigures(before, after rest) {
 	r.res.PerNode = map[string][]float64{"connections": conns, "server_rss_per_conn_kb": rssPer, "goroutines_per_conn": gPer}
 	r.res.fig("server_rss_per_conn_kb_min", slices.Min(rssPer), "KB/conn", true)
 	r.res.fig("server_rss_per_conn_kb_max", slices.Max(rssPer), "KB/conn", true)
+	if r.cfg.Transport == "mixed" && k > 1 {
+		// SSE on the even nodes, WebSocket on the odd ones.
+		var sse, ws []float64
+		for i, v := range rssPer {
+			if i%2 == 0 {
+				sse = append(sse, v)
+			} else {
+				ws = append(ws, v)
+			}
+		}
+		r.res.fig("server_rss_per_conn_kb_max_sse", slices.Max(sse), "KB/conn", true)
+		r.res.fig("server_rss_per_conn_kb_max_ws", slices.Max(ws), "KB/conn", true)
+	}
 }
 
 // workersRSS is the workers' resident sets, summed, in KB.

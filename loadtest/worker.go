@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -125,6 +126,21 @@ type worker struct {
 // nodeURL is the node connection id dials: connections go round-robin
 // over the nodes.
 func (w *worker) nodeURL(id int) string { return w.urls[id%len(w.urls)] }
+
+// isWS says whether connection id is a WebSocket, of a run of transport
+// (-transport). A mixed run's WebSockets are on the odd nodes, so that each
+// node's memory per connection is of one transport; with one node, they
+// are every other connection.
+func (w *worker) isWS(id int, transport string) bool {
+	switch {
+	case transport != "mixed":
+		return transport == "ws"
+	case len(w.urls) == 1:
+		return id%2 == 1
+	default:
+		return id%len(w.urls)%2 == 1
+	}
+}
 
 func (w *worker) send(r reply) {
 	w.outMu.Lock()
@@ -298,13 +314,10 @@ func (w *worker) open(cmd command) {
 	defer tick.Stop()
 	for i := 0; i < cmd.Count; {
 		due := min(int(cmd.Rate*time.Since(start).Seconds())+1, cmd.Count)
-		ws := w.transport == "ws"
-		if cmd.Transport != "" {
-			ws = cmd.Transport == "ws"
-		}
+		transport := cmp.Or(cmd.Transport, w.transport)
 		for ; i < due; i++ {
 			id := cmd.First + i
-			c := w.newConn(id, id%cmd.Tasks, ws)
+			c := w.newConn(id, id%cmd.Tasks, w.isWS(id, transport))
 			wg.Add(1)
 			c.start(func(err error) {
 				if err != nil {
@@ -393,7 +406,7 @@ func (w *worker) startChurn(cmd command) {
 					w.churnClosed.Add(1)
 				}
 				id := int(w.nextID.Add(1))
-				c := w.newConn(id, rand.IntN(cmd.Tasks), w.transport == "ws")
+				c := w.newConn(id, rand.IntN(cmd.Tasks), w.isWS(id, w.transport))
 				c.start(nil)
 			}
 		}
