@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -103,10 +106,23 @@ func pending(br *bufio.Reader) []byte {
 
 // dial opens the connection's socket to its node from its worker's
 // source address and makes it what close closes. A nil nc with a nil
-// error means the connection is closing.
+// error means the connection is closing. A node that refuses the
+// connection (killed, or restarting) is passed over for another, picked at
+// random, as a balancer retrying the next backend does: each node at most
+// once per attempt, and the connection stays with the node that took it.
 func (c *conn) dial() (nc net.Conn, addr string, err error) {
-	addr = strings.TrimPrefix(c.w.nodeURL(c.id), "http://")
-	nc, err = c.w.dialers[c.id%len(c.w.dialers)].DialContext(c.w.dialq.context(), "tcp", addr)
+	others, home, from := int32(len(c.w.urls)-1), c.node.Load(), int32(-1)
+	for moved := int32(0); ; moved++ {
+		addr = strings.TrimPrefix(c.w.urls[c.nodeIndex()], "http://")
+		nc, err = c.w.dialers[c.id%len(c.w.dialers)].DialContext(c.w.dialq.context(), "tcp", addr)
+		if err == nil || moved == others || !errors.Is(err, syscall.ECONNREFUSED) {
+			break
+		}
+		if from < 0 {
+			from = rand.Int32N(others)
+		}
+		c.node.Store(home + 1 + (from+moved)%others) // the other nodes, each once
+	}
 	if err != nil {
 		return nil, addr, err
 	}

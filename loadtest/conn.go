@@ -35,6 +35,7 @@ type conn struct {
 	first     func(error) // called once with the first attempt's outcome, then nil
 	retries   int         // attempts failed since the last established stream
 
+	node        atomic.Int32 // added to id to pick its node: a balancer moved it this far
 	last        atomic.Int64 // the newest version seen, over reconnects
 	convergedAt atomic.Int64 // Unix ns when it first held the expected version, 0 if not yet
 	wakeJitter  atomic.Int64 // ns to wait after a wake before reconnecting
@@ -196,13 +197,20 @@ func (c *conn) onTask(data []byte, recv int64) {
 		s.connects++
 		recordUS(s.connect, recv-c.dialStart)
 	}
-	if sent >= c.dialStart {
+	fresh := sent >= c.dialStart
+	if fresh {
 		recordUS(s.latency, recv-sent)
 		recordUS(s.byTransport[transportIndex(c.ws)], recv-sent)
 	} else {
 		s.catchUp++
 	}
 	s.mu.Unlock()
+	if fresh && len(p.byNode) > 0 {
+		nh := &p.byNode[c.nodeIndex()]
+		nh.mu.Lock()
+		recordUS(nh.h, recv-sent)
+		nh.mu.Unlock()
+	}
 	c.gotFirst = true
 	if ref := c.w.since.Load(); ref != 0 && sent >= ref {
 		c.firstAfter.CompareAndSwap(0, recv)
@@ -254,5 +262,8 @@ func jsonString(b []byte, key string) (string, bool) {
 	}
 	return string(b[:j]), true
 }
+
+// nodeIndex is the node c dials now, in -nodes order.
+func (c *conn) nodeIndex() int { return (c.id + int(c.node.Load())) % len(c.w.urls) }
 
 func (c *conn) String() string { return fmt.Sprintf("conn %d (%s)", c.id, taskID(int(c.task))) }

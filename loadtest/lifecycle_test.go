@@ -127,6 +127,38 @@ func TestConnReconnects(t *testing.T) {
 	}
 }
 
+// TestDialPassesOverARefusingNode: a node that refuses connections (its
+// process is gone) is passed over for another within the same attempt, as
+// a balancer does, and the connection stays with the node that took it.
+func TestDialPassesOverARefusingNode(t *testing.T) {
+	srv, requests := sseServer(t, func(n int64, rw http.ResponseWriter, r *http.Request) {
+		writeTask(rw, 1)
+		<-r.Context().Done()
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "http://" + l.Addr().String()
+	l.Close() // nothing listens there now: connections are refused
+	w := lifeWorker(t, srv.URL, "goroutine")
+	w.urls = []string{gone, gone, srv.URL}
+	c := lifeConn(w, 0)
+	first := make(chan error, 1)
+	c.start(func(err error) { first <- err })
+	if err := <-first; err != nil {
+		t.Fatalf("first attempt: %v, want the live node's stream", err)
+	}
+	if c.nodeIndex() != 2 || requests.Load() != 1 {
+		t.Fatalf("on node %d after %d requests, want node 2 after 1", c.nodeIndex(), requests.Load())
+	}
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	if len(w.errs) != 0 {
+		t.Fatalf("counted %v: a refusal the balancer passed over is no error", w.errs)
+	}
+}
+
 // silentServer accepts connections and never answers: an attempt to it
 // waits in its handshake. accepted has the server's end of each.
 func silentServer(t *testing.T) (url string, accepted <-chan net.Conn) {

@@ -163,6 +163,9 @@ type phaseReport struct {
 	// LatencyByTransport is Latency split by the connection's transport
 	// (sse, ws): runs that mix them report each.
 	LatencyByTransport map[string]string `json:"latency_by_transport,omitempty"`
+	// LatencyByNode is Latency split by the node (index in -nodes order)
+	// the connection was on, at two significant digits.
+	LatencyByNode []string `json:"latency_by_node,omitempty"`
 }
 
 // modeSeen is when clients received a mode event.
@@ -180,6 +183,9 @@ const (
 )
 
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, histMax, histSig) }
+
+// newCoarseHist is newHist at two significant digits: a tenth of the size.
+func newCoarseHist() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, histMax, 2) }
 
 func encodeHist(h *hdrhistogram.Histogram) string {
 	b, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)

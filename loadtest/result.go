@@ -448,6 +448,7 @@ type mergedPhase struct {
 	Deliveries, CatchUp, Connects int64
 	Latency, Connect              *hdrhistogram.Histogram
 	ByTransport                   map[string]*hdrhistogram.Histogram
+	ByNode                        []*hdrhistogram.Histogram // nil where no worker recorded one
 }
 
 func newMergedPhase() *mergedPhase {
@@ -548,6 +549,17 @@ func mergeReports(scenario string, replies []reply) *merged {
 					mp.ByTransport[t] = h
 				}
 				h.Merge(decodeHist(enc))
+			}
+			for i, enc := range p.LatencyByNode {
+				for len(mp.ByNode) <= i {
+					mp.ByNode = append(mp.ByNode, nil)
+				}
+				if d := decodeHist(enc); d.TotalCount() > 0 {
+					if mp.ByNode[i] == nil {
+						mp.ByNode[i] = newCoarseHist()
+					}
+					mp.ByNode[i].Merge(d)
+				}
 			}
 		}
 	}

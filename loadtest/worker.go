@@ -502,6 +502,15 @@ func (w *worker) held() *holdReport {
 type phase struct {
 	name   string
 	shards [8]phaseShard
+	// byNode is latency again, by the node that delivered it: coarser
+	// (two significant digits) and not sharded, so a fleet's worth of
+	// them stays small in every worker.
+	byNode []nodeHist
+}
+
+type nodeHist struct {
+	mu sync.Mutex
+	h  *hdrhistogram.Histogram
 }
 
 type phaseShard struct {
@@ -533,7 +542,10 @@ func (w *worker) setPhase(name string) {
 	}
 	p := w.phases[name]
 	if p == nil {
-		p = &phase{name: name}
+		p = &phase{name: name, byNode: make([]nodeHist, len(w.urls))}
+		for i := range p.byNode {
+			p.byNode[i].h = newCoarseHist()
+		}
 		for i := range p.shards {
 			p.shards[i].latency = newHist()
 			p.shards[i].connect = newHist()
@@ -653,7 +665,13 @@ func (w *worker) report() *workerReport {
 		p := w.phases[n]
 		lat, con := newHist(), newHist()
 		byT := [2]*hdrhistogram.Histogram{newHist(), newHist()}
-		pr := &phaseReport{LatencyByTransport: map[string]string{}}
+		pr := &phaseReport{LatencyByTransport: map[string]string{}, LatencyByNode: make([]string, len(p.byNode))}
+		for i := range p.byNode {
+			nh := &p.byNode[i]
+			nh.mu.Lock()
+			pr.LatencyByNode[i] = encodeHist(nh.h)
+			nh.mu.Unlock()
+		}
 		for i := range p.shards {
 			s := &p.shards[i]
 			s.mu.Lock()
