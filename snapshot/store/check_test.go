@@ -52,6 +52,45 @@ func TestCheckClaimsEachTaskOncePerHold(t *testing.T) {
 	}
 }
 
+// A claim sets the marker's TTL when half of it has passed since it was
+// last set, not on every claim: a watched task's marker lives on, and a
+// round costs no PEXPIRE per task.
+func TestCheckSetsTheMarkersTTLOncePerHalfOfIt(t *testing.T) {
+	e := newEnv(t, store.Config{})
+	id := testenv.UniqueID("task")
+	e.insert(t, id, "RUNNING", 1)
+	e.write(t, id, "RUNNING", 1)
+	ctx := testenv.Context(t)
+	key := e.r.Names.Checked(id)
+	req := store.CheckRequest{IDs: []string{id}, Hold: time.Hour, Publish: noPublish(t)}
+	if _, err := e.store.Check(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := e.r.Client.PTTL(ctx, key).Val(); ttl <= 59*time.Minute {
+		t.Fatalf("the first claim left the marker a TTL of %v, want an hour", ttl)
+	}
+	// A claim within half the TTL of the last setting leaves it alone.
+	e.r.Client.PExpire(ctx, key, 10*time.Minute)
+	e.expireClaim(t, id)
+	if _, err := e.store.Check(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := e.r.Client.PTTL(ctx, key).Val(); ttl > 10*time.Minute || ttl <= 0 {
+		t.Fatalf("a second claim moved the marker's TTL to %v, want it left at most 10m", ttl)
+	}
+	// Past half of it, the next claim sets it again.
+	if err := e.r.Client.HSet(ctx, key, "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.expireClaim(t, id)
+	if _, err := e.store.Check(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := e.r.Client.PTTL(ctx, key).Val(); ttl <= 59*time.Minute {
+		t.Fatalf("a claim past half the TTL left the marker %v, want an hour", ttl)
+	}
+}
+
 // A version only PostgreSQL holds is published once its row is half a
 // second old, and once only: not again after Redis lost its snapshot,
 // since the marker recorded it.
