@@ -75,7 +75,7 @@ func (c *conn) getSSE(nc net.Conn, addr string) (*bufio.Reader, *http.Response, 
 	}
 	if resp.StatusCode != http.StatusOK {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return nil, nil, statusError{resp.StatusCode}
+		return nil, nil, refused(resp)
 	}
 	nc.SetDeadline(time.Time{})
 	return br, resp, nil
@@ -315,7 +315,7 @@ func (c *conn) dialWS(nc net.Conn, addr string) (wc *websocket.Conn, early []byt
 	cancel()
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			return nil, nil, statusError{resp.StatusCode}
+			return nil, nil, refused(resp)
 		}
 		return nil, nil, err
 	}

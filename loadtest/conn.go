@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -123,7 +124,24 @@ func (c *conn) isClosing() bool {
 }
 
 // statusError is a handshake the server refused.
-type statusError struct{ code int }
+// statusError is a refused handshake: its status and the Retry-After it
+// named (0 for none).
+type statusError struct {
+	code       int
+	retryAfter time.Duration
+}
+
+// refused is the statusError of resp, a refusal.
+func refused(resp *http.Response) statusError {
+	e := statusError{code: resp.StatusCode}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		e.retryAfter = min(time.Duration(s)*time.Second, maxServerWait)
+	}
+	return e
+}
+
+// maxServerWait bounds a wait a server names, as pushd.js does.
+const maxServerWait = 5 * time.Minute
 
 func (e statusError) Error() string { return "status " + strconv.Itoa(e.code) }
 

@@ -66,10 +66,22 @@ func (c *conn) ended(established bool, err error) {
 		c.retries = 0 // the stream ended: reconnect at once
 		c.requeue()
 	default:
-		d := backoffDelay(c.retries)
+		d := retryDelay(err, c.retries)
 		c.retries++
 		c.retryAfter(d)
 	}
+}
+
+// retryDelay is the wait after the nth attempt in a row (from 0) that got
+// no stream and ended with err. A refusal that names its wait is retried
+// after it, as pushd.js does, spread by a quarter: retrying sooner only
+// meets the same refusal, and a herd of clients that does keeps the
+// limit's store busy refusing them. Anything else backs off.
+func retryDelay(err error, n int) time.Duration {
+	if se := (statusError{}); errors.As(err, &se) && se.retryAfter > 0 {
+		return se.retryAfter + rand.N(se.retryAfter/4+1)
+	}
+	return backoffDelay(n)
 }
 
 // backoffDelay is the wait after the nth attempt in a row that got no

@@ -159,6 +159,23 @@ func TestDialPassesOverARefusingNode(t *testing.T) {
 	}
 }
 
+// A refusal with Retry-After is retried after it, spread by at most a
+// quarter; one without, and any other failure, backs off from 50 ms.
+func TestRetryDelayKeepsRetryAfter(t *testing.T) {
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Retry-After", "2")
+	rec.WriteHeader(http.StatusTooManyRequests)
+	limited := refused(rec.Result())
+	for range 100 {
+		if d := retryDelay(limited, 0); d < 2*time.Second || d > 2500*time.Millisecond {
+			t.Fatalf("after a 429 with Retry-After: 2, waits %v; want 2 s to 2.5 s", d)
+		}
+		if d := retryDelay(statusError{code: http.StatusServiceUnavailable}, 0); d < 50*time.Millisecond || d > 100*time.Millisecond {
+			t.Fatalf("after a 503 without Retry-After, waits %v; want the first backoff, 50 to 100 ms", d)
+		}
+	}
+}
+
 // silentServer accepts connections and never answers: an attempt to it
 // waits in its handshake. accepted has the server's end of each.
 func silentServer(t *testing.T) (url string, accepted <-chan net.Conn) {

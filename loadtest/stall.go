@@ -137,7 +137,7 @@ func (w *worker) openStalled(tenant, tasks int, ws bool, n int) (*stalledConn, e
 		})
 		if err != nil {
 			if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-				return nil, statusError{resp.StatusCode}
+				return nil, refused(resp)
 			}
 			return nil, err
 		}
@@ -169,7 +169,7 @@ func (w *worker) openStalled(tenant, tasks int, ws bool, n int) (*stalledConn, e
 		}
 		if resp.StatusCode != http.StatusOK {
 			nc.Close()
-			return nil, statusError{resp.StatusCode}
+			return nil, refused(resp)
 		}
 		nc.SetDeadline(time.Time{})
 		sc.closer = nc
