@@ -107,6 +107,13 @@ type leaseSet struct {
 	mu       sync.Mutex // guards the fields below
 	byTenant map[string]map[*Hold]struct{}
 	released []*Hold
+	// doubtful are holds refused on local limits after their acquire
+	// failed in flight: Redis may have run it anyway, leaving a lease no
+	// renewal keeps and a count it holds until it expires. They are
+	// released a renewal or two later (doubtful, then doubtfulOld), once
+	// the acquire has surely run or never will: released at once, the
+	// release could reach Redis before the acquire.
+	doubtful, doubtfulOld []*Hold
 	// expired are other nodes' leases an acquire found expired, by member,
 	// to purge in Redis (an acquire purges only its own user's).
 	expired map[string]deadLease
@@ -240,6 +247,7 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 	if tenantCap > 0 {
 		on = append(on, RuleTenantCap)
 	}
+	doubtful := false // the acquire failed in flight: Redis may have run it
 	if c.useRedis() {
 		tctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		start := time.Now()
@@ -269,10 +277,16 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 			}
 		}
 		c.failed("acquire lease", err)
+		doubtful = true
 	}
 	if rule := c.local.open(tenant, user, c.localShare(userCap), c.localShare(tenantCap), false); rule != "" {
 		if rule == RuleTenantCap && userCap > 0 {
 			c.allow(EndpointConnect, RuleUserCap)
+		}
+		if doubtful {
+			c.leases.mu.Lock()
+			c.leases.doubtful = append(c.leases.doubtful, h)
+			c.leases.mu.Unlock()
 		}
 		return nil, Decision{Rule: rule, RetryAfter: capRetryAfter, Local: true}
 	}
@@ -350,7 +364,17 @@ func (c *Controller) flushReleases() {
 		c.leases.expired = make(map[string]deadLease)
 	}
 	c.leases.mu.Unlock()
-	if len(rel)+len(expired) == 0 || !c.useRedis() {
+	if len(rel)+len(expired) == 0 {
+		return
+	}
+	if !c.useRedis() {
+		// Kept for a flush once Redis answers again: dropped, each would
+		// hold its slot of the caps until its lease expired, and an
+		// overloaded Redis would see its tenants refused for slots nobody
+		// holds. (The expired leases are found again by later acquires.)
+		c.leases.mu.Lock()
+		c.leases.released = append(c.leases.released, rel...)
+		c.leases.mu.Unlock()
 		return
 	}
 	calls := make([]*scriptCall, 0, len(rel)+len(expired))
@@ -380,6 +404,15 @@ func (c *Controller) flushReleases() {
 			}
 		}
 	}
+}
+
+// releaseDoubtful queues for release the doubtful holds of the renewal
+// before last, and ages the last one's.
+func (c *Controller) releaseDoubtful() {
+	c.leases.mu.Lock()
+	defer c.leases.mu.Unlock()
+	c.leases.released = append(c.leases.released, c.leases.doubtfulOld...)
+	c.leases.doubtfulOld, c.leases.doubtful = c.leases.doubtful, nil
 }
 
 // renew extends every lease the node holds, writing again those Redis
@@ -686,6 +719,7 @@ func (c *Controller) loop() {
 		case <-c.wake:
 			c.flushReleases()
 		case <-renew.C:
+			c.releaseDoubtful()
 			c.flushReleases()
 			c.renew()
 		case <-reconcile.C:

@@ -89,3 +89,40 @@ func TestRenewCommandsDoNotGrowWithLeases(t *testing.T) {
 		t.Fatalf("u0's count %d, want 2", n)
 	}
 }
+
+// A connection refused on local limits after its acquire failed in flight
+// leaves no lease behind: Redis may run the acquire after the node gave up
+// on it, and the lease it writes is released a renewal or two later, once
+// the acquire has surely run. Without that, its count held a slot of the
+// tenant's cap until the lease expired.
+func TestAcquireRunLateIsReleased(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	proxy := testenv.StartProxy(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	c := newController(t, Config{Redis: rdb, Timeout: 200 * time.Millisecond, MaxConnsPerTenant: 2, ExpectedNodes: 2,
+		RenewInterval: time.Hour, ConnectUserBurst: -1, ConnectIPBurst: -1})
+	ctx := context.Background()
+	if _, d := c.Connect(ctx, "t1", "u1", "", ""); !d.Allowed || d.Local {
+		t.Fatalf("first: %+v, want admitted by Redis", d)
+	}
+	proxy.StallAll()
+	// The local share of a cap of 2 over 2 nodes is 1, which u1 holds.
+	if _, d := c.Connect(ctx, "t1", "u2", "", ""); d.Allowed || !d.Local || d.Rule != RuleTenantCap {
+		t.Fatalf("second, Redis stalled: %+v, want refused by the local tenant cap", d)
+	}
+	proxy.Pass()
+	leases := srv.Client()
+	testenv.Eventually(t, "the stalled acquire run", func() bool { return leases.ZCard(ctx, c.names.leases("t1")).Val() == 2 })
+	c.releaseDoubtful()
+	c.releaseDoubtful()
+	c.flushReleases() // Redis is still taken for down: kept for later
+	testenv.Eventually(t, "Redis used again", c.useRedis)
+	c.flushReleases()
+	if n := leases.ZCard(ctx, c.names.leases("t1")).Val(); n != 1 {
+		t.Fatalf("%d leases after the release, want u1's alone", n)
+	}
+	if n := count(t, leases, c.names.capTenant("t1")); n != 1 {
+		t.Fatalf("tenant count %d, want 1", n)
+	}
+}
