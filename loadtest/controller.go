@@ -154,6 +154,10 @@ func (r *run) clientCountsAtFailure(ctx context.Context) {
 	m := mergeReports(r.cfg.Scenario, replies)
 	r.res.ClientCounts = m.Errors
 	r.logf("client counts at the failure: %v", m.Errors)
+	// And the server's side of it: what refused them, by rule.
+	if r.res.ServerMetrics == nil {
+		r.res.ServerMetrics = ownSeries(r.scrape(ctx), r.kind.prefix)
+	}
 }
 
 // converge sets the expected versions and waits until every live connection

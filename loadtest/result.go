@@ -157,6 +157,12 @@ func newResult(cfg config, commit string) *result {
 	r.Nodes = cfg.nodeCount()
 	if cfg.production() {
 		r.Limits = cfg.Limits
+		if g := gcd(cfg.Tenants, r.Nodes); g > 1 {
+			// Connection i is on node i mod nodes and of tenant i mod
+			// tenants, as no balancer would place them.
+			r.warn("-tenants %d and %d nodes share the factor %d: each node holds 1/%d of the tenants, %d times a tenant's even share, which a node's local share of the tenant cap (cap / nodes, while Redis is slow) refuses first; a tenant count prime to the node count spreads each tenant over every node",
+				cfg.Tenants, r.Nodes, g, g, g)
+		}
 	}
 	switch cfg.Scenario {
 	case "fanout", "churn", "outage", "stall":
@@ -564,4 +570,11 @@ func mergeReports(scenario string, replies []reply) *merged {
 		}
 	}
 	return m
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
