@@ -85,10 +85,12 @@ func retryDelay(err error, n int) time.Duration {
 }
 
 // backoffDelay is the wait after the nth attempt in a row that got no
-// stream (from 0): 100 ms doubling up to 1 s, with jitter.
+// stream (from 0), pushd.js's: full jitter between 0 and 500 ms doubling
+// up to 30 s. A herd of clients that retries faster than real ones does
+// not measure the fleet: 250,000 clients retrying within a second kept
+// two cores too busy to accept any of them.
 func backoffDelay(n int) time.Duration {
-	d := min(100*time.Millisecond<<min(n, 4), time.Second)
-	return d/2 + rand.N(d/2+1)
+	return rand.N(min(500*time.Millisecond<<min(n, 6), 30*time.Second) + 1)
 }
 
 // retryAfter queues c again after d, unless close or a wake comes first.

@@ -160,7 +160,7 @@ func TestDialPassesOverARefusingNode(t *testing.T) {
 }
 
 // A refusal with Retry-After is retried after it, spread by at most a
-// quarter; one without, and any other failure, backs off from 50 ms.
+// quarter; one without, and any other failure, backs off as pushd.js does.
 func TestRetryDelayKeepsRetryAfter(t *testing.T) {
 	rec := httptest.NewRecorder()
 	rec.Header().Set("Retry-After", "2")
@@ -170,8 +170,11 @@ func TestRetryDelayKeepsRetryAfter(t *testing.T) {
 		if d := retryDelay(limited, 0); d < 2*time.Second || d > 2500*time.Millisecond {
 			t.Fatalf("after a 429 with Retry-After: 2, waits %v; want 2 s to 2.5 s", d)
 		}
-		if d := retryDelay(statusError{code: http.StatusServiceUnavailable}, 0); d < 50*time.Millisecond || d > 100*time.Millisecond {
-			t.Fatalf("after a 503 without Retry-After, waits %v; want the first backoff, 50 to 100 ms", d)
+		if d := retryDelay(statusError{code: http.StatusServiceUnavailable}, 0); d < 0 || d > 500*time.Millisecond {
+			t.Fatalf("after a 503 without Retry-After, waits %v; want the first backoff, 0 to 500 ms", d)
+		}
+		if d := retryDelay(statusError{code: http.StatusServiceUnavailable}, 20); d < 0 || d > 30*time.Second {
+			t.Fatalf("after 21 failures, waits %v; want at most 30 s", d)
 		}
 	}
 }
