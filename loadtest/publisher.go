@@ -367,6 +367,14 @@ type pubRun struct {
 // (update k goes to task k mod tasks at start + k/rate, sent at the first
 // tick of p.every at or after that), until d passes or ctx ends.
 func (p *publisher) run(ctx context.Context, rate float64, d time.Duration) pubRun {
+	return p.runUntil(ctx, nil, rate, d)
+}
+
+// runUntil is run that also ends when stop closes, for a run whose end is
+// not known when it starts (-roll's): unlike ctx's end, which fails the
+// publishes in flight, stop only ends the schedule, and the updates
+// already handed out are published whole. Asked is then what was due.
+func (p *publisher) runUntil(ctx context.Context, stop <-chan struct{}, rate float64, d time.Duration) pubRun {
 	type update struct {
 		task int
 		due  time.Time
@@ -394,6 +402,9 @@ loop:
 	for k < total {
 		select {
 		case <-ctx.Done():
+			break loop
+		case <-stop:
+			total = k
 			break loop
 		case <-tick.C:
 		}
