@@ -41,6 +41,7 @@ type conn struct {
 	convergedAt atomic.Int64 // Unix ns when it first held the expected version, 0 if not yet
 	wakeJitter  atomic.Int64 // ns to wait after a wake before reconnecting
 	firstAfter  atomic.Int64 // Unix ns of the first delivery published after the worker's since mark, 0 if none yet
+	back        atomic.Int64 // Unix ns of the first task event on a physical connection dialed after the since mark, 0 if none yet
 	status      atomic.Int32 // connState
 
 	hold atomic.Pointer[holdCount] // what it received since the worker's hold mark; nil before one
@@ -206,6 +207,9 @@ func (c *conn) onTask(data []byte, recv int64) {
 	}
 	if h := c.hold.Load(); h != nil {
 		h.count(v, recv, c.w.quiet.Load())
+	}
+	if ref := c.w.since.Load(); !c.gotFirst && ref != 0 && c.dialStart >= ref {
+		c.back.CompareAndSwap(0, recv)
 	}
 	p := c.w.phase.Load()
 	s := &p.shards[c.id%len(p.shards)]

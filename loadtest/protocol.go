@@ -11,7 +11,7 @@ import (
 
 // command is one controller → worker message; Cmd says which fields matter.
 type command struct {
-	Cmd string `json:"cmd"` // init, open, phase, expect, churn, wake, since, resumed, hold, quiet, held, stall, convergence, cuts, report, close, quit
+	Cmd string `json:"cmd"` // init, open, phase, expect, churn, wake, since, resumed, moved, hold, quiet, held, stall, convergence, cuts, report, close, quit
 
 	// init: URLs are the nodes, connection i dialing node i mod len(URLs).
 	URLs      []string `json:"urls,omitempty"`
@@ -54,17 +54,19 @@ type command struct {
 	// convergence: how long after RefNs (Unix ns) each connection first
 	// held the version of the latest expect. since: from now on each
 	// connection notes its first delivery of a snapshot published at or
-	// after RefNs; resumed reports them. hold: from now on each connection
-	// counts the task events it receives, and which of them carry a
-	// version it holds now; quiet: events received at or after RefNs are
-	// counted as the quiet window's, every one of them a resend; held
-	// reports the counts.
+	// after RefNs; resumed reports them. moved: the connections that
+	// received a task event on a physical connection dialed after the
+	// since mark, and the longest wait for it after RefNs (-kill-node's
+	// kill). hold: from now on each connection counts the task events it
+	// receives, and which of them carry a version it holds now; quiet:
+	// events received at or after RefNs are counted as the quiet window's,
+	// every one of them a resend; held reports the counts.
 	RefNs int64 `json:"ref_ns,omitempty"`
 }
 
 // reply is one worker → controller message.
 type reply struct {
-	Type string `json:"type"` // ready, opened, stalled, progress, convergence, cuts, resumed, holding, quieted, held, report, churned, closed, log
+	Type string `json:"type"` // ready, opened, stalled, progress, convergence, cuts, resumed, moved, holding, quieted, held, report, churned, closed, log
 
 	// opened
 	Opened int `json:"opened,omitempty"`
@@ -85,6 +87,8 @@ type reply struct {
 
 	// resumed: by task, what its connections saw since the since mark.
 	Resumed map[int]*taskResume `json:"resumed,omitempty"`
+	// moved: the connections back on a new physical connection.
+	Moved *movedReport `json:"moved,omitempty"`
 	// held: what the connections received since the hold mark.
 	Held *holdReport `json:"held,omitempty"`
 

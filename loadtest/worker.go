@@ -176,6 +176,8 @@ func (w *worker) handle(cmd command) {
 		w.markSince(cmd.RefNs)
 	case "resumed":
 		w.send(reply{Type: "resumed", Resumed: w.resumed()})
+	case "moved":
+		w.send(reply{Type: "moved", Moved: w.moved(cmd.RefNs)})
 	case "hold":
 		w.markHold()
 		w.send(reply{Type: "holding"})
@@ -437,10 +439,12 @@ func (w *worker) wakeAll(jitter time.Duration) {
 }
 
 // markSince starts watching, on every connection, for the first delivery
-// of a snapshot published at or after ref (Unix ns).
+// of a snapshot published at or after ref (Unix ns), and for the first
+// task event on a physical connection dialed at or after it.
 func (w *worker) markSince(ref int64) {
 	for _, c := range w.snapshotConns() {
 		c.firstAfter.Store(0)
+		c.back.Store(0)
 	}
 	w.since.Store(ref)
 }
