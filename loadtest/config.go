@@ -33,6 +33,12 @@ type config struct {
 	// through the publishing.
 	Cluster    bool
 	KillMaster bool
+	// KillNode, with fanout on several nodes, SIGKILLs node 0 halfway
+	// through the publishing; Roll restarts every node in turn, with its
+	// drain, from a quarter of it on. Their clients move to the other
+	// nodes.
+	KillNode bool
+	Roll     bool
 	// Nodes is how many pushd nodes run, each its own process, on the
 	// run's Redis; 0 means the default, 1 or with -cluster clusterMasters
 	// (nodeCount): left 0 by withDefaults, so a config that sets Cluster
@@ -119,6 +125,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Limits, "limits", "off", "pushd's admission limits: off (the per-address connect bucket and stream cap, the per-user connect bucket, the failed-authentication bucket, the API limits and the per-user and per-tenant caps off, so no leases are taken; clients of one user share its token) or production (idle and fanout: pushd's defaults for all of them, caps and leases on, each connection a user of its own whose token grants its task's project, and per source address, since 16 loopback addresses stand for many clients: --max-conns-per-ip max(5000, 1.25 × conns/sources), --connect-ip-rate max(20, 2 × ramp/sources)/s with --connect-ip-burst max(200, that rate), --expected-nodes the node count; a tenant may hold at most pushd's 10,000)")
 	fs.DurationVar(&c.Hold, "hold", 0, "idle: how long every connection is held, idle, after all converged, before the memory figures are read (default 3s; under 1000 connections 0.5s)")
 	fs.BoolVar(&c.KillMaster, "kill-master", false, "with -cluster -scenario fanout: SIGKILL the master serving tenant t0's channel halfway through the publishing, and measure how long its tenants' deliveries stop")
+	fs.BoolVar(&c.KillNode, "kill-node", false, "with -scenario fanout and -nodes 2 or more: SIGKILL node 0 halfway through the publishing, its clients dialing the other nodes, and measure how long until the last of them has an event again (node_kill_back_s), the other nodes' p99 meanwhile and their PostgreSQL reads per task moved; node 0 starts again once the publishing ends")
+	fs.BoolVar(&c.Roll, "roll", false, "with -scenario fanout and -nodes 2 or more: from a quarter of -duration on, restart every node in turn as a rolling deploy does (SIGTERM, its drain, start, the next once it accepts), publishing until -duration or 2s after the roll, whichever is later; measures roll_s and roll_node_s_max")
 	fs.IntVar(&c.Conns, "conns", 0, "client connections (default by scenario: idle 15000, fanout 10000, churn 2000, storm 10000, outage 2000, stall 1000 healthy ones, half SSE and half WebSocket, repair 10000)")
 	fs.IntVar(&c.Tasks, "tasks", 0, "tasks; connection i watches task i mod tasks (default by scenario: idle = conns, fanout 1000, churn 1000, storm 1000, outage 500, stall 100, repair = conns)")
 	fs.IntVar(&c.Tenants, "tenants", 10, "tenants the tasks are spread over (stall: default 1, so every stalled client watches every task)")
@@ -212,6 +220,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-nodes %d: want 1 or more", c.Nodes)
 	}
 	if err := c.checkNodes(); err != nil {
+		return c, err
+	}
+	if err := c.checkRestarts(); err != nil {
 		return c, err
 	}
 	if err := c.checkLimits(); err != nil {
@@ -325,6 +336,33 @@ func (c config) checkNodes() error {
 	}
 	if !c.Cluster && c.Scenario != "" && !slices.Contains(multiNodeScenarios, c.Scenario) {
 		return fmt.Errorf("-nodes %d runs %s, not %s", c.Nodes, strings.Join(multiNodeScenarios, ", "), c.Scenario)
+	}
+	return nil
+}
+
+// checkRestarts checks -kill-node and -roll: fanout on a fleet whose other
+// nodes take the stopped node's clients, one of them at a time.
+func (c config) checkRestarts() error {
+	name := "-kill-node"
+	switch {
+	case c.KillNode && c.Roll:
+		return fmt.Errorf("-kill-node and -roll: choose one")
+	case c.Roll:
+		name = "-roll"
+	case !c.KillNode:
+		return nil
+	}
+	switch {
+	case c.Scenario != "fanout":
+		return fmt.Errorf("%s runs -scenario fanout only", name)
+	case c.nodeCount() < 2:
+		return fmt.Errorf("%s needs -nodes 2 or more: the other nodes take the stopped node's clients", name)
+	case c.KillMaster:
+		return fmt.Errorf("%s and -kill-master: one failure a run", name)
+	case c.FindMax:
+		return fmt.Errorf("%s measures one rate: not with -find-max", name)
+	case c.PingFlooders > 0:
+		return fmt.Errorf("%s: not with -ping-flooders, which dial node 0", name)
 	}
 	return nil
 }

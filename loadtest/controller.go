@@ -40,6 +40,9 @@ type run struct {
 	secret  []byte
 
 	expectSeq int64 // the latest expect command's Seq
+	// endedCPU is, by node, the CPU time of its processes that ended
+	// (-kill-node, -roll), in clock ticks: mark counts it on.
+	endedCPU []int64
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -288,6 +291,9 @@ func ownSeries(m metrics, prefix string) metrics {
 
 func (r *run) mark() cpuMark {
 	m := cpuMark{at: time.Now(), self: procCPU(os.Getpid()), nodes: r.nodes.cpu()}
+	for i, t := range r.endedCPU {
+		m.nodes[i] += t
+	}
 	for _, w := range r.workers {
 		m.workers += procCPU(w.proc.pid())
 	}

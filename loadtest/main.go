@@ -8,6 +8,8 @@
 //	go run ./loadtest -cluster -scenario fanout -kill-master   # three nodes on Redis Cluster, a master killed
 //	go run ./loadtest -scenario idle -nodes 4 -conns 40000 -limits production   # memory per connection, part by part
 //	go run ./loadtest -scenario storm -storm-resume -repair-interval 2s   # clients resuming from stream cursors
+//	go run ./loadtest -scenario fanout -nodes 3 -conns 3000 -tasks 300 -rate 300 -duration 10s -kill-node   # node 0 killed under load
+//	go run ./loadtest -scenario fanout -nodes 3 -conns 3000 -tasks 300 -rate 300 -duration 10s -roll        # every node restarted in turn
 //
 // Scenarios: idle (memory per connection), fanout (latency, deliveries/s,
 // convergence), churn (connections opening and closing under load), storm
@@ -19,8 +21,15 @@
 // through fanout's publishing. -nodes N runs N nodes on the private Redis
 // (idle, fanout, churn, storm), and idle then reports the server's memory
 // per connection node by node beside the workers', the kernel's and
-// Redis's. -limits production keeps pushd's admission limits, leases
-// included, with per-address ones sized for the few source addresses.
+// Redis's. With -nodes 2 or more, fanout's -kill-node SIGKILLs node 0
+// halfway through the publishing: its clients dial the other nodes, as
+// behind a balancer, and the run reports how long until the last of them
+// had an event again, the other nodes' p99 meanwhile and their PostgreSQL
+// reads per task moved. -roll restarts every node in turn instead, each
+// with its drain, as a rolling deploy does, under load from a quarter of
+// -duration until the roll is over. -limits production keeps pushd's
+// admission limits, leases included, with per-address ones sized for the
+// few source addresses.
 // With -storm-resume, storm restarts a node running --streams with Redis
 // kept instead: every task changes just before the stop, a share of them
 // (-storm-moved) while the node is down, and the clients, resuming from

@@ -38,6 +38,10 @@ type result struct {
 	Cluster    bool `json:"cluster,omitempty"`
 	Nodes      int  `json:"nodes"`
 	KillMaster bool `json:"kill_master,omitempty"`
+	// KillNode: node 0 was killed halfway through fanout's publishing;
+	// Roll: every node was restarted in turn during it.
+	KillNode bool `json:"kill_node,omitempty"`
+	Roll     bool `json:"roll,omitempty"`
 	// StormResume: the storm's clients resumed from their cursors (SSE) or
 	// versions (WebSocket), StormMoved of the tasks moved meanwhile.
 	StormResume bool    `json:"storm_resume,omitempty"`
@@ -150,7 +154,7 @@ type convergence struct {
 func newResult(cfg config, commit string) *result {
 	r := &result{
 		Scenario: cfg.Scenario, Transport: cfg.Transport, Target: cfg.Target, Conns: cfg.Conns, Tasks: cfg.Tasks, Tenants: cfg.Tenants,
-		Workers: cfg.Workers, Quick: cfg.Quick, Cluster: cfg.Cluster, Nodes: 1, KillMaster: cfg.KillMaster, Commit: commit, Command: cfg.Command,
+		Workers: cfg.Workers, Quick: cfg.Quick, Cluster: cfg.Cluster, Nodes: 1, KillMaster: cfg.KillMaster, KillNode: cfg.KillNode, Roll: cfg.Roll, Commit: commit, Command: cfg.Command,
 		started: time.Now(), Latencies: map[string]*latencySummary{},
 	}
 	r.Started = r.started.UTC().Format(time.RFC3339)
@@ -387,6 +391,10 @@ func (r *result) label() string {
 		return fmt.Sprintf("%s (cluster: %d nodes, %d masters, one killed)", r.Scenario, r.Nodes, clusterMasters)
 	case r.Cluster:
 		return fmt.Sprintf("%s (cluster: %d nodes, %d masters)", r.Scenario, r.Nodes, clusterMasters)
+	case r.KillNode:
+		return fmt.Sprintf("%s (%d nodes, one killed)", r.Scenario, r.Nodes)
+	case r.Roll:
+		return fmt.Sprintf("%s (%d nodes, rolled)", r.Scenario, r.Nodes)
 	case r.Nodes > 1:
 		return fmt.Sprintf("%s (%d nodes)", r.Scenario, r.Nodes)
 	}

@@ -180,7 +180,9 @@ func (r *run) redisMemory(ctx context.Context) (int64, keyMemory) {
 
 // runFanout publishes rate updates/s for duration to connected clients and
 // measures delivery latency, deliveries/s and the server's CPU; with
-// -kill-master, with one master of the cluster killed halfway through.
+// -kill-master, with one master of the cluster killed halfway through;
+// with -kill-node, with node 0 killed halfway through; with -roll, with
+// every node restarted in turn.
 func runFanout(ctx context.Context, r *run) error {
 	if err := r.connectAll(ctx); err != nil {
 		return err
@@ -192,23 +194,38 @@ func runFanout(ctx context.Context, r *run) error {
 	m0 := fleet0.m
 	var pr pubRun
 	var kill *masterKill
-	if r.cfg.KillMaster {
-		var err error
-		if pr, kill, err = r.publishKillingMaster(ctx); err != nil {
-			return err
-		}
-	} else {
+	var nodeKill *nodeKill
+	var roll *nodeRoll
+	var err error
+	switch {
+	case r.cfg.KillMaster:
+		pr, kill, err = r.publishKillingMaster(ctx)
+	case r.cfg.KillNode:
+		pr, nodeKill, err = r.publishKillingNode(ctx)
+	case r.cfg.Roll:
+		pr, roll, err = r.publishRolling(ctx)
+	default:
 		stop := r.floodPings(ctx)
 		pr = r.pub.run(ctx, r.cfg.Rate, r.cfg.Duration)
 		stop()
+	}
+	if err != nil {
+		return err
 	}
 	after, fleet1 := r.mark(), r.markFleet(ctx)
 	m1 := fleet1.m
 	if err := r.phase(ctx, "drain"); err != nil {
 		return err
 	}
+	// A node restarted counts from zero again: what its counters grew by
+	// over the run is unknown.
+	restarted := r.cfg.KillNode || r.cfg.Roll
 	if r.kind.name == "pushd" {
-		r.updateCosts(fleet0, fleet1, pr.Sent)
+		if restarted {
+			r.res.note("a node restarted under load: no per-update costs (redis_cmds_per_update, node_redis_reads_per_update, ...), server_deliveries_per_s or conflated, whose counters began again at zero; server CPU adds the ended processes' own")
+		} else {
+			r.updateCosts(fleet0, fleet1, pr.Sent)
+		}
 		r.connsPerNode(r.redis.ports())
 	}
 	cpu := before.to(after)
@@ -223,27 +240,40 @@ func runFanout(ctx context.Context, r *run) error {
 			return err
 		}
 	}
-	meas := m.phase("measure")
+	if nodeKill != nil {
+		if err := r.reportNodeKill(ctx, nodeKill, m); err != nil {
+			return err
+		}
+	}
+	if roll != nil {
+		r.reportRoll(roll)
+	}
+	// The publishing's deliveries: -kill-node's second half is phase move.
+	meas, move := m.phase("measure"), m.phase("move")
+	deliveries := meas.Deliveries + move.Deliveries
 	lat := meas.Latency.Clone()
+	lat.Merge(move.Latency)
 	lat.Merge(m.phase("drain").Latency)
 	r.res.latency("delivery", lat, true)
 	watchers := float64(r.cfg.Conns) / float64(r.cfg.Tasks)
-	r.res.fig("deliveries_per_s", float64(meas.Deliveries)/cpu.Seconds, "/s", true)
+	r.res.fig("deliveries_per_s", float64(deliveries)/cpu.Seconds, "/s", true)
 	r.res.fig("deliveries_asked_per_s", r.cfg.Rate*watchers, "/s", true)
-	r.res.fig("server_deliveries_per_s", (r.kind.deliveries(m1)-r.kind.deliveries(m0))/cpu.Seconds, "/s", false)
+	if !restarted {
+		r.res.fig("server_deliveries_per_s", (r.kind.deliveries(m1)-r.kind.deliveries(m0))/cpu.Seconds, "/s", false)
+	}
 	r.res.fig("publishes_per_s", pr.PerSecond, "/s", false)
 	r.res.fig("server_cores", cpu.Server, "cores", true)
-	if meas.Deliveries > 0 {
+	if deliveries > 0 {
 		// The server's CPU time per delivery: the yardstick that a shared
 		// machine's noise moves least, under -pin least of all.
-		r.res.fig("server_us_per_delivery", cpu.Server*cpu.Seconds/float64(meas.Deliveries)*1e6, "µs", true)
+		r.res.fig("server_us_per_delivery", cpu.Server*cpu.Seconds/float64(deliveries)*1e6, "µs", true)
 	}
 	r.res.fig("loadgen_cores", cpu.LoadGen, "cores", false)
 	r.res.fig("worker_cores", cpu.Workers, "cores", false)
 	r.res.fig("redis_cores", cpu.Redis, "cores", false)
 	r.res.fig("machine_busy_pct", cpu.MachineBusy, "%", false)
 	r.res.fig("other_cores", cpu.OtherCores, "cores", false)
-	if r.kind.name == "pushd" {
+	if r.kind.name == "pushd" && !restarted {
 		r.res.fig("conflated", m1["pushd_conflated_total"]-m0["pushd_conflated_total"], "", false)
 	}
 	if r.cfg.PingFlooders > 0 {
