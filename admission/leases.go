@@ -24,6 +24,10 @@ const capRetryAfter = 5 * time.Second
 // single script holds Redis for long.
 const batchSize = 500
 
+// maxKeptReleases bounds the releases a node keeps for Redis while it is
+// taken for down.
+const maxKeptReleases = 100 * batchSize
+
 // Hold is what an admitted connection holds: its lease on the fleet's
 // connection caps and, for a session token, its session. It implements
 // hub.Hold: the hub attaches it when it registers the connection, releases
@@ -372,8 +376,12 @@ func (c *Controller) flushReleases() {
 		// hold its slot of the caps until its lease expired, and an
 		// overloaded Redis would see its tenants refused for slots nobody
 		// holds. (The expired leases are found again by later acquires.)
+		// Bounded: through a long outage, the closes past it are left
+		// to their leases' expiry, as they all were before.
 		c.leases.mu.Lock()
-		c.leases.released = append(c.leases.released, rel...)
+		if len(c.leases.released)+len(rel) <= maxKeptReleases {
+			c.leases.released = append(c.leases.released, rel...)
+		}
 		c.leases.mu.Unlock()
 		return
 	}
