@@ -45,8 +45,10 @@ type backend struct {
 	store    *store.Store
 	busStats metrics.BusStats
 	control  redis.UniversalClient // admission limits, leases and sessions
-	sessions *session.Store
-	ready    func(context.Context) (map[string]string, error)
+	// redisPools are the Redis clients by the roles they serve, for metrics.
+	redisPools map[string]metrics.RedisPool
+	sessions   *session.Store
+	ready      func(context.Context) (map[string]string, error)
 
 	pool   *pgxpool.Pool  // nil without PostgreSQL
 	tailer *stream.Tailer // nil without streams
@@ -119,11 +121,35 @@ type redisRoles struct {
 	cache, control, realtime redis.UniversalClient
 }
 
+// pools are the distinct clients among the roles, each named by the roles
+// it serves, for the pool metrics.
+func (r redisRoles) pools() map[string]metrics.RedisPool {
+	var clients []redis.UniversalClient
+	roles := map[redis.UniversalClient]string{}
+	for _, rc := range []struct {
+		role string
+		c    redis.UniversalClient
+	}{{"cache", r.cache}, {"control", r.control}, {"realtime", r.realtime}} {
+		if _, ok := roles[rc.c]; ok {
+			roles[rc.c] += "+" + rc.role
+			continue
+		}
+		clients = append(clients, rc.c)
+		roles[rc.c] = rc.role
+	}
+	pools := make(map[string]metrics.RedisPool, len(clients))
+	for _, c := range clients {
+		pools[roles[c]] = c
+	}
+	return pools
+}
+
 // finishRedis completes a Redis mode whose clients and bus are made: the
 // PostgreSQL pool, the read store, sessions and, with streams, the tailer
 // and a publisher that appends to the tenant's stream.
 func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redisRoles, names keys.Names, bus fanout.Bus, stats metrics.BusStats, publisher *fanout.RedisPublisher) error {
 	b.bus, b.hubBus, b.busStats, b.publisher, b.announcer, b.control = bus, bus, stats, publisher, publisher, r.control
+	b.redisPools = r.pools()
 	b.onClose(func() { bus.Close() })
 	if cfg.DatabaseURL != "" {
 		if err := b.openDatabase(ctx, cfg); err != nil {

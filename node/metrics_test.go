@@ -395,3 +395,47 @@ func TestMetricsStreamLength(t *testing.T) {
 		}
 	}
 }
+
+// Each Redis client's pool is measured under the roles it serves: one
+// client for every role on one URL, and a client of its own for a role
+// given its own URL.
+func TestMetricsRedisPools(t *testing.T) {
+	c := newCluster(t)
+	for _, split := range []bool{false, true} {
+		cfg := c.config()
+		clients := []string{"cache+control+realtime"}
+		if split {
+			cfg.RedisControlURL = cfg.RedisURL + "?client_name=control"
+			clients = []string{"cache+realtime", "control"}
+		}
+		srv := startNode(t, cfg)
+		tenant := testenv.UniqueID("tenant")
+		sse := openSSE(t, srv.URL, token(t, tenant, testenv.UniqueID("user")), "task="+testenv.UniqueID("task"))
+		if ev := sse.Next(t); ev.Event != "hello" {
+			t.Fatalf("split %v: first event %q", split, ev.Event)
+		}
+		sse.NextOf(t, "error") // not_found: the initial read has run
+		m := testenv.Scrape(t, srv.AdminURL)
+		for _, client := range clients {
+			for _, k := range []string{
+				`pushd_redis_pool_waits_total{client="` + client + `",pool="main"}`,
+				`pushd_redis_pool_wait_seconds_total{client="` + client + `",pool="main"}`,
+				`pushd_redis_pool_timeouts_total{client="` + client + `",pool="pipeline"}`,
+			} {
+				if _, ok := m[k]; !ok {
+					t.Errorf("split %v: no %s", split, k)
+				}
+			}
+		}
+		// The subscribe's read (a pipeline: the snapshot and its "not
+		// found" marker) ran on the cache role's client.
+		if k := `pushd_redis_pool_connections{client="` + clients[0] + `",pool="pipeline",state="open"}`; m[k] < 1 {
+			t.Errorf("split %v: %s = %g, want at least 1: the client read the task", split, k, m[k])
+		}
+		for k := range m {
+			if strings.HasPrefix(k, "pushd_redis_pool_connections{") && !slices.ContainsFunc(clients, func(c string) bool { return strings.Contains(k, `client="`+c+`"`) }) {
+				t.Errorf("split %v: unexpected %s", split, k)
+			}
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/fanout"
@@ -44,7 +45,13 @@ type Sources struct {
 	Admission *admission.Controller // nil: no admission metrics
 	Publisher PublishStats          // read only with Bus: nil, or the embedded mode, has no Pub/Sub
 	Reconcile ReconcileStats        // nil but on Redis Cluster and split Redis
+	// RedisPools are the node's Redis clients, each named by the roles it
+	// serves ("cache+control+realtime" when one URL serves them all).
+	RedisPools map[string]RedisPool
 }
+
+// RedisPool is a Redis client's connection pool: redis.UniversalClient.
+type RedisPool interface{ PoolStats() *redis.PoolStats }
 
 // ReconcileStats is the node's reconcile of the unannounced journal
 // (fanout.Reconciler).
@@ -190,6 +197,11 @@ var (
 	reconcileAbandoned = counter("announce_abandoned_total", "Unannounced journal entries the reconcile removed because their version was never stored (the publisher died before the write).")
 	reconcileErrors    = counter("announce_reconcile_errors_total", "Reconcile rounds in which a Redis read or a repair failed; the entries stay for the next round.")
 
+	poolWaits       = counter("redis_pool_waits_total", "Redis commands that waited for a free connection of their client's pool, by client (the roles it serves) and pool (main, or pipeline: the pipelines' own).", "client", "pool")
+	poolWaitSeconds = counter("redis_pool_wait_seconds_total", "Time Redis commands spent waiting for a free connection of their client's pool.", "client", "pool")
+	poolTimeouts    = counter("redis_pool_timeouts_total", "Redis commands that gave up waiting for a free connection of their client's pool.", "client", "pool")
+	poolConns       = gauge("redis_pool_connections", "Connections in a Redis client's pool, by state: open (every one) or idle.", "client", "pool", "state")
+
 	all = []metric{connections, mode, pollTenants, modeSwitches, opened, notifications, fetches, batchedReads, fetchErrors, delivered, conflated,
 		dropped, disconnects, heartbeats, refreshes, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
@@ -200,7 +212,8 @@ var (
 		connsOpen, reconnects, refetch, sfShared, pubsubLosses,
 		rlAllowed, rlRejected, cacheHit, cacheMiss, cacheSet, hotDetected, hotTasks, unwatched, published, streamLen, applyErrors,
 		reconcileRounds, reconcileRepairs, reconcileAbandoned, reconcileErrors,
-		repairRounds, repairLast, repairErrors, repairs, repairChecked, repairQueries, repairRows, repairSkipped, repairScopes, repairAnnounced}
+		repairRounds, repairLast, repairErrors, repairs, repairChecked, repairQueries, repairRows, repairSkipped, repairScopes, repairAnnounced,
+		poolWaits, poolWaitSeconds, poolTimeouts, poolConns}
 )
 
 // pushed is each transport's counter of the task events written to its
@@ -261,6 +274,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if a := c.s.Admission; a != nil {
 		e.admission(a.Stats())
+	}
+	for name, p := range c.s.RedisPools {
+		ps := p.PoolStats()
+		e.pool(name, "main", ps)
+		if ps.PipelineStats != nil {
+			e.pool(name, "pipeline", (*redis.PoolStats)(ps.PipelineStats))
+		}
 	}
 	if r := c.s.Reconcile; r != nil {
 		rs := r.Stats()
@@ -439,6 +459,16 @@ func (e emitter) stream(ts stream.Stats, hs hub.Stats) {
 	// Refused before the stream saw them: issued for another subscription.
 	e.emit(resumeFallbacks, float64(hs.ResumeMismatches), "subscription")
 	e.histogram(streamLag, ts.Lag)
+}
+
+// pool sends one pool's counts. go-redis keeps them in 32 bits: a counter
+// that wraps reads as a reset.
+func (e emitter) pool(client, pool string, ps *redis.PoolStats) {
+	e.emit(poolWaits, float64(ps.WaitCount), client, pool)
+	e.emit(poolWaitSeconds, time.Duration(ps.WaitDurationNs).Seconds(), client, pool)
+	e.emit(poolTimeouts, float64(ps.Timeouts), client, pool)
+	e.emit(poolConns, float64(ps.TotalConns), client, pool, "open")
+	e.emit(poolConns, float64(ps.IdleConns), client, pool, "idle")
 }
 
 func (e emitter) admission(as admission.Stats) {
