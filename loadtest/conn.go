@@ -219,15 +219,19 @@ func (c *conn) onTask(data []byte, recv int64) {
 		s.connects++
 		recordUS(s.connect, recv-c.dialStart)
 	}
-	fresh := sent >= c.dialStart
-	if fresh {
+	// A delivery's latency is a live update's, on a connection already
+	// subscribed: a connection's first event is its initial state, however
+	// recent, and times its connect (a client moved off a lost node would
+	// otherwise charge its new node for the wait it spent reconnecting).
+	live := c.gotFirst && sent >= c.dialStart
+	if live {
 		recordUS(s.latency, recv-sent)
 		recordUS(s.byTransport[transportIndex(c.ws)], recv-sent)
-	} else {
+	} else if sent < c.dialStart {
 		s.catchUp++
 	}
 	s.mu.Unlock()
-	if fresh && len(p.byNode) > 0 {
+	if live && len(p.byNode) > 0 {
 		nh := &p.byNode[c.nodeIndex()]
 		nh.mu.Lock()
 		recordUS(nh.h, recv-sent)

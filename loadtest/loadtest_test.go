@@ -596,3 +596,26 @@ func TestStormResumeFlags(t *testing.T) {
 		t.Errorf("watchers of tasks 0, 5, 19 of 20 among 50 connections: %d, want 8", n)
 	}
 }
+
+// A connection's first task event is its initial state: it times the
+// connect, never a delivery's latency, even when the version it carries
+// was published after the dial (a client that reconnects while updates
+// flow). The next event published after the dial is a latency.
+func TestFirstEventTimesTheConnect(t *testing.T) {
+	w := testWorker(false)
+	c := &conn{w: w, task: 1, dialStart: 1_000_000}
+	c.onTask([]byte(`{"task_id":"lt_1","version":1,"sent_ns":2000000}`), 900_000_000)
+	c.onTask([]byte(`{"task_id":"lt_1","version":2,"sent_ns":901000000}`), 906_000_000)
+	var latencies, connects int64
+	for i := range w.phase.Load().shards {
+		s := &w.phase.Load().shards[i]
+		latencies += s.latency.TotalCount()
+		connects += s.connect.TotalCount()
+		if s.latency.TotalCount() > 0 && s.latency.Max() > 5_100 {
+			t.Errorf("latency max %d µs, want 5,000: the initial state's wait was counted", s.latency.Max())
+		}
+	}
+	if latencies != 1 || connects != 1 {
+		t.Errorf("%d latencies and %d connects, want 1 and 1", latencies, connects)
+	}
+}
