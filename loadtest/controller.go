@@ -527,7 +527,14 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 		// The admin listener through the environment: a server built from
 		// a commit older than it still starts.
 		nodeEnv := append(slices.Clip(env), "PUSHD_ADMIN_LISTEN=127.0.0.1:"+strconv.Itoa(adminPort))
-		f = append(f, &serverProc{name: "pushd", health: "/healthz", bin: bin, args: args, env: nodeEnv, port: port, adminPort: adminPort, logDir: logDir, cpus: cfg.serverCPUs()})
+		debugPort := 0
+		if cfg.ProfileNodes != "" {
+			if debugPort, err = r.freshPort(used); err != nil {
+				return nil, err
+			}
+			nodeEnv = append(nodeEnv, "PUSHD_DEBUG_LISTEN=127.0.0.1:"+strconv.Itoa(debugPort))
+		}
+		f = append(f, &serverProc{name: "pushd", health: "/healthz", bin: bin, args: args, env: nodeEnv, port: port, adminPort: adminPort, debugPort: debugPort, logDir: logDir, cpus: cfg.serverCPUs()})
 	}
 	return f, nil
 }

@@ -240,6 +240,7 @@ type serverProc struct {
 	// (pushd's --admin-listen); a server older than it (-server-src) serves
 	// them on port, which a failed scrape of adminPort falls back to.
 	adminPort int
+	debugPort int // -profile-nodes: the debug listener's (pprof)
 	logDir    string
 	cpus      string // -pin: the CPUs it runs on
 	starts    int

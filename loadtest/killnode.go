@@ -44,6 +44,13 @@ func (r *run) publishKillingNode(ctx context.Context) (pubRun, *nodeKill, error)
 	k.at = time.Now()
 	r.endNode(0, r.nodes[0].kill)
 	r.logf("killed node 0, which held %v connections", k.conns)
+	if r.cfg.ProfileNodes != "" {
+		survivors := make([]int, 0, len(r.nodes)-1)
+		for i := 1; i < len(r.nodes); i++ {
+			survivors = append(survivors, i)
+		}
+		r.profileNodes(ctx, survivors, "move", min(10*time.Second, r.cfg.Duration/2))
+	}
 	pr := <-done
 	if each, err := r.nodes[1:].scrapeEach(ctx); err != nil {
 		r.res.warn("kill-node: the surviving nodes' PostgreSQL queries at the end: %v", err)
@@ -116,20 +123,24 @@ func (r *run) reportNodeKill(ctx context.Context, k *nodeKill, m *merged) error 
 	if backS > 10 {
 		r.res.warn("kill-node: the last moved client received its first event %.1f s after the kill", backS)
 	}
-	move := m.phase("move")
-	perNode := make([]float64, len(r.nodes)) // node 0's stays 0: it was dead
-	var most float64
-	for i := 1; i < len(r.nodes) && i < len(move.ByNode); i++ {
-		if h := move.ByNode[i]; h != nil {
-			perNode[i] = float64(h.ValueAtQuantile(99)) / 1000
-			most = max(most, perNode[i])
-		}
-	}
+	// The same nodes before the kill, beside the move: what the move
+	// added, and what the load was already costing.
 	if r.res.PerNode == nil {
 		r.res.PerNode = map[string][]float64{}
 	}
-	r.res.PerNode["move_p99_ms"] = perNode
-	r.res.fig("move_p99_ms_other_max", most, "ms", true)
+	for _, ph := range []struct{ name, fig string }{{"measure", "before_kill"}, {"move", "move"}} {
+		byNode := m.phase(ph.name).ByNode
+		perNode := make([]float64, len(r.nodes)) // node 0's stays 0: it died
+		var most float64
+		for i := 1; i < len(r.nodes) && i < len(byNode); i++ {
+			if h := byNode[i]; h != nil {
+				perNode[i] = float64(h.ValueAtQuantile(99)) / 1000
+				most = max(most, perNode[i])
+			}
+		}
+		r.res.PerNode[ph.fig+"_p99_ms"] = perNode
+		r.res.fig(ph.fig+"_p99_ms_other_max", most, "ms", ph.name == "move")
+	}
 	if n := r.tasksOnNode(0); k.pgRead && n > 0 {
 		r.res.fig("move_pg_reads_per_task", (k.pgEnd-k.pgAt)/float64(n), "/task", true)
 	}

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"sync"
+	"time"
 )
 
 // profileEnv names a directory where each worker writes profiles of its
@@ -80,4 +85,55 @@ func (p *profiler) stop() {
 		p.cpu.Close()
 		p.cpu = nil
 	}
+}
+
+// profileNodes writes a CPU profile of each node in nodes over the next
+// span, fetched from its debug listener (-profile-nodes), to
+// dir/node<i>.<label>.pprof, i its index among every node, and returns once
+// each is written or failed. A node without a debug listener is skipped.
+func (r *run) profileNodes(ctx context.Context, nodes []int, label string, span time.Duration) {
+	if err := os.MkdirAll(r.cfg.ProfileNodes, 0o755); err != nil {
+		r.res.warn("profiles of the nodes: %v", err)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, i := range nodes {
+		s := r.nodes[i]
+		if s.debugPort == 0 {
+			continue
+		}
+		wg.Go(func() {
+			url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", s.debugPort, int(span.Seconds()))
+			path := filepath.Join(r.cfg.ProfileNodes, fmt.Sprintf("node%d.%s.pprof", i, label))
+			if err := download(ctx, url, path); err != nil {
+				r.res.warn("profile of node %d (%s): %v", i, label, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// download writes what url answers to path.
+func download(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
