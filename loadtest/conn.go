@@ -231,7 +231,10 @@ func (c *conn) onTask(data []byte, recv int64) {
 		s.catchUp++
 	}
 	s.mu.Unlock()
-	if live && len(p.byNode) > 0 {
+	// By node, only the clients that stayed on their connection across the
+	// latest since mark (a node's loss): what a node's own clients
+	// suffered, not the moved clients' first minutes on it.
+	if ref := c.w.since.Load(); live && len(p.byNode) > 0 && (ref == 0 || c.dialStart < ref) {
 		nh := &p.byNode[c.nodeIndex()]
 		nh.mu.Lock()
 		recordUS(nh.h, recv-sent)

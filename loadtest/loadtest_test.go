@@ -619,3 +619,33 @@ func TestFirstEventTimesTheConnect(t *testing.T) {
 		t.Errorf("%d latencies and %d connects, want 1 and 1", latencies, connects)
 	}
 }
+
+// After a since mark (a node's loss), a node's latency is its own clients':
+// a client that reconnected after the mark counts in the phase's latency,
+// not in its new node's.
+func TestByNodeLatencyIsTheStayedClients(t *testing.T) {
+	w := testWorker(false)
+	w.urls = []string{"a", "b"}
+	w.setPhase("move")
+	w.since.Store(500_000_000)
+	stayed := &conn{w: w, task: 1, dialStart: 1_000_000, gotFirst: true}
+	moved := &conn{w: w, task: 2, dialStart: 600_000_000, gotFirst: true}
+	stayed.node.Store(1)
+	moved.node.Store(1)
+	stayed.onTask([]byte(`{"task_id":"lt_1","version":1,"sent_ns":700000000}`), 702_000_000)
+	moved.onTask([]byte(`{"task_id":"lt_2","version":1,"sent_ns":700000000}`), 900_000_000)
+	p := w.phase.Load()
+	if n := p.byNode[1].h.TotalCount(); n != 1 {
+		t.Fatalf("node b timed %d deliveries, want 1: the stayed client's", n)
+	}
+	if max := p.byNode[1].h.Max(); max > 2_100 {
+		t.Errorf("node b's max %d µs, want 2,000: the moved client's delivery was counted", max)
+	}
+	var all int64
+	for i := range p.shards {
+		all += p.shards[i].latency.TotalCount()
+	}
+	if all != 2 {
+		t.Errorf("the phase timed %d deliveries, want both", all)
+	}
+}

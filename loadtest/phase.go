@@ -11,9 +11,10 @@ import (
 type phase struct {
 	name   string
 	shards [8]phaseShard
-	// byNode is latency again, by the node that delivered it: coarser
-	// (two significant digits) and not sharded, so a fleet's worth of
-	// them stays small in every worker.
+	// byNode is latency again, by the node that delivered it, of the
+	// connections dialed before the latest since mark: coarser (two
+	// significant digits) and not sharded, so a fleet's worth of them
+	// stays small in every worker.
 	byNode []nodeHist
 }
 
