@@ -228,7 +228,7 @@ func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[
 // readNewer reads the rows of ids from PostgreSQL, sharing a read sent
 // since, and caches nothing: the publish that follows stores what is newer.
 func (s *Store) readNewer(ctx context.Context, ids []string) ([]*snapshot.Snapshot, error) {
-	res, err := s.readDB(ctx, ids, 0, false)
+	res, err := s.readDB(ctx, ids, 0, false, true)
 	defer res.release()
 	if err != nil {
 		return nil, err

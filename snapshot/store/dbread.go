@@ -15,9 +15,12 @@ type dbRead struct {
 	// sent is the monotime its query took a PostgreSQL slot, after which
 	// it is sent; 0 while it waits for one. Guarded by Store.dbMu.
 	sent int64
-	done chan struct{} // closed once rows and err are set
-	rows map[string]*snapshot.Snapshot
-	err  error
+	// caller says the query waits in the callers' share of the slots
+	// (query): a delivery's read does not join it before it is sent.
+	caller bool
+	done   chan struct{} // closed once rows and err are set
+	rows   map[string]*snapshot.Snapshot
+	err    error
 }
 
 // dbResult is what readDB read.
@@ -56,12 +59,13 @@ func (r *dbResult) release() {
 // read is shared, as singleflight shares a flight, and an id the cache
 // holds meanwhile is answered from it; otherwise (Reload, or a version
 // announced) only reads not sent before this call are: one still waiting
-// for a slot, or sent since, cannot miss a change made before it. The
-// caller must call release once it
+// for a slot, or sent since, cannot miss a change made before it. A
+// delivery's read (caller unset: the hub's, for a notification) shares a
+// caller's read only once it is sent. The caller must call release once it
 // has cached what it read, even when err is set; err reports a failed
 // query, this call's or a shared one, and the rows read before it are in
 // the result still.
-func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached bool) (*dbResult, error) {
+func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached, caller bool) (*dbResult, error) {
 	notBefore := int64(math.MinInt64)
 	if !cached || atLeast > 0 {
 		notBefore = monotime()
@@ -70,7 +74,9 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 	joined := make(map[string]*dbRead)
 	s.dbMu.Lock()
 	for _, id := range ids {
-		if r := s.dbReads[id]; r != nil && (r.sent == 0 || r.sent >= notBefore) {
+		// A delivery's read (not a caller's) joins a caller's read only
+		// once it is sent: until then it may wait behind a herd of them.
+		if r := s.dbReads[id]; r != nil && (r.sent == 0 && (caller || !r.caller) || r.sent != 0 && r.sent >= notBefore) {
 			joined[id] = r
 			continue
 		}
@@ -88,7 +94,7 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 			}
 		}
 		if res.mine == nil {
-			res.mine = &dbRead{done: make(chan struct{})}
+			res.mine = &dbRead{caller: caller, done: make(chan struct{})}
 			if s.dbReads == nil {
 				s.dbReads = make(map[string]*dbRead)
 			}
@@ -103,7 +109,7 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 
 	var errs error
 	if res.mine != nil {
-		errs = s.runDBRead(ctx, res)
+		errs = s.runDBRead(ctx, res, caller)
 	}
 	failed := make(map[*dbRead]bool)
 	for id, r := range joined {
@@ -128,7 +134,7 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached 
 
 // runDBRead sends the query res registered for its own ids, caches nothing
 // on failure, and sorts what it found from what PostgreSQL does not hold.
-func (s *Store) runDBRead(ctx context.Context, res *dbResult) error {
+func (s *Store) runDBRead(ctx context.Context, res *dbResult, caller bool) error {
 	r := res.mine
 	sql, args := sqlTaskByID, []any{res.ids[0]}
 	if len(res.ids) > 1 {
@@ -143,7 +149,7 @@ func (s *Store) runDBRead(ctx context.Context, res *dbResult) error {
 		r.sent = monotime()
 		s.dbMu.Unlock()
 	}
-	r.err = s.query(qctx, sql, args, sending, func(row *snapshot.Snapshot) {
+	r.err = s.query(qctx, caller, sql, args, sending, func(row *snapshot.Snapshot) {
 		r.rows[row.TaskID] = row
 		res.rows = append(res.rows, row)
 	})

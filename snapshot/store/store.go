@@ -50,7 +50,10 @@ type Config struct {
 	// Zero means 2s.
 	StatementTimeout time.Duration
 	// MaxDBQueries caps concurrent PostgreSQL queries, so a Redis outage
-	// cannot stampede the database. Zero means 8.
+	// cannot stampede the database. Queries for callers that can give up
+	// (a connection's initial reads, the API, polls and repairs) hold at
+	// most half of them, at least one: the rest stay for the hub's reads
+	// of what notifications announce. Zero means 8.
 	MaxDBQueries int
 	// DBQueueWait is how long a read waits for one of the MaxDBQueries
 	// slots before failing with ErrUnavailable. Zero means 1s.
@@ -160,8 +163,14 @@ type Store struct {
 
 	// beginSQL opens a read-only transaction with the statement timeout.
 	beginSQL string
-	// sem holds a token per PostgreSQL query in flight.
-	sem chan struct{}
+	// sem holds a token per PostgreSQL query in flight. callerSem holds
+	// one more per query of a caller that can give up (a connection's
+	// initial reads, an API request, a resume, a poll or repair round),
+	// taken first: such queries hold at most half of sem, so a herd of new
+	// connections (a lost node's clients) never queues the reads that
+	// deliver changes to the connections already open.
+	sem       chan struct{}
+	callerSem chan struct{}
 
 	tasks   *cache[*snapshot.Snapshot] // newest snapshot seen per task id
 	missing *cache[struct{}]           // task ids known to be absent
@@ -216,15 +225,16 @@ var (
 func New(cfg Config) *Store {
 	cfg = cfg.withDefaults()
 	s := &Store{
-		cfg:      cfg,
-		rdb:      cfg.Redis,
-		db:       cfg.DB,
-		names:    cfg.Names,
-		log:      cfg.Logger,
-		lost:     episode.New(cfg.Logger, "snapshot: redis reads still failing, falling back to postgres"),
-		beginSQL: fmt.Sprintf("BEGIN READ ONLY; SET LOCAL statement_timeout = %d", max(cfg.StatementTimeout.Milliseconds(), 1)),
-		sem:      make(chan struct{}, cfg.MaxDBQueries),
-		tasks:    newCache[*snapshot.Snapshot](cfg.CacheTTL, taskCacheCap),
+		cfg:       cfg,
+		rdb:       cfg.Redis,
+		db:        cfg.DB,
+		names:     cfg.Names,
+		log:       cfg.Logger,
+		lost:      episode.New(cfg.Logger, "snapshot: redis reads still failing, falling back to postgres"),
+		beginSQL:  fmt.Sprintf("BEGIN READ ONLY; SET LOCAL statement_timeout = %d", max(cfg.StatementTimeout.Milliseconds(), 1)),
+		sem:       make(chan struct{}, cfg.MaxDBQueries),
+		callerSem: make(chan struct{}, max(1, cfg.MaxDBQueries/2)),
+		tasks:     newCache[*snapshot.Snapshot](cfg.CacheTTL, taskCacheCap),
 		// In process, "not found" lives no longer than a snapshot would: a
 		// node that does not watch the tenant hears no notification that
 		// could clear it. Redis's notfound key, which SetIfNewer clears, is

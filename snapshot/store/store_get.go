@@ -37,10 +37,20 @@ func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*snapsho
 		}
 	}
 	s.stats.cacheMisses.Add(1)
-	fetch := func(dbOnly bool) func(context.Context) (*snapshot.Snapshot, error) {
-		return func(ctx context.Context) (*snapshot.Snapshot, error) { return s.fetch(ctx, taskID, atLeast, dbOnly) }
+	// A caller whose context never ends is the hub delivering what a
+	// notification announced: it shares no flight with callers that can
+	// give up (a herd of new connections' initial reads), whose queries
+	// wait for their own share of PostgreSQL (query).
+	caller, key := ctx.Done() != nil, taskID
+	if !caller {
+		key = deliveryFlight + taskID
 	}
-	snap, err := shared(ctx, s, &s.flights, taskID, fetch(false))
+	fetch := func(dbOnly bool) func(context.Context) (*snapshot.Snapshot, error) {
+		return func(ctx context.Context) (*snapshot.Snapshot, error) {
+			return s.fetch(ctx, taskID, atLeast, dbOnly, caller)
+		}
+	}
+	snap, err := shared(ctx, s, &s.flights, key, fetch(false))
 	if atLeast <= 0 || (err == nil && snap.Version >= atLeast) {
 		return snap, err
 	}
@@ -51,7 +61,7 @@ func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*snapsho
 	// version was written. One that starts now cannot have: the write
 	// happened before the notification that brought us here. Read Redis
 	// again before troubling PostgreSQL, which may lag Redis.
-	if again, err2 := shared(ctx, s, &s.flights, taskID, fetch(false)); err2 == nil {
+	if again, err2 := shared(ctx, s, &s.flights, key, fetch(false)); err2 == nil {
 		snap, err = newest(snap, again), nil
 		if snap.Version >= atLeast {
 			return snap, nil
@@ -60,7 +70,7 @@ func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*snapsho
 	// Redis lost the write (evicted, or restarted empty): ask PostgreSQL,
 	// the fact source.
 	if s.db != nil {
-		if row, err3 := shared(ctx, s, &s.dbFlights, taskID, fetch(true)); err3 == nil {
+		if row, err3 := shared(ctx, s, &s.dbFlights, key, fetch(true)); err3 == nil {
 			snap, err = newest(snap, row), nil
 		}
 	}
@@ -69,6 +79,10 @@ func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*snapsho
 	// rest.
 	return snap, err
 }
+
+// deliveryFlight prefixes the flight keys of deliveries' reads, which no
+// task id holds (ValidID).
+const deliveryFlight = "\x00"
 
 // newest returns the newer of two snapshots, either of which may be nil.
 func newest(a, b *snapshot.Snapshot) *snapshot.Snapshot {
@@ -128,7 +142,7 @@ func shared[T any](ctx context.Context, s *Store, g *singleflight.Group, key str
 
 // fetch reads one task for a shared flight. dbOnly skips Redis, whose copy
 // was older than atLeast. atLeast > 0 also skips the negative caches.
-func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool) (*snapshot.Snapshot, error) {
+func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly, caller bool) (*snapshot.Snapshot, error) {
 	// A caller that missed the cache just before the previous flight for
 	// this task stored its result may start a new flight just after: answer
 	// it from the cache, so a burst of callers costs one read.
@@ -168,7 +182,7 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly bool
 
 	// dbOnly: Redis was older than announced, so only a read sent from now
 	// on will do.
-	res, err := s.readDB(ctx, []string{id}, atLeast, !dbOnly)
+	res, err := s.readDB(ctx, []string{id}, atLeast, !dbOnly, caller)
 	defer res.release() // once cached and written back
 	if err != nil {
 		return nil, unavailable(id, errors.Join(redisErr, err))

@@ -36,6 +36,9 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 		return nil, errClosed
 	}
 	defer s.inflight.Done()
+	// A context that never ends is the hub delivering what notifications
+	// announced: its queries do not wait behind callers' (query).
+	caller := ctx.Done() != nil
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
 	defer cancel()
 
@@ -49,7 +52,7 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 	if s.db == nil {
 		return nil, fmt.Errorf("get many: %w", unavailable(rest[0], redisErr))
 	}
-	if err := s.manyFromDB(ctx, rest, cached, redisErr, out); err != nil {
+	if err := s.manyFromDB(ctx, rest, cached, caller, redisErr, out); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -103,10 +106,10 @@ func (s *Store) manyFromRedis(ctx context.Context, ids []string, out map[string]
 
 // manyFromDB reads ids from PostgreSQL into out, writing the rows back to
 // Redis unless redisErr says it just failed, and caching what is absent.
-func (s *Store) manyFromDB(ctx context.Context, ids []string, cached bool, redisErr error, out map[string]*snapshot.Snapshot) error {
+func (s *Store) manyFromDB(ctx context.Context, ids []string, cached, caller bool, redisErr error, out map[string]*snapshot.Snapshot) error {
 	// Tasks a Get's flight or another batch is reading from PostgreSQL
 	// are waited for, not queried again.
-	res, err := s.readDB(ctx, ids, 0, cached)
+	res, err := s.readDB(ctx, ids, 0, cached, caller)
 	defer res.release() // once cached and written back
 	toRedis := s.rdb != nil && redisErr == nil && s.redisWritable(ctx, ids)
 	for _, row := range res.rows {

@@ -26,24 +26,19 @@ var (
 // query runs one statement of the queries above and calls each for every
 // row, holding one of MaxDBQueries slots. A slot is waited for at most
 // DBQueueWait (and while ctx lasts); then the query is rejected with
-// ErrUnavailable, so a storm queues briefly instead of piling up. sending,
-// if set, is called once the slot is taken, before anything is sent.
-func (s *Store) query(ctx context.Context, sql string, args []any, sending func(), each func(*snapshot.Snapshot)) error {
-	select {
-	case s.sem <- struct{}{}:
-	default:
-		wait := time.NewTimer(s.cfg.DBQueueWait)
-		select {
-		case s.sem <- struct{}{}:
-			wait.Stop()
-		case <-wait.C:
-			s.stats.dbRejected.Add(1)
-			return fmt.Errorf("%w: %d postgres queries in flight for %v", snapshot.ErrUnavailable, cap(s.sem), s.cfg.DBQueueWait)
-		case <-ctx.Done():
-			wait.Stop()
-			s.stats.dbRejected.Add(1)
-			return fmt.Errorf("%w: %d postgres queries in flight: %w", snapshot.ErrUnavailable, cap(s.sem), ctx.Err())
+// ErrUnavailable, so a storm queues briefly instead of piling up. A
+// caller's query (one for a caller that can give up) takes a slot of
+// callerSem first. sending, if set, is called once the slot is taken,
+// before anything is sent.
+func (s *Store) query(ctx context.Context, caller bool, sql string, args []any, sending func(), each func(*snapshot.Snapshot)) error {
+	if caller {
+		if err := s.slot(ctx, s.callerSem); err != nil {
+			return err
 		}
+		defer func() { <-s.callerSem }()
+	}
+	if err := s.slot(ctx, s.sem); err != nil {
+		return err
 	}
 	defer func() { <-s.sem }()
 	if sending != nil {
@@ -60,6 +55,27 @@ func (s *Store) query(ctx context.Context, sql string, args []any, sending func(
 		return fmt.Errorf("postgres: %w", err)
 	}
 	return nil
+}
+
+// slot takes a token of sem, waiting at most DBQueueWait.
+func (s *Store) slot(ctx context.Context, sem chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	default:
+	}
+	wait := time.NewTimer(s.cfg.DBQueueWait)
+	defer wait.Stop()
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-wait.C:
+		s.stats.dbRejected.Add(1)
+		return fmt.Errorf("%w: %d postgres queries in flight for %v", snapshot.ErrUnavailable, cap(sem), s.cfg.DBQueueWait)
+	case <-ctx.Done():
+		s.stats.dbRejected.Add(1)
+		return fmt.Errorf("%w: %d postgres queries in flight: %w", snapshot.ErrUnavailable, cap(sem), ctx.Err())
+	}
 }
 
 // queryTx runs sql in a read-only transaction whose statement_timeout is

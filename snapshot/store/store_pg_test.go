@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -253,5 +254,55 @@ func TestStoreSharedQueryOutlivesItsCaller(t *testing.T) {
 	<-left
 	if st := e.store.Stats(); st.DBQueries != 1 {
 		t.Fatalf("%d PostgreSQL queries, want the departed caller's one, shared", st.DBQueries)
+	}
+}
+
+// A herd of callers' reads (new connections' initial states, which can
+// give up) holds at most half of the PostgreSQL slots: the hub's read for
+// notifications, whose context never ends, finds one free and is sent at
+// once, not after the herd's.
+func TestDeliveryReadsDoNotQueueBehindCallers(t *testing.T) {
+	pg := testenv.Database(t)
+	s := newStore(t, store.Config{DB: pg.Pool, MaxDBQueries: 2, DBQueueWait: time.Minute, StatementTimeout: time.Minute, FetchTimeout: time.Minute})
+	ids := make([]string, 6)
+	for i := range ids {
+		ids[i] = testenv.UniqueID("task")
+		pg.InsertTask(t, testenv.Task{ID: ids[i], TenantID: "t1", Status: "RUNNING", Version: 1})
+	}
+	unlock := lockTasks(t, pg)
+	ctx := testenv.Context(t)
+	var wg sync.WaitGroup
+	callers := make(chan error, 4)
+	for _, id := range ids[:4] {
+		wg.Go(func() {
+			_, err := s.Get(ctx, id, 0)
+			callers <- err
+		})
+	}
+	testenv.Eventually(t, "a caller's query sent", func() bool { return s.Stats().DBQueries >= 1 })
+	delivered := make(chan error, 1)
+	wg.Go(func() {
+		_, err := s.GetMany(context.Background(), ids[4:])
+		delivered <- err
+	})
+	// Its query is the only one asking for several ids.
+	testenv.Eventually(t, "the delivery's query sent beside the callers'", func() bool {
+		var n int
+		pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%= ANY($1)%'`).Scan(&n)
+		return n == 1
+	})
+	if n := s.Stats().DBQueries; n != 2 {
+		t.Errorf("%d queries sent, want 2: one caller's, the delivery's", n)
+	}
+	unlock()
+	wg.Wait()
+	close(callers)
+	for err := range callers {
+		if err != nil {
+			t.Errorf("caller's Get: %v", err)
+		}
+	}
+	if err := <-delivered; err != nil {
+		t.Errorf("delivery's GetMany: %v", err)
 	}
 }
