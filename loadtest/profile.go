@@ -89,8 +89,10 @@ func (p *profiler) stop() {
 
 // profileNodes writes a CPU profile of each node in nodes over the next
 // span, fetched from its debug listener (-profile-nodes), to
-// dir/node<i>.<label>.pprof, i its index among every node, and returns once
-// each is written or failed. A node without a debug listener is skipped.
+// dir/node<i>.<label>.pprof, i its index among every node, and its
+// goroutines a third of the way in to dir/node<i>.<label>.goroutines.txt,
+// and returns once each is written or failed. A node without a debug
+// listener is skipped.
 func (r *run) profileNodes(ctx context.Context, nodes []int, label string, span time.Duration) {
 	if err := os.MkdirAll(r.cfg.ProfileNodes, 0o755); err != nil {
 		r.res.warn("profiles of the nodes: %v", err)
@@ -107,6 +109,18 @@ func (r *run) profileNodes(ctx context.Context, nodes []int, label string, span 
 			path := filepath.Join(r.cfg.ProfileNodes, fmt.Sprintf("node%d.%s.pprof", i, label))
 			if err := download(ctx, url, path); err != nil {
 				r.res.warn("profile of node %d (%s): %v", i, label, err)
+			}
+		})
+		// Where the node's goroutines wait, a third of the way in: what
+		// a CPU profile of an idle node cannot show.
+		wg.Go(func() {
+			if sleepCtx(ctx, span/3) != nil {
+				return
+			}
+			url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/goroutine?debug=1", s.debugPort)
+			path := filepath.Join(r.cfg.ProfileNodes, fmt.Sprintf("node%d.%s.goroutines.txt", i, label))
+			if err := download(ctx, url, path); err != nil {
+				r.res.warn("goroutines of node %d (%s): %v", i, label, err)
 			}
 		})
 	}
