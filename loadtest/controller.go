@@ -490,7 +490,7 @@ func startRedis(ctx context.Context, cfg config, dir string) (redisDeployment, e
 func (r *run) newFleet(bin, dir string) (fleet, error) {
 	cfg := r.cfg
 	n := cfg.nodeCount()
-	common := []string{"--redis-url", r.redis.url(), "--database-url", r.db.url, "--jwt-secret", string(r.secret), "--log-level", "warn"}
+	common := []string{"--redis-url", r.redis.url(), "--database-url", nodeDatabaseURL(r.db.url, n), "--jwt-secret", string(r.secret), "--log-level", "warn"}
 	if cfg.Cluster {
 		common = append(common, "--redis-cluster")
 	}
@@ -537,6 +537,25 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 		f = append(f, &serverProc{name: "pushd", health: "/healthz", bin: bin, args: args, env: nodeEnv, port: port, adminPort: adminPort, debugPort: debugPort, logDir: logDir, cpus: cfg.serverCPUs()})
 	}
 	return f, nil
+}
+
+// pgConnBudget is how many PostgreSQL connections a fleet's nodes may open
+// together: a stock server's max_connections (100), less the publisher's,
+// the harness's and what other work on the machine keeps.
+const pgConnBudget = 80
+
+// nodeDatabaseURL is url with each of n nodes' pools sized to share
+// pgConnBudget, when their default (12 each) would not fit in it.
+func nodeDatabaseURL(url string, n int) string {
+	const nodeDefault = 12
+	if n*nodeDefault <= pgConnBudget {
+		return url
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "pool_max_conns=" + strconv.Itoa(max(2, pgConnBudget/n))
 }
 
 // freshPort is a free port not in used, which it joins: each of a fleet's

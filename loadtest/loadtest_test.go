@@ -649,3 +649,20 @@ func TestByNodeLatencyIsTheStayedClients(t *testing.T) {
 		t.Errorf("the phase timed %d deliveries, want both", all)
 	}
 }
+
+// A fleet's nodes share what a stock PostgreSQL server accepts.
+func TestNodeDatabaseURLFitsTheServer(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		n    int
+		want string
+	}{
+		{"postgres://h/db", 5, "postgres://h/db"},
+		{"postgres://h/db?sslmode=disable", 8, "postgres://h/db?sslmode=disable&pool_max_conns=10"},
+		{"postgres://h/db", 64, "postgres://h/db?pool_max_conns=2"},
+	} {
+		if got := nodeDatabaseURL(tc.url, tc.n); got != tc.want {
+			t.Errorf("nodeDatabaseURL(%q, %d) = %q, want %q", tc.url, tc.n, got, tc.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,15 @@ type backend struct {
 }
 
 func (b *backend) onClose(f func()) { b.closers = append(b.closers, f) }
+
+// postgresPool is the pool for the metrics: nil, not a nil *pgxpool.Pool,
+// without PostgreSQL.
+func (b *backend) postgresPool() metrics.PostgresPool {
+	if b.pool == nil {
+		return nil
+	}
+	return b.pool
+}
 
 // close releases the backend, the last thing made first. The node has
 // closed the hub and admission by then: nothing delivers or counts any
@@ -220,6 +230,14 @@ func (b *backend) openDatabase(ctx context.Context, cfg Config) error {
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("database url: %w", err)
+	}
+	// Without pool_max_conns pgxpool keeps the greater of 4 and the
+	// CPUs: fewer connections than the fallback reads and session lookups
+	// may run at once, whose queries then wait for one, the reads that
+	// deliver notifications behind a herd of new connections' (the store
+	// keeps half of its slots for them, which a smaller pool undoes).
+	if !strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
+		pcfg.MaxConns = int32(store.DefaultMaxDBQueries + cmp.Or(max(cfg.Sessions.MaxDBQueries, 0), session.DefaultMaxDBQueries))
 	}
 	if pcfg.MaxConns > 16 {
 		pcfg.MaxConns = 16 // the fallback is capped below this anyway

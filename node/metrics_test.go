@@ -439,3 +439,34 @@ func TestMetricsRedisPools(t *testing.T) {
 		}
 	}
 }
+
+// Without pool_max_conns in its URL, a node's PostgreSQL pool holds a
+// connection for each fallback read and session lookup it may run at once
+// (pgxpool's own default, the greater of 4 and the CPUs, would queue them);
+// the URL's own setting wins.
+func TestPostgresPoolFitsTheQueries(t *testing.T) {
+	c := newCluster(t)
+	for _, tc := range []struct {
+		param string
+		want  float64
+	}{{"", 12}, {"pool_max_conns=3", 3}} {
+		cfg := c.config()
+		if tc.param != "" {
+			sep := "?"
+			if strings.Contains(cfg.DatabaseURL, "?") {
+				sep = "&"
+			}
+			cfg.DatabaseURL += sep + tc.param
+		}
+		srv := startNode(t, cfg)
+		m := testenv.Scrape(t, srv.AdminURL)
+		if got := m[`pushd_postgres_pool_connections{state="max"}`]; got != tc.want {
+			t.Errorf("%q: the pool holds at most %g connections, want %g", tc.param, got, tc.want)
+		}
+		for _, k := range []string{`pushd_postgres_pool_waits_total`, `pushd_postgres_pool_wait_seconds_total`, `pushd_postgres_pool_connections{state="open"}`} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("%q: no %s", tc.param, k)
+			}
+		}
+	}
+}

@@ -108,6 +108,10 @@ type Store struct {
 
 // Queries is how many database queries the store has sent: a lookup per
 // token Redis lacks, and one per re-check batch.
+
+// DefaultMaxDBQueries is Config.MaxDBQueries's default.
+const DefaultMaxDBQueries = 4
+
 func (s *Store) Queries() int64 { return s.queries.Load() }
 
 // RegisterFlags defines on fs a flag for each setting of c an operator
@@ -139,7 +143,7 @@ func (c Config) WithDefaults() Config {
 		c.NegativeEntries = 1 << 16
 	}
 	if c.MaxDBQueries <= 0 {
-		c.MaxDBQueries = 4
+		c.MaxDBQueries = DefaultMaxDBQueries
 	}
 	if c.DBQueueWait <= 0 {
 		c.DBQueueWait = 500 * time.Millisecond

@@ -83,7 +83,7 @@ func (c Config) withDefaults() Config {
 		c.StatementTimeout = 2 * time.Second
 	}
 	if c.MaxDBQueries <= 0 {
-		c.MaxDBQueries = 8
+		c.MaxDBQueries = DefaultMaxDBQueries
 	}
 	if c.DBQueueWait <= 0 {
 		c.DBQueueWait = time.Second
@@ -218,6 +218,9 @@ var (
 	_ snapshot.Source = (*Store)(nil)
 	_ snapshot.Writer = (*Store)(nil)
 )
+
+// DefaultMaxDBQueries is Config.MaxDBQueries's default.
+const DefaultMaxDBQueries = 8
 
 // New returns a Store reading from cfg.Redis and cfg.DB. It starts no
 // goroutine of its own (its caches' sweeps run on timers, which stop once

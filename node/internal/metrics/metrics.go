@@ -15,6 +15,7 @@ import (
 	"iter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -48,7 +49,11 @@ type Sources struct {
 	// RedisPools are the node's Redis clients, each named by the roles it
 	// serves ("cache+control+realtime" when one URL serves them all).
 	RedisPools map[string]RedisPool
+	Postgres   PostgresPool // nil without PostgreSQL
 }
+
+// PostgresPool is the node's PostgreSQL connection pool: *pgxpool.Pool.
+type PostgresPool interface{ Stat() *pgxpool.Stat }
 
 // RedisPool is a Redis client's connection pool: redis.UniversalClient.
 type RedisPool interface{ PoolStats() *redis.PoolStats }
@@ -201,6 +206,9 @@ var (
 	poolWaitSeconds = counter("redis_pool_wait_seconds_total", "Time Redis commands spent waiting for a free connection of their client's pool.", "client", "pool")
 	poolTimeouts    = counter("redis_pool_timeouts_total", "Redis commands that gave up waiting for a free connection of their client's pool.", "client", "pool")
 	poolConns       = gauge("redis_pool_connections", "Connections in a Redis client's pool, by state: open (every one) or idle.", "client", "pool", "state")
+	pgPoolWaits     = counter("postgres_pool_waits_total", "PostgreSQL queries that waited for a connection of the node's pool.")
+	pgPoolWaitSecs  = counter("postgres_pool_wait_seconds_total", "Time PostgreSQL queries spent waiting for a connection of the node's pool.")
+	pgPoolConns     = gauge("postgres_pool_connections", "Connections of the node's PostgreSQL pool, by state: open, idle, or max (the most it opens).", "state")
 
 	all = []metric{connections, mode, pollTenants, modeSwitches, opened, notifications, fetches, batchedReads, fetchErrors, delivered, conflated,
 		dropped, disconnects, heartbeats, refreshes, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
@@ -213,7 +221,7 @@ var (
 		rlAllowed, rlRejected, cacheHit, cacheMiss, cacheSet, hotDetected, hotTasks, unwatched, published, streamLen, applyErrors,
 		reconcileRounds, reconcileRepairs, reconcileAbandoned, reconcileErrors,
 		repairRounds, repairLast, repairErrors, repairs, repairChecked, repairQueries, repairRows, repairSkipped, repairScopes, repairAnnounced,
-		poolWaits, poolWaitSeconds, poolTimeouts, poolConns}
+		poolWaits, poolWaitSeconds, poolTimeouts, poolConns, pgPoolWaits, pgPoolWaitSecs, pgPoolConns}
 )
 
 // pushed is each transport's counter of the task events written to its
@@ -281,6 +289,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if ps.PipelineStats != nil {
 			e.pool(name, "pipeline", (*redis.PoolStats)(ps.PipelineStats))
 		}
+	}
+	if p := c.s.Postgres; p != nil {
+		st := p.Stat()
+		e.emit(pgPoolWaits, float64(st.EmptyAcquireCount()))
+		e.emit(pgPoolWaitSecs, st.EmptyAcquireWaitTime().Seconds())
+		e.emit(pgPoolConns, float64(st.TotalConns()), "open")
+		e.emit(pgPoolConns, float64(st.IdleConns()), "idle")
+		e.emit(pgPoolConns, float64(st.MaxConns()), "max")
 	}
 	if r := c.s.Reconcile; r != nil {
 		rs := r.Stats()
