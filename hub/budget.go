@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -33,9 +34,26 @@ type readBudgets struct {
 	burst      int
 	maxRewatch int // watches kept per user; past it, a closing connection's are not kept
 
+	seed   maphash.Seed
+	shards [budgetShards]budgetShard
+}
+
+// budgetShards spreads the users over locks of their own. Every
+// subscribing connection takes its user's while it holds its own lock,
+// which the writers wait for: on one lock, a herd of new connections (a
+// lost node's clients) queued there and held the writers with them.
+const budgetShards = 32
+
+// budgetShard is the users of readBudgets whose key hashes to it.
+type budgetShard struct {
 	mu      sync.Mutex
 	buckets map[key]*rate.Limiter
 	rewatch map[key]*rewatchSet
+	_       [40]byte // keep shards on separate cache lines
+}
+
+func (b *readBudgets) shard(k key) *budgetShard {
+	return &b.shards[maphash.Comparable(b.seed, k)%budgetShards]
 }
 
 // rewatchSet is what a user's connections watched when they closed, or
@@ -80,19 +98,23 @@ type watch struct {
 
 func (b *readBudgets) init(perSecond float64, burst, maxRewatch int) {
 	b.perSecond, b.burst, b.maxRewatch = rate.Limit(perSecond), burst, maxRewatch
-	b.buckets = make(map[key]*rate.Limiter)
-	b.rewatch = make(map[key]*rewatchSet)
+	b.seed = maphash.MakeSeed()
+	for i := range b.shards {
+		b.shards[i].buckets = make(map[key]*rate.Limiter)
+		b.shards[i].rewatch = make(map[key]*rewatchSet)
+	}
 }
 
 // take takes one read for the user and reports whether it got it; when
 // not, wait is how long until the next one is allowed.
 func (b *readBudgets) take(k key, now time.Time) (ok bool, wait time.Duration) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lim := b.buckets[k]
+	sh := b.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	lim := sh.buckets[k]
 	if lim == nil {
 		lim = rate.NewLimiter(b.perSecond, b.burst)
-		b.buckets[k] = lim
+		sh.buckets[k] = lim
 	}
 	r := lim.ReserveN(now, 1)
 	if wait = r.DelayFrom(now); wait > 0 {
@@ -110,25 +132,28 @@ func (b *readBudgets) closed(k key, ws []watch, now time.Time) {
 	if len(ws) == 0 {
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.keepLocked(k, ws, now)
+	sh := b.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	b.keepLocked(sh, k, ws, now)
 }
 
 // paid records a read the user's subscription paid for at now: its other
 // connections watch w for free within rewatchGrace, as after a close.
 func (b *readBudgets) paid(k key, w watch, now time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.keepLocked(k, []watch{w}, now)
+	sh := b.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	b.keepLocked(sh, k, []watch{w}, now)
 }
 
-// keepLocked makes ws free for the user until rewatchGrace after now.
-func (b *readBudgets) keepLocked(k key, ws []watch, now time.Time) {
-	r := b.rewatch[k]
+// keepLocked makes ws free for the user until rewatchGrace after now. sh
+// is k's shard, locked.
+func (b *readBudgets) keepLocked(sh *budgetShard, k key, ws []watch, now time.Time) {
+	r := sh.rewatch[k]
 	if r == nil || !now.Before(r.until) {
 		r = &rewatchSet{}
-		b.rewatch[k] = r
+		sh.rewatch[k] = r
 	}
 	r.until = now.Add(rewatchGrace)
 	for _, w := range ws {
@@ -139,9 +164,10 @@ func (b *readBudgets) keepLocked(k key, ws []watch, now time.Time) {
 // rewatched reports whether one of the user's connections that closed
 // within rewatchGrace before now watched w.
 func (b *readBudgets) rewatched(k key, w watch, now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r := b.rewatch[k]
+	sh := b.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r := sh.rewatch[k]
 	if r == nil || !now.Before(r.until) {
 		return false
 	}
@@ -151,16 +177,31 @@ func (b *readBudgets) rewatched(k key, w watch, now time.Time) bool {
 // sweep forgets the buckets that have refilled, as they are as a new one,
 // and the watches whose grace has passed.
 func (b *readBudgets) sweep(now time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for k, lim := range b.buckets {
-		if lim.TokensAt(now) >= float64(b.burst) {
-			delete(b.buckets, k)
+	for i := range b.shards {
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		for k, lim := range sh.buckets {
+			if lim.TokensAt(now) >= float64(b.burst) {
+				delete(sh.buckets, k)
+			}
 		}
-	}
-	for k, r := range b.rewatch {
-		if !now.Before(r.until) {
-			delete(b.rewatch, k)
+		for k, r := range sh.rewatch {
+			if !now.Before(r.until) {
+				delete(sh.rewatch, k)
+			}
 		}
+		sh.mu.Unlock()
 	}
+}
+
+// rewatchUsers is how many users have a rewatch record.
+func (b *readBudgets) rewatchUsers() int {
+	n := 0
+	for i := range b.shards {
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		n += len(sh.rewatch)
+		sh.mu.Unlock()
+	}
+	return n
 }

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"strconv"
 	"testing"
 	"time"
 )
@@ -46,7 +47,39 @@ func TestRewatchGraceIsTheUsersAndEnds(t *testing.T) {
 		t.Error("a watch outlived its grace through a later close")
 	}
 	b.sweep(t0.Add(3 * rewatchGrace))
-	if len(b.rewatch) != 0 {
-		t.Errorf("sweep kept %d users past their grace", len(b.rewatch))
+	if b.rewatchUsers() != 0 {
+		t.Errorf("sweep kept %d users past their grace", b.rewatchUsers())
+	}
+}
+
+// One user's budget is taken under a lock another user's does not wait
+// for: a herd of subscribing connections, each holding its own lock while
+// it takes its user's budget, must not queue on one lock.
+func TestOneUsersBudgetHoldsNoOthers(t *testing.T) {
+	var b readBudgets
+	b.init(10, 10, 4)
+	alice := key{"t1", "alice"}
+	var other key
+	for i := 0; ; i++ {
+		other = key{"t1", "user_" + strconv.Itoa(i)}
+		if b.shard(other) != b.shard(alice) {
+			break
+		}
+	}
+	sh := b.shard(alice)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	done := make(chan bool, 1)
+	go func() {
+		ok, _ := b.take(other, time.Now())
+		done <- ok
+	}()
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Error("a user's first read refused")
+		}
+	case <-time.After(10 * time.Second): // a bound on the failure, not a wait for success
+		t.Fatal("a user's budget waited for another user's lock")
 	}
 }

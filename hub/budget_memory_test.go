@@ -38,8 +38,8 @@ func TestPaidReadsMemory(t *testing.T) {
 		t.Errorf("%d bytes per user's paid read, want at most 128", per)
 	}
 	b.sweep(now.Add(rewatchGrace))
-	if len(b.rewatch) != 0 {
-		t.Errorf("%d users' records left after the grace", len(b.rewatch))
+	if b.rewatchUsers() != 0 {
+		t.Errorf("%d users' records left after the grace", b.rewatchUsers())
 	}
 }
 
