@@ -43,3 +43,13 @@ func DeliveredVersion(c *Conn, task string) int64 {
 	}
 	return 0
 }
+
+// HoldConn takes c's lock, as a Subscribe admitting it does, until the
+// returned function.
+func HoldConn(c *Conn) (release func()) {
+	c.mu.Lock()
+	return c.mu.Unlock
+}
+
+// Refresh re-reads every watched task, as after the bus came back.
+func Refresh(h *Hub) bool { return h.refresh(nil, false) }

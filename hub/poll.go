@@ -350,19 +350,27 @@ func (h *Hub) refresh(tenants map[string]struct{}, cached bool) bool {
 	ctx, cancel := context.WithTimeout(h.ctx, refreshRoundBudget)
 	defer cancel()
 	ids := h.idx.tasks(tenants)
-	var scoped []*Conn
+	// The tenants' connections first, then each one's lock, with the hub's
+	// let go: a connection's lock may be held by its Subscribe, waiting on
+	// a read budget, and the hub's read lock held meanwhile would stop
+	// every connect and close of the node behind it.
+	var conns []*Conn
 	h.mu.RLock()
 	for c := range h.conns {
-		if _, ok := tenants[c.TenantID]; tenants != nil && !ok {
-			continue
+		if _, ok := tenants[c.TenantID]; tenants == nil || ok {
+			conns = append(conns, c)
 		}
+	}
+	h.mu.RUnlock()
+	scoped := conns[:0]
+	for _, c := range conns {
 		c.mu.Lock()
 		if c.projects.len() > 0 || c.userScope {
 			scoped = append(scoped, c)
 		}
 		c.mu.Unlock()
 	}
-	h.mu.RUnlock()
+	clear(conns[len(scoped):])
 
 	ok := true
 	var targets []*Conn

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -465,5 +467,44 @@ func TestInitialReadsPastTheDeadlineAreUnavailable(t *testing.T) {
 	}
 	if !maps.Equal(got, map[string]int64{"fast": 3, "slow": 3, "later": 3}) {
 		t.Fatalf("got %v, want every task at version 3", got)
+	}
+}
+
+// A re-read of the watched tasks that waits for a connection's lock (held
+// by its Subscribe, which may wait on a read budget) does not hold the
+// hub's lock meanwhile: the node's connects go on.
+func TestRefreshWaitingForAConnStopsNoConnect(t *testing.T) {
+	e := newEnv(t, hub.Config{})
+	e.publish(t, snap(t, "t1", "task_a", 1))
+	c, r, _ := e.open(t, "t1", "u1", hub.Subscription{Tasks: []string{"task_a"}})
+	r.nextTask(t)
+	release := hub.HoldConn(c)
+	done := make(chan bool, 1)
+	go func() { done <- hub.Refresh(e.hub) }()
+	testenv.Eventually(t, "the re-read waiting for the connection's lock", func() bool {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		for g := range strings.SplitSeq(stacks, "\n\n") {
+			if strings.Contains(g, "hub.(*Hub).refresh") && strings.Contains(g, "sync.(*Mutex).Lock") {
+				return true
+			}
+		}
+		return false
+	})
+	reserved := make(chan struct{})
+	go func() {
+		slot, _ := e.hub.Reserve("192.0.2.1", 0, 0)
+		slot.Release()
+		close(reserved)
+	}()
+	select {
+	case <-reserved:
+	case <-time.After(10 * time.Second): // a bound on the failure
+		release()
+		t.Fatal("a connect's slot waited for the re-read, which waits for a connection")
+	}
+	release()
+	if !<-done {
+		t.Error("the re-read failed")
 	}
 }
