@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pushd/pushd/internal/episode"
 	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/internal/histogram"
 	"github.com/pushd/pushd/snapshot"
@@ -214,6 +215,11 @@ type connSet map[*Conn]struct{}
 type Hub struct {
 	cfg Config
 	log *slog.Logger
+	// initialFails logs the initial reads that fail as episodes: a herd
+	// of connections whose reads fail together (a lost node's clients
+	// while the sources are slow) would otherwise write a line each, and
+	// wait for the log's lock in turn.
+	initialFails *episode.Logger
 
 	started time.Time // for sentStamp
 
@@ -253,7 +259,8 @@ func New(cfg Config) *Hub {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Hub{
 		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, started: time.Now(),
-		conns: make(map[*Conn]struct{}), byIP: make(map[string]int),
+		initialFails: episode.New(cfg.Logger, "initial reads still failing"),
+		conns:        make(map[*Conn]struct{}), byIP: make(map[string]int),
 		classes: make(map[connClass]int),
 	}
 	h.stats.notifyToWrite = histogram.New(notifyToWriteBounds[:]...)

@@ -307,6 +307,7 @@ func (c *Conn) readInitial(ctx context.Context, a *admission) error {
 		snap, err := h.cfg.Source.Get(ctx, id, 0)
 		switch {
 		case err == nil && c.sees(snap): // another tenant's, or one the grant does not allow, is as absent
+			h.initialFails.OK("initial reads succeed again")
 			h.noteRead(snap, ReadSubscribe)
 			c.offer(snap, news{})
 		case err == nil, errors.Is(err, snapshot.ErrNotFound):
@@ -317,7 +318,7 @@ func (c *Conn) readInitial(ctx context.Context, a *admission) error {
 			if ctx.Err() != nil {
 				return outOfTime(ctx, a, a.tasks[i:], a.projects, a.user)
 			}
-			h.log.Warn("initial snapshot read failed", "conn", c.ID, "tenant", c.TenantID, "task", id, "err", err)
+			h.initialFails.Fail("initial snapshot read failed", err, "conn", c.ID, "tenant", c.TenantID, "task", id)
 			a.rejected = append(a.rejected, Rejection{TaskID: id, Code: CodeUnavailable})
 		}
 	}
@@ -326,7 +327,7 @@ func (c *Conn) readInitial(ctx context.Context, a *admission) error {
 			if ctx.Err() != nil {
 				return outOfTime(ctx, a, nil, a.projects[i:], a.user)
 			}
-			h.log.Warn("project listing failed", "conn", c.ID, "tenant", c.TenantID, "project", id, "err", err)
+			h.initialFails.Fail("project listing failed", err, "conn", c.ID, "tenant", c.TenantID, "project", id)
 			a.rejected = append(a.rejected, Rejection{ProjectID: id, Code: CodeUnavailable})
 		}
 	}
@@ -335,7 +336,7 @@ func (c *Conn) readInitial(ctx context.Context, a *admission) error {
 			if ctx.Err() != nil {
 				return outOfTime(ctx, a, nil, nil, true)
 			}
-			h.log.Warn("user listing failed", "conn", c.ID, "tenant", c.TenantID, "user", c.UserID, "err", err)
+			h.initialFails.Fail("user listing failed", err, "conn", c.ID, "tenant", c.TenantID, "user", c.UserID)
 			a.rejected = append(a.rejected, Rejection{Code: CodeUnavailable})
 		}
 	}
