@@ -202,9 +202,9 @@ var (
 	reconcileAbandoned = counter("announce_abandoned_total", "Unannounced journal entries the reconcile removed because their version was never stored (the publisher died before the write).")
 	reconcileErrors    = counter("announce_reconcile_errors_total", "Reconcile rounds in which a Redis read or a repair failed; the entries stay for the next round.")
 
-	poolWaits       = counter("redis_pool_waits_total", "Redis commands that waited for a free connection of their client's pool, by client (the roles it serves) and pool (main, or pipeline: the pipelines' own).", "client", "pool")
-	poolWaitSeconds = counter("redis_pool_wait_seconds_total", "Time Redis commands spent waiting for a free connection of their client's pool.", "client", "pool")
-	poolTimeouts    = counter("redis_pool_timeouts_total", "Redis commands that gave up waiting for a free connection of their client's pool.", "client", "pool")
+	poolWaits       = counter("redis_pool_waits_total", "Redis commands that waited for a free connection of their client's pool and got one, by client (the roles it serves) and pool (main, or pipeline: the pipelines' own).", "client", "pool")
+	poolWaitSeconds = counter("redis_pool_wait_seconds_total", "Time the commands of redis_pool_waits_total spent waiting.", "client", "pool")
+	poolTimeouts    = counter("redis_pool_timeouts_total", "Redis commands that gave up waiting for a free connection of their client's pool at its pool timeout. A command whose own deadline passed first counts in neither.", "client", "pool")
 	poolConns       = gauge("redis_pool_connections", "Connections in a Redis client's pool, by state: open (every one) or idle.", "client", "pool", "state")
 	pgPoolWaits     = counter("postgres_pool_waits_total", "PostgreSQL queries that waited for a connection of the node's pool.")
 	pgPoolWaitSecs  = counter("postgres_pool_wait_seconds_total", "Time PostgreSQL queries spent waiting for a connection of the node's pool.")
