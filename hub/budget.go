@@ -193,15 +193,3 @@ func (b *readBudgets) sweep(now time.Time) {
 		sh.mu.Unlock()
 	}
 }
-
-// rewatchUsers is how many users have a rewatch record.
-func (b *readBudgets) rewatchUsers() int {
-	n := 0
-	for i := range b.shards {
-		sh := &b.shards[i]
-		sh.mu.Lock()
-		n += len(sh.rewatch)
-		sh.mu.Unlock()
-	}
-	return n
-}

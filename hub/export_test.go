@@ -53,3 +53,15 @@ func HoldConn(c *Conn) (release func()) {
 
 // Refresh re-reads every watched task, as after the bus came back.
 func Refresh(h *Hub) bool { return h.refresh(nil, false) }
+
+// rewatchUsers is how many users have a rewatch record.
+func (b *readBudgets) rewatchUsers() int {
+	n := 0
+	for i := range b.shards {
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		n += len(sh.rewatch)
+		sh.mu.Unlock()
+	}
+	return n
+}
