@@ -109,7 +109,7 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached,
 
 	var errs error
 	if res.mine != nil {
-		errs = s.runDBRead(ctx, res, caller)
+		errs = s.runDBRead(ctx, res)
 	}
 	failed := make(map[*dbRead]bool)
 	for id, r := range joined {
@@ -134,7 +134,7 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached,
 
 // runDBRead sends the query res registered for its own ids, caches nothing
 // on failure, and sorts what it found from what PostgreSQL does not hold.
-func (s *Store) runDBRead(ctx context.Context, res *dbResult, caller bool) error {
+func (s *Store) runDBRead(ctx context.Context, res *dbResult) error {
 	r := res.mine
 	sql, args := sqlTaskByID, []any{res.ids[0]}
 	if len(res.ids) > 1 {
@@ -149,7 +149,7 @@ func (s *Store) runDBRead(ctx context.Context, res *dbResult, caller bool) error
 		r.sent = monotime()
 		s.dbMu.Unlock()
 	}
-	r.err = s.query(qctx, caller, sql, args, sending, func(row *snapshot.Snapshot) {
+	r.err = s.query(qctx, r.caller, sql, args, sending, func(row *snapshot.Snapshot) {
 		r.rows[row.TaskID] = row
 		res.rows = append(res.rows, row)
 	})

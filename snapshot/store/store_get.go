@@ -37,11 +37,10 @@ func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*snapsho
 		}
 	}
 	s.stats.cacheMisses.Add(1)
-	// A caller whose context never ends is the hub delivering what a
-	// notification announced: it shares no flight with callers that can
-	// give up (a herd of new connections' initial reads), whose queries
-	// wait for their own share of PostgreSQL (query).
-	caller, key := ctx.Done() != nil, taskID
+	// The hub delivering what a notification announced shares no flight
+	// with callers that can give up (a herd of new connections' initial
+	// reads), whose queries wait for their own share of PostgreSQL (query).
+	caller, key := canGiveUp(ctx), taskID
 	if !caller {
 		key = deliveryFlight + taskID
 	}
@@ -79,6 +78,11 @@ func (s *Store) Get(ctx context.Context, taskID string, atLeast int64) (*snapsho
 	// rest.
 	return snap, err
 }
+
+// canGiveUp reports whether ctx can end: a caller that may give up (a
+// connection's initial reads, the API, a poll), not the hub reading what a
+// notification announced, whose context never ends.
+func canGiveUp(ctx context.Context) bool { return ctx.Done() != nil }
 
 // deliveryFlight prefixes the flight keys of deliveries' reads, which no
 // task id holds (ValidID).
@@ -118,7 +122,7 @@ func shared[T any](ctx context.Context, s *Store, g *singleflight.Group, key str
 	}
 	var zero T
 	var r singleflight.Result
-	if ctx.Done() == nil {
+	if !canGiveUp(ctx) {
 		// A caller that never gives up (the hub reading what a notification
 		// announced) leads the flight on its own goroutine: a goroutine per
 		// read, growing its stack through the Redis client's calls, cost

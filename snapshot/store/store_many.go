@@ -36,9 +36,9 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 		return nil, errClosed
 	}
 	defer s.inflight.Done()
-	// A context that never ends is the hub delivering what notifications
-	// announced: its queries do not wait behind callers' (query).
-	caller := ctx.Done() != nil
+	// The hub delivering what notifications announced does not wait
+	// behind callers' queries (query).
+	caller := canGiveUp(ctx)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
 	defer cancel()
 
