@@ -111,11 +111,12 @@ type Stats struct {
 	CacheHits    uint64 // snapshots and lists served from the in-process caches
 	WriteBacks   uint64 // snapshots read from PostgreSQL and written back to Redis
 
-	CacheMisses   uint64 // reads the in-process caches could not answer (Reload, which skips them, not counted)
-	RedisNegative uint64 // NegativeHits answered by Redis's notfound key (the rest by the in-process one)
-	RedisSkipped  uint64 // reads that skipped Redis for a second after it (on Cluster, the task's master) failed
-	DBHits        uint64 // snapshots PostgreSQL returned
-	SharedCalls   uint64 // reads that joined a fetch already in flight for the same task or list (singleflight)
+	CacheMisses    uint64 // reads the in-process caches could not answer (Reload, which skips them, not counted)
+	RedisNegative  uint64 // NegativeHits answered by Redis's notfound key (the rest by the in-process one)
+	RedisSkipped   uint64 // reads that skipped Redis for a second after it (on Cluster, the task's master) failed
+	RedisPoolWaits uint64 // Redis reads whose time ran out waiting for one of the node's pooled connections: they fell back to PostgreSQL, and Redis was not skipped after them
+	DBHits         uint64 // snapshots PostgreSQL returned
+	SharedCalls    uint64 // reads that joined a fetch already in flight for the same task or list (singleflight)
 	// CacheSets are the entries stored in the in-process caches: each
 	// snapshot read from Redis or PostgreSQL (a listing's rows included) or
 	// written by SetIfNewer, unless the cache held a newer version, and each
@@ -143,6 +144,7 @@ type counters struct {
 	dbQueries, dbMisses, dbErrors, dbRejected       atomic.Uint64
 	negativeHits, cacheHits, writeBacks             atomic.Uint64
 	cacheMisses, redisNegative, redisSkipped        atomic.Uint64
+	redisPoolWaits                                  atomic.Uint64
 	dbHits, sharedCalls, cacheSets                  atomic.Uint64
 	tenantMismatches, unreadableStored              atomic.Uint64
 	checked, checkQueries, checkRows, checkSkipped  atomic.Uint64
@@ -303,12 +305,13 @@ func (s *Store) Stats() Stats {
 		CacheHits:    c.cacheHits.Load(),
 		WriteBacks:   c.writeBacks.Load(),
 
-		CacheMisses:   c.cacheMisses.Load(),
-		RedisNegative: c.redisNegative.Load(),
-		RedisSkipped:  c.redisSkipped.Load(),
-		DBHits:        c.dbHits.Load(),
-		SharedCalls:   c.sharedCalls.Load(),
-		CacheSets:     c.cacheSets.Load(),
+		CacheMisses:    c.cacheMisses.Load(),
+		RedisNegative:  c.redisNegative.Load(),
+		RedisSkipped:   c.redisSkipped.Load(),
+		RedisPoolWaits: c.redisPoolWaits.Load(),
+		DBHits:         c.dbHits.Load(),
+		SharedCalls:    c.sharedCalls.Load(),
+		CacheSets:      c.cacheSets.Load(),
 
 		TenantMismatches: c.tenantMismatches.Load(),
 		UnreadableStored: c.unreadableStored.Load(),

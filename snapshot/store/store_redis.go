@@ -33,7 +33,10 @@ const redisTimeoutShare = 4
 // others' keys to PostgreSQL too.
 const redisBackoff = time.Second
 
-var errRedisBackoff = errors.New("redis: skipped after a recent failure")
+var (
+	errRedisBackoff = errors.New("redis: skipped after a recent failure")
+	errPoolWait     = errors.New("redis: no pooled connection was free before the read's deadline")
+)
 
 // redisBreaker returns the backoff a read of key goes by and whether it
 // lets the read try Redis now. On Cluster that is the master serving key's
@@ -76,16 +79,24 @@ func (s *Store) redisWritable(ctx context.Context, ids []string) bool {
 	return true
 }
 
-// redisFailed records a failed Redis read from master (see redisBreaker).
-// On Cluster it also has the client reload its slot map, which go-redis
-// does on a redirection but not when a master stops answering: after a
-// failover, the next read goes to the promoted replica.
-func (s *Store) redisFailed(master string) {
+// redisFailed records a read of key from master that failed with err (see
+// redisBreaker), and returns the error to report. On Cluster it also has
+// the client reload its slot map, which go-redis does on a redirection but
+// not when a master stops answering: after a failover, the next read goes
+// to the promoted replica. A read whose time ran out while it waited for
+// one of the node's pooled connections trips nothing and is reported as
+// errPoolWait: its own node was busy, not Redis, and sending every read to
+// PostgreSQL for a second would only add a herd there.
+func (s *Store) redisFailed(ctx context.Context, key, master string, err error) error {
+	if s.waitedForConn(ctx, key, err) {
+		s.stats.redisPoolWaits.Add(1)
+		return errPoolWait
+	}
 	s.stats.redisErrors.Add(1)
 	now := monotime()
 	if master == "" {
 		s.redisRetryAt.Store(now + int64(redisBackoff))
-		return
+		return err
 	}
 	s.cluster.ReloadState(context.Background()) // in the background, at most one at a time
 	// A new map each time, so reads take no lock; it keeps only the
@@ -101,9 +112,35 @@ func (s *Store) redisFailed(master string) {
 			}
 		}
 		if s.masterRetryAt.CompareAndSwap(old, &next) {
-			return
+			return err
 		}
 	}
+}
+
+// waitedForConn reports whether err ended a read of key while it waited
+// for a pooled connection: ErrPoolTimeout after the pool's PoolTimeout, or
+// the context's error itself (a dial or a read past the deadline fails
+// with a net error instead) while every connection the pool opened is in
+// use. go-redis also returns the context's error when the deadline passes
+// between retries of a failed attempt; then Redis, refusing or dropping
+// connections, leaves the pool none open.
+func (s *Store) waitedForConn(ctx context.Context, key string, err error) bool {
+	switch {
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, errPoolWait):
+		return true
+	case err != context.DeadlineExceeded:
+		return false
+	}
+	pool := s.rdb
+	if s.cluster != nil {
+		m, err := s.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return false
+		}
+		pool = m
+	}
+	st := pool.PoolStats()
+	return st.TotalConns > 0 && st.IdleConns == 0
 }
 
 // redisRead logs how a Redis read went: failures as one episode per outage
@@ -114,6 +151,8 @@ func (s *Store) redisRead(ctx context.Context, err error, args ...any) {
 	case err == nil:
 		s.lost.OK("snapshot: redis reads answer again")
 	case errors.Is(err, errRedisBackoff):
+	case errors.Is(err, errPoolWait):
+		s.log.DebugContext(ctx, "snapshot: redis read waited out its time for a pooled connection", args...)
 	case ctx.Err() != nil:
 		s.log.DebugContext(ctx, "snapshot: redis read abandoned", append(args, "err", err)...)
 	default:
@@ -148,8 +187,7 @@ func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (sn
 	switch {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
-		s.redisFailed(master)
-		return nil, false, fmt.Errorf("redis get %s: %w", id, err)
+		return nil, false, fmt.Errorf("redis get %s: %w", id, s.redisFailed(ctx, key, master, err))
 	default:
 		snap, err := snapshot.Parse(b)
 		if err == nil && snap.TaskID == id {
@@ -219,8 +257,7 @@ func (s *Store) mget(ctx context.Context, names []string) ([]any, error) {
 	s.stats.redisReads.Add(1)
 	vals, err := s.rdb.MGet(ctx, names...).Result()
 	if err != nil {
-		s.redisFailed("")
-		return nil, fmt.Errorf("redis mget: %w", err)
+		return nil, fmt.Errorf("redis mget: %w", s.redisFailed(ctx, names[0], "", err))
 	}
 	return vals, nil
 }
@@ -257,7 +294,10 @@ func (s *Store) getEach(ctx context.Context, names []string) ([]any, error) {
 	}
 	s.stats.redisReads.Add(1)
 	_, _ = pipe.Exec(ctx) // the commands carry their own errors
-	var failed []string   // masters whose reads failed, each recorded once
+	// The masters whose reads failed, each recorded once, and the error
+	// recorded for each.
+	var failed []string
+	var reported []error
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue
@@ -266,11 +306,13 @@ func (s *Store) getEach(ctx context.Context, names []string) ([]any, error) {
 		switch {
 		case errors.Is(cmdErr, redis.Nil):
 		case cmdErr != nil:
-			vals[i] = cmdErr
-			if !slices.Contains(failed, masters[i]) {
-				failed = append(failed, masters[i])
-				s.redisFailed(masters[i])
+			if at := slices.Index(failed, masters[i]); at >= 0 {
+				cmdErr = reported[at]
+			} else {
+				cmdErr = s.redisFailed(ctx, names[i], masters[i], cmdErr)
+				failed, reported = append(failed, masters[i]), append(reported, cmdErr)
 			}
+			vals[i] = cmdErr
 			if err == nil || errors.Is(err, errRedisBackoff) {
 				err = fmt.Errorf("redis mget: %w", cmdErr)
 			}

@@ -165,7 +165,7 @@ var (
 
 	connsOpen    = gauge("connections_open", "Open client connections by transport (sse, websocket) and tenant plan (free, pro, enterprise; none when the token states none; other for any other).", "transport", "plan")
 	reconnects   = platformCounter("client_reconnect_total", "Connections that came back with a resume position: SSE with a Last-Event-ID (header or last_event_id) that parses as a cursor, WebSocket with a non-empty since on a subscribe. Once per connection.", "transport")
-	refetch      = platformCounter("task_snapshot_refetch_total", "Task snapshot lookups by source (local_cache, redis, postgres) and outcome (hit, miss, not_found, error, skipped, rejected); see docs/METRICS.md.", "source", "outcome")
+	refetch      = platformCounter("task_snapshot_refetch_total", "Task snapshot lookups by source (local_cache, redis, postgres) and outcome (hit, miss, not_found, error, skipped, pool_wait, rejected); see docs/METRICS.md.", "source", "outcome")
 	sfShared     = counter("singleflight_shared_total", "Snapshot reads that joined a fetch already in flight for the same task or list instead of starting one.")
 	pubsubLosses = counter("pubsub_subscription_losses_total", "Times the Pub/Sub subscription was lost (each outage once; on Redis Cluster each lost shard once); the node polls its tenants until it is back.")
 	notifyWrite  = prometheus.NewDesc("pushd_notification_to_write_seconds", "Time from the node hearing a change notification to the write of the snapshot it announced, per task event written.", nil, nil)
@@ -421,6 +421,7 @@ func (e emitter) store(ss store.Stats) {
 	e.emit(refetch, float64(ss.RedisNegative), "redis", "not_found")
 	e.emit(refetch, float64(ss.RedisErrors), "redis", "error")
 	e.emit(refetch, float64(ss.RedisSkipped), "redis", "skipped")
+	e.emit(refetch, float64(ss.RedisPoolWaits), "redis", "pool_wait")
 	e.emit(refetch, float64(ss.DBHits), "postgres", "hit")
 	e.emit(refetch, float64(ss.DBMisses), "postgres", "miss")
 	e.emit(refetch, float64(ss.DBErrors), "postgres", "error")

@@ -1,0 +1,81 @@
+package store_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
+)
+
+// TestPoolWaitSkipsNoLaterRead: a read whose time runs out while it waits
+// for one of the node's pooled Redis connections falls back to PostgreSQL,
+// and the next read still asks Redis. The node was busy, not Redis; a
+// backoff would send every read to PostgreSQL for a second.
+func TestPoolWaitSkipsNoLaterRead(t *testing.T) {
+	t.Parallel()
+	r := testenv.SharedRedis(t)
+	pg := testenv.Database(t)
+	ctx := testenv.Context(t)
+
+	// One connection, which a blocking pop holds below.
+	opt := *r.Client.Options()
+	opt.PoolSize, opt.ClientName = 1, "pooltest_"+testenv.RandomSuffix(8)
+	client := redis.NewClient(&opt)
+	t.Cleanup(func() { client.Close() })
+	// A plain GET (no negative cache) runs on the main pool, the one held.
+	s := newStore(t, store.Config{Redis: client, DB: pg.Pool, Names: r.Names,
+		CacheTTL: -1, NegativeTTL: -1, FetchTimeout: 400 * time.Millisecond})
+
+	waited, after := testenv.UniqueID("task"), testenv.UniqueID("task")
+	for _, id := range []string{waited, after} {
+		pg.InsertTask(t, testenv.Task{ID: id, TenantID: "t1", ProjectID: "p1", UserID: "u1", Status: "RUNNING", Version: 3})
+	}
+	e := env{r: r, pg: pg, store: s}
+	e.write(t, after, "RUNNING", 3)
+
+	list := r.Names.Prefix + "hold"
+	popped := make(chan error, 1)
+	go func() { popped <- client.BLPop(ctx, 30*time.Second, list).Err() }()
+	// The pop holds the connection once Redis runs it.
+	for !blocked(r.Client.ClientList(ctx).Val(), opt.ClientName) {
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	before := s.Stats()
+	if got := mustGet(t, s, waited, 0); got.Origin != snapshot.OriginPostgres {
+		t.Fatalf("read waiting for the held connection came from %v, want PostgreSQL", got.Origin)
+	}
+	if d := s.Stats(); d.RedisErrors != before.RedisErrors || d.RedisPoolWaits != before.RedisPoolWaits+1 {
+		t.Fatalf("Redis errors +%d, pool waits +%d; want 0 and 1", d.RedisErrors-before.RedisErrors, d.RedisPoolWaits-before.RedisPoolWaits)
+	}
+
+	if err := r.Client.LPush(ctx, list, "go").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-popped; err != nil {
+		t.Fatal(err)
+	}
+	// Within the second a Redis failure would skip Redis for.
+	if got := mustGet(t, s, after, 0); got.Origin != snapshot.OriginRedis {
+		t.Errorf("the read after the wait came from %v, want Redis", got.Origin)
+	}
+	if d := s.Stats(); d.RedisSkipped != before.RedisSkipped {
+		t.Errorf("%d reads skipped Redis after a wait for a connection", d.RedisSkipped-before.RedisSkipped)
+	}
+}
+
+// blocked reports whether CLIENT LIST's reply shows the client named name
+// in a blocking pop.
+func blocked(clients, name string) bool {
+	for _, line := range strings.Split(clients, "\n") {
+		if strings.Contains(line, " name="+name+" ") && strings.Contains(line, " cmd=blpop ") {
+			return true
+		}
+	}
+	return false
+}
