@@ -8,3 +8,11 @@ func OnDBReadRegistered(s *Store, f func()) { s.registered = f }
 // SlowCheck is how long a check's PostgreSQL part may take before it is
 // reported slow.
 const SlowCheck = slowCheck
+
+// AsksPending is how many callers' Redis reads are queued or in the MGET
+// in flight.
+func AsksPending(s *Store) int {
+	s.asks.mu.Lock()
+	defer s.asks.mu.Unlock()
+	return len(s.asks.queue) + s.asks.reading
+}

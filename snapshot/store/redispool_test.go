@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -78,4 +79,65 @@ func blocked(clients, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestCallersReadsShareAnMGET: the reads of a herd of new connections,
+// queued while one read waits for the only pooled connection, go to Redis
+// in one more round trip, not one each.
+func TestCallersReadsShareAnMGET(t *testing.T) {
+	t.Parallel()
+	r := testenv.SharedRedis(t)
+	ctx := testenv.Context(t)
+	opt := *r.Client.Options()
+	opt.PoolSize, opt.ClientName = 1, "asktest_"+testenv.RandomSuffix(8)
+	client := redis.NewClient(&opt)
+	t.Cleanup(func() { client.Close() })
+	// A read's share of the fetch timeout (2 s) outlasts the hold below.
+	s := newStore(t, store.Config{Redis: client, Names: r.Names, CacheTTL: -1, FetchTimeout: 8 * time.Second})
+	e := env{r: r, store: s}
+	const herd = 50
+	ids := make([]string, herd)
+	for i := range ids {
+		ids[i] = testenv.UniqueID("task")
+		e.write(t, ids[i], "RUNNING", 2)
+	}
+
+	list := r.Names.Prefix + "hold"
+	popped := make(chan error, 1)
+	go func() { popped <- client.BLPop(ctx, 30*time.Second, list).Err() }()
+	for !blocked(r.Client.ClientList(ctx).Val(), opt.ClientName) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := s.Stats()
+	got := make(chan error, herd)
+	for _, id := range ids {
+		go func() {
+			snap, err := s.Get(ctx, id, 0)
+			if err == nil && (snap.Origin != snapshot.OriginRedis || snap.Version != 2) {
+				err = fmt.Errorf("%s: version %d from %v, want 2 from Redis", id, snap.Version, snap.Origin)
+			}
+			got <- err
+		}()
+	}
+	// Every read queued, or in the first MGET, which waits for the pool.
+	// Reads that do not queue never get there: they wait for the pool.
+	for give := time.Now().Add(10 * time.Second); store.AsksPending(s) < herd; time.Sleep(time.Millisecond) {
+		if time.Now().After(give) {
+			t.Fatalf("%d of %d reads queued to share a round trip", store.AsksPending(s), herd)
+		}
+	}
+	if err := r.Client.LPush(ctx, list, "go").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-popped; err != nil {
+		t.Fatal(err)
+	}
+	for range herd {
+		if err := <-got; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := s.Stats().RedisReads - before.RedisReads; n > 2 {
+		t.Errorf("%d reads took %d round trips to Redis, want at most 2", herd, n)
+	}
 }

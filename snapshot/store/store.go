@@ -183,6 +183,7 @@ type Store struct {
 	lists    *cache[[]*snapshot.Snapshot] // list results per listKey
 
 	flights     singleflight.Group // Redis, then PostgreSQL, per task id
+	asks        redisAsks          // callers' Redis reads waiting to share an MGET
 	dbFlights   singleflight.Group // PostgreSQL only, per task id
 	listFlights singleflight.Group // per listKey
 

@@ -163,7 +163,11 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly, cal
 
 	var redisErr error // why Redis did not answer, if it did not
 	if s.rdb != nil && !dbOnly {
-		snap, missing, err := s.readRedis(ctx, id, atLeast <= 0 && s.cfg.NegativeTTL > 0)
+		read := s.readRedis
+		if caller {
+			read = s.askRedis // a herd's reads share round trips
+		}
+		snap, missing, err := read(ctx, id, atLeast <= 0 && s.cfg.NegativeTTL > 0)
 		s.redisRead(ctx, err, "task_id", id)
 		switch {
 		case err != nil:
