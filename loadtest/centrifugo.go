@@ -92,6 +92,7 @@ func (r *run) startCentrifugo(ctx context.Context, bin string) error {
 	r.pub = newPublisher(newCentrifugoAPI(r.nodes[0].baseURL(), apiKey, r.cfg.Publishers), nil, "off",
 		r.cfg.Tasks, r.cfg.Tenants, r.cfg.Publishers, r.cfg.SnapshotBytes)
 	r.pub.every = r.cfg.PubEvery
+	r.pub.fromWrite = r.cfg.LatencyFrom == "write"
 	return nil
 }
 

@@ -79,6 +79,7 @@ type config struct {
 	Publishers  int           // publisher goroutines, each owning a share of the tasks
 	PubEvery    time.Duration // the publisher's schedule tick: updates due are sent together
 	PGWrites    string        // auto, always, fallback, off
+	LatencyFrom string        // due or write: what a delivery's latency counts from
 	StormJitter time.Duration
 	// StormResume: storm on a node with --streams, Redis kept, every task
 	// updated just before the stop and StormMoved of them while the node
@@ -145,6 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.Ramp, "ramp", 2000, "connections opened per second, over all workers")
 	fs.IntVar(&c.Sources, "sources", 16, "loopback source addresses to dial from (127.0.0.2 and up)")
 	fs.IntVar(&c.Publishers, "publishers", 16, "publisher goroutines (publishes in flight)")
+	fs.StringVar(&c.LatencyFrom, "latency-from", "due", "what a delivery's latency counts from: due (when the schedule handed the update over, so the wait behind the publisher goroutine's earlier writes counts too: a store that slows down shows) or write (when its Redis write began: the publisher's own queue left out, for a machine too busy for the publisher to keep the rate)")
 	fs.DurationVar(&c.PubEvery, "publish-every", time.Millisecond, "the publisher sends the updates due every this often, together: 1ms spreads them evenly, 100ms sends bursts of a tenth of a second's updates")
 	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always (the row first, then Redis, as the Task State Service does), fallback (only when Redis fails), off; auto is off for idle, repair and -target both, always otherwise")
 	fs.DurationVar(&c.StormJitter, "storm-jitter", 0, "storm: each client waits a random delay up to this before reconnecting (0: all at once)")
@@ -258,6 +260,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	case "auto", "always", "fallback", "off":
 	default:
 		return c, fmt.Errorf("-pg-writes %q: want auto, always, fallback or off", c.PGWrites)
+	}
+	if c.LatencyFrom != "due" && c.LatencyFrom != "write" {
+		return c, fmt.Errorf("-latency-from %q: want due or write", c.LatencyFrom)
 	}
 	if c.ServerSrc == "" {
 		return c, fmt.Errorf("-server-src: want head, worktree or a git revision")

@@ -432,6 +432,7 @@ func (r *run) startPushd(ctx context.Context, bin string) error {
 	}
 	r.pub = newPublisher(newRedisStore(r.rdb, r.names, streamMaxLen), r.db.pool, cfg.PGWrites, cfg.Tasks, cfg.Tenants, cfg.Publishers, cfg.SnapshotBytes)
 	r.pub.every = cfg.PubEvery
+	r.pub.fromWrite = cfg.LatencyFrom == "write"
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
 // nodeKill is what fanout with -kill-node did: when it killed node 0, the
@@ -14,6 +16,8 @@ type nodeKill struct {
 	conns       float64
 	pgAt, pgEnd float64
 	pgRead      bool // pgEnd was read: every surviving node answered
+	// The publisher's waits (waitWindow) before the kill and after it.
+	waitBefore, waitMove *hdrhistogram.Histogram
 }
 
 // publishKillingNode publishes as fanout does and, halfway through,
@@ -42,6 +46,7 @@ func (r *run) publishKillingNode(ctx context.Context) (pubRun, *nodeKill, error)
 		return <-done, nil, err
 	}
 	k.at = time.Now()
+	k.waitBefore = r.pub.waitWindow()
 	r.endNode(0, r.nodes[0].kill)
 	r.logf("killed node 0, which held %v connections", k.conns)
 	if r.cfg.ProfileNodes != "" {
@@ -52,6 +57,7 @@ func (r *run) publishKillingNode(ctx context.Context) (pubRun, *nodeKill, error)
 		r.profileNodes(ctx, survivors, "move", min(10*time.Second, r.cfg.Duration/2))
 	}
 	pr := <-done
+	k.waitMove = r.pub.waitWindow()
 	if each, err := r.nodes[1:].scrapeEach(ctx); err != nil {
 		r.res.warn("kill-node: the surviving nodes' PostgreSQL queries at the end: %v", err)
 	} else {
@@ -140,6 +146,17 @@ func (r *run) reportNodeKill(ctx context.Context, k *nodeKill, m *merged) error 
 		}
 		r.res.PerNode[ph.fig+"_p99_ms"] = perNode
 		r.res.fig(ph.fig+"_p99_ms_other_max", most, "ms", ph.name == "move")
+	}
+	// What of those latencies the publisher's own queue was: an update
+	// waits behind its goroutine's earlier publishes when the machine is
+	// too busy for the writes to keep the rate.
+	for _, w := range []struct {
+		fig string
+		h   *hdrhistogram.Histogram
+	}{{"before_kill", k.waitBefore}, {"move", k.waitMove}} {
+		if w.h != nil {
+			r.res.fig(w.fig+"_publish_wait_p99_ms", float64(w.h.ValueAtQuantile(99))/1000, "ms", false)
+		}
 	}
 	if n := r.tasksOnNode(0); k.pgRead && n > 0 {
 		r.res.fig("move_pg_reads_per_task", (k.pgEnd-k.pgAt)/float64(n), "/task", true)

@@ -72,6 +72,8 @@ func TestKillNode(t *testing.T) {
 	}
 	figureOf(t, res, "move_p99_ms_other_max")
 	figureOf(t, res, "move_pg_reads_per_task")
+	figureOf(t, res, "before_kill_publish_wait_p99_ms")
+	figureOf(t, res, "move_publish_wait_p99_ms")
 	if _, ok := lookupFigure(res, "redis_cmds_per_update"); ok {
 		t.Error("per-update costs reported over a restarted node's counters")
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -77,6 +78,9 @@ type publisher struct {
 	shards  int
 	size    int           // pad each snapshot to about this many bytes; 0: no padding
 	every   time.Duration // run's schedule tick
+	// fromWrite stamps an update when its Redis write begins, not when it
+	// was due (-latency-from write).
+	fromWrite bool
 
 	lastStored atomic.Int64 // Unix ns when the latest publish was stored
 
@@ -96,6 +100,13 @@ type publisher struct {
 
 	errMu   sync.Mutex
 	lastErr string
+
+	// waits is how long each update waited behind its goroutine's earlier
+	// publishes, since the last waitWindow: a part of every delivery's
+	// latency (sent_ns) that no server under test adds, but the writer's
+	// own queue.
+	waitMu sync.Mutex
+	waits  *hdrhistogram.Histogram
 }
 
 func newPublisher(dst store, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards, size int) *publisher {
@@ -197,17 +208,23 @@ func (p *publisher) doc(b []byte, i int, v int64, updated, sent time.Time) []byt
 // by the row write. Latency then counts the wait behind this goroutine's
 // earlier publishes (a store that slows down shows in it, not only in the
 // publish rate), but not the row write, which comes before any server can
-// know of the change.
+// know of the change. With fromWrite sent_ns is when the Redis write
+// begins, which leaves that wait out.
 func (p *publisher) publish(ctx context.Context, i int, due time.Time, buf []byte) []byte {
 	v := p.versions[i] + 1
 	p.versions[i] = v
 	p.attempts.Add(1)
 	changed := time.Now()
+	p.noteWait(changed.Sub(due))
 	pgDone := false
 	if p.pgMode == "always" {
 		pgDone = p.writeRow(ctx, i, v, changed)
 	}
-	buf = p.doc(buf[:0], i, v, changed, due.Add(time.Since(changed)))
+	stamp := due.Add(time.Since(changed))
+	if p.fromWrite {
+		stamp = time.Now()
+	}
+	buf = p.doc(buf[:0], i, v, changed, stamp)
 	written, err := p.send(ctx, i, buf)
 	switch {
 	case err != nil:
@@ -308,6 +325,25 @@ func (p *publisher) writeRow(ctx context.Context, i int, v int64, at time.Time) 
 	}
 	p.pgWrites.Add(1)
 	return true
+}
+
+func (p *publisher) noteWait(d time.Duration) {
+	p.waitMu.Lock()
+	defer p.waitMu.Unlock()
+	if p.waits == nil {
+		p.waits = newCoarseHist()
+	}
+	_ = p.waits.RecordValue(max(histMin, min(d.Microseconds(), histMax))) // clamped into range
+}
+
+// waitWindow returns the waits recorded since the previous call (nil for
+// none) and starts a new window.
+func (p *publisher) waitWindow() *hdrhistogram.Histogram {
+	p.waitMu.Lock()
+	defer p.waitMu.Unlock()
+	h := p.waits
+	p.waits = nil
+	return h
 }
 
 func (p *publisher) fail(msg string) {
