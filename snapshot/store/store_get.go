@@ -253,6 +253,14 @@ func (s *Store) rememberFor(snap *snapshot.Snapshot, ttl time.Duration) *snapsho
 	} else if newest == snap && s.tasks.ttl > 0 {
 		s.stats.cacheSets.Add(1)
 	}
+	// A read sent before a newer version was announced (Observe) is not
+	// the task's state now: the reads that trust the cache (GetMany, a
+	// refresh) must not answer it for the cache's lifetime. Checked after
+	// the update, so an Observe either dropped the entry already or is seen
+	// here.
+	if v, ok := s.observed.get(snap.TaskID); ok && newest == snap && snap.Version < v {
+		s.tasks.delete(snap.TaskID)
+	}
 	// After the update, so a concurrent markMissing either sees the task or
 	// has its entry deleted here: tasks are never deleted, so existence wins.
 	s.missing.delete(snap.TaskID)
