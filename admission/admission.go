@@ -332,6 +332,16 @@ func (c *Controller) useRedis() bool {
 	return c.rdb != nil && time.Now().UnixNano() >= c.downUntil.Load()
 }
 
+// failedFor is failed for a check a caller asked for. A caller that gave
+// up first (its client went away, the request ended) learned nothing of
+// the store: the others' checks keep asking it.
+func (c *Controller) failedFor(ctx context.Context, what string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	c.failed(what, err)
+}
+
 // failed records a failed round trip and moves the node to local limits
 // for RetryAfterFailure. Redis is tried again after each such pause, so a
 // lost Redis fails every RetryAfterFailure: the episode logs it once, then
@@ -438,7 +448,7 @@ func (c *Controller) connectBuckets(ctx context.Context, tenant, user, ip string
 			c.allow(EndpointConnect, bucketPasses(ipCall, userCall)...)
 			return d
 		}
-		c.failed("connect bucket", err)
+		c.failedFor(ctx, "connect bucket", err)
 	}
 	now := time.Now()
 	d := Decision{Allowed: true, Local: true}

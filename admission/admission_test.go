@@ -526,3 +526,23 @@ func TestRuleStatsEndpointsBounded(t *testing.T) {
 		t.Errorf("%s: %d allowed, want 3", EndpointOther, r.Allowed)
 	}
 }
+
+// TestCallerGivingUpTripsNothing: a client that went away while its
+// admission check was on its way says nothing of the store: the next
+// client's check is still decided by Redis, not by local limits.
+func TestCallerGivingUpTripsNothing(t *testing.T) {
+	c, _ := shared(t, Config{MaxConnsPerUser: 4, ConnectUserBurst: 3, ConnectUserRate: 2, ConnectIPBurst: -1})
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if h, _ := c.Connect(gone, "t1", "u1", "", ""); h != nil {
+		h.Release()
+	}
+	if n := c.Stats().StoreErrors; n != 0 {
+		t.Errorf("%d store errors counted for a caller that gave up", n)
+	}
+	h, d := c.Connect(context.Background(), "t1", "u2", "", "")
+	if !d.Allowed || d.Local {
+		t.Fatalf("the next client's check: %+v, want decided by Redis", d)
+	}
+	h.Release()
+}

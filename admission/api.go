@@ -36,7 +36,7 @@ func (c *Controller) API(ctx context.Context, tenant, claimPlan, endpoint string
 			}
 			return c.count(endpoint, Decision{Rule: RuleAPI, RetryAfter: ms(v[1])})
 		}
-		c.failed("api window", err)
+		c.failedFor(ctx, "api window", err)
 	}
 	// The node's share of the window, as a bucket that refills evenly.
 	share := c.localShare(limit)
@@ -79,7 +79,7 @@ func (c *Controller) pollBucket(ctx context.Context, tenant, user string) bool {
 			c.recovered()
 			return v[0] == 1
 		}
-		c.failed("poll bucket", err)
+		c.failedFor(ctx, "poll bucket", err)
 	}
 	_, ok := c.local.take(localBucket("poll", tenant, user), c.cfg.PollUserRate, c.cfg.PollUserBurst, time.Now())
 	return ok
@@ -119,7 +119,7 @@ func (c *Controller) Plan(ctx context.Context, tenant, claimPlan string) string 
 		case errors.Is(err, redis.Nil):
 			p = c.cfg.DefaultPlan
 		case err != nil:
-			c.failed("tenant plan", err)
+			c.failedFor(ctx, "tenant plan", err)
 			// Not cached for long: the real plan is read once Redis is back.
 			p, ttl = c.cfg.DefaultPlan, c.cfg.RetryAfterFailure
 		}

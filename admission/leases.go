@@ -280,7 +280,7 @@ func (c *Controller) acquire(ctx context.Context, tenant, user string) (*Hold, D
 				return nil, Decision{Rule: RuleTenantCap, RetryAfter: capRetryAfter}
 			}
 		}
-		c.failed("acquire lease", err)
+		c.failedFor(ctx, "acquire lease", err)
 		doubtful = true
 	}
 	if rule := c.local.open(tenant, user, c.localShare(userCap), c.localShare(tenantCap), false); rule != "" {
