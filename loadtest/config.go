@@ -96,6 +96,7 @@ type config struct {
 
 	DatabaseURL string
 	RedisServer string
+	RedisNice   int // the private Redis's nice; 0 leaves it
 	ServerBin   string
 	ServerSrc   string // head, worktree, or a git revision
 	Repo        string
@@ -157,6 +158,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.PingFlooders, "ping-flooders", 0, "fanout on pushd: this many extra WebSocket clients send pings as fast as their socket takes them while updates flow, each reconnecting a second after the server closes it")
 	fs.StringVar(&c.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server on which a database of the run's own is created and dropped")
 	fs.StringVar(&c.RedisServer, "redis-server", "redis-server", "redis-server binary for the private Redis")
+	fs.IntVar(&c.RedisNice, "redis-nice", 0, "the private Redis's scheduling priority (nice, -20 to 19; below 0 needs root), 0 to leave it: a fleet's nodes and workers sharing the machine's cores with Redis starve it, where in production it has a machine of its own; -10 stands in for that (one redis-server; not with -cluster)")
 	fs.StringVar(&c.ServerBin, "server-bin", "", "a pushd binary to run instead of building one")
 	fs.StringVar(&c.ServerSrc, "server-src", "head", "what to build pushd from: head (the committed tree, via git archive), a git revision, or worktree (the working tree, with whatever is uncommitted)")
 	fs.StringVar(&c.Repo, "repo", "", "the pushd repository (default: the module root of the current directory)")
@@ -260,6 +262,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	case "auto", "always", "fallback", "off":
 	default:
 		return c, fmt.Errorf("-pg-writes %q: want auto, always, fallback or off", c.PGWrites)
+	}
+	if c.RedisNice < -20 || c.RedisNice > 19 || (c.RedisNice != 0 && c.Cluster) {
+		return c, fmt.Errorf("-redis-nice %d: want -20 to 19, on one redis-server (not -cluster)", c.RedisNice)
 	}
 	if c.LatencyFrom != "due" && c.LatencyFrom != "write" {
 		return c, fmt.Errorf("-latency-from %q: want due or write", c.LatencyFrom)

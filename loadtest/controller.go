@@ -478,7 +478,7 @@ func startRedis(ctx context.Context, cfg config, dir string) (redisDeployment, e
 	if err != nil {
 		return nil, err
 	}
-	rs := &redisServer{bin: cfg.RedisServer, dir: dir, port: port, cpus: cfg.loadCPUs()}
+	rs := &redisServer{bin: cfg.RedisServer, dir: dir, port: port, cpus: cfg.loadCPUs(), nice: cfg.RedisNice}
 	if err := rs.start(ctx); err != nil {
 		return nil, err
 	}

@@ -95,6 +95,7 @@ func (p *proc) stop(timeout time.Duration) {
 // restart comes back empty.
 type redisServer struct {
 	cpus string // -pin: the CPUs it runs on
+	nice int    // -redis-nice: its scheduling priority, 0 to leave it
 	bin  string
 	dir  string
 	port int
@@ -118,6 +119,11 @@ func (r *redisServer) start(ctx context.Context) error {
 		return err
 	}
 	r.proc = p
+	if r.nice != 0 {
+		if err := renice(cmd.Process.Pid, r.nice); err != nil {
+			return fmt.Errorf("redis-server: -redis-nice %d: %w", r.nice, err)
+		}
+	}
 	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1})
 	defer c.Close()
 	return waitFor(ctx, 10*time.Second, p, func() bool {

@@ -416,6 +416,9 @@ func TestFleetFlags(t *testing.T) {
 		{"-limits", "production", "-quick"},
 		{"-limits", "production", "-scenario", "idle", "-conns", "200000"},
 		{"-hold", "10s", "-scenario", "fanout"},
+		{"-redis-nice", "-10", "-cluster", "-scenario", "idle"},
+		{"-redis-nice", "-21", "-scenario", "idle"},
+		{"-latency-from", "publish", "-scenario", "fanout"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("%v: accepted", args)

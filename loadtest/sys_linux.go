@@ -40,3 +40,9 @@ func raiseNoFile() (soft, hard uint64, err error) {
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
+
+// renice sets the scheduling priority of process pid: a negative nice
+// puts it ahead of the run's other processes on a shared machine.
+func renice(pid, nice int) error {
+	return syscall.Setpriority(syscall.PRIO_PROCESS, pid, nice)
+}

@@ -2,7 +2,10 @@
 
 package main
 
-import "syscall"
+import (
+	"errors"
+	"syscall"
+)
 
 // bindNoPort does nothing where IP_BIND_ADDRESS_NO_PORT does not exist.
 func bindNoPort(network, address string, c syscall.RawConn) error { return nil }
@@ -18,3 +21,5 @@ func raiseNoFile() (soft, hard uint64, err error) {
 }
 
 func childAttr() *syscall.SysProcAttr { return nil }
+
+func renice(pid, nice int) error { return errors.New("renice: linux only") }
