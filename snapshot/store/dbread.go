@@ -18,20 +18,26 @@ type dbRead struct {
 	// caller says the query waits in the callers' share of the slots
 	// (query): a delivery's read does not join it before it is sent.
 	caller bool
-	done   chan struct{} // closed once rows and err are set
-	rows   map[string]*snapshot.Snapshot
-	err    error
+	// ids are the tasks the query asks for: its owner's first, then those
+	// of other callers' reads that joined it while it waited for a slot
+	// (Store.absorbing). Guarded by Store.dbMu until sent.
+	ids  []string
+	done chan struct{} // closed once rows and err are set
+	rows map[string]*snapshot.Snapshot
+	err  error
 }
 
 // dbResult is what readDB read.
 type dbResult struct {
-	found map[string]*snapshot.Snapshot // every id found, by this call, a shared read or the cache
-	// rows and absent are what this call's own query found: the caller
-	// caches and writes them back before it calls release.
+	found map[string]*snapshot.Snapshot // every id of the call found, by its query, a shared read or the cache
+	// rows and absent are what this call's own query found, for the ids
+	// other reads added to it too: the caller caches and writes them back
+	// (keep) before it calls release.
 	rows   []*snapshot.Snapshot
 	absent []string
 	mine   *dbRead
-	ids    []string // registered to mine
+	own    int      // of mine's ids, how many are this call's
+	ids    []string // mine's ids, once sent
 	s      *Store
 }
 
@@ -43,7 +49,7 @@ func (r *dbResult) release() {
 		return
 	}
 	r.s.dbMu.Lock()
-	for _, id := range r.ids {
+	for _, id := range r.mine.ids {
 		if r.s.dbReads[id] == r.mine {
 			delete(r.s.dbReads, id)
 		}
@@ -93,14 +99,28 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached,
 				continue
 			}
 		}
+		// A caller's read joins the query of another caller's read still
+		// waiting for a slot: a herd of new connections' reads of as many
+		// tasks go in a few queries, not one each. Its owner caches and
+		// writes back what it reads.
+		if r := s.absorbing; caller && res.mine == nil && r != nil && len(r.ids) < snapshot.MaxMany {
+			r.ids = append(r.ids, id)
+			s.dbReads[id] = r
+			joined[id] = r
+			continue
+		}
 		if res.mine == nil {
 			res.mine = &dbRead{caller: caller, done: make(chan struct{})}
 			if s.dbReads == nil {
 				s.dbReads = make(map[string]*dbRead)
 			}
+			if caller {
+				s.absorbing = res.mine
+			}
 		}
 		s.dbReads[id] = res.mine
-		res.ids = append(res.ids, id)
+		res.mine.ids = append(res.mine.ids, id)
+		res.own++
 	}
 	s.dbMu.Unlock()
 	if s.registered != nil {
@@ -132,28 +152,34 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached,
 	return res, errs
 }
 
-// runDBRead sends the query res registered for its own ids, caches nothing
-// on failure, and sorts what it found from what PostgreSQL does not hold.
+// runDBRead sends the query res registered for its own ids and those other
+// reads added to it, caches nothing on failure, and sorts what it found
+// from what PostgreSQL does not hold.
 func (s *Store) runDBRead(ctx context.Context, res *dbResult) error {
 	r := res.mine
-	sql, args := sqlTaskByID, []any{res.ids[0]}
-	if len(res.ids) > 1 {
-		sql, args = sqlTasksByIDs, []any{res.ids}
-	}
-	r.rows = make(map[string]*snapshot.Snapshot, len(res.ids))
 	// Others may be waiting on this query: a caller that leaves (a
 	// batch read whose client hung up) must not fail their reads.
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FetchTimeout)
-	sending := func() {
+	prepare := func() (string, []any) {
 		s.dbMu.Lock()
 		r.sent = monotime()
+		s.closeAbsorbingLocked(r)
+		res.ids = r.ids
 		s.dbMu.Unlock()
+		r.rows = make(map[string]*snapshot.Snapshot, len(res.ids))
+		if len(res.ids) == 1 {
+			return sqlTaskByID, []any{res.ids[0]}
+		}
+		return sqlTasksByIDs, []any{res.ids}
 	}
-	r.err = s.query(qctx, r.caller, sql, args, sending, func(row *snapshot.Snapshot) {
+	r.err = s.query(qctx, r.caller, prepare, func(row *snapshot.Snapshot) {
 		r.rows[row.TaskID] = row
 		res.rows = append(res.rows, row)
 	})
 	cancel()
+	s.dbMu.Lock()
+	s.closeAbsorbingLocked(r) // a query refused a slot takes no more
+	s.dbMu.Unlock()
 	close(r.done)
 	if r.err != nil {
 		// Nothing to cache: the next reader queries again.
@@ -161,14 +187,22 @@ func (s *Store) runDBRead(ctx context.Context, res *dbResult) error {
 		res.rows = nil
 		return r.err
 	}
-	for _, id := range res.ids {
-		if row := r.rows[id]; row != nil {
-			res.found[id] = row
-		} else {
+	for i, id := range res.ids {
+		row := r.rows[id]
+		if row == nil {
 			res.absent = append(res.absent, id)
+		} else if i < res.own {
+			res.found[id] = row
 		}
 	}
 	s.stats.dbHits.Add(uint64(len(res.rows)))
 	s.stats.dbMisses.Add(uint64(len(res.absent)))
 	return nil
+}
+
+// closeAbsorbingLocked stops r taking in other reads' ids. s.dbMu is held.
+func (s *Store) closeAbsorbingLocked(r *dbRead) {
+	if s.absorbing == r {
+		s.absorbing = nil
+	}
 }

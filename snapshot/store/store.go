@@ -193,6 +193,10 @@ type Store struct {
 	// share them, so a task is not queried twice at once.
 	dbMu    sync.Mutex
 	dbReads map[string]*dbRead // guarded by dbMu
+	// absorbing is the newest caller's read still waiting for a slot,
+	// which other callers' reads of other tasks join (readDB). Guarded by
+	// dbMu.
+	absorbing *dbRead
 	// registered, when a test sets it, is called by readDB once it has
 	// joined or registered the reads of its ids.
 	registered func()

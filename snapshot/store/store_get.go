@@ -206,16 +206,32 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly, cal
 	// Redis missed, lost a write, or was skipped: tell it what PostgreSQL
 	// said. Not after a Redis error: Redis is likely down, and waiting on it
 	// again would only delay the answer.
-	toRedis := s.rdb != nil && redisErr == nil && s.redisWritable(ctx, []string{id})
+	toRedis := s.rdb != nil && redisErr == nil && s.redisWritable(ctx, res.ids)
+	kept := s.keep(ctx, res, toRedis)
 	if snap == nil {
-		s.setMissing(ctx, []string{id}, toRedis)
 		return nil, snapshot.ErrNotFound
 	}
-	if toRedis {
-		s.writeBack(ctx, []*snapshot.Snapshot{snap})
-		return s.remember(snap), nil
+	return kept[id], nil
+}
+
+// keep caches what res's own query read, for the ids other reads added to
+// it too, and caches the absences. With toRedis it writes the rows back to
+// Redis; without, each row stands in for the Redis copy for standInTTL.
+// It returns each row as cached: the newer of it and the cache's.
+func (s *Store) keep(ctx context.Context, res *dbResult, toRedis bool) map[string]*snapshot.Snapshot {
+	kept := make(map[string]*snapshot.Snapshot, len(res.rows))
+	if toRedis && len(res.rows) > 0 {
+		s.writeBack(ctx, res.rows)
 	}
-	return s.rememberFor(snap, standInTTL), nil
+	for _, row := range res.rows {
+		if toRedis {
+			kept[row.TaskID] = s.remember(row)
+		} else {
+			kept[row.TaskID] = s.rememberFor(row, standInTTL)
+		}
+	}
+	s.setMissing(ctx, res.absent, toRedis)
+	return kept
 }
 
 // unavailable wraps ErrUnavailable with what caused it.

@@ -62,7 +62,8 @@ func (s *Store) list(ctx context.Context, key, sql string, args ...any) ([]*snap
 				return rows, nil
 			}
 			var rows []*snapshot.Snapshot
-			if err := s.query(ctx, true, sql, args, nil, func(row *snapshot.Snapshot) { rows = append(rows, row) }); err != nil {
+			statement := func() (string, []any) { return sql, args }
+			if err := s.query(ctx, true, statement, func(row *snapshot.Snapshot) { rows = append(rows, row) }); err != nil {
 				return nil, fmt.Errorf("list: %w: %w", snapshot.ErrUnavailable, err)
 			}
 			s.stats.dbHits.Add(uint64(len(rows)))

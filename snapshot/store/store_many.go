@@ -111,24 +111,16 @@ func (s *Store) manyFromDB(ctx context.Context, ids []string, cached, caller boo
 	// are waited for, not queried again.
 	res, err := s.readDB(ctx, ids, 0, cached, caller)
 	defer res.release() // once cached and written back
-	toRedis := s.rdb != nil && redisErr == nil && s.redisWritable(ctx, ids)
-	for _, row := range res.rows {
-		if toRedis {
-			out[row.TaskID] = s.remember(row)
-		} else {
-			// As in fetch: it stands in for the write-back Redis cannot take.
-			out[row.TaskID] = s.rememberFor(row, standInTTL)
-		}
-	}
-	if toRedis && len(res.rows) > 0 {
-		s.writeBack(ctx, res.rows)
-	}
-	s.setMissing(ctx, res.absent, toRedis)
+	toRedis := s.rdb != nil && redisErr == nil && s.redisWritable(ctx, res.ids)
+	kept := s.keep(ctx, res, toRedis)
 	if err != nil {
+		// What was read is cached; the batch is not answered.
 		return fmt.Errorf("get many: %w: %w", snapshot.ErrUnavailable, errors.Join(redisErr, err))
 	}
 	for id, snap := range res.found {
-		if out[id] == nil { // another read's, or the cache's
+		if k := kept[id]; k != nil {
+			out[id] = k
+		} else { // another read's, or the cache's
 			out[id] = s.cachedIfNewer(snap)
 		}
 	}

@@ -28,9 +28,10 @@ var (
 // DBQueueWait (and while ctx lasts); then the query is rejected with
 // ErrUnavailable, so a storm queues briefly instead of piling up. A
 // caller's query (one for a caller that can give up) takes a slot of
-// callerSem first. sending, if set, is called once the slot is taken,
-// before anything is sent.
-func (s *Store) query(ctx context.Context, caller bool, sql string, args []any, sending func(), each func(*snapshot.Snapshot)) error {
+// callerSem first. prepare gives the statement and its arguments once the
+// slot is taken, before anything is sent: a read of tasks by id then asks
+// for the ids other reads added while it waited (readDB).
+func (s *Store) query(ctx context.Context, caller bool, prepare func() (sql string, args []any), each func(*snapshot.Snapshot)) error {
 	if caller {
 		if err := s.slot(ctx, s.callerSem); err != nil {
 			return err
@@ -41,9 +42,7 @@ func (s *Store) query(ctx context.Context, caller bool, sql string, args []any, 
 		return err
 	}
 	defer func() { <-s.sem }()
-	if sending != nil {
-		sending()
-	}
+	sql, args := prepare()
 	s.stats.dbQueries.Add(1)
 	scan := func(rows pgx.Rows) error {
 		return scanTasks(rows, each, func(id string, err error) {

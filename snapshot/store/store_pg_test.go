@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,5 +305,54 @@ func TestDeliveryReadsDoNotQueueBehindCallers(t *testing.T) {
 	}
 	if err := <-delivered; err != nil {
 		t.Errorf("delivery's GetMany: %v", err)
+	}
+}
+
+// TestCallersReadsShareAQuery: callers' reads of different tasks that
+// queue for a PostgreSQL slot join the query of the first of them still
+// waiting, so a herd of new connections costs a few queries, not one a
+// task; each read still answers its own task.
+func TestCallersReadsShareAQuery(t *testing.T) {
+	pg := testenv.Database(t)
+	// One slot for callers: the first read takes it, the rest queue.
+	s := newStore(t, store.Config{DB: pg.Pool, MaxDBQueries: 2, DBQueueWait: time.Minute, StatementTimeout: time.Minute, FetchTimeout: time.Minute})
+	const herd = 20
+	ids := make([]string, herd)
+	for i := range ids {
+		ids[i] = testenv.UniqueID("task")
+		pg.InsertTask(t, testenv.Task{ID: ids[i], TenantID: "t1", Status: "RUNNING", Version: int64(i + 1)})
+	}
+	var registered atomic.Int64
+	store.OnDBReadRegistered(s, func() { registered.Add(1) })
+	unlock := lockTasks(t, pg)
+	ctx := testenv.Context(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, herd)
+	for i, id := range ids {
+		wg.Go(func() {
+			snap, err := s.Get(ctx, id, 0)
+			if err == nil && (snap.TaskID != id || snap.Version != int64(i+1)) {
+				err = fmt.Errorf("Get %s: task %s version %d, want version %d", id, snap.TaskID, snap.Version, i+1)
+			}
+			errs <- err
+		})
+	}
+	testenv.Eventually(t, "every read registered", func() bool { return registered.Load() == herd })
+	unlock()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if n := s.Stats().DBQueries; n != 2 {
+		t.Errorf("%d reads of as many tasks sent %d queries, want 2: the first, and one for the others", herd, n)
+	}
+	// What the shared query read is cached for every task it held.
+	for _, id := range ids {
+		if s.Cached(id) == nil {
+			t.Errorf("%s not cached after the shared query", id)
+		}
 	}
 }
