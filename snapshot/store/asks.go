@@ -131,13 +131,7 @@ func (s *Store) readAsks(batch []*redisAsk) {
 			names = append(names, s.names.NotFound(a.id)) // in the snapshot's slot
 		}
 	}
-	var vals []any
-	var err error
-	if s.names.Cluster {
-		vals, err = s.getEach(ctx, names)
-	} else {
-		vals, err = s.mget(ctx, names)
-	}
+	vals, err := s.getKeys(ctx, names)
 	if vals == nil {
 		fail(err)
 		return

@@ -21,13 +21,7 @@ func TestPoolWaitSkipsNoLaterRead(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
 	pg := testenv.Database(t)
-	ctx := testenv.Context(t)
-
-	// One connection, which a blocking pop holds below.
-	opt := *r.Client.Options()
-	opt.PoolSize, opt.ClientName = 1, "pooltest_"+testenv.RandomSuffix(8)
-	client := redis.NewClient(&opt)
-	t.Cleanup(func() { client.Close() })
+	client := onePool(t, r)
 	// A plain GET (no negative cache) runs on the main pool, the one held.
 	s := newStore(t, store.Config{Redis: client, DB: pg.Pool, Names: r.Names,
 		CacheTTL: -1, NegativeTTL: -1, FetchTimeout: 400 * time.Millisecond})
@@ -39,14 +33,7 @@ func TestPoolWaitSkipsNoLaterRead(t *testing.T) {
 	e := env{r: r, pg: pg, store: s}
 	e.write(t, after, "RUNNING", 3)
 
-	list := r.Names.Prefix + "hold"
-	popped := make(chan error, 1)
-	go func() { popped <- client.BLPop(ctx, 30*time.Second, list).Err() }()
-	// The pop holds the connection once Redis runs it.
-	for !blocked(r.Client.ClientList(ctx).Val(), opt.ClientName) {
-		time.Sleep(5 * time.Millisecond)
-	}
-
+	release := hold(t, r, client)
 	before := s.Stats()
 	if got := mustGet(t, s, waited, 0); got.Origin != snapshot.OriginPostgres {
 		t.Fatalf("read waiting for the held connection came from %v, want PostgreSQL", got.Origin)
@@ -55,18 +42,45 @@ func TestPoolWaitSkipsNoLaterRead(t *testing.T) {
 		t.Fatalf("Redis errors +%d, pool waits +%d; want 0 and 1", d.RedisErrors-before.RedisErrors, d.RedisPoolWaits-before.RedisPoolWaits)
 	}
 
-	if err := r.Client.LPush(ctx, list, "go").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-popped; err != nil {
-		t.Fatal(err)
-	}
+	release()
 	// Within the second a Redis failure would skip Redis for.
 	if got := mustGet(t, s, after, 0); got.Origin != snapshot.OriginRedis {
 		t.Errorf("the read after the wait came from %v, want Redis", got.Origin)
 	}
 	if d := s.Stats(); d.RedisSkipped != before.RedisSkipped {
 		t.Errorf("%d reads skipped Redis after a wait for a connection", d.RedisSkipped-before.RedisSkipped)
+	}
+}
+
+// onePool is a client of r's server with a single pooled connection.
+func onePool(t *testing.T, r testenv.Redis) *redis.Client {
+	t.Helper()
+	opt := *r.Client.Options()
+	opt.PoolSize, opt.ClientName = 1, "onepool_"+testenv.RandomSuffix(8)
+	client := redis.NewClient(&opt)
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
+// hold has a blocking pop hold client's one connection until release,
+// and returns once Redis runs the pop.
+func hold(t *testing.T, r testenv.Redis, client *redis.Client) (release func()) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	list := r.Names.Prefix + "hold"
+	popped := make(chan error, 1)
+	go func() { popped <- client.BLPop(ctx, 30*time.Second, list).Err() }()
+	for !blocked(r.Client.ClientList(ctx).Val(), client.Options().ClientName) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return func() {
+		t.Helper()
+		if err := r.Client.LPush(ctx, list, "go").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-popped; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -88,10 +102,7 @@ func TestCallersReadsShareAnMGET(t *testing.T) {
 	t.Parallel()
 	r := testenv.SharedRedis(t)
 	ctx := testenv.Context(t)
-	opt := *r.Client.Options()
-	opt.PoolSize, opt.ClientName = 1, "asktest_"+testenv.RandomSuffix(8)
-	client := redis.NewClient(&opt)
-	t.Cleanup(func() { client.Close() })
+	client := onePool(t, r)
 	// A read's share of the fetch timeout (2 s) outlasts the hold below.
 	s := newStore(t, store.Config{Redis: client, Names: r.Names, CacheTTL: -1, FetchTimeout: 8 * time.Second})
 	e := env{r: r, store: s}
@@ -102,12 +113,7 @@ func TestCallersReadsShareAnMGET(t *testing.T) {
 		e.write(t, ids[i], "RUNNING", 2)
 	}
 
-	list := r.Names.Prefix + "hold"
-	popped := make(chan error, 1)
-	go func() { popped <- client.BLPop(ctx, 30*time.Second, list).Err() }()
-	for !blocked(r.Client.ClientList(ctx).Val(), opt.ClientName) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	release := hold(t, r, client)
 	before := s.Stats()
 	got := make(chan error, herd)
 	for _, id := range ids {
@@ -126,12 +132,7 @@ func TestCallersReadsShareAnMGET(t *testing.T) {
 			t.Fatalf("%d of %d reads queued to share a round trip", store.AsksPending(s), herd)
 		}
 	}
-	if err := r.Client.LPush(ctx, list, "go").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-popped; err != nil {
-		t.Fatal(err)
-	}
+	release()
 	for range herd {
 		if err := <-got; err != nil {
 			t.Error(err)

@@ -213,13 +213,7 @@ func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*sn
 	for i, id := range ids {
 		names[i] = s.names.Snapshot(id)
 	}
-	var vals []any
-	var err error
-	if s.names.Cluster {
-		vals, err = s.getEach(ctx, names)
-	} else {
-		vals, err = s.mget(ctx, names)
-	}
+	vals, err := s.getKeys(ctx, names)
 	if vals == nil {
 		return nil, err
 	}
@@ -246,6 +240,14 @@ func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*sn
 		found[ids[i]] = snap
 	}
 	return found, err
+}
+
+// getKeys reads names with one round trip: MGET, or getEach on Cluster.
+func (s *Store) getKeys(ctx context.Context, names []string) ([]any, error) {
+	if s.names.Cluster {
+		return s.getEach(ctx, names)
+	}
+	return s.mget(ctx, names)
 }
 
 // mget is MGET under the client's one backoff.
