@@ -427,9 +427,9 @@ func TestMetricsRedisPools(t *testing.T) {
 				}
 			}
 		}
-		// The subscribe's read (a pipeline: the snapshot and its "not
+		// The subscribe's read (an MGET of the snapshot and its "not
 		// found" marker) ran on the cache role's client.
-		if k := `pushd_redis_pool_connections{client="` + clients[0] + `",pool="pipeline",state="open"}`; m[k] < 1 {
+		if k := `pushd_redis_pool_connections{client="` + clients[0] + `",pool="main",state="open"}`; m[k] < 1 {
 			t.Errorf("split %v: %s = %g, want at least 1: the client read the task", split, k, m[k])
 		}
 		for k := range m {
