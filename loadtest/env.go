@@ -258,8 +258,10 @@ type serverProc struct {
 
 func (s *serverProc) baseURL() string { return "http://127.0.0.1:" + strconv.Itoa(s.port) }
 
-// metricsURLs are where the server's /metrics may be, in the order to try.
-func (s *serverProc) metricsURLs() []string {
+// adminURLs are where the server's /metrics and health path may be, in
+// the order to try: the admin listener first, which a herd of clients
+// filling the clients' port's accept queue does not hold up.
+func (s *serverProc) adminURLs() []string {
 	if s.adminPort == 0 {
 		return []string{s.baseURL()}
 	}
@@ -298,13 +300,18 @@ func (s *serverProc) start(ctx context.Context) (time.Time, error) {
 	client := &http.Client{Timeout: time.Second}
 	var up time.Time
 	err = waitFor(ctx, 30*time.Second, p, func() bool {
-		resp, err := client.Get(s.baseURL() + s.health)
-		if err != nil {
-			return false
+		for _, base := range s.adminURLs() {
+			resp, err := client.Get(base + s.health)
+			if err != nil {
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				up = time.Now()
+				return true
+			}
 		}
-		resp.Body.Close()
-		up = time.Now()
-		return resp.StatusCode == http.StatusOK
+		return false
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%w; log: %s", err, s.logTail())

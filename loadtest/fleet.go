@@ -119,7 +119,7 @@ func (f fleet) scrapeEach(ctx context.Context) ([]metrics, error) {
 	for i, s := range f {
 		var m metrics
 		var err error
-		for _, base := range s.metricsURLs() {
+		for _, base := range s.adminURLs() {
 			if m, err = scrape(ctx, base); err == nil {
 				break
 			}
