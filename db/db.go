@@ -8,6 +8,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"path"
 	"sort"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,6 +22,12 @@ func Migrations() []string {
 	names, _ := fs.Glob(migrations, "migrations/*.sql")
 	sort.Strings(names)
 	return names
+}
+
+// Migration returns the SQL of one migration, by its file name.
+func Migration(name string) (string, error) {
+	b, err := migrations.ReadFile(path.Join("migrations", name))
+	return string(b), err
 }
 
 // Migrate applies every migration. Each is idempotent, so running it twice is

@@ -1,11 +1,8 @@
 package node_test
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
 
@@ -13,46 +10,8 @@ import (
 	"github.com/pushd/pushd/node"
 )
 
-// bareSchema makes a schema of its own in the package's database, with the
-// migrations named applied in it, and returns a database URL whose search
-// path is that schema alone: to the node, a database with only those.
 func bareSchema(t *testing.T, migrations ...string) string {
-	t.Helper()
-	pg := testenv.Database(t)
-	ctx := testenv.Context(t)
-	name := "bare_" + testenv.RandomSuffix(6)
-	if _, err := pg.Pool.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Pool.Exec(context.Background(), "DROP SCHEMA "+name+" CASCADE") })
-	conn, err := pg.Pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SET search_path TO "+name); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migrations {
-		sql, err := os.ReadFile("../db/migrations/" + m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Exec(ctx, string(sql)); err != nil {
-			t.Fatalf("%s: %v", m, err)
-		}
-	}
-	if _, err := conn.Exec(ctx, "RESET search_path"); err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return testenv.Database(t).BareSchema(t, migrations...)
 }
 
 // A node whose database has none of the schema warns at start, naming every
@@ -65,7 +24,7 @@ func TestMissingSchemaIsWarnedOfAndNotReady(t *testing.T) {
 		var logs testenv.LogBuffer
 		s := startNode(t, node.Config{RedisURL: r.URL, KeyPrefix: r.Names.Prefix, DatabaseURL: bareSchema(t),
 			Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-		want := "missing=0001_generation_tasks.sql,0002_sessions.sql,0003_changes_by_scope.sql,0004_session_projects.sql"
+		want := "missing=0001_generation_tasks.sql,0002_sessions.sql,0003_changes_by_scope.sql,0004_session_projects.sql,0005_task_extra.sql"
 		if !strings.Contains(logs.String(), `"postgres lacks part of the schema pushd reads`) ||
 			!strings.Contains(strings.ReplaceAll(logs.String(), `"missing":"`, "missing="), want) {
 			t.Errorf("start-up log lacks the missing schema (%s):\n%s", want, logs.String())
@@ -77,7 +36,7 @@ func TestMissingSchemaIsWarnedOfAndNotReady(t *testing.T) {
 		var logs testenv.LogBuffer
 		s := startNode(t, node.Config{RedisURL: r.URL, KeyPrefix: r.Names.Prefix, DatabaseURL: bareSchema(t, "0001_generation_tasks.sql"),
 			Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-		if !strings.Contains(logs.String(), `"missing":"0002_sessions.sql,0003_changes_by_scope.sql,0004_session_projects.sql"`) {
+		if !strings.Contains(logs.String(), `"missing":"0002_sessions.sql,0003_changes_by_scope.sql,0004_session_projects.sql,0005_task_extra.sql"`) {
 			t.Errorf("start-up log lacks the missing migrations:\n%s", logs.String())
 		}
 		rb := readyz(t, s.URL, http.StatusOK)

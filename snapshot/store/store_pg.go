@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -11,8 +13,13 @@ import (
 	"github.com/pushd/pushd/snapshot"
 )
 
+// taskColumns are the columns a snapshot is built of. The last, the
+// extra column of db/migrations/0005_task_extra.sql, is read through the
+// row's JSON so that it is NULL, not an error, where that migration has
+// not run yet: a node upgraded before its database keeps serving.
 const taskColumns = `id, tenant_id, project_id, user_id, status, progress, stage, provider, model,
-	queue_position, preview_asset_id, output_asset_id, error_code, version, updated_at`
+	queue_position, preview_asset_id, output_asset_id, error_code, version, updated_at,
+	to_jsonb(generation_tasks) -> 'extra'`
 
 var (
 	sqlTaskByID       = `SELECT ` + taskColumns + ` FROM generation_tasks WHERE id = $1`
@@ -46,7 +53,7 @@ func (s *Store) query(ctx context.Context, caller bool, prepare func() (sql stri
 	s.stats.dbQueries.Add(1)
 	scan := func(rows pgx.Rows) error {
 		return scanTasks(rows, each, func(id string, err error) {
-			s.log.WarnContext(ctx, "snapshot: skipping a task row pushd cannot represent", "task_id", id, "err", err)
+			s.log.WarnContext(ctx, "snapshot: a task row pushd cannot represent", "task_id", id, "err", err)
 		})
 	}
 	if err := s.queryTx(ctx, sql, args, scan); err != nil {
@@ -139,17 +146,21 @@ type taskRow struct {
 	UpdatedAt      int64   `json:"updated_at"` // Unix milliseconds
 }
 
-// scanTasks turns rows into snapshots. A row pushd cannot represent (an id
-// outside ValidID, a version below 1) is a bug upstream; it goes to bad and
-// is skipped, so it cannot break a whole list.
+// scanTasks turns rows into snapshots: the columns, then the members of
+// the row's extra object. A row pushd cannot represent (an id outside
+// ValidID, a version below 1) is a bug upstream; it goes to bad and is
+// skipped, so it cannot break a whole list. An extra the snapshot cannot
+// carry (written before the column's check, or past the document's
+// limits) goes to bad too, and the snapshot is built of the columns alone.
 func scanTasks(rows pgx.Rows, each func(*snapshot.Snapshot), bad func(id string, err error)) error {
 	defer rows.Close()
 	for rows.Next() {
 		var r taskRow
 		var updated time.Time
+		var extra []byte
 		if err := rows.Scan(&r.TaskID, &r.TenantID, &r.ProjectID, &r.UserID, &r.Status, &r.Progress,
 			&r.Stage, &r.Provider, &r.Model, &r.QueuePosition, &r.PreviewAssetID, &r.OutputAssetID,
-			&r.ErrorCode, &r.Version, &updated); err != nil {
+			&r.ErrorCode, &r.Version, &updated, &extra); err != nil {
 			return err
 		}
 		r.UpdatedAt = updated.UnixMilli()
@@ -157,13 +168,38 @@ func scanTasks(rows pgx.Rows, each func(*snapshot.Snapshot), bad func(id string,
 		if err != nil {
 			return err
 		}
-		snap, err := snapshot.Parse(b)
+		snap, err := parseRow(b, extra)
+		if err != nil && extra != nil {
+			bad(r.TaskID, fmt.Errorf("extra left out: %w", err))
+			snap, err = parseRow(b, nil)
+		}
 		if err != nil {
-			bad(r.TaskID, err)
+			bad(r.TaskID, fmt.Errorf("row skipped: %w", err))
 			continue
 		}
 		snap.Origin = snapshot.OriginPostgres
 		each(snap)
 	}
 	return rows.Err()
+}
+
+// parseRow parses the document of a row's columns (a JSON object) with
+// the members of extra, a JSON object or nil, appended.
+func parseRow(columns, extra []byte) (*snapshot.Snapshot, error) {
+	extra = bytes.TrimSpace(extra)
+	if len(extra) == 0 || bytes.Equal(extra, []byte("{}")) {
+		return snapshot.Parse(columns)
+	}
+	if extra[0] != '{' {
+		return nil, errors.New("extra is not a JSON object")
+	}
+	var doc bytes.Buffer
+	doc.Grow(len(columns) + len(extra))
+	doc.Write(columns[:len(columns)-1])
+	join := doc.Len()
+	if err := json.Compact(&doc, extra); err != nil {
+		return nil, err
+	}
+	doc.Bytes()[join] = ',' // the extra's opening brace
+	return snapshot.Parse(doc.Bytes())
 }

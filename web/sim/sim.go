@@ -222,21 +222,34 @@ func (s *Simulator) publish(ctx context.Context, st State) (*snapshot.Snapshot, 
 
 // saveSQL writes a state's row unless the row holds the same or a newer
 // version, or belongs to another tenant. The demo's own fields (kind,
-// prompt, output_url, error_message) have no column: the page keeps what
-// it asked for.
+// prompt, output_url, error_message) go in the row's extra, so a snapshot
+// read back from PostgreSQL still shows the video.
 const saveSQL = `INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, status, progress, stage,
-	provider, model, queue_position, preview_asset_id, output_asset_id, error_code, version, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+	provider, model, queue_position, preview_asset_id, output_asset_id, error_code, version, updated_at, extra)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, progress = EXCLUDED.progress, stage = EXCLUDED.stage,
 	provider = EXCLUDED.provider, model = EXCLUDED.model, queue_position = EXCLUDED.queue_position,
 	preview_asset_id = EXCLUDED.preview_asset_id, output_asset_id = EXCLUDED.output_asset_id,
-	error_code = EXCLUDED.error_code, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at
+	error_code = EXCLUDED.error_code, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at,
+	extra = EXCLUDED.extra
 WHERE generation_tasks.version < EXCLUDED.version AND generation_tasks.tenant_id = EXCLUDED.tenant_id`
 
+// extra is the part of a state that has no column.
+type extra struct {
+	Kind         string `json:"kind"`
+	Prompt       string `json:"prompt"`
+	OutputURL    string `json:"output_url,omitempty"`
+	ErrorMessage string `json:"error_message,omitempty"`
+}
+
 func (s *Simulator) save(ctx context.Context, st State) error {
-	_, err := s.cfg.DB.Exec(ctx, saveSQL, st.TaskID, st.TenantID, st.ProjectID, st.UserID, st.Status, st.Progress,
+	x, err := json.Marshal(extra{st.Kind, st.Prompt, st.OutputURL, st.ErrorMessage})
+	if err != nil {
+		return err
+	}
+	_, err = s.cfg.DB.Exec(ctx, saveSQL, st.TaskID, st.TenantID, st.ProjectID, st.UserID, st.Status, st.Progress,
 		st.Stage, st.Provider, st.Model, st.QueuePosition, st.PreviewAssetID, st.OutputAssetID, st.ErrorCode,
-		st.Version, time.UnixMilli(st.UpdatedAt))
+		st.Version, time.UnixMilli(st.UpdatedAt), string(x))
 	return err
 }
 

@@ -348,17 +348,25 @@ func TestStatesCommittedToPostgresBeforePublished(t *testing.T) {
 	}
 	var (
 		tenant, project, user, status, stage, code string
+		kind, prompt, message                      string
 		progress                                   int
 		version                                    int64
 	)
-	err = pg.Pool.QueryRow(t.Context(), `SELECT tenant_id, project_id, user_id, status, progress, stage, error_code, version
-		FROM generation_tasks WHERE id = $1`, first.TaskID).Scan(&tenant, &project, &user, &status, &progress, &stage, &code, &version)
+	err = pg.Pool.QueryRow(t.Context(), `SELECT tenant_id, project_id, user_id, status, progress, stage, error_code, version,
+		extra->>'kind', extra->>'prompt', extra->>'error_message'
+		FROM generation_tasks WHERE id = $1`, first.TaskID).Scan(&tenant, &project, &user, &status, &progress, &stage, &code, &version,
+		&kind, &prompt, &message)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tenant != sp.TenantID || project != sp.ProjectID || user != sp.UserID || status != sim.StatusFailed ||
 		code != "provider_content_rejected" || stage != "provider_generating" || progress != 51 || version != versions[len(versions)-1] {
 		t.Fatalf("row %s %s %s %s %d%% %s %s v%d after v%v", tenant, project, user, status, progress, stage, code, version, versions)
+	}
+	// The fields without a column are in extra, so a snapshot read back
+	// from PostgreSQL still says what failed.
+	if kind != sim.TextToVideo || prompt != sp.Prompt || message == "" {
+		t.Errorf("extra kind %q, prompt %q, error_message %q; want the walk's", kind, prompt, message)
 	}
 }
 
