@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,7 +52,8 @@ type CheckRequest struct {
 	// PostgreSQL part.
 	Finished bool
 	// Publish stores a snapshot in Redis unless a newer one is there and
-	// announces it: the node's publisher. Required with PostgreSQL.
+	// announces it: the node's publisher. Required with PostgreSQL. It is
+	// called from several goroutines at once.
 	Publish func(context.Context, *snapshot.Snapshot) error
 }
 
@@ -192,24 +194,18 @@ func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[
 		if err != nil {
 			return err
 		}
-		for _, row := range rows {
-			stored := out.Found[row.TaskID]
-			if err := req.Publish(ctx, row); err != nil {
-				s.log.WarnContext(ctx, "snapshot: publishing a change never announced failed", "task_id", row.TaskID, "err", err)
-				continue
-			}
-			delete(unpublished, row.TaskID)
-			s.stats.repaired.Add(1)
+		s.publishRepairs(ctx, req.Publish, rows, func(row *snapshot.Snapshot) {
 			var redisVersion int64
-			if stored != nil {
+			if stored := out.Found[row.TaskID]; stored != nil {
 				redisVersion = stored.Version
 			}
+			delete(unpublished, row.TaskID)
 			s.log.InfoContext(ctx, "snapshot: repaired a change never announced", "task_id", row.TaskID, "tenant_id", row.TenantID,
 				"database_version", row.Version, "redis_version", redisVersion, "checked_version", claimed[row.TaskID],
 				"age", time.Since(time.UnixMilli(row.UpdatedAt)).Round(time.Millisecond))
 			out.Found[row.TaskID] = s.remember(row)
 			out.Repaired = append(out.Repaired, row)
-		}
+		})
 	}
 	pipe := s.rdb.Pipeline()
 	for id, pg := range versions {
@@ -225,20 +221,55 @@ func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[
 	return nil
 }
 
+// repairPublishers bounds the publishes of one check in flight: a round
+// that found many changes never announced (a writer whose Redis writes
+// failed for a while) publishes them in a few round trips' time, not one
+// after another until its deadline.
+const repairPublishers = 16
+
+// publishRepairs publishes rows, changes never announced, a few at a
+// time, and calls published with each one that was, one call at a time.
+func (s *Store) publishRepairs(ctx context.Context, publish func(context.Context, *snapshot.Snapshot) error, rows []*snapshot.Snapshot, published func(*snapshot.Snapshot)) {
+	var (
+		mu        sync.Mutex
+		wg        sync.WaitGroup
+		failed    int    // guarded by mu, as published's calls
+		firstTask string // of the failed ones
+		firstErr  error
+	)
+	sem := make(chan struct{}, repairPublishers)
+	for _, row := range rows {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := publish(ctx, row)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if failed++; failed == 1 {
+					firstTask, firstErr = row.TaskID, err
+				}
+				return
+			}
+			s.stats.repaired.Add(1)
+			published(row)
+		})
+	}
+	wg.Wait()
+	if failed > 0 {
+		// Once a check: when Redis is slow, every publish of a round fails
+		// alike, and the next round finds them again.
+		s.log.WarnContext(ctx, "snapshot: publishing changes never announced failed", "tasks", failed, "of", len(rows),
+			"first_task_id", firstTask, "err", firstErr)
+	}
+}
+
 // readNewer reads the rows of ids from PostgreSQL, sharing a read sent
 // since, and caches nothing: the publish that follows stores what is newer.
 func (s *Store) readNewer(ctx context.Context, ids []string) ([]*snapshot.Snapshot, error) {
-	res, err := s.readDB(ctx, ids, 0, false, true)
-	defer res.release()
-	if err != nil {
-		return nil, err
-	}
-	s.stats.checkRows.Add(uint64(len(res.rows))) // its query is in DBQueries
-	rows := make([]*snapshot.Snapshot, 0, len(res.found))
-	for _, row := range res.found {
-		rows = append(rows, row)
-	}
-	return rows, nil
+	rows, err := s.Rows(ctx, ids)
+	s.stats.checkRows.Add(uint64(len(rows))) // its query is in DBQueries
+	return rows, err
 }
 
 // claim runs the claim script over the tasks' markers. It returns the

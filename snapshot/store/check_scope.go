@@ -51,7 +51,8 @@ type ScopeCheckRequest struct {
 	// again. At least a second.
 	LookBack time.Duration
 	// Publish stores a snapshot in Redis unless a newer one is there and
-	// announces it: the node's publisher.
+	// announces it: the node's publisher. It is called from several
+	// goroutines at once.
 	Publish func(context.Context, *snapshot.Snapshot) error
 	// Announce announces a stored snapshot again, whose writer may not have.
 	Announce func(context.Context, *snapshot.Snapshot) error
@@ -293,12 +294,7 @@ func (s *Store) takeChanges(ctx context.Context, req ScopeCheckRequest, byID map
 		if err != nil {
 			return err
 		}
-		for _, row := range rows {
-			if err := req.Publish(ctx, row); err != nil {
-				s.log.WarnContext(ctx, "snapshot: publishing a change never announced failed", "task_id", row.TaskID, "err", err)
-				continue
-			}
-			s.stats.repaired.Add(1)
+		s.publishRepairs(ctx, req.Publish, rows, func(row *snapshot.Snapshot) {
 			var redisVersion int64
 			if snap := stored[row.TaskID]; snap != nil {
 				redisVersion = snap.Version
@@ -308,7 +304,7 @@ func (s *Store) takeChanges(ctx context.Context, req ScopeCheckRequest, byID map
 				"age", time.Since(time.UnixMilli(row.UpdatedAt)).Round(time.Millisecond))
 			out.Repaired = append(out.Repaired, s.remember(row))
 			taken[row.TaskID] = true
-		}
+		})
 	}
 	pipe = s.rdb.Pipeline()
 	for id := range taken {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 // they were given, and Publish stores it as the node's publisher would.
 type scopeRecorder struct {
 	e                    env
+	mu                   sync.Mutex // Publish is called from several goroutines
 	published, announced map[string]int64
 }
 
@@ -26,7 +28,9 @@ func (r *scopeRecorder) request(scopes ...snapshot.Scope) store.ScopeCheckReques
 	return store.ScopeCheckRequest{
 		Scopes: scopes, Hold: time.Hour, LookBack: time.Minute,
 		Publish: func(ctx context.Context, s *snapshot.Snapshot) error {
+			r.mu.Lock()
 			r.published[s.TaskID] = s.Version
+			r.mu.Unlock()
 			_, err := rediswrite.Write(ctx, r.e.r.Client, r.e.r.Names, s, time.Minute, "", nil)
 			return err
 		},

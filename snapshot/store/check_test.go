@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -236,5 +237,44 @@ func TestCheckRecordsWhatRedisLacksOnTheFirstCheck(t *testing.T) {
 	e.expireClaim(t, id)
 	if res, err := e.store.Check(ctx, req); err != nil || len(res.Repaired) != 1 || len(published) != 1 || published[0].Version != 4 {
 		t.Fatalf("after the change: %+v, %v, published %d; want v4 published", res, err, len(published))
+	}
+}
+
+// A round that finds many changes never announced publishes them side by
+// side: each publish here waits until another is in flight too, which
+// publishes made one after another never see before the check's deadline.
+func TestCheckPublishesRepairsSideBySide(t *testing.T) {
+	e := newEnv(t, store.Config{})
+	ctx := testenv.Context(t)
+	ids := make([]string, 20)
+	for i := range ids {
+		ids[i] = testenv.UniqueID("task")
+		e.write(t, ids[i], "RUNNING", 1)
+		e.insert(t, ids[i], "RUNNING", 2) // committed long ago; its writer died before Redis
+	}
+	var mu sync.Mutex
+	inFlight, together := 0, make(chan struct{})
+	req := store.CheckRequest{IDs: ids, Hold: time.Hour, Publish: func(ctx context.Context, s *snapshot.Snapshot) error {
+		mu.Lock()
+		if inFlight++; inFlight == 2 {
+			close(together)
+		}
+		mu.Unlock()
+		select {
+		case <-together:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		_, err := rediswrite.Write(ctx, e.r.Client, e.r.Names, s, time.Minute, "", nil)
+		return err
+	}}
+	res, err := e.store.Check(ctx, req)
+	if err != nil || len(res.Repaired) != len(ids) {
+		t.Fatalf("Check repaired %d of %d, %v; want every one", len(res.Repaired), len(ids), err)
+	}
+	for _, id := range ids {
+		if v := e.redisVersion(t, id); v != 2 {
+			t.Errorf("%s: Redis holds v%d, want v2", id, v)
+		}
 	}
 }

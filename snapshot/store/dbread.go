@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"time"
 
 	"github.com/pushd/pushd/snapshot"
 )
@@ -172,7 +173,7 @@ func (s *Store) runDBRead(ctx context.Context, res *dbResult) error {
 		}
 		return sqlTasksByIDs, []any{res.ids}
 	}
-	r.err = s.query(qctx, r.caller, prepare, func(row *snapshot.Snapshot) {
+	r.err = s.query(qctx, r.caller, prepare, func(row *snapshot.Snapshot, _ time.Time) {
 		r.rows[row.TaskID] = row
 		res.rows = append(res.rows, row)
 	})

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/pushd/pushd/snapshot"
 )
@@ -63,7 +64,7 @@ func (s *Store) list(ctx context.Context, key, sql string, args ...any) ([]*snap
 			}
 			var rows []*snapshot.Snapshot
 			statement := func() (string, []any) { return sql, args }
-			if err := s.query(ctx, true, statement, func(row *snapshot.Snapshot) { rows = append(rows, row) }); err != nil {
+			if err := s.query(ctx, true, statement, func(row *snapshot.Snapshot, _ time.Time) { rows = append(rows, row) }); err != nil {
 				return nil, fmt.Errorf("list: %w: %w", snapshot.ErrUnavailable, err)
 			}
 			s.stats.dbHits.Add(uint64(len(rows)))

@@ -31,14 +31,14 @@ var (
 )
 
 // query runs one statement of the queries above and calls each for every
-// row, holding one of MaxDBQueries slots. A slot is waited for at most
+// row (with its updated_at to the microsecond), holding one of MaxDBQueries slots. A slot is waited for at most
 // DBQueueWait (and while ctx lasts); then the query is rejected with
 // ErrUnavailable, so a storm queues briefly instead of piling up. A
 // caller's query (one for a caller that can give up) takes a slot of
 // callerSem first. prepare gives the statement and its arguments once the
 // slot is taken, before anything is sent: a read of tasks by id then asks
 // for the ids other reads added while it waited (readDB).
-func (s *Store) query(ctx context.Context, caller bool, prepare func() (sql string, args []any), each func(*snapshot.Snapshot)) error {
+func (s *Store) query(ctx context.Context, caller bool, prepare func() (sql string, args []any), each func(*snapshot.Snapshot, time.Time)) error {
 	if caller {
 		if err := s.slot(ctx, s.callerSem); err != nil {
 			return err
@@ -52,7 +52,7 @@ func (s *Store) query(ctx context.Context, caller bool, prepare func() (sql stri
 	sql, args := prepare()
 	s.stats.dbQueries.Add(1)
 	scan := func(rows pgx.Rows) error {
-		return scanTasks(rows, each, func(id string, err error) {
+		return scanTasksAt(rows, each, func(id string, err error) {
 			s.log.WarnContext(ctx, "snapshot: a task row pushd cannot represent", "task_id", id, "err", err)
 		})
 	}
@@ -153,6 +153,12 @@ type taskRow struct {
 // carry (written before the column's check, or past the document's
 // limits) goes to bad too, and the snapshot is built of the columns alone.
 func scanTasks(rows pgx.Rows, each func(*snapshot.Snapshot), bad func(id string, err error)) error {
+	return scanTasksAt(rows, func(s *snapshot.Snapshot, _ time.Time) { each(s) }, bad)
+}
+
+// scanTasksAt is scanTasks that also gives each row's updated_at to the
+// microsecond, which the snapshot holds to the millisecond.
+func scanTasksAt(rows pgx.Rows, each func(*snapshot.Snapshot, time.Time), bad func(id string, err error)) error {
 	defer rows.Close()
 	for rows.Next() {
 		var r taskRow
@@ -178,7 +184,7 @@ func scanTasks(rows pgx.Rows, each func(*snapshot.Snapshot), bad func(id string,
 			continue
 		}
 		snap.Origin = snapshot.OriginPostgres
-		each(snap)
+		each(snap, updated)
 	}
 	return rows.Err()
 }
