@@ -16,6 +16,7 @@ var schemaChecks = []struct{ migration, sql string }{
 	{"0003_changes_by_scope.sql", `to_regclass('generation_tasks_tenant_project_updated') IS NOT NULL AND to_regclass('generation_tasks_tenant_user_updated') IS NOT NULL`},
 	{"0004_session_projects.sql", `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('sessions') AND attname = 'projects' AND NOT attisdropped)`},
 	{"0005_task_extra.sql", `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('generation_tasks') AND attname = 'extra' AND NOT attisdropped)`},
+	{"0006_task_changes.sql", `EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass('generation_tasks') AND tgname = 'pushd_task_changed') AND to_regclass('generation_tasks_updated') IS NOT NULL`},
 }
 
 // TasksMigration is the migration that makes the table of tasks, without

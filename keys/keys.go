@@ -93,6 +93,18 @@ func (n Names) Unannounced(tenantID string) string {
 	return n.Prefix + "task.unannounced.{" + tenantID + "}"
 }
 
+// ChangeReader is the key of the change reader's lease, written by the
+// nodes only: a hash of the holder's token and node name that expires
+// unless its holder renews it, so one node of a fleet listens to
+// PostgreSQL's changes at a time. ChangeReaders is the readers' state
+// beside it: the last token given, and the point (PostgreSQL's clock, in
+// Unix microseconds) up to which a reader heard every change. The braces
+// are one hash tag for both.
+func (n Names) ChangeReader() string { return n.Prefix + "pushd:{changes}:reader" }
+
+// ChangeReaders: see ChangeReader.
+func (n Names) ChangeReaders() string { return n.Prefix + "pushd:{changes}:state" }
+
 // Liveness is the Pub/Sub channel on which a bus on standalone Redis
 // publishes to itself, to check that its subscription still delivers. id is
 // the bus's own, random per bus.

@@ -24,7 +24,7 @@ func TestMissingSchemaIsWarnedOfAndNotReady(t *testing.T) {
 		var logs testenv.LogBuffer
 		s := startNode(t, node.Config{RedisURL: r.URL, KeyPrefix: r.Names.Prefix, DatabaseURL: bareSchema(t),
 			Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-		want := "missing=0001_generation_tasks.sql,0002_sessions.sql,0003_changes_by_scope.sql,0004_session_projects.sql,0005_task_extra.sql"
+		want := "missing=0001_generation_tasks.sql,0002_sessions.sql,0003_changes_by_scope.sql,0004_session_projects.sql,0005_task_extra.sql,0006_task_changes.sql"
 		if !strings.Contains(logs.String(), `"postgres lacks part of the schema pushd reads`) ||
 			!strings.Contains(strings.ReplaceAll(logs.String(), `"missing":"`, "missing="), want) {
 			t.Errorf("start-up log lacks the missing schema (%s):\n%s", want, logs.String())
@@ -36,7 +36,7 @@ func TestMissingSchemaIsWarnedOfAndNotReady(t *testing.T) {
 		var logs testenv.LogBuffer
 		s := startNode(t, node.Config{RedisURL: r.URL, KeyPrefix: r.Names.Prefix, DatabaseURL: bareSchema(t, "0001_generation_tasks.sql"),
 			Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-		if !strings.Contains(logs.String(), `"missing":"0002_sessions.sql,0003_changes_by_scope.sql,0004_session_projects.sql,0005_task_extra.sql"`) {
+		if !strings.Contains(logs.String(), `"missing":"0002_sessions.sql,0003_changes_by_scope.sql,0004_session_projects.sql,0005_task_extra.sql,0006_task_changes.sql"`) {
 			t.Errorf("start-up log lacks the missing migrations:\n%s", logs.String())
 		}
 		rb := readyz(t, s.URL, http.StatusOK)

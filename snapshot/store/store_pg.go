@@ -52,7 +52,7 @@ func (s *Store) query(ctx context.Context, caller bool, prepare func() (sql stri
 	sql, args := prepare()
 	s.stats.dbQueries.Add(1)
 	scan := func(rows pgx.Rows) error {
-		return scanTasksAt(rows, each, func(id string, err error) {
+		return scanTasks(rows, each, func(id string, err error) {
 			s.log.WarnContext(ctx, "snapshot: a task row pushd cannot represent", "task_id", id, "err", err)
 		})
 	}
@@ -147,18 +147,14 @@ type taskRow struct {
 }
 
 // scanTasks turns rows into snapshots: the columns, then the members of
-// the row's extra object. A row pushd cannot represent (an id outside
-// ValidID, a version below 1) is a bug upstream; it goes to bad and is
-// skipped, so it cannot break a whole list. An extra the snapshot cannot
-// carry (written before the column's check, or past the document's
-// limits) goes to bad too, and the snapshot is built of the columns alone.
-func scanTasks(rows pgx.Rows, each func(*snapshot.Snapshot), bad func(id string, err error)) error {
-	return scanTasksAt(rows, func(s *snapshot.Snapshot, _ time.Time) { each(s) }, bad)
-}
-
-// scanTasksAt is scanTasks that also gives each row's updated_at to the
-// microsecond, which the snapshot holds to the millisecond.
-func scanTasksAt(rows pgx.Rows, each func(*snapshot.Snapshot, time.Time), bad func(id string, err error)) error {
+// the row's extra object, and gives each with its updated_at to the
+// microsecond (the snapshot holds it to the millisecond). A row pushd
+// cannot represent (an id outside ValidID, a version below 1) is a bug
+// upstream; it goes to bad and is skipped, so it cannot break a whole
+// list. An extra the snapshot cannot carry (written before the column's
+// check, or past the document's limits) goes to bad too, and the snapshot
+// is built of the columns alone.
+func scanTasks(rows pgx.Rows, each func(*snapshot.Snapshot, time.Time), bad func(id string, err error)) error {
 	defer rows.Close()
 	for rows.Next() {
 		var r taskRow
