@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/auth/session"
+	"github.com/pushd/pushd/converge"
 	"github.com/pushd/pushd/db"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
@@ -46,6 +47,7 @@ type backend struct {
 	store    *store.Store
 	busStats metrics.BusStats
 	control  redis.UniversalClient // admission limits, leases and sessions
+	names    keys.Names
 	// redisPools are the Redis clients by the roles they serve, for metrics.
 	redisPools map[string]metrics.RedisPool
 	sessions   *session.Store
@@ -57,6 +59,9 @@ type backend struct {
 	// announcement: only on Redis Cluster and split Redis, where those are
 	// two steps (nil elsewhere).
 	reconciler *fanout.Reconciler
+	// changes publishes what PostgreSQL commits, while this node holds
+	// the fleet's lease: with ReadChanges only (nil otherwise).
+	changes *converge.ChangeReader
 
 	closers []func() // in the order they were made; close runs them backwards
 	attrs   []any    // how the mode runs, for the start-up log line
@@ -93,6 +98,9 @@ func (b *backend) start(h *hub.Hub) {
 	if b.reconciler != nil {
 		b.reconciler.Start()
 	}
+	if b.changes != nil {
+		b.changes.Start()
+	}
 }
 
 // newBackend builds cfg's mode. On an error, what was made is released.
@@ -112,7 +120,22 @@ func newBackend(ctx context.Context, cfg Config, t tuning) (*backend, error) {
 	}
 	b.published = &countingPublisher{Publisher: b.publisher}
 	b.publisher = b.published
+	if cfg.ReadChanges && b.pool != nil {
+		b.addChangeReader(cfg)
+	}
 	return b, nil
+}
+
+// addChangeReader makes the node's change reader, publishing through the
+// node's publisher with its lease on the control Redis, where the fleet's
+// other leases are. It runs once the backend starts.
+func (b *backend) addChangeReader(cfg Config) {
+	b.changes = converge.NewChangeReader(converge.ChangesConfig{
+		Listen: b.pool.Config().ConnConfig, Rows: b.store, Publisher: b.publisher,
+		Redis: b.control, Names: b.names, Node: cfg.NodeName, Logger: cfg.Logger,
+	})
+	b.onClose(b.changes.Close) // before the store, the pool and Redis
+	b.attrs = append(b.attrs, "read_changes", true)
 }
 
 // newEmbedded is one node in memory: the publisher writes the store and
@@ -158,7 +181,7 @@ func (r redisRoles) pools() map[string]metrics.RedisPool {
 // PostgreSQL pool, the read store, sessions and, with streams, the tailer
 // and a publisher that appends to the tenant's stream.
 func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redisRoles, names keys.Names, bus fanout.Bus, stats metrics.BusStats, publisher *fanout.RedisPublisher) error {
-	b.bus, b.hubBus, b.busStats, b.publisher, b.announcer, b.control = bus, bus, stats, publisher, publisher, r.control
+	b.bus, b.hubBus, b.busStats, b.publisher, b.announcer, b.control, b.names = bus, bus, stats, publisher, publisher, r.control, names
 	b.redisPools = r.pools()
 	b.onClose(func() { bus.Close() })
 	if cfg.DatabaseURL != "" {
@@ -213,6 +236,15 @@ func (b *backend) reconcileStats() metrics.ReconcileStats {
 		return nil
 	}
 	return b.reconciler
+}
+
+// changeStats is the change reader for the metrics: a nil interface
+// without one.
+func (b *backend) changeStats() metrics.ChangeStats {
+	if b.changes == nil {
+		return nil
+	}
+	return b.changes
 }
 
 // subscribedOf is the tenants a Redis bus holds a subscription for.

@@ -82,6 +82,12 @@ type Config struct {
 	// StreamMaxLen trims each stream with MAXLEN ~, on publish and on
 	// reconcile; zero means 10000.
 	StreamMaxLen int64
+	// ReadChanges makes the node one of the fleet's change readers: the
+	// one holding the lease listens to PostgreSQL's committed changes of
+	// generation_tasks and publishes each (package converge), so a Task
+	// State Service may commit the row alone. Needs DatabaseURL and the
+	// trigger of db/migrations/0006_task_changes.sql.
+	ReadChanges bool
 
 	// The components' settings, each documented, and given its default,
 	// in its own package (WithDefaults, DefaultConfig). The node fills in
@@ -187,6 +193,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	flagval.Duration(fs, &c.ReconnectAfter, "reconnect-after", "clients of a draining node reconnect after a random delay up to this")
 	fs.BoolVar(&c.Streams, "streams", c.Streams, "also append every change to the tenant's Redis Stream, tail the streams to close Pub/Sub gaps, and resume SSE clients from stream cursors")
 	fs.Int64Var(&c.StreamMaxLen, "stream-maxlen", c.StreamMaxLen, "with --streams, trim each tenant's stream to about this many entries (XADD MAXLEN ~)")
+	fs.BoolVar(&c.ReadChanges, "read-changes", c.ReadChanges, "publish every change committed to generation_tasks (one node of the fleet listens at a time; needs --database-url and db/migrations/0006_task_changes.sql), so a Task State Service may commit the row alone")
 	fs.BoolVar(&c.Demo, "demo", c.Demo, "serve the demo page and its task simulator at /demo/ (the embedded mode always does); with a configured secret or key the page asks for a token; with a database the simulator writes generation_tasks rows, as a Task State Service would")
 	fs.IntVar(&c.MaxConns, "max-conns", c.MaxConns, "streams this node holds before it answers 503; 0 means the open-file limit less 1,000 kept for Redis, PostgreSQL and requests")
 	flagval.Duration(fs, &c.RequestTimeout, "request-timeout", "how long a request may take to arrive, headers and body; a connection still waiting for one is closed (a publish is answered 408 first); established streams are not bounded by it")
@@ -232,11 +239,17 @@ func (c Config) Problems() []*SettingError {
 		if c.Streams {
 			bad("streams", "needs --redis-url")
 		}
+		if c.ReadChanges {
+			bad("read-changes", "needs --redis-url and --database-url")
+		}
 		for _, r := range roles {
 			if r.url != "" {
 				bad(r.setting, "needs --redis-url")
 			}
 		}
+	}
+	if c.ReadChanges && c.RedisURL != "" && c.DatabaseURL == "" {
+		bad("read-changes", "needs --database-url: the changes are PostgreSQL's")
 	}
 	if c.RedisCluster && strings.ContainsAny(c.KeyPrefix, "{}") {
 		// Redis Cluster hashes the first {...} of a key: a braced prefix

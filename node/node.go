@@ -150,7 +150,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 // the admin port. Every route answers only to the listener's own names
 // (Config.AdminHosts).
 func (n *Node) adminHandler() http.Handler {
-	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm, Publisher: n.be.published, Reconcile: n.be.reconcileStats(), RedisPools: n.be.redisPools, Postgres: n.be.postgresPool()})
+	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm, Publisher: n.be.published, Reconcile: n.be.reconcileStats(), Changes: n.be.changeStats(), RedisPools: n.be.redisPools, Postgres: n.be.postgresPool()})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(n.cfg.Logger.Handler(), slog.LevelWarn)}))
 	mux.Handle("GET /healthz", n.handler)

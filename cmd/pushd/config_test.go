@@ -62,6 +62,7 @@ var flagCases = map[string]flagCase{
 	"admin-hosts":                 {"env.svc", "flag.svc", func(c config) string { return c.AdminHosts }},
 	"demo":                        {"true", "false", func(c config) string { return strconv.FormatBool(c.Node.Demo) }},
 	"streams":                     {"true", "false", func(c config) string { return strconv.FormatBool(c.Node.Streams) }},
+	"read-changes":                {"true", "false", func(c config) string { return strconv.FormatBool(c.Node.ReadChanges) }},
 	"redis-cluster":               {"true", "false", func(c config) string { return strconv.FormatBool(c.Node.RedisCluster) }},
 	"stream-maxlen":               {"500", "600", func(c config) string { return strconv.FormatInt(c.Node.StreamMaxLen, 10) }},
 	"stream-cluster-reads":        {"32", "64", func(c config) string { return strconv.Itoa(c.Node.Stream.ClusterReads) }},
@@ -77,6 +78,7 @@ var needs = map[string][]string{
 	"redis-url":     {"--jwt-secret", "s"},
 	"database-url":  {"--redis-url", "redis://other:6379/0", "--jwt-secret", "s"},
 	"streams":       {"--redis-url", "redis://other:6379/0", "--jwt-secret", "s"},
+	"read-changes":  {"--redis-url", "redis://other:6379/0", "--database-url", "postgres://db/pushd", "--jwt-secret", "s"},
 	"redis-cluster": {"--redis-url", "redis://other:6379/0", "--jwt-secret", "s"},
 }
 

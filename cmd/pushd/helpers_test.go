@@ -31,6 +31,7 @@ var client = &http.Client{Transport: &http.Transport{}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	testenv.Cleanup() // the package's database, when a test made it
 	if bin.dir != "" {
 		os.RemoveAll(bin.dir)
 	}

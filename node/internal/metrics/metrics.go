@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/admission"
+	"github.com/pushd/pushd/converge"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/histogram"
@@ -46,6 +47,7 @@ type Sources struct {
 	Admission *admission.Controller // nil: no admission metrics
 	Publisher PublishStats          // read only with Bus: nil, or the embedded mode, has no Pub/Sub
 	Reconcile ReconcileStats        // nil but on Redis Cluster and split Redis
+	Changes   ChangeStats           // nil without --read-changes
 	// RedisPools are the node's Redis clients, each named by the roles it
 	// serves ("cache+control+realtime" when one URL serves them all).
 	RedisPools map[string]RedisPool
@@ -61,6 +63,9 @@ type RedisPool interface{ PoolStats() *redis.PoolStats }
 // ReconcileStats is the node's reconcile of the unannounced journal
 // (fanout.Reconciler).
 type ReconcileStats interface{ Stats() fanout.ReconcileStats }
+
+// ChangeStats is the node's change reader (converge.ChangeReader).
+type ChangeStats interface{ Stats() converge.ChangeStats }
 
 // NewRegistry returns a registry with the Go runtime and process
 // collectors and the node's own metrics.
@@ -202,6 +207,11 @@ var (
 	reconcileAbandoned = counter("announce_abandoned_total", "Unannounced journal entries the reconcile removed because their version was never stored (the publisher died before the write).")
 	reconcileErrors    = counter("announce_reconcile_errors_total", "Reconcile rounds in which a Redis read or a repair failed; the entries stay for the next round.")
 
+	changesRead    = counter("changes_read_total", "Changes of generation_tasks this node's change reader took, by how: heard (a notification), caught_up (listed on taking the lease: committed while no reader listened).", "how")
+	changesOut     = counter("changes_published_total", "Rows the change reader read and published, by outcome: stored (and announced), or stale (Redis held that version or a newer one).", "outcome")
+	changesLeads   = counter("change_reader_leads_total", "Times this node took the fleet's change-reader lease, and (outcome=failed) leads that ended on an error: PostgreSQL or Redis failed, or the lease was lost.", "outcome")
+	changesLeading = gauge("change_reader_leading", "1 while this node holds the fleet's change-reader lease and listens to PostgreSQL, else 0.")
+
 	poolWaits       = counter("redis_pool_waits_total", "Redis commands that waited for a free connection of their client's pool and got one, by client (the roles it serves) and pool (main, or pipeline: the pipelines' own).", "client", "pool")
 	poolWaitSeconds = counter("redis_pool_wait_seconds_total", "Time the commands of redis_pool_waits_total spent waiting.", "client", "pool")
 	poolTimeouts    = counter("redis_pool_timeouts_total", "Redis commands that gave up waiting for a free connection of their client's pool at its pool timeout. A command whose own deadline passed first counts in neither.", "client", "pool")
@@ -220,6 +230,7 @@ var (
 		connsOpen, reconnects, refetch, sfShared, pubsubLosses,
 		rlAllowed, rlRejected, cacheHit, cacheMiss, cacheSet, hotDetected, hotTasks, unwatched, published, streamLen, applyErrors,
 		reconcileRounds, reconcileRepairs, reconcileAbandoned, reconcileErrors,
+		changesRead, changesOut, changesLeads, changesLeading,
 		repairRounds, repairLast, repairErrors, repairs, repairChecked, repairQueries, repairRows, repairSkipped, repairScopes, repairAnnounced,
 		poolWaits, poolWaitSeconds, poolTimeouts, poolConns, pgPoolWaits, pgPoolWaitSecs, pgPoolConns}
 )
@@ -304,6 +315,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		e.emit(reconcileRepairs, float64(rs.Repairs))
 		e.emit(reconcileAbandoned, float64(rs.Abandoned))
 		e.emit(reconcileErrors, float64(rs.Errors))
+	}
+	if r := c.s.Changes; r != nil {
+		cs := r.Stats()
+		e.emit(changesRead, float64(cs.Heard), "heard")
+		e.emit(changesRead, float64(cs.CaughtUp), "caught_up")
+		e.emit(changesOut, float64(cs.Published), "stored")
+		e.emit(changesOut, float64(cs.Stale), "stale")
+		e.emit(changesLeads, float64(cs.Leads), "taken")
+		e.emit(changesLeads, float64(cs.Failures), "failed")
+		leading := 0.0
+		if cs.Leading {
+			leading = 1
+		}
+		e.emit(changesLeading, leading)
 	}
 }
 
