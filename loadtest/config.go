@@ -149,7 +149,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.Publishers, "publishers", 16, "publisher goroutines (publishes in flight)")
 	fs.StringVar(&c.LatencyFrom, "latency-from", "due", "what a delivery's latency counts from: due (when the schedule handed the update over, so the wait behind the publisher goroutine's earlier writes counts too: a store that slows down shows) or write (when its Redis write began: the publisher's own queue left out, for a machine too busy for the publisher to keep the rate)")
 	fs.DurationVar(&c.PubEvery, "publish-every", time.Millisecond, "the publisher sends the updates due every this often, together: 1ms spreads them evenly, 100ms sends bursts of a tenth of a second's updates")
-	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always (the row first, then Redis, as the Task State Service does), fallback (only when Redis fails), off; auto is off for idle, repair and -target both, always otherwise")
+	fs.StringVar(&c.PGWrites, "pg-writes", "auto", "PostgreSQL row updates by the publisher: always (the row first, then Redis, as the Task State Service does), fallback (only when Redis fails), only (the row alone, its snapshot's fields in extra; the nodes run with --read-changes and publish it), off; auto is off for idle, repair and -target both, always otherwise")
 	fs.DurationVar(&c.StormJitter, "storm-jitter", 0, "storm: each client waits a random delay up to this before reconnecting (0: all at once)")
 	fs.BoolVar(&c.StormResume, "storm-resume", false, "storm: clients resume instead: pushd runs with --streams, Redis is kept, every task is updated (with stream entries) in the seconds before the stop (at -rate, default tasks/2 per second, each task twice) and -storm-moved of them while the node is down; measures the task events each reconnected client gets from its reconnect until two repair intervals (-repair-interval, default pushd's 10s) after every client reconnected and converged: events_per_client_after_resume (ideally the moved share), resent_unchanged and the node's repairs in that quiet window. A running task's snapshot stays 10 s in Redis, and a repair round offers only what Redis holds: a short -repair-interval (2s) puts rounds inside that time")
 	fs.Float64Var(&c.StormMoved, "storm-moved", 0.1, "with -storm-resume: the share of the tasks (above 0, at most 1) moved to a new version while the node is down, picked at random, the same for a given -tasks")
@@ -260,8 +260,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	switch c.PGWrites {
 	case "auto", "always", "fallback", "off":
+	case "only":
+		if c.Target != "pushd" || c.Scenario != "fanout" {
+			return c, fmt.Errorf("-pg-writes only: -scenario fanout with -target pushd (the nodes read the rows' changes)")
+		}
 	default:
-		return c, fmt.Errorf("-pg-writes %q: want auto, always, fallback or off", c.PGWrites)
+		return c, fmt.Errorf("-pg-writes %q: want auto, always, fallback, only or off", c.PGWrites)
 	}
 	if c.RedisNice < -20 || c.RedisNice > 19 || (c.RedisNice != 0 && c.Cluster) {
 		return c, fmt.Errorf("-redis-nice %d: want -20 to 19, on one redis-server (not -cluster)", c.RedisNice)

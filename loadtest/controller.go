@@ -501,6 +501,9 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 	if cfg.StormResume {
 		common = append(common, "--streams")
 	}
+	if cfg.PGWrites == "only" {
+		common = append(common, "--read-changes")
+	}
 	env := append(cfg.limitsEnv(), cfg.serverEnv()...)
 	if cfg.RepairInterval > 0 {
 		env = append(env, "PUSHD_REPAIR_INTERVAL="+cfg.RepairInterval.String())

@@ -419,6 +419,8 @@ func TestFleetFlags(t *testing.T) {
 		{"-redis-nice", "-10", "-cluster", "-scenario", "idle"},
 		{"-redis-nice", "-21", "-scenario", "idle"},
 		{"-latency-from", "publish", "-scenario", "fanout"},
+		{"-pg-writes", "only", "-scenario", "idle"},
+		{"-pg-writes", "only", "-scenario", "fanout", "-target", "both", "-centrifugo-bin", "x"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("%v: accepted", args)
@@ -433,6 +435,7 @@ func TestFleetFlags(t *testing.T) {
 		{[]string{"-scenario", "idle", "-cluster", "-nodes", "5"}, 5},
 		{[]string{"-scenario", "storm", "-nodes", "4"}, 4},
 		{[]string{"-scenario", "idle", "-nodes", "8", "-limits", "production", "-conns", "200000", "-tenants", "20"}, 8},
+		{[]string{"-scenario", "fanout", "-pg-writes", "only", "-nodes", "2"}, 2},
 	} {
 		cfg, err := parseFlags(tc.args, io.Discard)
 		if err != nil {

@@ -216,6 +216,10 @@ func (p *publisher) publish(ctx context.Context, i int, due time.Time, buf []byt
 	p.attempts.Add(1)
 	changed := time.Now()
 	p.noteWait(changed.Sub(due))
+	if p.pgMode == "only" {
+		p.commitAlone(ctx, i, v, changed, due)
+		return buf
+	}
 	pgDone := false
 	if p.pgMode == "always" {
 		pgDone = p.writeRow(ctx, i, v, changed)
@@ -241,13 +245,18 @@ func (p *publisher) publish(ctx context.Context, i int, due time.Time, buf []byt
 	if p.failed != nil {
 		p.failed[i].Store(err != nil) // the row has it: retryFailed sends it again
 	}
+	p.noteStored(i, v)
+	return buf
+}
+
+// noteStored counts task i's version v as stored.
+func (p *publisher) noteStored(i int, v int64) {
 	p.stored.Add(1)
 	p.published[i].Store(v)
 	// Publishes in flight end in any order: keep the latest.
 	now := time.Now().UnixNano()
 	for last := p.lastStored.Load(); now > last && !p.lastStored.CompareAndSwap(last, now); last = p.lastStored.Load() {
 	}
-	return buf
 }
 
 // send hands task i's document to the store, counting and logging a
@@ -325,6 +334,31 @@ func (p *publisher) writeRow(ctx context.Context, i int, v int64, at time.Time) 
 	}
 	p.pgWrites.Add(1)
 	return true
+}
+
+// commitAlone commits task i's row at version v and does nothing else,
+// as a Task State Service whose nodes read the changes (-pg-writes only):
+// sent_ns, in the row's extra, is when the commit began (when it was due
+// plus the row's wait, without fromWrite).
+func (p *publisher) commitAlone(ctx context.Context, i int, v int64, changed, due time.Time) {
+	stamp := due.Add(time.Since(changed))
+	if p.fromWrite {
+		stamp = time.Now()
+	}
+	tag, err := p.pg.Exec(ctx, `UPDATE generation_tasks SET version = $2, status = $3, progress = $4, stage = $5, queue_position = NULL,
+		updated_at = $6, extra = jsonb_build_object('sent_ns', $7::bigint) WHERE id = $1 AND version < $2`,
+		taskID(i), v, statusOf(v), int32(v%100), stages[1+int(v)%(len(stages)-1)], changed, stamp.UnixNano())
+	switch {
+	case err != nil:
+		p.pgErrs.Add(1)
+		p.lost.Add(1)
+		p.fail("postgres: " + err.Error())
+		return
+	case tag.RowsAffected() == 0:
+		p.stale.Add(1)
+	}
+	p.pgWrites.Add(1)
+	p.noteStored(i, v)
 }
 
 func (p *publisher) noteWait(d time.Duration) {
