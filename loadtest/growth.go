@@ -25,13 +25,14 @@ type fleetMark struct {
 	redisCmds int64            // total_commands_processed, summed over the masters; -1 unread
 	redisBy   map[string]int64 // calls by command, summed over the masters
 	pgXacts   int64            // pg_stat_database's commits and rollbacks in the run's database; -1 unread
+	pgCPU     int64            // the PostgreSQL server's CPU time, clock ticks; -1 unread (postgresCPU)
 	nodeCPU   []int64          // each node's CPU time, clock ticks
 	redisCPU  int64            // the Redis servers' CPU time, clock ticks
 	m         metrics          // the nodes' /metrics, summed
 }
 
 func (r *run) markFleet(ctx context.Context) fleetMark {
-	fm := fleetMark{at: time.Now(), redisCmds: -1, pgXacts: -1, nodeCPU: r.nodes.cpu(), m: r.scrape(ctx)}
+	fm := fleetMark{at: time.Now(), redisCmds: -1, pgXacts: -1, pgCPU: -1, nodeCPU: r.nodes.cpu(), m: r.scrape(ctx)}
 	if r.redis != nil {
 		for _, pid := range r.redis.pids() {
 			fm.redisCPU += procCPU(pid)
@@ -48,6 +49,7 @@ func (r *run) markFleet(ctx context.Context) fleetMark {
 			r.logf("pg_stat_database: %v", err)
 			fm.pgXacts = -1
 		}
+		fm.pgCPU = postgresCPU(ctx, r.db.pool)
 	}
 	return fm
 }
@@ -161,6 +163,14 @@ func (r *run) updateCosts(a, b fleetMark, updates int64) {
 	r.res.fig("node_redis_reads_per_update", (b.m["pushd_redis_reads_total"]-a.m["pushd_redis_reads_total"])/n, "/update", true)
 	r.res.fig("pubsub_msgs_per_update", (b.m["pushd_pubsub_received_total"]-a.m["pushd_pubsub_received_total"])/n, "/update", true)
 	r.res.fig("pg_queries_per_update", (b.m["pushd_postgres_queries_total"]-a.m["pushd_postgres_queries_total"])/n, "/update", false)
+	if a.pgCPU >= 0 && b.pgCPU >= 0 {
+		// The writer's commits and the nodes' reads alike.
+		cpu := float64(b.pgCPU-a.pgCPU) / clockTicks
+		r.res.fig("pg_cpu_ms_per_update", cpu*1000/n, "ms", true)
+		if secs := b.at.Sub(a.at).Seconds(); secs > 0 {
+			r.res.fig("pg_cores", cpu/secs, "cores", true)
+		}
+	}
 }
 
 // connsPerNode reports how many TCP connections each node holds to Redis
