@@ -337,17 +337,19 @@ func (p *publisher) writeRow(ctx context.Context, i int, v int64, at time.Time) 
 }
 
 // commitAlone commits task i's row at version v and does nothing else,
-// as a Task State Service whose nodes read the changes (-pg-writes only):
-// sent_ns, in the row's extra, is when the commit began (when it was due
-// plus the row's wait, without fromWrite).
+// as a Task State Service whose nodes read the changes (-pg-writes only).
+// sent_ns, in the row's extra, is when it was due; with fromWrite it is
+// PostgreSQL's clock as the UPDATE runs, just before its commit (the
+// server runs on this machine, on its clock): the latency of record from
+// the commit, without the publisher's wait for a pooled connection.
 func (p *publisher) commitAlone(ctx context.Context, i int, v int64, changed, due time.Time) {
-	stamp := due.Add(time.Since(changed))
-	if p.fromWrite {
-		stamp = time.Now()
+	args := []any{taskID(i), v, statusOf(v), int32(v%100), stages[1+int(v)%(len(stages)-1)], changed}
+	sent := `(extract(epoch FROM clock_timestamp()) * 1e9)::bigint`
+	if !p.fromWrite {
+		sent, args = `$7::bigint`, append(args, due.UnixNano())
 	}
 	tag, err := p.pg.Exec(ctx, `UPDATE generation_tasks SET version = $2, status = $3, progress = $4, stage = $5, queue_position = NULL,
-		updated_at = $6, extra = jsonb_build_object('sent_ns', $7::bigint) WHERE id = $1 AND version < $2`,
-		taskID(i), v, statusOf(v), int32(v%100), stages[1+int(v)%(len(stages)-1)], changed, stamp.UnixNano())
+		updated_at = $6, extra = jsonb_build_object('sent_ns', `+sent+`) WHERE id = $1 AND version < $2`, args...)
 	switch {
 	case err != nil:
 		p.pgErrs.Add(1)
