@@ -343,7 +343,7 @@ func (p *publisher) writeRow(ctx context.Context, i int, v int64, at time.Time) 
 // server runs on this machine, on its clock): the latency of record from
 // the commit, without the publisher's wait for a pooled connection.
 func (p *publisher) commitAlone(ctx context.Context, i int, v int64, changed, due time.Time) {
-	args := []any{taskID(i), v, statusOf(v), int32(v%100), stages[1+int(v)%(len(stages)-1)], changed}
+	args := []any{taskID(i), v, statusOf(v), int32(v % 100), stages[1+int(v)%(len(stages)-1)], changed}
 	sent := `(extract(epoch FROM clock_timestamp()) * 1e9)::bigint`
 	if !p.fromWrite {
 		sent, args = `$7::bigint`, append(args, due.UnixNano())
