@@ -171,7 +171,9 @@ func (r *ChangeReader) Stats() ChangeStats {
 
 func (r *ChangeReader) run(ctx context.Context) {
 	defer close(r.done)
-	failing := false // logged once an episode: Redis may be down for long
+	// Failures to take the lease, and leads that fail before they listen
+	// (PostgreSQL down), are logged once an episode: either may last long.
+	failing, leadFailing := false, false
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, opTimeout)
 		token, heard, held, err := r.lease.acquire(actx)
@@ -187,14 +189,17 @@ func (r *ChangeReader) run(ctx context.Context) {
 		if held {
 			r.leads.Add(1)
 			err := r.lead(ctx, token, heard)
-			r.leading.Store(false)
+			listened := r.leading.Swap(false)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 			_ = r.lease.release(rctx, token)
 			cancel()
 			if err != nil && ctx.Err() == nil {
 				r.failures.Add(1)
-				r.cfg.Logger.Warn("change reader: stopped reading", "err", err)
+				if listened || !leadFailing {
+					r.cfg.Logger.Warn("change reader: stopped reading", "err", err)
+				}
 			}
+			leadFailing = err != nil && !listened
 		}
 		select {
 		case <-ctx.Done():
