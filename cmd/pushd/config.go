@@ -111,6 +111,7 @@ func newFlagSet(c *config) *flag.FlagSet {
        pushd version
        pushd token [flags]         mint a token (pushd token -h)
        pushd token verify [TOKEN]  check a token as this node would
+       pushd migrate [flags]       create the database if missing and apply db/migrations (development)
 
 Every flag can also be set by its environment variable, or as
 "name = value" in the --config file. A flag wins over the environment,
@@ -147,7 +148,7 @@ func parseConfig(args, environ []string, stdout io.Writer) (config, error) {
 		return c, err
 	}
 	if fs.NArg() > 0 {
-		if guess := closest(fs.Arg(0), []string{"token", "version"}); guess != "" && fs.NArg() == len(args) {
+		if guess := closest(fs.Arg(0), []string{"migrate", "token", "version"}); guess != "" && fs.NArg() == len(args) {
 			return c, usageErrorf("unknown command %q; did you mean %s? (run pushd -h)", fs.Arg(0), guess)
 		}
 		return c, usageErrorf("unexpected argument %q (run pushd -h for the flags)", fs.Arg(0))

@@ -50,6 +50,8 @@ func cli(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stdout, readBuildInfo())
 	case "token":
 		err = tokenCommand(args[1:], environ, stdin, stdout, stderr)
+	case "migrate":
+		err = migrateCommand(args[1:], environ, stdout)
 	default:
 		err = run(args, environ, stdout, stderr)
 	}

@@ -94,8 +94,8 @@ var (
 
 // TestReadmeProductionSetup runs the README's Production setup as written,
 // twice in a row in one directory, against the shared Redis (under a key
-// prefix of its own) and a PostgreSQL database that starts with no schema:
-// the secret and the key are made, the migrations applied, the node
+// prefix of its own) and a PostgreSQL database that does not exist yet:
+// the secret and the key are made, the database created and migrated, the node
 // started; then a token minted, a stream of project p1 opened, the row
 // written and the change published. Each run must show task_1 at version 1
 // on the stream once, the first run's publish written, and a node log
@@ -112,7 +112,7 @@ func TestReadmeProductionSetup(t *testing.T) {
 		t.Fatalf("the first-stream block no longer talks to localhost:8080:\n%s", firstScript)
 	}
 	redis := testenv.SharedRedis(t)
-	databaseURL := testenv.EmptyDatabase(t)
+	databaseURL := testenv.MissingDatabase(t) // the block creates it
 
 	// The blocks run from the repository's root with ./pushd built there:
 	// here, a directory holding the migrations and the test's binary.

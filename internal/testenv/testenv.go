@@ -296,6 +296,26 @@ func EmptyDatabase(t testing.TB) string {
 	return u.String()
 }
 
+// MissingDatabase returns the URL of a database that does not exist yet,
+// on the tests' server, for a test of what creates it; it is dropped at
+// the test's end.
+func MissingDatabase(t testing.TB) string {
+	t.Helper()
+	admin := env("PUSHD_TEST_DATABASE_URL", DefaultDatabaseURL)
+	name := "pushd_test_missing_" + RandomSuffix(6)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if pool, err := pgxpool.New(ctx, admin); err == nil {
+			pool.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			pool.Close()
+		}
+	})
+	u, _ := url.Parse(admin)
+	u.Path = "/" + name
+	return u.String()
+}
+
 // Task is a row of generation_tasks, for tests to insert.
 type Task struct {
 	ID, TenantID, ProjectID, UserID, Status string
