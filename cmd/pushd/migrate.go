@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,12 +24,7 @@ const migrateTimeout = time.Minute
 // may run again). In production the Task State Service owns the schema.
 func migrateCommand(args, environ []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("pushd migrate", flag.ContinueOnError)
-	var url string
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, "PUSHD_DATABASE_URL="); ok {
-			url = v
-		}
-	}
+	url := newEnvironment(environ)["PUSHD_DATABASE_URL"]
 	fs.StringVar(&url, "database-url", url, "PostgreSQL URL of the database to create if missing and migrate (PUSHD_DATABASE_URL)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: pushd migrate --database-url URL\n\n"+

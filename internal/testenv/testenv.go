@@ -273,27 +273,18 @@ func createDatabase() (Postgres, func(), error) {
 // returns the database's URL.
 func EmptyDatabase(t testing.TB) string {
 	t.Helper()
-	admin := env("PUSHD_TEST_DATABASE_URL", DefaultDatabaseURL)
+	admin, name, u := droppedDatabase(t, "pushd_test_empty_")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adminPool, err := pgxpool.New(ctx, admin)
 	if err != nil {
 		t.Fatalf("testenv: PUSHD_TEST_DATABASE_URL: %v", err)
 	}
-	name := "pushd_test_empty_" + RandomSuffix(6)
+	defer adminPool.Close()
 	if _, err := adminPool.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		adminPool.Close()
 		t.Fatalf("testenv: create database (PostgreSQL at %s; scripts/test starts one): %v", admin, err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		adminPool.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		adminPool.Close()
-	})
-	u, _ := url.Parse(admin)
-	u.Path = "/" + name
-	return u.String()
+	return u
 }
 
 // MissingDatabase returns the URL of a database that does not exist yet,
@@ -301,8 +292,16 @@ func EmptyDatabase(t testing.TB) string {
 // the test's end.
 func MissingDatabase(t testing.TB) string {
 	t.Helper()
-	admin := env("PUSHD_TEST_DATABASE_URL", DefaultDatabaseURL)
-	name := "pushd_test_missing_" + RandomSuffix(6)
+	_, _, u := droppedDatabase(t, "pushd_test_missing_")
+	return u
+}
+
+// droppedDatabase names a new database on the tests' server, to be dropped
+// (if it was made) when the test ends: the server's admin URL, the name and
+// the database's URL.
+func droppedDatabase(t testing.TB, prefix string) (admin, name, dbURL string) {
+	admin = env("PUSHD_TEST_DATABASE_URL", DefaultDatabaseURL)
+	name = prefix + RandomSuffix(6)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -313,7 +312,7 @@ func MissingDatabase(t testing.TB) string {
 	})
 	u, _ := url.Parse(admin)
 	u.Path = "/" + name
-	return u.String()
+	return admin, name, u.String()
 }
 
 // Task is a row of generation_tasks, for tests to insert.
