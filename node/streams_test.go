@@ -496,7 +496,12 @@ func limitWait(t *testing.T, ev sseEvent) time.Duration {
 }
 
 // fingerprintOf is the subscription fingerprint ending a stream cursor.
-func fingerprintOf(cursor string) string { return cursor[strings.LastIndexByte(cursor, '.')+1:] }
+func fingerprintOf(cursor string) string {
+	// The tasks' versions a cursor may name follow the fingerprint, after
+	// a comma; task ids may hold dots.
+	cursor, _, _ = strings.Cut(cursor, ",")
+	return cursor[strings.LastIndexByte(cursor, '.')+1:]
+}
 
 // A connection refused part of its subscription rate_limit_exceeded is asked to
 // reconnect with its cursor for the rest: its cursors are versions, not a
