@@ -107,6 +107,12 @@ type publisher struct {
 	// own queue.
 	waitMu sync.Mutex
 	waits  *hdrhistogram.Histogram
+
+	// rowWrites is how long each row's UPDATE took, its commit included:
+	// with the row alone, what the latency of record (stamped as the
+	// UPDATE runs) holds of PostgreSQL's own commit, fsync and all.
+	rowMu     sync.Mutex
+	rowWrites *hdrhistogram.Histogram
 }
 
 func newPublisher(dst store, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards, size int) *publisher {
@@ -325,8 +331,10 @@ func (p *publisher) writeRow(ctx context.Context, i int, v int64, at time.Time) 
 	if p.pg == nil {
 		return false
 	}
+	began := time.Now()
 	_, err := p.pg.Exec(ctx, `UPDATE generation_tasks SET version = $2, status = $3, progress = $4, stage = $5, queue_position = NULL, updated_at = $6
 		WHERE id = $1 AND version < $2`, taskID(i), v, statusOf(v), int32(v%100), stages[1+int(v)%(len(stages)-1)], at)
+	p.noteRowWrite(time.Since(began))
 	if err != nil {
 		p.pgErrs.Add(1)
 		p.fail("postgres: " + err.Error())
@@ -348,8 +356,10 @@ func (p *publisher) commitAlone(ctx context.Context, i int, v int64, changed, du
 	if !p.fromWrite {
 		sent, args = `$7::bigint`, append(args, due.UnixNano())
 	}
+	began := time.Now()
 	tag, err := p.pg.Exec(ctx, `UPDATE generation_tasks SET version = $2, status = $3, progress = $4, stage = $5, queue_position = NULL,
 		updated_at = $6, extra = jsonb_build_object('sent_ns', `+sent+`) WHERE id = $1 AND version < $2`, args...)
+	p.noteRowWrite(time.Since(began))
 	switch {
 	case err != nil:
 		p.pgErrs.Add(1)
@@ -370,6 +380,15 @@ func (p *publisher) noteWait(d time.Duration) {
 		p.waits = newCoarseHist()
 	}
 	_ = p.waits.RecordValue(max(histMin, min(d.Microseconds(), histMax))) // clamped into range
+}
+
+func (p *publisher) noteRowWrite(d time.Duration) {
+	p.rowMu.Lock()
+	defer p.rowMu.Unlock()
+	if p.rowWrites == nil {
+		p.rowWrites = newCoarseHist()
+	}
+	_ = p.rowWrites.RecordValue(max(histMin, min(d.Microseconds(), histMax))) // clamped into range
 }
 
 // waitWindow returns the waits recorded since the previous call (nil for
@@ -512,17 +531,31 @@ type pubStats struct {
 	// SlowestMS is the longest Redis write: while it lasts, its shard's
 	// other tasks wait.
 	SlowestMS float64 `json:"slowest_write_ms"`
-	LastError string  `json:"last_error,omitempty"`
+	// RowWriteP50MS and RowWriteP99MS are the row UPDATEs' durations,
+	// commit included.
+	RowWriteP50MS float64 `json:"row_write_p50_ms,omitempty"`
+	RowWriteP99MS float64 `json:"row_write_p99_ms,omitempty"`
+	LastError     string  `json:"last_error,omitempty"`
 }
 
 func (p *publisher) stats() pubStats {
 	p.errMu.Lock()
-	defer p.errMu.Unlock()
-	return pubStats{Attempts: p.attempts.Load(), Stored: p.stored.Load(), Stale: p.stale.Load(),
+	s := pubStats{Attempts: p.attempts.Load(), Stored: p.stored.Load(), Stale: p.stale.Load(),
 		RedisErrors: p.redisErrs.Load(), PGWrites: p.pgWrites.Load(), PGErrors: p.pgErrs.Load(),
 		Lost: p.lost.Load(), Retried: p.retried.Load(), SlowestMS: float64(p.slowest.Load()) / 1e6, LastError: p.lastErr}
+	p.errMu.Unlock()
+	p.rowMu.Lock()
+	if h := p.rowWrites; h != nil {
+		s.RowWriteP50MS, s.RowWriteP99MS = float64(h.ValueAtQuantile(50))/1000, float64(h.ValueAtQuantile(99))/1000
+	}
+	p.rowMu.Unlock()
+	return s
 }
 
 func (s pubStats) String() string {
-	return fmt.Sprintf("%d published, %d redis errors, %d pg writes, %d lost", s.Stored, s.RedisErrors, s.PGWrites, s.Lost)
+	out := fmt.Sprintf("%d published, %d redis errors, %d pg writes, %d lost", s.Stored, s.RedisErrors, s.PGWrites, s.Lost)
+	if s.RowWriteP99MS > 0 {
+		out += fmt.Sprintf(", row writes p50 %.1f ms p99 %.1f ms", s.RowWriteP50MS, s.RowWriteP99MS)
+	}
+	return out
 }
