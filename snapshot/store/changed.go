@@ -30,7 +30,7 @@ func (s *Store) Rows(ctx context.Context, ids []string) ([]*snapshot.Snapshot, e
 		return nil, errClosed
 	}
 	defer s.inflight.Done()
-	res, err := s.readDB(ctx, ids, 0, false, true)
+	res, err := s.readDB(ctx, ids, 0, false, true, 0)
 	defer res.release()
 	rows := make([]*snapshot.Snapshot, 0, len(res.found))
 	for _, row := range res.found {

@@ -109,7 +109,7 @@ func (s *Store) Check(ctx context.Context, req CheckRequest) (Checked, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
 	defer cancel()
 	for i := 0; i < len(req.IDs); i += snapshot.MaxMany {
-		found, err := s.readRedisMany(ctx, req.IDs[i:min(i+snapshot.MaxMany, len(req.IDs))])
+		found, _, err := s.readRedisMany(ctx, req.IDs[i:min(i+snapshot.MaxMany, len(req.IDs))], false)
 		s.redisRead(ctx, err, "tasks", len(req.IDs))
 		if err != nil {
 			return out, err

@@ -260,7 +260,7 @@ func (s *Store) takeChanges(ctx context.Context, req ScopeCheckRequest, byID map
 	}
 	stored := make(map[string]*snapshot.Snapshot, len(newer))
 	for i := 0; i < len(newer); i += snapshot.MaxMany {
-		found, err := s.readRedisMany(ctx, newer[i:min(i+snapshot.MaxMany, len(newer))])
+		found, _, err := s.readRedisMany(ctx, newer[i:min(i+snapshot.MaxMany, len(newer))], false)
 		s.redisRead(ctx, err, "tasks", len(newer))
 		if err != nil {
 			return err

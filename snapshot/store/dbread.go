@@ -40,6 +40,11 @@ type dbResult struct {
 	own    int      // of mine's ids, how many are this call's
 	ids    []string // mine's ids, once sent
 	s      *Store
+
+	// again are the ids another read wrote back to Redis after the
+	// caller's Redis read began: neither queried nor waited for, they are
+	// for the caller to read from Redis again.
+	again []string
 }
 
 // release unregisters the caller's query, once what it read is in the
@@ -72,10 +77,17 @@ func (r *dbResult) release() {
 // has cached what it read, even when err is set; err reports a failed
 // query, this call's or a shared one, and the rows read before it are in
 // the result still.
-func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached, caller bool) (*dbResult, error) {
+//
+// With cached set and atLeast <= 0, an id another read had Redis hold
+// (writtenBack) at or after redisAt, the monotime the caller's Redis read
+// of ids began (0: none), is neither read nor waited for but set aside in
+// the result's again: the caller reads it from Redis again, and asks
+// PostgreSQL (redisAt 0) only for what Redis lacks.
+func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached, caller bool, redisAt int64) (*dbResult, error) {
 	notBefore := int64(math.MinInt64)
 	if !cached || atLeast > 0 {
 		notBefore = monotime()
+		redisAt = 0 // Redis's copy may be a read's sent before this call
 	}
 	res := &dbResult{s: s, found: make(map[string]*snapshot.Snapshot, len(ids))}
 	joined := make(map[string]*dbRead)
@@ -97,6 +109,14 @@ func (s *Store) readDB(ctx context.Context, ids []string, atLeast int64, cached,
 			}
 			if _, ok := s.missing.get(id); ok && atLeast <= 0 {
 				s.stats.negativeHits.Add(1)
+				continue
+			}
+			// The owner wrote them back to Redis first (keep): the
+			// caller's Redis read may have missed that by a moment, and
+			// the cache entry expired while the caller, starved of CPU,
+			// came here.
+			if at, ok := s.writtenBack.get(id); ok && redisAt != 0 && at >= redisAt {
+				res.again = append(res.again, id)
 				continue
 			}
 		}

@@ -180,7 +180,12 @@ type Store struct {
 	// recently: a read that would answer older (a cached copy, or a fetch
 	// in flight from before the change) is not the task's current state.
 	observed *cache[int64]
-	lists    *cache[[]*snapshot.Snapshot] // list results per listKey
+	// writtenBack is the monotime a PostgreSQL read last had Redis hold
+	// each task's row (or its absence), recently: a read whose own Redis
+	// read began before then may have missed it by a moment, and reads
+	// Redis again rather than PostgreSQL (readDB).
+	writtenBack *cache[int64]
+	lists       *cache[[]*snapshot.Snapshot] // list results per listKey
 
 	flights     singleflight.Group // Redis, then PostgreSQL, per task id
 	asks        redisAsks          // callers' Redis reads waiting to share an MGET
@@ -200,6 +205,9 @@ type Store struct {
 	// registered, when a test sets it, is called by readDB once it has
 	// joined or registered the reads of its ids.
 	registered func()
+	// missedRedis, when a test sets it, is called by a read that missed
+	// tasks in Redis, before it reads them from PostgreSQL.
+	missedRedis func()
 
 	// cluster is Redis when it is a Redis Cluster, whose reads back off
 	// per master.
@@ -254,6 +262,8 @@ func New(cfg Config) *Store {
 		// Longer than any fetch runs, so a fetch that started before a
 		// change was announced cannot outlive what the announcement said.
 		observed: newCache[int64](2*cfg.FetchTimeout, taskCacheCap),
+		// Longer than any read runs from its Redis read to its query too.
+		writtenBack: newCache[int64](2*cfg.FetchTimeout, taskCacheCap),
 	}
 	s.cluster, _ = cfg.Redis.(*redis.ClusterClient)
 	s.tasks.remnant = versionOnly

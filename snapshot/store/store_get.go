@@ -162,26 +162,18 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly, cal
 	}
 
 	var redisErr error // why Redis did not answer, if it did not
+	var redisAt int64  // when the Redis read that missed began; 0 for none
 	if s.rdb != nil && !dbOnly {
-		read := s.readRedis
-		if caller {
-			read = s.askRedis // a herd's reads share round trips
+		at := monotime()
+		snap, answered, err := s.fromRedis(ctx, id, atLeast, caller)
+		if answered {
+			return snap, err
 		}
-		snap, missing, err := read(ctx, id, atLeast <= 0 && s.cfg.NegativeTTL > 0)
-		s.redisRead(ctx, err, "task_id", id)
-		switch {
-		case err != nil:
-			redisErr = err
-		case snap != nil:
-			return s.remember(snap), nil
-		case missing:
-			s.stats.negativeHits.Add(1)
-			s.stats.redisNegative.Add(1)
-			s.markMissing(id)
-			return nil, snapshot.ErrNotFound
-		case s.db == nil:
-			// Redis is the only source and does not have the task.
-			return nil, snapshot.ErrNotFound
+		if redisErr = err; err == nil {
+			redisAt = at
+			if s.missedRedis != nil {
+				s.missedRedis()
+			}
 		}
 	}
 	if s.db == nil {
@@ -190,7 +182,17 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly, cal
 
 	// dbOnly: Redis was older than announced, so only a read sent from now
 	// on will do.
-	res, err := s.readDB(ctx, []string{id}, atLeast, !dbOnly, caller)
+	res, err := s.readDB(ctx, []string{id}, atLeast, !dbOnly, caller, redisAt)
+	if len(res.again) > 0 { // its one id: nothing registered, nothing read
+		// Another read wrote the task back to Redis after ours began: read
+		// it there. Only if Redis has lost it since is PostgreSQL asked.
+		snap, answered, rerr := s.fromRedis(ctx, id, atLeast, caller)
+		if answered {
+			return snap, rerr
+		}
+		redisErr = rerr
+		res, err = s.readDB(ctx, []string{id}, atLeast, !dbOnly, caller, 0)
+	}
 	defer res.release() // once cached and written back
 	if err != nil {
 		return nil, unavailable(id, errors.Join(redisErr, err))
@@ -212,6 +214,34 @@ func (s *Store) fetch(ctx context.Context, id string, atLeast int64, dbOnly, cal
 		return nil, snapshot.ErrNotFound
 	}
 	return kept[id], nil
+}
+
+// fromRedis reads the task from Redis for fetch. answered reports that
+// Redis settled the read, with snap or ErrNotFound; if it did not,
+// PostgreSQL is asked, and err says why Redis did not answer (nil for a
+// miss).
+func (s *Store) fromRedis(ctx context.Context, id string, atLeast int64, caller bool) (snap *snapshot.Snapshot, answered bool, err error) {
+	read := s.readRedis
+	if caller {
+		read = s.askRedis // a herd's reads share round trips
+	}
+	snap, missing, err := read(ctx, id, atLeast <= 0 && s.cfg.NegativeTTL > 0)
+	s.redisRead(ctx, err, "task_id", id)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case snap != nil:
+		return s.remember(snap), true, nil
+	case missing:
+		s.stats.negativeHits.Add(1)
+		s.stats.redisNegative.Add(1)
+		s.markMissing(id)
+		return nil, true, snapshot.ErrNotFound
+	case s.db == nil:
+		// Redis is the only source and does not have the task.
+		return nil, true, snapshot.ErrNotFound
+	}
+	return nil, false, nil
 }
 
 // keep caches what res's own query read, for the ids other reads added to

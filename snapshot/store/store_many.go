@@ -43,16 +43,33 @@ func (s *Store) getMany(ctx context.Context, taskIDs []string, cached bool) (map
 	defer cancel()
 
 	var redisErr error
+	var redisAt int64 // when the Redis read that missed rest began; 0 for none
 	if s.rdb != nil {
-		rest, redisErr = s.manyFromRedis(ctx, rest, out)
+		at := monotime()
+		rest, redisErr = s.manyFromRedis(ctx, rest, false, out)
 		if len(rest) == 0 || (redisErr == nil && s.db == nil) {
 			return out, nil
+		}
+		if redisErr == nil {
+			redisAt = at
+			if s.missedRedis != nil {
+				s.missedRedis()
+			}
 		}
 	}
 	if s.db == nil {
 		return nil, fmt.Errorf("get many: %w", unavailable(rest[0], redisErr))
 	}
-	if err := s.manyFromDB(ctx, rest, cached, caller, redisErr, out); err != nil {
+	again, err := s.manyFromDB(ctx, rest, cached, caller, redisErr, redisAt, out)
+	if err == nil && len(again) > 0 {
+		// Another read wrote these back to Redis after ours began: read
+		// them there. Only what Redis has lost since is asked of
+		// PostgreSQL.
+		if again, redisErr = s.manyFromRedis(ctx, again, s.cfg.NegativeTTL > 0, out); len(again) > 0 {
+			_, err = s.manyFromDB(ctx, again, cached, caller, redisErr, 0, out)
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -90,14 +107,21 @@ func (s *Store) manyFromCache(taskIDs []string, cached bool) (out map[string]*sn
 // manyFromRedis reads ids with one MGET into out and returns those Redis
 // lacks or did not answer for, and why it did not: on Cluster, the keys of
 // masters that failed or are in their backoff, the others' being read.
-func (s *Store) manyFromRedis(ctx context.Context, ids []string, out map[string]*snapshot.Snapshot) ([]string, error) {
-	found, err := s.readRedisMany(ctx, ids)
+// With markers it reads the negative-cache markers too: a task with one is
+// absent, not lacking.
+func (s *Store) manyFromRedis(ctx context.Context, ids []string, markers bool, out map[string]*snapshot.Snapshot) ([]string, error) {
+	found, missing, err := s.readRedisMany(ctx, ids, markers)
 	s.redisRead(ctx, err, "tasks", len(ids))
 	missed := ids[:0]
 	for _, id := range ids {
-		if snap := found[id]; snap != nil {
-			out[id] = s.remember(snap)
-		} else {
+		switch {
+		case found[id] != nil:
+			out[id] = s.remember(found[id])
+		case missing[id]:
+			s.stats.negativeHits.Add(1)
+			s.stats.redisNegative.Add(1)
+			s.markMissing(id)
+		default:
 			missed = append(missed, id)
 		}
 	}
@@ -106,16 +130,18 @@ func (s *Store) manyFromRedis(ctx context.Context, ids []string, out map[string]
 
 // manyFromDB reads ids from PostgreSQL into out, writing the rows back to
 // Redis unless redisErr says it just failed, and caching what is absent.
-func (s *Store) manyFromDB(ctx context.Context, ids []string, cached, caller bool, redisErr error, out map[string]*snapshot.Snapshot) error {
+// It returns the ids to read from Redis again instead (readDB's again,
+// after redisAt).
+func (s *Store) manyFromDB(ctx context.Context, ids []string, cached, caller bool, redisErr error, redisAt int64, out map[string]*snapshot.Snapshot) (again []string, err error) {
 	// Tasks a Get's flight or another batch is reading from PostgreSQL
 	// are waited for, not queried again.
-	res, err := s.readDB(ctx, ids, 0, cached, caller)
+	res, err := s.readDB(ctx, ids, 0, cached, caller, redisAt)
 	defer res.release() // once cached and written back
 	toRedis := s.rdb != nil && redisErr == nil && s.redisWritable(ctx, res.ids)
 	kept := s.keep(ctx, res, toRedis)
 	if err != nil {
 		// What was read is cached; the batch is not answered.
-		return fmt.Errorf("get many: %w: %w", snapshot.ErrUnavailable, errors.Join(redisErr, err))
+		return nil, fmt.Errorf("get many: %w: %w", snapshot.ErrUnavailable, errors.Join(redisErr, err))
 	}
 	for id, snap := range res.found {
 		if k := kept[id]; k != nil {
@@ -124,7 +150,7 @@ func (s *Store) manyFromDB(ctx context.Context, ids []string, cached, caller boo
 			out[id] = s.cachedIfNewer(snap)
 		}
 	}
-	return nil
+	return res.again, nil
 }
 
 // cachedIfNewer returns the cached copy of snap's task if it is newer, else

@@ -203,22 +203,32 @@ func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (sn
 }
 
 // readRedisMany reads the snapshots of ids with one MGET; absent and
-// undecodable ones are missing from the map. On Cluster some masters' keys
-// may be skipped or fail while the others' are read: the map holds what
-// was read, and the error says why the rest was not.
-func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*snapshot.Snapshot, error) {
+// undecodable ones are missing from the map. With markers it reads their
+// negative-cache markers too, and reports the ids absent that have one. On
+// Cluster some masters' keys may be skipped or fail while the others' are
+// read: the map holds what was read, and the error says why the rest was
+// not.
+func (s *Store) readRedisMany(ctx context.Context, ids []string, markers bool) (found map[string]*snapshot.Snapshot, missing map[string]bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout/redisTimeoutShare)
 	defer cancel()
-	names := make([]string, len(ids))
-	for i, id := range ids {
-		names[i] = s.names.Snapshot(id)
+	per := 1
+	if markers {
+		per = 2
+	}
+	names := make([]string, 0, per*len(ids))
+	for _, id := range ids {
+		names = append(names, s.names.Snapshot(id))
+		if markers {
+			names = append(names, s.names.NotFound(id)) // in the snapshot's slot
+		}
 	}
 	vals, err := s.getKeys(ctx, names)
 	if vals == nil {
-		return nil, err
+		return nil, nil, err
 	}
-	found := make(map[string]*snapshot.Snapshot, len(ids))
-	for i, v := range vals {
+	found = make(map[string]*snapshot.Snapshot, len(ids))
+	for i, id := range ids {
+		v := vals[per*i]
 		var str string
 		switch v := v.(type) {
 		case string:
@@ -227,19 +237,27 @@ func (s *Store) readRedisMany(ctx context.Context, ids []string) (map[string]*sn
 			continue
 		default: // absent
 			s.stats.redisMisses.Add(1)
+			if markers {
+				if _, ok := vals[per*i+1].(string); ok {
+					if missing == nil {
+						missing = make(map[string]bool)
+					}
+					missing[id] = true
+				}
+			}
 			continue
 		}
 		snap, err := snapshot.Parse([]byte(str))
-		if err != nil || snap.TaskID != ids[i] {
+		if err != nil || snap.TaskID != id {
 			s.stats.redisMisses.Add(1)
-			s.log.DebugContext(ctx, "snapshot: undecodable snapshot in redis", "task_id", ids[i], "err", err)
+			s.log.DebugContext(ctx, "snapshot: undecodable snapshot in redis", "task_id", id, "err", err)
 			continue
 		}
 		snap.Origin = snapshot.OriginRedis
 		s.stats.redisHits.Add(1)
-		found[ids[i]] = snap
+		found[id] = snap
 	}
-	return found, err
+	return found, missing, err
 }
 
 // getKeys reads names with one round trip: MGET, or getEach on Cluster.
@@ -335,7 +353,9 @@ func (s *Store) writeBack(ctx context.Context, snaps []*snapshot.Snapshot) {
 	for i, snap := range snaps {
 		calls[i].keys, calls[i].args = rediswrite.WriteCall(s.names, snap, snapshot.TTLWithJitter(snap.Status))
 	}
-	for i, res := range s.runScripts(ctx, rediswrite.SetIfNewer, calls) {
+	results := s.runScripts(ctx, rediswrite.SetIfNewer, calls)
+	at := monotime() // after the writes, which a Redis read begun before may miss
+	for i, res := range results {
 		if res.err == nil {
 			res.err = s.countRefusal(rediswrite.Outcome(res.n).Err(snaps[i].TaskID))
 		}
@@ -344,8 +364,11 @@ func (s *Store) writeBack(ctx context.Context, snaps []*snapshot.Snapshot) {
 			s.log.WarnContext(ctx, "snapshot: write-back refused, redis holds the task as another tenant's", "task_id", snaps[i].TaskID, "tenant_id", snaps[i].TenantID)
 		case res.err != nil:
 			s.log.DebugContext(ctx, "snapshot: write-back failed", "task_id", snaps[i].TaskID, "err", res.err)
-		case rediswrite.Outcome(res.n) == rediswrite.Written:
-			s.stats.writeBacks.Add(1)
+		default: // Redis holds this version or a newer one
+			raise(s.writtenBack, snaps[i].TaskID, at)
+			if rediswrite.Outcome(res.n) == rediswrite.Written {
+				s.stats.writeBacks.Add(1)
+			}
 		}
 	}
 }
@@ -367,10 +390,14 @@ func (s *Store) setMissing(ctx context.Context, ids []string, inRedis bool) {
 	for i, id := range ids {
 		calls[i] = scriptCall{keys: []string{s.names.Snapshot(id), s.names.NotFound(id)}, args: []any{ttl}}
 	}
-	for i, res := range s.runScripts(ctx, setNotFoundScript, calls) {
+	results := s.runScripts(ctx, setNotFoundScript, calls)
+	at := monotime() // after the writes, as in writeBack
+	for i, res := range results {
 		if res.err != nil {
 			s.log.DebugContext(ctx, "snapshot: setting the negative cache failed", "task_id", ids[i], "err", res.err)
+			continue
 		}
+		raise(s.writtenBack, ids[i], at) // the marker, or a snapshot written meanwhile
 	}
 }
 
