@@ -49,7 +49,7 @@ func Demo(cfg DemoConfig) http.Handler {
 	}
 	d := &demo{cfg: cfg}
 	mux := http.NewServeMux()
-	mux.Handle("GET /", static(sub("demo")))
+	mux.Handle("GET /", static(sub("demo"), false))
 	mux.HandleFunc("POST /tasks", d.startTask)
 	mux.HandleFunc("GET /tasks", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", http.MethodPost)

@@ -58,6 +58,25 @@ func TestClientAndPageAreServed(t *testing.T) {
 	if resp.Request.URL.Path != "/demo/" {
 		t.Errorf("/demo ended at %s, want a redirect to /demo/", resp.Request.URL.Path)
 	}
+
+	// The client loads from every origin and is revalidated cheaply; the
+	// demo's files are the node's own page's.
+	resp, _ = do(t, http.MethodGet, n.URL+"/client/pushd.js", "", "")
+	etag := resp.Header.Get("ETag")
+	if resp.Header.Get("Access-Control-Allow-Origin") != "*" || resp.Header.Get("Cross-Origin-Resource-Policy") != "cross-origin" ||
+		!strings.HasPrefix(etag, `"`) || resp.Header.Get("Cache-Control") != "no-cache" {
+		t.Errorf("/client/pushd.js headers %v: want any origin, cross-origin resource policy, an ETag and no-cache", resp.Header)
+	}
+	req, _ := http.NewRequest(http.MethodGet, n.URL+"/client/pushd.js", nil)
+	req.Header.Set("If-None-Match", etag)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotModified {
+		t.Errorf("revalidating the client: %v %v, want 304", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if resp, _ := do(t, http.MethodGet, n.URL+"/demo/app.js", "", ""); resp.Header.Get("Access-Control-Allow-Origin") != "" || resp.Header.Get("ETag") == "" {
+		t.Errorf("/demo/app.js headers %v: want an ETag and no CORS", resp.Header)
+	}
 }
 
 func TestStartTaskEndpoint(t *testing.T) {

@@ -98,7 +98,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.JWTAudience, "jwt-audience", "", "comma-separated audiences: a token's aud claim must name one of them (401 otherwise); empty checks no audience")
 	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file holding --api-key, one trailing newline trimmed; set one of the two")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated addresses or CIDRs of load balancers whose X-Forwarded-For names the client for the per-address limits; empty trusts none")
-	fs.StringVar(&c.Origins, "allowed-origins", "", "comma-separated origin patterns (host or scheme://host, with * wildcards) whose pages may open WebSockets and use the token cookie, besides the server's own host; other origins get 403")
+	fs.StringVar(&c.Origins, "allowed-origins", "", "comma-separated origin patterns (host or scheme://host, with * wildcards) whose pages may stream (SSE and WebSocket), read snapshots with fetch and use the token cookie, besides the server's own host; other origins get 403 or no CORS headers")
 	c.DrainTimeout = 10 * time.Second
 	flagval.Duration(fs, &c.DrainTimeout, "drain-timeout", "how long shutdown spends closing connections")
 	fs.StringVar(&c.DebugListen, "debug-listen", "", "address for net/http/pprof (e.g. 127.0.0.1:6060); empty serves none; keep it private; a request must arrive within --request-timeout, and a profile or trace last under 2 minutes")
