@@ -34,6 +34,13 @@ export interface ClientOptions {
   /** The pushd server's base URL; default the page's origin (required outside a browser). */
   url?: string;
   /**
+   * Several nodes' base URLs, instead of url: the client starts at one
+   * picked at random and moves on to the next after a connection fails or
+   * its node drains, resuming with its cursor. A balancer in front of the
+   * nodes, passed as url, stays the usual setup.
+   */
+  urls?: string[];
+  /**
    * A token, or a function returning one (called again after a 401 or a
    * token_expired close). A token string the server refuses (401) ends the
    * client: an error event, then the closed state.
@@ -121,6 +128,8 @@ export interface ReconnectingDetail {
   reason: string;
   attempt: number;
   polling: boolean;
+  /** The URL the next attempt goes to: with urls, the next of the list. */
+  url: string;
 }
 
 /** A refused subscription, a server error message, or a client-side problem. */
@@ -239,6 +248,8 @@ export declare class PushdClient extends EventTarget {
   readonly transport: Transport;
   readonly serverMode: ServerMode | null;
   readonly node: string;
+  /** The URL the client connects and polls to now: one of urls, or url. */
+  readonly url: string;
   /** A copy of the newest snapshot of every task held. */
   readonly tasks: Map<string, TaskSnapshot>;
   readonly stats: ClientStats;

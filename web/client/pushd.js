@@ -56,6 +56,10 @@
 //   and one that is not a finite number from 0 up as none: a timer fires
 //   a wait past 2^31-1 ms at once, and a hostile or broken server could
 //   otherwise turn its wait into a storm of reconnects.
+// - Knows more than one node when given urls: it starts at one picked at
+//   random, so a fleet's clients spread over the list, and moves on to the
+//   next after a connection fails or its node drains, resuming with its
+//   cursor. A balancer in front of the nodes stays the usual setup.
 // - Reports its state ("connecting", "streaming", "polling", "idle",
 //   "closed") and the server's mode ("push" or "polling") as events: a
 //   state event each time what it reports changes, once.
@@ -112,6 +116,7 @@ export const State = Object.freeze({
 
 const DEFAULTS = {
   url: '',
+  urls: [],
   transport: 'sse',
   tasks: [],
   projects: [],
@@ -223,7 +228,11 @@ function refusalOf(m) {
 export class PushdClient extends EventTarget {
   // Settings.
   #opt;
-  #base; // the server's origin and path prefix, without a trailing slash
+  // The servers' origins and path prefixes, without a trailing slash: the
+  // urls option, or the url option (the page's origin by default) alone.
+  #bases;
+  #baseAt = 0; // the one connections and polls go to now
+  get #base() { return this.#bases[this.#baseAt]; }
 
   // What the page asked for. Terminal tasks leave #wantTasks (nothing more
   // will come for them); held non-terminal tasks are resubscribed on every
@@ -274,8 +283,13 @@ export class PushdClient extends EventTarget {
     this.#opt = { ...DEFAULTS };
     for (const [k, v] of Object.entries(options)) if (v !== undefined) this.#opt[k] = v;
     const origin = typeof location !== 'undefined' ? location.origin : '';
-    this.#base = (this.#opt.url || origin).replace(/\/+$/, '');
-    if (!this.#base) throw new TypeError('pushd: options.url is required outside a browser page');
+    const urls = Array.isArray(this.#opt.urls) ? this.#opt.urls : [];
+    if (urls.length && this.#opt.url) throw new TypeError('pushd: pass options.url or options.urls, not both');
+    this.#bases = (urls.length ? urls : [this.#opt.url || origin]).map((u) => String(u || '').replace(/\/+$/, ''));
+    if (this.#bases.some((b) => !b)) throw new TypeError('pushd: options.url is required outside a browser page');
+    // Each client starts at a node of its own, so a list spreads a fleet's
+    // clients as a balancer would.
+    this.#baseAt = Math.floor(Math.random() * this.#bases.length);
     this.#transport = this.#opt.transport === 'ws' ? 'ws' : 'sse';
     // Outside a browser (Node.js) the page passes the constructors in.
     this.#WebSocket = this.#opt.WebSocket ?? globalThis.WebSocket;
@@ -301,6 +315,8 @@ export class PushdClient extends EventTarget {
   get transport() { return this.#transport; }
   get serverMode() { return this.#serverMode; }
   get node() { return this.#node; }
+  /** The URL the client connects and polls to now: one of options.urls, or options.url. */
+  get url() { return this.#base; }
   /** The newest snapshot of every task the client holds. */
   get tasks() { return new Map(this.#tasks); }
   get stats() { return { ...this.#stats }; }
@@ -803,6 +819,9 @@ export class PushdClient extends EventTarget {
       } else if (!hadHello) this.#failures++;
     }
     if (!this.#started) return;
+    // The node failed or drains: the next of the list may not. The cursor
+    // goes along: the nodes of a fleet share what it names.
+    if (this.#bases.length > 1) this.#baseAt = (this.#baseAt + 1) % this.#bases.length;
     if (!this.#polling && this.#failures >= this.#opt.fallbackAfter) {
       this.#stats.fallbacks++;
       this.#startPolling(reason);
@@ -810,7 +829,7 @@ export class PushdClient extends EventTarget {
     if (this.#polling) delay = Math.max(delay, this.#opt.streamRetryMs);
     else this.#setState(State.CONNECTING);
     this.#stats.reconnects++;
-    this.#emit('reconnecting', { delayMs: delay, reason, attempt: this.#attempt, polling: this.#polling });
+    this.#emit('reconnecting', { delayMs: delay, reason, attempt: this.#attempt, polling: this.#polling, url: this.#base });
     this.#retryTimer = setTimeout(() => {
       this.#retryTimer = null;
       this.#connect();
