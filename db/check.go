@@ -23,6 +23,10 @@ var schemaChecks = []struct{ migration, sql string }{
 // which pushd can read nothing from the database.
 const TasksMigration = "0001_generation_tasks.sql"
 
+// ChangesMigration is the migration that announces each committed change
+// of a task: only nodes that read the changes (--read-changes) need it.
+const ChangesMigration = "0006_task_changes.sql"
+
 var sqlSchema = func() string {
 	parts := make([]string, len(schemaChecks))
 	for i, c := range schemaChecks {

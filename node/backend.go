@@ -298,6 +298,13 @@ func checkDatabase(ctx context.Context, cfg Config, pool *pgxpool.Pool, c *pgcon
 			"addr", net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))), "database", c.Database, "user", c.User, "err", err)
 		return
 	}
+	if i := slices.Index(missing, db.ChangesMigration); i >= 0 {
+		missing = slices.Delete(missing, i, i+1)
+		if cfg.ReadChanges {
+			cfg.Logger.Warn("--read-changes: postgres lacks the trigger that announces committed changes: a row committed alone reaches no one until a repair round finds it; apply "+db.ChangesMigration,
+				"database", c.Database)
+		}
+	}
 	if len(missing) > 0 {
 		cfg.Logger.Warn("postgres lacks part of the schema pushd reads: apply every file of db/migrations (the Task State Service owns the schema in production)",
 			"missing", strings.Join(missing, ","), "database", c.Database)
