@@ -616,6 +616,13 @@ func TestChartRedisCluster(t *testing.T) {
 	if e["PUSHD_STREAMS"].Value != "true" || e["PUSHD_STREAM_MAXLEN"].Value != "10000" {
 		t.Errorf("streams: PUSHD_STREAMS %q, PUSHD_STREAM_MAXLEN %q", e["PUSHD_STREAMS"].Value, e["PUSHD_STREAM_MAXLEN"].Value)
 	}
+	if v, ok := e["PUSHD_READ_CHANGES"]; ok {
+		t.Errorf("PUSHD_READ_CHANGES set by default: %+v", v)
+	}
+	vals["database"] = map[string]any{"enabled": true, "readChanges": true}
+	if e := env(container(render(t, vals))); e["PUSHD_READ_CHANGES"].Value != "true" {
+		t.Errorf("database.readChanges: PUSHD_READ_CHANGES %+v, want true", e["PUSHD_READ_CHANGES"])
+	}
 }
 
 func TestChartStandaloneRoleURLs(t *testing.T) {
@@ -931,6 +938,10 @@ func TestChartRefusesBadValues(t *testing.T) {
 		}, "config.drain-timeout"},
 		{"config with a flag's dashes", func(v map[string]any) { v["config"] = map[string]any{"--heartbeat": "5s"} }, "'--heartbeat'"},
 		{"existing Secret and values", func(v map[string]any) { v["secrets"].(map[string]any)["existingSecret"] = "mine" }, "existingSecret"},
+		{"reading the changes without a database", func(v map[string]any) {
+			v["database"] = map[string]any{"enabled": false, "readChanges": true}
+			delete(v["secrets"].(map[string]any), "databaseUrl")
+		}, "database.readChanges"},
 		{"memory limit GOMEMLIMIT cannot follow", func(v map[string]any) {
 			v["resources"] = map[string]any{"limits": map[string]any{"memory": "800M"}}
 		}, "goMemLimit"},

@@ -90,5 +90,5 @@ are told plus the half of the drain over which they are told. */}}
 {{- define "pushd.managedSettings" -}}
 listen admin-listen node-name drain-timeout reconnect-after max-conns expected-nodes trusted-proxies
 redis-url redis-cluster redis-cache-url redis-control-url redis-realtime-url key-prefix
-database-url streams stream-maxlen jwt-secret jwt-secret-file jwt-public-key api-key api-key-file
+database-url read-changes streams stream-maxlen jwt-secret jwt-secret-file jwt-public-key api-key api-key-file
 {{- end }}
