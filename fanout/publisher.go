@@ -40,11 +40,11 @@ type RedisClient interface {
 // the tenant's slot that also removes the journal entry (rediswrite.Announce;
 // with WithStream it appends to the tenant's stream too). A publisher that
 // dies between the write and the announcement leaves the entry, and the
-// nodes' Reconciler announces the stored version. It announces only a
-// version that is stored, and announces a version stored by an earlier call
-// again, so a caller that retries after a failed announcement reaches the
-// watchers; a retry appends no second stream entry for a version whose first
-// one is still among the stream's newest.
+// nodes' reconcile (converge.Reconciler) announces the stored version. It
+// announces only a version that is stored, and announces a version stored
+// by an earlier call again, so a caller that retries after a failed
+// announcement reaches the watchers; a retry appends no second stream
+// entry for a version whose first one is still among the stream's newest.
 //
 // A snapshot of a task that Redis holds as another tenant's is refused
 // with snapshot.ErrTenantMismatch, one whose stored document cannot be read

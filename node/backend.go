@@ -58,7 +58,7 @@ type backend struct {
 	// reconciler announces what died between its write and its
 	// announcement: only on Redis Cluster and split Redis, where those are
 	// two steps (nil elsewhere).
-	reconciler *fanout.Reconciler
+	reconciler *converge.Reconciler
 	// changes publishes what PostgreSQL commits, while this node holds
 	// the fleet's lease: with ReadChanges only (nil otherwise).
 	changes *converge.ChangeReader
@@ -225,7 +225,7 @@ func (b *backend) addReconciler(cfg Config, t tuning, r redisRoles, names keys.N
 	if cfg.Streams {
 		rc.StreamMaxLen = cfg.StreamMaxLen
 	}
-	b.reconciler = fanout.NewReconciler(rc)
+	b.reconciler = converge.NewReconciler(rc)
 	b.onClose(b.reconciler.Close) // before the clients it reads
 }
 

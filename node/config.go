@@ -10,7 +10,7 @@ import (
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/auth"
 	"github.com/pushd/pushd/auth/session"
-	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/converge"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/node/internal/api"
@@ -114,7 +114,7 @@ type Config struct {
 	// on two Redis servers, the announcing of the snapshots of publishes
 	// that died between their write and their announcement. The node
 	// sets everything but Interval and Grace.
-	Reconcile fanout.ReconcileConfig
+	Reconcile converge.ReconcileConfig
 
 	// Sessions configures the lookups of opaque session tokens (negative
 	// cache, PostgreSQL bound); the node sets its Redis (the control role),

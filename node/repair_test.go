@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pushd/pushd/fanout"
+	"github.com/pushd/pushd/converge"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/node"
@@ -22,7 +22,7 @@ import (
 // and realtime roles on two Redis servers; on one standalone Redis the
 // write and the announcement are one script, and nothing reconciles.
 func TestUnannouncedWriteReachesWatchers(t *testing.T) {
-	reconcile := fanout.ReconcileConfig{Interval: 100 * time.Millisecond, Grace: 50 * time.Millisecond}
+	reconcile := converge.ReconcileConfig{Interval: 100 * time.Millisecond, Grace: 50 * time.Millisecond}
 	t.Run("split", func(t *testing.T) {
 		cache, realtime := testenv.StartRedis(t), testenv.StartRedis(t)
 		srv := startNode(t, node.Config{RedisURL: realtime.URL, RedisCacheURL: cache.URL, Reconcile: reconcile})

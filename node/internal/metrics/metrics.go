@@ -61,8 +61,10 @@ type PostgresPool interface{ Stat() *pgxpool.Stat }
 type RedisPool interface{ PoolStats() *redis.PoolStats }
 
 // ReconcileStats is the node's reconcile of the unannounced journal
-// (fanout.Reconciler).
-type ReconcileStats interface{ Stats() fanout.ReconcileStats }
+// (converge.Reconciler).
+type ReconcileStats interface {
+	Stats() converge.ReconcileStats
+}
 
 // ChangeStats is the node's change reader (converge.ChangeReader).
 type ChangeStats interface{ Stats() converge.ChangeStats }

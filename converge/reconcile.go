@@ -1,7 +1,8 @@
-package fanout
+package converge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"log/slog"
@@ -238,7 +239,8 @@ func (r *Reconciler) repair(ctx context.Context, entries []pendingEntry) error {
 
 // announce announces stored as a retry would, removing p.
 func (r *Reconciler) announce(ctx context.Context, stored *snapshot.Snapshot, p rediswrite.Pending) error {
-	msg, err := notificationMessage(stored)
+	// The hint a publisher sends (fanout.RedisPublisher), byte for byte.
+	msg, err := json.Marshal(snapshot.NotificationFor(stored))
 	if err != nil {
 		return err
 	}

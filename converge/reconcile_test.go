@@ -1,19 +1,20 @@
-package fanout
+package converge
 
 import (
-	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/keys"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/snapshot/rediswrite"
 )
+
+var clusterNames = keys.Names{Cluster: true}
 
 // threeStepFixture is a mode whose publish takes three steps, with a bus
 // subscribed to its tenants: Redis Cluster (tenants on every master), or
@@ -22,33 +23,58 @@ import (
 type threeStepFixture struct {
 	snapshots, realtime redis.UniversalClient
 	names               keys.Names
-	pub                 *RedisPublisher
+	pub                 *fanout.RedisPublisher
 	bus                 interface{ Subscribed() []string }
 	notes               <-chan snapshot.Notification
 	tenants             []string
 }
 
+// notes is a bus's Handler that hands what it hears to a channel.
+type notes chan snapshot.Notification
+
+func (n notes) Notify(s snapshot.Notification) {
+	select {
+	case n <- s:
+	default: // the tests hear a few; a full channel fails them by what is missing
+	}
+}
+
+func (n notes) Resync(string) {}
+
+// startBus starts b delivering to a channel and subscribes tenants.
+func startBus(t *testing.T, b fanout.Bus, tenants []string) <-chan snapshot.Notification {
+	t.Helper()
+	ch := make(notes, 64)
+	b.Start(ch)
+	t.Cleanup(func() { b.Close() })
+	for _, tenant := range tenants {
+		if _, err := b.Subscribe(testenv.Context(t), tenant); err != nil {
+			t.Fatalf("subscribe %s: %v", tenant, err)
+		}
+	}
+	return ch
+}
+
 // threeStepModes runs test on Redis Cluster and on split Redis.
 func threeStepModes(t *testing.T, test func(t *testing.T, f *threeStepFixture)) {
 	t.Run("cluster", func(t *testing.T) {
-		c := newClusterFixture(t, 1)
-		for _, tenant := range c.tenants {
-			mustSubscribe(t, c.bus, tenant)
+		c := testenv.StartRedisCluster(t, 3)
+		cl := c.Client()
+		tenants, _ := c.Spread(1, func(i int) string { return fmt.Sprintf("t%d", i) }, clusterNames.Channel)
+		b := fanout.NewClusterBus(fanout.BusConfig{Client: cl, Names: clusterNames, Linger: 200 * time.Millisecond})
+		test(t, &threeStepFixture{snapshots: cl, realtime: cl, names: clusterNames,
+			pub: fanout.NewRedisPublisher(cl, clusterNames), bus: b, notes: startBus(t, b, tenants), tenants: tenants})
+		if n := c.ErrorCount("CROSSSLOT"); n != 0 {
+			t.Fatalf("the cluster answered CROSSSLOT %d times", n)
 		}
-		test(t, &threeStepFixture{snapshots: c.cl, realtime: c.cl, names: clusterNames,
-			pub: NewRedisPublisher(c.cl, clusterNames), bus: c.bus, notes: c.r.notes, tenants: c.tenants})
-		c.noCrossSlot(t)
 	})
 	t.Run("split", func(t *testing.T) {
 		cache := testenv.SharedRedis(t)
 		realtime := testenv.StartRedis(t).Client()
-		b, r := newBus(t, realtime, cache.Names, BusConfig{})
+		b := fanout.NewRedisBus(fanout.BusConfig{Client: realtime, Names: cache.Names})
 		tenants := []string{testenv.UniqueID("tenant"), testenv.UniqueID("tenant")}
-		for _, tenant := range tenants {
-			mustSubscribe(t, b, tenant)
-		}
 		test(t, &threeStepFixture{snapshots: cache.Client, realtime: realtime, names: cache.Names,
-			pub: NewSplitRedisPublisher(cache.Client, realtime, cache.Names), bus: b, notes: r.notes, tenants: tenants})
+			pub: fanout.NewSplitRedisPublisher(cache.Client, realtime, cache.Names), bus: b, notes: startBus(t, b, tenants), tenants: tenants})
 	})
 }
 
@@ -62,11 +88,23 @@ func (f *threeStepFixture) reconciler(grace time.Duration) *Reconciler {
 // journal returns the entries of tenant's journal.
 func (f *threeStepFixture) journal(t *testing.T, tenant string) []redis.Z {
 	t.Helper()
-	zs, err := f.realtime.ZRangeWithScores(testContext(t), f.names.Unannounced(tenant), 0, -1).Result()
+	zs, err := f.realtime.ZRangeWithScores(testenv.Context(t), f.names.Unannounced(tenant), 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return zs
+}
+
+// next is the next notification heard.
+func (f *threeStepFixture) next(t *testing.T, what string) snapshot.Notification {
+	t.Helper()
+	select {
+	case n := <-f.notes:
+		return n
+	case <-time.After(testenv.Wait):
+		t.Fatalf("no %s within %v", what, testenv.Wait)
+		return snapshot.Notification{}
+	}
 }
 
 // heard waits for the next notification and fails unless it is v of
@@ -75,28 +113,45 @@ func (f *threeStepFixture) journal(t *testing.T, tenant string) []redis.Z {
 // first.
 func (f *threeStepFixture) heard(t *testing.T, tenant string, v int64) {
 	t.Helper()
-	n := next(t, f.notes, fmt.Sprintf("v%d of %s", v, tenant))
+	n := f.next(t, fmt.Sprintf("v%d of %s", v, tenant))
 	if n.TenantID != tenant || n.TaskID != "task-"+tenant || n.Version != v {
 		t.Fatalf("heard %+v, want v%d of %s", n, v, tenant)
 	}
 }
 
+// journalAndWrite takes a three-step publish's first two steps, journal and
+// write, as a publisher that dies before the third.
+func (f *threeStepFixture) journalAndWrite(t *testing.T, s *snapshot.Snapshot) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	if _, err := rediswrite.Journal(ctx, f.realtime, f.names, s); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := rediswrite.WriteIfNewer(ctx, f.snapshots, f.names, s, 0); err != nil || out != rediswrite.Written {
+		t.Fatalf("%s: write = %v, %v", s.TenantID, out, err)
+	}
+}
+
+func testSnapshot(t *testing.T, tenant, task string, version int64) *snapshot.Snapshot {
+	t.Helper()
+	s, err := snapshot.Parse(fmt.Appendf(nil,
+		`{"task_id":%q,"tenant_id":%q,"project_id":"p1","user_id":"u1","status":"RUNNING","progress":45,"version":%d,"updated_at":1710000000000}`,
+		task, tenant, version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // A publisher that dies between the snapshot write and its announcement
 // leaves its journal entry; a node's reconcile, started after, announces
-// the stored version and removes the entry. The fanout-level stand-in for
-// a watching node is the bus subscribed to the tenant.
+// the stored version and removes the entry. The stand-in for a watching
+// node is a bus subscribed to the tenant.
 func TestReconcileAnnouncesAWriteNeverAnnounced(t *testing.T) {
 	threeStepModes(t, func(t *testing.T, f *threeStepFixture) {
-		ctx := testContext(t)
+		ctx := testenv.Context(t)
 		for _, tenant := range f.tenants {
-			s := testSnapshot(t, tenant, "task-"+tenant, 3)
-			pending, err := f.pub.journal(ctx, s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out, err := f.pub.write(ctx, s, pending); err != nil || out != rediswrite.Written {
-				t.Fatalf("%s: write = %v, %v", tenant, out, err)
-			}
+			f.journalAndWrite(t, testSnapshot(t, tenant, "task-"+tenant, 3))
 			// The publisher dies here.
 			if zs := f.journal(t, tenant); len(zs) != 1 || zs[0].Member != "task-"+tenant+" 3" {
 				t.Fatalf("%s: journal %v, want the pending v3", tenant, zs)
@@ -105,14 +160,18 @@ func TestReconcileAnnouncesAWriteNeverAnnounced(t *testing.T) {
 				t.Fatalf("%s: journal PTTL %v, want at most %v", tenant, ttl, rediswrite.JournalTTL)
 			}
 		}
-		none(t, f.notes, "notification before the reconcile")
+		select {
+		case n := <-f.notes:
+			t.Fatalf("notification before the reconcile: %+v", n)
+		default:
+		}
 
 		rc := f.reconciler(50 * time.Millisecond)
 		rc.Start()
 		t.Cleanup(rc.Close)
 		announced := map[string]bool{}
 		for range f.tenants {
-			n := next(t, f.notes, "a repaired announcement")
+			n := f.next(t, "a repaired announcement")
 			if n.TaskID != "task-"+n.TenantID || n.Version != 3 || n.Status != "RUNNING" {
 				t.Fatalf("heard %+v, want v3 of a tenant's task", n)
 			}
@@ -137,14 +196,14 @@ func TestReconcileAnnouncesAWriteNeverAnnounced(t *testing.T) {
 // coming), then removes it. Entries are aged by rewriting their score.
 func TestReconcileForgetsAPublishNeverWritten(t *testing.T) {
 	threeStepModes(t, func(t *testing.T, f *threeStepFixture) {
-		ctx := testContext(t)
+		ctx := testenv.Context(t)
 		tenant := f.tenants[0]
 		task := "task-" + tenant
 		if _, err := f.pub.Publish(ctx, testSnapshot(t, tenant, task, 1)); err != nil {
 			t.Fatal(err)
 		}
 		f.heard(t, tenant, 1)
-		if _, err := f.pub.journal(ctx, testSnapshot(t, tenant, task, 2)); err != nil {
+		if _, err := rediswrite.Journal(ctx, f.realtime, f.names, testSnapshot(t, tenant, task, 2)); err != nil {
 			t.Fatal(err)
 		}
 		// The publisher dies here.
@@ -181,119 +240,28 @@ func TestReconcileForgetsAPublishNeverWritten(t *testing.T) {
 	})
 }
 
-// A publish, written or stale, leaves no journal entry, and costs one round
-// trip more than before the journal: journal, write, announce (a stale one:
-// journal, write, forget).
-func TestThreeStepPublishLeavesNoJournal(t *testing.T) {
+// A later publish still in flight when an earlier one of the same task
+// completes keeps its entry (fanout's TestAnnounceKeepsALaterPublishInFlight
+// shows the journal); when its publisher dies after its write, the
+// reconcile announces it.
+func TestReconcileAnnouncesALaterPublishLeftInFlight(t *testing.T) {
 	threeStepModes(t, func(t *testing.T, f *threeStepFixture) {
-		ctx := testContext(t)
-		var calls atomic.Int64
-		count := countingHook{&calls}
-		var pub *RedisPublisher
-		if cl, ok := f.realtime.(*redis.ClusterClient); ok {
-			counted := redis.NewClusterClient(cl.Options())
-			t.Cleanup(func() { counted.Close() })
-			counted.AddHook(count)
-			pub = NewRedisPublisher(counted, f.names)
-		} else {
-			counted := []*redis.Client{
-				redis.NewClient(f.snapshots.(*redis.Client).Options()),
-				redis.NewClient(f.realtime.(*redis.Client).Options()),
-			}
-			for _, c := range counted {
-				t.Cleanup(func() { c.Close() })
-				c.AddHook(count)
-			}
-			pub = NewSplitRedisPublisher(counted[0], counted[1], f.names)
-		}
-		for _, tenant := range f.tenants {
-			task := "task-" + tenant
-			// The first written and the first stale publish load the
-			// scripts where they are missing; the last two are counted.
-			for i, step := range []struct {
-				version int64
-				written bool
-			}{{2, true}, {1, false}, {3, true}, {1, false}} {
-				calls.Store(0)
-				written, err := pub.Publish(ctx, testSnapshot(t, tenant, task, step.version))
-				if err != nil || written != step.written {
-					t.Fatalf("%s: publish v%d = %v, %v; want %v", tenant, step.version, written, err, step.written)
-				}
-				if step.written {
-					f.heard(t, tenant, step.version)
-				}
-				if n := calls.Load(); i >= 2 && n != 3 {
-					t.Fatalf("%s: publish v%d took %d round trips, want 3", tenant, step.version, n)
-				}
-				if zs := f.journal(t, tenant); len(zs) != 0 {
-					t.Fatalf("%s: journal %v after publish v%d, want it empty", tenant, zs, step.version)
-				}
-			}
-		}
-	})
-}
-
-// countingHook counts the commands and pipelines a client sends, each one
-// round trip.
-type countingHook struct{ n *atomic.Int64 }
-
-func (h countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
-// An earlier publish's announcement never removes the entry of a later
-// publish still in flight, whether of a newer version (another member) or
-// a retry of the same one (a higher score): the later publisher dies after
-// its write, and the reconcile still announces it.
-func TestAnnounceKeepsALaterPublishInFlight(t *testing.T) {
-	threeStepModes(t, func(t *testing.T, f *threeStepFixture) {
-		ctx := testContext(t)
+		ctx := testenv.Context(t)
 		tenant := f.tenants[0]
 		task := "task-" + tenant
-		s1, s2 := testSnapshot(t, tenant, task, 1), testSnapshot(t, tenant, task, 2)
-		p1, err := f.pub.journal(ctx, s1)
+		s2 := testSnapshot(t, tenant, task, 2)
+		p2, err := rediswrite.Journal(ctx, f.realtime, f.names, s2) // a later publish of v2 begins
 		if err != nil {
 			t.Fatal(err)
 		}
-		p2, err := f.pub.journal(ctx, s2) // a later publish of v2 begins
-		if err != nil {
-			t.Fatal(err)
-		}
-		retry, err := f.pub.journal(ctx, s1) // and a retry of v1
-		if err != nil || retry.Since <= p1.Since {
-			t.Fatalf("retry's journal = %+v, %v; want a score above %d", retry, err, p1.Since)
-		}
-		out, err := f.pub.write(ctx, s1, p1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.pub.announce(ctx, s1, out, p1, mustNotification(t, s1)); err != nil {
+		if _, err := f.pub.Publish(ctx, testSnapshot(t, tenant, task, 1)); err != nil {
 			t.Fatal(err)
 		}
 		f.heard(t, tenant, 1)
-		want := map[string]float64{task + " 1": float64(retry.Since), task + " 2": float64(p2.Since)}
-		if zs := f.journal(t, tenant); len(zs) != 2 || want[zs[0].Member.(string)] != zs[0].Score || want[zs[1].Member.(string)] != zs[1].Score {
-			t.Fatalf("journal %v after v1's announcement, want the retry's and v2's entries %v", zs, want)
+		if out, err := rediswrite.WriteIfNewer(ctx, f.snapshots, f.names, s2, 0); err != nil || out != rediswrite.Written {
+			t.Fatalf("write v2 = %v, %v", out, err)
 		}
-		if _, err := f.pub.write(ctx, s2, p2); err != nil {
-			t.Fatal(err)
-		}
-		// v2's publisher dies here; the retry of v1 finds v2 stored.
-		if out, err := f.pub.write(ctx, s1, retry); err != nil || out != rediswrite.Stale {
-			t.Fatalf("retry of v1 = %v, %v; want stale", out, err)
-		}
+		// v2's publisher dies here.
 		rc := f.reconciler(time.Millisecond)
 		testenv.Eventually(t, "v2's entry older than the grace", func() bool { return time.Now().UnixMilli() > p2.Since+1 })
 		if err := rc.round(ctx); err != nil {
@@ -304,13 +272,4 @@ func TestAnnounceKeepsALaterPublishInFlight(t *testing.T) {
 			t.Fatalf("journal %v after the reconcile, want it empty", zs)
 		}
 	})
-}
-
-func mustNotification(t *testing.T, s *snapshot.Snapshot) []byte {
-	t.Helper()
-	msg, err := notificationMessage(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return msg
 }
