@@ -1,7 +1,13 @@
 // Package converge brings Redis and the hints into agreement with
 // PostgreSQL, the truth, for changes nobody announced. It has one job,
-// done by two workers each node runs:
+// done by three workers each node with Redis runs:
 //
+//   - Repairer (repair.go, check.go, check_scope.go, check.lua): the
+//     repair rounds' checks of the tasks and scopes the node's connections
+//     watch, against Redis and, one node of the fleet per task or scope and
+//     interval (a claim in Redis), against PostgreSQL; what PostgreSQL
+//     holds newer is published, what Redis holds is announced again. Its
+//     bounds and costs: docs/DESIGN.md, "Repair: changes never announced".
 //   - Reconciler (reconcile.go), on Redis Cluster and split Redis, where a
 //     publish writes and announces in two steps: it announces the stored
 //     snapshot of a publish that died between the two, from the tenant's

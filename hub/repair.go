@@ -13,8 +13,9 @@ import (
 // Checker is what the repair rounds read watched tasks through: a change
 // written and never announced (a lost hint, a writer that died between its
 // steps, a failover that lost writes) is found there, the database version
-// winning. node fills it in with the snapshot store and the node's
-// publisher; nil means no repair (the embedded mode, where nothing is lost).
+// winning. node fills it in with a converge.Repairer, over the snapshot
+// store and the node's publisher; nil means no repair (the embedded mode,
+// where nothing is lost).
 type Checker interface {
 	// Check returns the newest snapshot found of each task of ids (at most
 	// RepairBatch). finished asks for the tasks last found finished too,

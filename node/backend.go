@@ -46,6 +46,7 @@ type backend struct {
 	// Nil in the embedded mode.
 	store    *store.Store
 	busStats metrics.BusStats
+	cache    redis.UniversalClient // the store's: snapshots, and the repair's markers
 	control  redis.UniversalClient // admission limits, leases and sessions
 	names    keys.Names
 	// redisPools are the Redis clients by the roles they serve, for metrics.
@@ -62,6 +63,9 @@ type backend struct {
 	// changes publishes what PostgreSQL commits, while this node holds
 	// the fleet's lease: with ReadChanges only (nil otherwise).
 	changes *converge.ChangeReader
+	// repairer is the repair rounds' checks: on every Redis mode (nil
+	// embedded, where nothing is lost).
+	repairer *converge.Repairer
 
 	closers []func() // in the order they were made; close runs them backwards
 	attrs   []any    // how the mode runs, for the start-up log line
@@ -123,7 +127,29 @@ func newBackend(ctx context.Context, cfg Config, t tuning) (*backend, error) {
 	if cfg.ReadChanges && b.pool != nil {
 		b.addChangeReader(cfg)
 	}
+	if b.store != nil {
+		b.addRepairer(cfg)
+	}
 	return b, nil
+}
+
+// addRepairer makes the repair rounds' checks over the store, whose
+// repairs the node's publisher, counted, stores and announces, as a Task
+// State Service would have.
+func (b *backend) addRepairer(cfg Config) {
+	b.repairer = converge.NewRepairer(converge.RepairConfig{
+		Store: b.store, Redis: b.cache, Names: b.names, Publisher: b.publisher, Announcer: b.announcer,
+		Interval: cfg.Hub.RepairInterval, Logger: cfg.Logger,
+	})
+}
+
+// repairStats is the repairer for the metrics: a nil interface without
+// one.
+func (b *backend) repairStats() metrics.RepairStats {
+	if b.repairer == nil {
+		return nil
+	}
+	return b.repairer
 }
 
 // addChangeReader makes the node's change reader, publishing through the
@@ -189,6 +215,7 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redis
 			return err
 		}
 	}
+	b.cache = r.cache
 	b.store = store.New(store.Config{Redis: r.cache, DB: b.pool, Names: names, FetchTimeout: t.snapshotFetchTimeout, Logger: cfg.Logger})
 	b.onClose(func() { b.store.Close() }) // waits for fetches callers gave up on, before their clients go
 	b.source = b.store

@@ -21,6 +21,7 @@ import (
 
 	"github.com/pushd/pushd/admission"
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/converge"
 	"github.com/pushd/pushd/fanout"
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/adminhost"
@@ -150,7 +151,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 // the admin port. Every route answers only to the listener's own names
 // (Config.AdminHosts).
 func (n *Node) adminHandler() http.Handler {
-	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm, Publisher: n.be.published, Reconcile: n.be.reconcileStats(), Changes: n.be.changeStats(), RedisPools: n.be.redisPools, Postgres: n.be.postgresPool()})
+	registry := metrics.NewRegistry(metrics.Sources{Hub: n.hub, Store: n.be.store, Bus: n.be.busStats, Stream: n.be.tailer, Admission: n.adm, Publisher: n.be.published, Reconcile: n.be.reconcileStats(), Changes: n.be.changeStats(), Repair: n.be.repairStats(), RedisPools: n.be.redisPools, Postgres: n.be.postgresPool()})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(n.cfg.Logger.Handler(), slog.LevelWarn)}))
 	mux.Handle("GET /healthz", n.handler)
@@ -163,12 +164,13 @@ func (n *Node) adminHandler() http.Handler {
 }
 
 // checker is the hub's repair Checker: the backend's, unless a test runs
-// without repair.
+// without repair; nil (no repair) in the embedded mode, where nothing is
+// lost.
 func (n *Node) checker() hub.Checker {
-	if n.tuning.noRepair {
+	if n.tuning.noRepair || n.be.repairer == nil {
 		return nil
 	}
-	return n.be.checker(n.cfg.Hub.RepairInterval)
+	return n.be.repairer
 }
 
 // planNames are the configured plans (admission's defaults when none are):
@@ -264,6 +266,9 @@ func (n *Node) Admission() *admission.Controller { return n.adm }
 
 // Stream is the node's stream tailer; nil without streams.
 func (n *Node) Stream() *stream.Tailer { return n.be.tailer }
+
+// Repairer is the node's repair rounds; nil in the embedded mode.
+func (n *Node) Repairer() *converge.Repairer { return n.be.repairer }
 
 // Serve accepts connections on l until Shutdown or Close. Serve after
 // Shutdown returns at once.

@@ -355,7 +355,7 @@ func measureRepair(t *testing.T, nodes []*server, interval time.Duration, slots 
 			}
 			s.cost = repairCost{}
 			for _, srv := range nodes {
-				st := srv.Store().Stats()
+				st := srv.Repairer().Stats()
 				s.cost.queries += st.CheckQueries
 				s.cost.rows += st.CheckRows
 				s.cost.scopes += st.ScopesListed

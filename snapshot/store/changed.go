@@ -8,6 +8,11 @@ import (
 	"github.com/pushd/pushd/snapshot"
 )
 
+// MaxCheck bounds the ids of one Rows, one PostgreSQL query: a batch of
+// the repair checks of package converge, whose claims and query of
+// versions it bounds too.
+const MaxCheck = 1000
+
 // Rows reads the rows of ids (at most MaxCheck) from PostgreSQL,
 // never from Redis or the cache, in a query sent after the call began (a
 // read of the same tasks sent earlier is not shared: it may predate the

@@ -10,10 +10,6 @@ func OnDBReadRegistered(s *Store, f func()) { s.registered = f }
 // it before the Store's first read.
 func OnRedisMissed(s *Store, f func()) { s.missedRedis = f }
 
-// SlowCheck is how long a check's PostgreSQL part may take before it is
-// reported slow.
-const SlowCheck = slowCheck
-
 // AsksPending is how many callers' Redis reads are queued or in the MGET
 // in flight.
 func AsksPending(s *Store) int {

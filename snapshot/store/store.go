@@ -125,17 +125,6 @@ type Stats struct {
 
 	TenantMismatches uint64 // writes (SetIfNewer, write-backs) refused: Redis holds the task as another tenant's
 	UnreadableStored uint64 // writes refused: the stored document's version or tenant could not be read
-
-	// Of Check, the repair rounds' reads.
-	Checked      uint64 // tasks this node claimed and checked against PostgreSQL
-	CheckQueries uint64 // PostgreSQL queries of versions those checks sent (the rows of the changes found newer are read as any other, in DBQueries)
-	CheckErrors  uint64 // of CheckQueries, those that failed
-	CheckRows    uint64 // rows the checks read: versions, and the rows of the changes found newer
-	CheckSkipped uint64 // checks whose PostgreSQL part was skipped: the slots were busy, or it failed
-	Repaired     uint64 // changes never announced found newer in PostgreSQL, and published
-	// Of CheckScopes.
-	ScopesListed uint64 // watched scopes this node claimed and listed the changes of
-	Announced    uint64 // listed changes Redis held in PostgreSQL's version, announced again
 }
 
 // counters are the live Stats.
@@ -147,9 +136,6 @@ type counters struct {
 	redisPoolWaits                                  atomic.Uint64
 	dbHits, sharedCalls, cacheSets                  atomic.Uint64
 	tenantMismatches, unreadableStored              atomic.Uint64
-	checked, checkQueries, checkRows, checkSkipped  atomic.Uint64
-	checkErrors                                     atomic.Uint64
-	repaired, announced, scopesListed               atomic.Uint64
 }
 
 // Store reads snapshots through an in-process cache, singleflight per task,
@@ -330,14 +316,10 @@ func (s *Store) Stats() Stats {
 
 		TenantMismatches: c.tenantMismatches.Load(),
 		UnreadableStored: c.unreadableStored.Load(),
-
-		Checked:      c.checked.Load(),
-		CheckQueries: c.checkQueries.Load(),
-		CheckErrors:  c.checkErrors.Load(),
-		CheckRows:    c.checkRows.Load(),
-		CheckSkipped: c.checkSkipped.Load(),
-		Repaired:     c.repaired.Load(),
-		Announced:    c.announced.Load(),
-		ScopesListed: c.scopesListed.Load(),
 	}
 }
+
+// FetchTimeout is Config.FetchTimeout, its default applied: what bounds
+// one fetch, and one repair check of package converge, which reads Redis
+// and PostgreSQL as a fetch does.
+func (s *Store) FetchTimeout() time.Duration { return s.cfg.FetchTimeout }

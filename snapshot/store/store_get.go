@@ -286,6 +286,13 @@ const standInTTL = 3 * redisBackoff
 // cached; each connection's own versions keep it from going backwards there.
 func (s *Store) remember(snap *snapshot.Snapshot) *snapshot.Snapshot { return s.rememberFor(snap, 0) }
 
+// Remember caches snap, a version its caller stored in Redis itself (a
+// repair of package converge publishes through the node's publisher, not
+// the Store), unless the cache holds a newer one, and returns the newer of
+// the two, as a read would: the reads the version's hint causes here then
+// find it in process.
+func (s *Store) Remember(snap *snapshot.Snapshot) *snapshot.Snapshot { return s.remember(snap) }
+
 // rememberFor is remember with the entry kept for at least ttl.
 func (s *Store) rememberFor(snap *snapshot.Snapshot, ttl time.Duration) *snapshot.Snapshot {
 	newest := s.tasks.updateFor(snap.TaskID, ttl, func(old *snapshot.Snapshot, present bool) (*snapshot.Snapshot, bool) {

@@ -84,6 +84,48 @@ func (s *Store) slot(ctx context.Context, sem chan struct{}) error {
 	}
 }
 
+// PostgresSlots is how many of the store's PostgreSQL slots
+// (Config.MaxDBQueries) are taken now, and how many there are; 0 and 0
+// without PostgreSQL. Work that can wait for a later round (the repair
+// checks of package converge) reads it to leave PostgreSQL to the reads of
+// subscribers and notifications.
+func (s *Store) PostgresSlots() (busy, slots int) {
+	if s.db == nil {
+		return 0, 0
+	}
+	return len(s.sem), cap(s.sem)
+}
+
+var errBusy = fmt.Errorf("%w: postgres slots busy", snapshot.ErrUnavailable)
+
+// TryQuery runs one statement in one of the store's PostgreSQL slots if
+// one is free now, without waiting for one, in a read-only transaction
+// under the statement timeout, and hands its rows to scan. It is for work
+// that can wait (the repair checks of package converge, whose statements
+// are their own): it fails with snapshot.ErrUnavailable, sending nothing,
+// when no slot is free or the Store is closed; any other error is the
+// statement's. Its queries are not in Stats's DBQueries, the reads of
+// subscribers and notifications.
+func (s *Store) TryQuery(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
+	if s.db == nil {
+		return fmt.Errorf("%w: no postgres", snapshot.ErrUnavailable)
+	}
+	if !s.enter() {
+		return errClosed
+	}
+	defer s.inflight.Done()
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return errBusy
+	}
+	defer func() { <-s.sem }()
+	if err := s.queryTx(ctx, sql, args, scan); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}
+
 // queryTx runs sql in a read-only transaction whose statement_timeout is
 // StatementTimeout, in two round trips: BEGIN and SET LOCAL travel in one
 // simple-protocol message; the query and COMMIT in one pipeline. Every

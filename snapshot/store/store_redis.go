@@ -260,6 +260,35 @@ func (s *Store) readRedisMany(ctx context.Context, ids []string, markers bool) (
 	return found, missing, err
 }
 
+// ReadRedis reads the snapshots of ids from Redis alone: no in-process
+// cache, no PostgreSQL, MaxMany of them per MGET (on Cluster a pipeline of
+// GETs). It exists for the repair checks of package converge, which
+// compare what Redis holds with PostgreSQL: a cached copy would hide what
+// Redis lost. What it finds is cached all the same, and a newer version
+// cached meanwhile is answered instead. Absent tasks are missing from the
+// map. A failed MGET ends the read: the map holds the batches before it.
+func (s *Store) ReadRedis(ctx context.Context, ids []string) (map[string]*snapshot.Snapshot, error) {
+	out := make(map[string]*snapshot.Snapshot, len(ids))
+	if s.rdb == nil || len(ids) == 0 {
+		return out, nil
+	}
+	if !s.enter() {
+		return out, errClosed
+	}
+	defer s.inflight.Done()
+	for i := 0; i < len(ids); i += snapshot.MaxMany {
+		found, _, err := s.readRedisMany(ctx, ids[i:min(i+snapshot.MaxMany, len(ids))], false)
+		s.redisRead(ctx, err, "tasks", len(ids))
+		if err != nil {
+			return out, err
+		}
+		for id, snap := range found {
+			out[id] = s.remember(snap)
+		}
+	}
+	return out, nil
+}
+
 // getKeys reads names with one round trip: MGET, or getEach on Cluster.
 func (s *Store) getKeys(ctx context.Context, names []string) ([]any, error) {
 	if s.names.Cluster {

@@ -48,6 +48,7 @@ type Sources struct {
 	Publisher PublishStats          // read only with Bus: nil, or the embedded mode, has no Pub/Sub
 	Reconcile ReconcileStats        // nil but on Redis Cluster and split Redis
 	Changes   ChangeStats           // nil without --read-changes
+	Repair    RepairStats           // nil in the embedded mode
 	// RedisPools are the node's Redis clients, each named by the roles it
 	// serves ("cache+control+realtime" when one URL serves them all).
 	RedisPools map[string]RedisPool
@@ -65,6 +66,9 @@ type RedisPool interface{ PoolStats() *redis.PoolStats }
 type ReconcileStats interface {
 	Stats() converge.ReconcileStats
 }
+
+// RepairStats is the node's repair rounds (converge.Repairer).
+type RepairStats interface{ Stats() converge.RepairStats }
 
 // ChangeStats is the node's change reader (converge.ChangeReader).
 type ChangeStats interface{ Stats() converge.ChangeStats }
@@ -280,9 +284,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	hs := c.s.Hub.Stats()
 	e.hub(hs)
 	if c.s.Store != nil {
-		ss := c.s.Store.Stats()
-		e.store(ss)
-		e.repair(hs, ss)
+		e.store(c.s.Store.Stats())
+	}
+	if c.s.Repair != nil {
+		e.repair(hs, c.s.Repair.Stats())
 	}
 	if c.s.Bus != nil {
 		e.bus(c.s.Bus.Stats())
@@ -408,8 +413,8 @@ func (e emitter) hub(st hub.Stats) {
 }
 
 // repair is the repair rounds', on a node with a store: the hub's rounds
-// and what they delivered, the store's checks.
-func (e emitter) repair(st hub.Stats, ss store.Stats) {
+// and what they delivered, the repairer's checks.
+func (e emitter) repair(st hub.Stats, rs converge.RepairStats) {
 	e.emit(repairRounds, float64(st.RepairRounds))
 	last := 0.0 // before the first round
 	if !st.RepairSlot.IsZero() {
@@ -417,15 +422,15 @@ func (e emitter) repair(st hub.Stats, ss store.Stats) {
 	}
 	e.emit(repairLast, last)
 	e.emit(repairErrors, float64(st.RepairErrors))
-	e.emit(repairs, float64(ss.Repaired), "database_newer")
+	e.emit(repairs, float64(rs.Repaired), "database_newer")
 	e.emit(repairs, float64(st.RepairOlder), "redis_newer")
 	e.emit(repairs, float64(st.RepairUnheld), "not_held")
-	e.emit(repairChecked, float64(ss.Checked))
-	e.emit(repairQueries, float64(ss.CheckQueries))
-	e.emit(repairRows, float64(ss.CheckRows))
-	e.emit(repairSkipped, float64(ss.CheckSkipped))
-	e.emit(repairScopes, float64(ss.ScopesListed))
-	e.emit(repairAnnounced, float64(ss.Announced))
+	e.emit(repairChecked, float64(rs.Checked))
+	e.emit(repairQueries, float64(rs.CheckQueries))
+	e.emit(repairRows, float64(rs.CheckRows))
+	e.emit(repairSkipped, float64(rs.CheckSkipped))
+	e.emit(repairScopes, float64(rs.ScopesListed))
+	e.emit(repairAnnounced, float64(rs.Announced))
 	e.histogram(repairAge, st.RepairAge)
 }
 

@@ -1,4 +1,4 @@
-package store_test
+package converge_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushd/pushd/converge"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/snapshot/rediswrite"
@@ -15,17 +16,17 @@ import (
 // scopeRecorder is a CheckScopes's Publish and Announce: it records what
 // they were given, and Publish stores it as the node's publisher would.
 type scopeRecorder struct {
-	e                    env
+	e                    checkEnv
 	mu                   sync.Mutex // Publish is called from several goroutines
 	published, announced map[string]int64
 }
 
-func newScopeRecorder(e env) *scopeRecorder {
+func newScopeRecorder(e checkEnv) *scopeRecorder {
 	return &scopeRecorder{e: e, published: map[string]int64{}, announced: map[string]int64{}}
 }
 
-func (r *scopeRecorder) request(scopes ...snapshot.Scope) store.ScopeCheckRequest {
-	return store.ScopeCheckRequest{
+func (r *scopeRecorder) request(scopes ...snapshot.Scope) converge.ScopeCheckRequest {
+	return converge.ScopeCheckRequest{
 		Scopes: scopes, Hold: time.Hour, LookBack: time.Minute,
 		Publish: func(ctx context.Context, s *snapshot.Snapshot) error {
 			r.mu.Lock()
@@ -42,7 +43,7 @@ func (r *scopeRecorder) request(scopes ...snapshot.Scope) store.ScopeCheckReques
 }
 
 // expireScopeClaim makes the scope's last claim as old as can be.
-func (e env) expireScopeClaim(t *testing.T, kind, tenant, id string) {
+func (e checkEnv) expireScopeClaim(t *testing.T, kind, tenant, id string) {
 	t.Helper()
 	if err := e.r.Client.HSet(testenv.Context(t), e.r.Names.ScopeChecked(tenant, kind, id), "at", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -55,8 +56,8 @@ func (e env) expireScopeClaim(t *testing.T, kind, tenant, id string) {
 // a row committed a moment ago is left to its writer until it is half a
 // second old, and a change older than the listing's reach is not listed.
 func TestCheckScopesFindsTasksNeverAnnounced(t *testing.T) {
-	e := newEnv(t, store.Config{})
-	other := newStore(t, store.Config{Redis: e.r.Client, DB: e.pg.Pool, Names: e.r.Names})
+	e := newCheckEnv(t, store.Config{})
+	other := e.node(t, store.Config{})
 	project := testenv.UniqueID("p")
 	dbOnly, stored, young, old := testenv.UniqueID("dbonly"), testenv.UniqueID("stored"), testenv.UniqueID("young"), testenv.UniqueID("old")
 	ago := time.Now().Add(-2 * time.Second)
@@ -71,7 +72,7 @@ func TestCheckScopesFindsTasksNeverAnnounced(t *testing.T) {
 	ctx := testenv.Context(t)
 	scope := snapshot.Scope{TenantID: "t1", ProjectID: project}
 	rec := newScopeRecorder(e)
-	res, err := e.store.CheckScopes(ctx, rec.request(scope))
+	res, err := e.checkScopes(ctx, rec.request(scope))
 	if err != nil || len(res.Repaired) != 1 || len(res.Announced) != 1 {
 		t.Fatalf("CheckScopes = %+v, %v; want one repaired, one announced", res, err)
 	}
@@ -81,20 +82,20 @@ func TestCheckScopesFindsTasksNeverAnnounced(t *testing.T) {
 	if e.redisVersion(t, dbOnly) != 1 {
 		t.Fatalf("Redis lacks %s after the repair", dbOnly)
 	}
-	st := e.store.Stats()
+	st := e.stats()
 	if st.ScopesListed != 1 || st.CheckQueries != 1 || st.CheckRows != 4 || st.Repaired != 1 || st.Announced != 1 {
 		t.Fatalf("stats %+v; want one scope listed in one query of 3 versions and the one row read, one repaired, one announced", st)
 	}
 	// The other node, within the hold: nothing to list.
-	if res, err := other.CheckScopes(ctx, rec.request(scope)); err != nil || len(res.Repaired)+len(res.Announced) != 0 || other.Stats().CheckQueries != 0 {
-		t.Fatalf("second node within the hold: %+v, %v, %d queries; want nothing", res, err, other.Stats().CheckQueries)
+	if res, err := other.checkScopes(ctx, rec.request(scope)); err != nil || len(res.Repaired)+len(res.Announced) != 0 || other.stats().CheckQueries != 0 {
+		t.Fatalf("second node within the hold: %+v, %v, %d queries; want nothing", res, err, other.stats().CheckQueries)
 	}
 	// The young row has aged; the hold passed. What was taken is not again.
 	row(young, ago)
 	e.expireScopeClaim(t, "project", "t1", project)
 	clear(rec.published)
 	clear(rec.announced)
-	if _, err := other.CheckScopes(ctx, rec.request(scope)); err != nil || rec.published[young] != 1 || len(rec.published) != 1 || len(rec.announced) != 0 {
+	if _, err := other.checkScopes(ctx, rec.request(scope)); err != nil || rec.published[young] != 1 || len(rec.published) != 1 || len(rec.announced) != 0 {
 		t.Fatalf("next listing: %v, published %v, announced %v; want only %s published", err, rec.published, rec.announced, young)
 	}
 }
@@ -102,14 +103,14 @@ func TestCheckScopesFindsTasksNeverAnnounced(t *testing.T) {
 // A user scope lists the user's tasks of every project, and no other
 // tenant's.
 func TestCheckScopesListsAUsersTasks(t *testing.T) {
-	e := newEnv(t, store.Config{})
+	e := newCheckEnv(t, store.Config{})
 	user := testenv.UniqueID("u")
 	mine, foreign := testenv.UniqueID("mine"), testenv.UniqueID("foreign")
 	ago := time.Now().Add(-2 * time.Second)
 	e.pg.InsertTask(t, testenv.Task{ID: mine, TenantID: "t1", ProjectID: testenv.UniqueID("p"), UserID: user, Status: "QUEUED", Version: 3, UpdatedAt: ago})
 	e.pg.InsertTask(t, testenv.Task{ID: foreign, TenantID: "t2", ProjectID: "p1", UserID: user, Status: "QUEUED", Version: 1, UpdatedAt: ago})
 	rec := newScopeRecorder(e)
-	res, err := e.store.CheckScopes(testenv.Context(t), rec.request(snapshot.Scope{TenantID: "t1", UserID: user}))
+	res, err := e.checkScopes(testenv.Context(t), rec.request(snapshot.Scope{TenantID: "t1", UserID: user}))
 	if err != nil || len(res.Repaired) != 1 || res.Repaired[0].TaskID != mine || res.Repaired[0].Version != 3 {
 		t.Fatalf("CheckScopes = %+v, %v; want %s v3 repaired alone", res, err, mine)
 	}
@@ -118,9 +119,9 @@ func TestCheckScopesListsAUsersTasks(t *testing.T) {
 // A scope with more changes than one listing reads is read over the next
 // listings, oldest first, none skipped.
 func TestCheckScopesPagesThroughABurst(t *testing.T) {
-	e := newEnv(t, store.Config{})
+	e := newCheckEnv(t, store.Config{})
 	project := testenv.UniqueID("p")
-	const n = store.MaxScopeRows + 20
+	const n = converge.MaxScopeRows + 20
 	base := time.Now().Add(-30 * time.Second)
 	_, err := e.pg.Pool.Exec(testenv.Context(t), `
 		INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, status, progress, version, updated_at)
@@ -132,11 +133,11 @@ func TestCheckScopesPagesThroughABurst(t *testing.T) {
 	rec := newScopeRecorder(e)
 	scope := snapshot.Scope{TenantID: "t1", ProjectID: project}
 	ctx := testenv.Context(t)
-	if _, err := e.store.CheckScopes(ctx, rec.request(scope)); err != nil || len(rec.published) != store.MaxScopeRows {
-		t.Fatalf("first listing: %v, %d published; want %d", err, len(rec.published), store.MaxScopeRows)
+	if _, err := e.checkScopes(ctx, rec.request(scope)); err != nil || len(rec.published) != converge.MaxScopeRows {
+		t.Fatalf("first listing: %v, %d published; want %d", err, len(rec.published), converge.MaxScopeRows)
 	}
 	e.expireScopeClaim(t, "project", "t1", project)
-	if _, err := e.store.CheckScopes(ctx, rec.request(scope)); err != nil || len(rec.published) != n {
+	if _, err := e.checkScopes(ctx, rec.request(scope)); err != nil || len(rec.published) != n {
 		t.Fatalf("second listing: %v, %d published in all; want %d", err, len(rec.published), n)
 	}
 }
@@ -147,14 +148,14 @@ func TestCheckScopesPagesThroughABurst(t *testing.T) {
 // may delay by intervals) is listed all the same. Without the scope's
 // time, the listing reaches one look back behind now.
 func TestCheckScopesFirstListingReachesBackToTheWatch(t *testing.T) {
-	e := newEnv(t, store.Config{})
+	e := newCheckEnv(t, store.Config{})
 	project := testenv.UniqueID("p")
 	created := testenv.UniqueID("created")
 	e.pg.InsertTask(t, testenv.Task{ID: created, TenantID: "t1", ProjectID: project, UserID: "u1", Status: "QUEUED", Version: 1, UpdatedAt: time.Now().Add(-3 * time.Second)})
 	rec := newScopeRecorder(e)
 	unknown := rec.request(snapshot.Scope{TenantID: "t1", ProjectID: project})
 	unknown.LookBack = time.Second
-	if _, err := e.store.CheckScopes(testenv.Context(t), unknown); err != nil || len(rec.published) != 0 {
+	if _, err := e.checkScopes(testenv.Context(t), unknown); err != nil || len(rec.published) != 0 {
 		t.Fatalf("listing with no watch time: %v, published %v; want nothing (the change is 3 s old, the look back 1 s)", err, rec.published)
 	}
 	// The claim and marker that listing left are what another node finds
@@ -164,7 +165,7 @@ func TestCheckScopesFirstListingReachesBackToTheWatch(t *testing.T) {
 	}
 	watched := rec.request(snapshot.Scope{TenantID: "t1", ProjectID: project, WatchedSince: time.Now().Add(-5 * time.Second).UnixMilli()})
 	watched.LookBack = time.Second
-	if _, err := e.store.CheckScopes(testenv.Context(t), watched); err != nil || rec.published[created] != 1 {
+	if _, err := e.checkScopes(testenv.Context(t), watched); err != nil || rec.published[created] != 1 {
 		t.Fatalf("first listing of a scope watched for 5 s: %v, published %v; want %s v1", err, rec.published, created)
 	}
 }

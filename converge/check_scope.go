@@ -1,4 +1,4 @@
-package store
+package converge
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
 )
 
-// MaxScopeRows bounds the rows one listing of one scope reads: the oldest
+// maxScopeRows bounds the rows one listing of one scope reads: the oldest
 // changes first, so a scope with more changes than that in one interval
 // is read over the next rounds, never skipped.
-const MaxScopeRows = 500
+const maxScopeRows = 500
 
 // sqlScopeChanges lists, for each scope (tenant, id of column %[1]s, since
 // in Unix ms, 0 for none), its tasks changed since then, oldest first, at
@@ -39,9 +40,9 @@ var (
 	sqlUserChanges    = fmt.Sprintf(sqlScopeChanges, "user_id")
 )
 
-// ScopeCheckRequest is one CheckScopes of watched scopes.
-type ScopeCheckRequest struct {
-	Scopes []snapshot.Scope // at most MaxCheck, valid ids
+// scopeCheckRequest is one checkScopes of watched scopes.
+type scopeCheckRequest struct {
+	Scopes []snapshot.Scope // at most store.MaxCheck, valid ids
 	// Hold is how long this check's claims keep the fleet's other nodes
 	// from listing the same scopes.
 	Hold time.Duration
@@ -58,16 +59,16 @@ type ScopeCheckRequest struct {
 	Announce func(context.Context, *snapshot.Snapshot) error
 }
 
-// ScopesChecked is what a CheckScopes found.
-type ScopesChecked struct {
+// scopeCheckResult is what a checkScopes found.
+type scopeCheckResult struct {
 	// Repaired are changes PostgreSQL held newer than Redis, which
-	// CheckScopes published.
+	// checkScopes published.
 	Repaired []*snapshot.Snapshot
 	// Announced are changes Redis held in the version PostgreSQL holds,
-	// which CheckScopes announced: most were announced already, some
+	// which checkScopes announced: most were announced already, some
 	// never were.
 	Announced []*snapshot.Snapshot
-	// Skipped and Slow are Checked's.
+	// Skipped and Slow are checkResult's.
 	Skipped, Slow bool
 }
 
@@ -80,20 +81,21 @@ type change struct {
 	at       int64 // updated_at, Unix ms, rounded down
 }
 
-// CheckScopes is a repair round's read of watched project and user scopes:
-// for the scopes this node claims for the fleet (one node per scope per
-// req.Hold), the tasks PostgreSQL lists as changed since the scope's last
-// listing, versions only. A change newer than its task's last check is a
-// change nobody may have announced, to subscriptions that never held the
-// task too (a task created in a watched project): one PostgreSQL newer
-// than Redis is read and published, one Redis holds is announced again,
-// and the task's marker records the version, so every node hears the
-// ordinary hint once per version. Its PostgreSQL part runs in a slot of the
-// node's only while fewer than half of them are busy, as Check's.
-func (s *Store) CheckScopes(ctx context.Context, req ScopeCheckRequest) (ScopesChecked, error) {
-	var out ScopesChecked
-	if len(req.Scopes) > MaxCheck {
-		return out, fmt.Errorf("%w: %d scopes, at most %d", snapshot.ErrInvalidID, len(req.Scopes), MaxCheck)
+// checkScopes is a repair round's read of watched project and user
+// scopes: for the scopes this node claims for the fleet (one node per
+// scope per req.Hold), the tasks PostgreSQL lists as changed since the
+// scope's last listing, versions only. A change newer than its task's last
+// check is a change nobody may have announced, to subscriptions that never
+// held the task too (a task created in a watched project): one PostgreSQL
+// newer than Redis is read and published, one Redis holds is announced
+// again, and the task's marker records the version, so every node hears
+// the ordinary hint once per version. Its PostgreSQL part runs in a slot
+// of the node's only while fewer than half of them are busy, as
+// checkTasks's.
+func (r *Repairer) checkScopes(ctx context.Context, req scopeCheckRequest) (scopeCheckResult, error) {
+	var out scopeCheckResult
+	if len(req.Scopes) > store.MaxCheck {
+		return out, fmt.Errorf("%w: %d scopes, at most %d", snapshot.ErrInvalidID, len(req.Scopes), store.MaxCheck)
 	}
 	for _, sc := range req.Scopes {
 		if !snapshot.ValidID(sc.TenantID) || (sc.ProjectID == "") == (sc.UserID == "") ||
@@ -101,47 +103,44 @@ func (s *Store) CheckScopes(ctx context.Context, req ScopeCheckRequest) (ScopesC
 			return out, fmt.Errorf("%w: scope %+v", snapshot.ErrInvalidID, sc)
 		}
 	}
-	if s.rdb == nil || s.db == nil || len(req.Scopes) == 0 {
+	busy, slots := r.store.PostgresSlots()
+	if slots == 0 || len(req.Scopes) == 0 {
 		return out, nil
 	}
-	if !s.enter() {
-		return out, errClosed
-	}
-	defer s.inflight.Done()
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.store.FetchTimeout())
 	defer cancel()
-	if out.Skipped = s.checkYields(); out.Skipped {
+	if out.Skipped = r.yields(busy, slots); out.Skipped {
 		return out, nil
 	}
 	keys := make([]string, len(req.Scopes))
 	for i, sc := range req.Scopes {
-		keys[i] = s.scopeKey(sc)
+		keys[i] = r.scopeKey(sc)
 	}
-	since, err := s.claimKeys(ctx, keys, req.Hold, true)
+	since, err := r.claimKeys(ctx, keys, req.Hold, true)
 	if err != nil {
 		return out, err
 	}
 	began := time.Now()
-	err = s.listScopes(ctx, req, keys, since, &out)
+	err = r.listScopes(ctx, req, keys, since, &out)
 	out.Slow = time.Since(began) > slowCheck
 	if err != nil {
-		s.stats.checkSkipped.Add(1)
+		r.stats.checkSkipped.Add(1)
 		out.Skipped = true
 	}
 	return out, err
 }
 
-func (s *Store) scopeKey(sc snapshot.Scope) string {
+func (r *Repairer) scopeKey(sc snapshot.Scope) string {
 	if sc.ProjectID != "" {
-		return s.names.ScopeChecked(sc.TenantID, "project", sc.ProjectID)
+		return r.names.ScopeChecked(sc.TenantID, "project", sc.ProjectID)
 	}
-	return s.names.ScopeChecked(sc.TenantID, "user", sc.UserID)
+	return r.names.ScopeChecked(sc.TenantID, "user", sc.UserID)
 }
 
 // listScopes lists the changes of the claimed scopes (since[i] >= 0), a
 // query per kind, takes what is newer than each task's last check, and
 // moves each scope's marker on to where its next listing starts.
-func (s *Store) listScopes(ctx context.Context, req ScopeCheckRequest, keys []string, since []int64, out *ScopesChecked) error {
+func (r *Repairer) listScopes(ctx context.Context, req scopeCheckRequest, keys []string, since []int64, out *scopeCheckResult) error {
 	lookBack := max(req.LookBack, time.Second)
 	var projects, users []int
 	for i, sc := range req.Scopes {
@@ -170,8 +169,8 @@ func (s *Store) listScopes(ctx context.Context, req ScopeCheckRequest, keys []st
 				from[j] = sc.WatchedSince - lookBack.Milliseconds()
 			}
 		}
-		args := []any{tenants, ids, from, checkGrace.Seconds(), lookBack.Seconds(), MaxScopeRows}
-		err := s.tryQuery(ctx, q.sql, args, func(rows pgx.Rows) error {
+		args := []any{tenants, ids, from, checkGrace.Seconds(), lookBack.Seconds(), maxScopeRows}
+		err := r.query(ctx, q.sql, args, func(rows pgx.Rows) error {
 			defer rows.Close()
 			for rows.Next() {
 				var ord int
@@ -193,14 +192,14 @@ func (s *Store) listScopes(ctx context.Context, req ScopeCheckRequest, keys []st
 		if err != nil {
 			return err
 		}
-		s.stats.scopesListed.Add(uint64(len(q.scopes)))
+		r.stats.scopesListed.Add(uint64(len(q.scopes)))
 	}
 	byID := make(map[string]change)
 	for i, cs := range changes {
 		for _, c := range cs {
 			byID[c.id] = c
 		}
-		if len(cs) == MaxScopeRows {
+		if len(cs) == maxScopeRows {
 			// Full: the next listing goes on after the last row read, or
 			// before the first one too young to take, the newest rows.
 			next[i] = cs[len(cs)-1].at
@@ -212,13 +211,13 @@ func (s *Store) listScopes(ctx context.Context, req ScopeCheckRequest, keys []st
 			}
 		}
 	}
-	s.stats.checkRows.Add(uint64(len(byID)))
-	if err := s.takeChanges(ctx, req, byID, out); err != nil {
+	r.stats.checkRows.Add(uint64(len(byID)))
+	if err := r.takeChanges(ctx, req, byID, out); err != nil {
 		return err
 	}
 	// A listing that is not full starts the next one LookBack before its
 	// end (PostgreSQL's now): young rows and late commits are listed again.
-	pipe := s.rdb.Pipeline()
+	pipe := r.rdb.Pipeline()
 	for i := range changes {
 		if since[i] >= 0 {
 			pipe.HSet(ctx, keys[i], "v", strconv.FormatInt(max(next[i], 1), 10))
@@ -234,7 +233,7 @@ func (s *Store) listScopes(ctx context.Context, req ScopeCheckRequest, keys []st
 // task's last check and old enough, and records the versions taken in the
 // tasks' markers. What failed is listed again while it is within the look
 // back, and logged.
-func (s *Store) takeChanges(ctx context.Context, req ScopeCheckRequest, byID map[string]change, out *ScopesChecked) error {
+func (r *Repairer) takeChanges(ctx context.Context, req scopeCheckRequest, byID map[string]change, out *scopeCheckResult) error {
 	if len(byID) == 0 {
 		return nil
 	}
@@ -242,10 +241,10 @@ func (s *Store) takeChanges(ctx context.Context, req ScopeCheckRequest, byID map
 	for id := range byID {
 		ids = append(ids, id)
 	}
-	pipe := s.rdb.Pipeline()
+	pipe := r.rdb.Pipeline()
 	marks := make([]*redis.StringCmd, len(ids))
 	for i, id := range ids {
-		marks[i] = pipe.HGet(ctx, s.names.Checked(id), "v")
+		marks[i] = pipe.HGet(ctx, r.names.Checked(id), "v")
 	}
 	_, _ = pipe.Exec(ctx) // the commands carry their own errors; a missing marker is redis.Nil
 	var newer []string
@@ -258,16 +257,9 @@ func (s *Store) takeChanges(ctx context.Context, req ScopeCheckRequest, byID map
 			newer = append(newer, id)
 		}
 	}
-	stored := make(map[string]*snapshot.Snapshot, len(newer))
-	for i := 0; i < len(newer); i += snapshot.MaxMany {
-		found, _, err := s.readRedisMany(ctx, newer[i:min(i+snapshot.MaxMany, len(newer))], false)
-		s.redisRead(ctx, err, "tasks", len(newer))
-		if err != nil {
-			return err
-		}
-		for id, snap := range found {
-			stored[id] = s.remember(snap)
-		}
+	stored, err := r.store.ReadRedis(ctx, newer)
+	if err != nil {
+		return err
 	}
 	taken := make(map[string]bool, len(newer))
 	var absent []string
@@ -278,10 +270,10 @@ func (s *Store) takeChanges(ctx context.Context, req ScopeCheckRequest, byID map
 			absent = append(absent, id)
 		case snap.Version == c.version:
 			if err := req.Announce(ctx, snap); err != nil {
-				s.log.WarnContext(ctx, "snapshot: announcing a listed change failed", "task_id", id, "err", err)
+				r.log.WarnContext(ctx, "snapshot: announcing a listed change failed", "task_id", id, "err", err)
 				continue
 			}
-			s.stats.announced.Add(1)
+			r.stats.announced.Add(1)
 			out.Announced = append(out.Announced, snap)
 			taken[id] = true
 		default:
@@ -290,27 +282,27 @@ func (s *Store) takeChanges(ctx context.Context, req ScopeCheckRequest, byID map
 		}
 	}
 	if len(absent) > 0 {
-		rows, err := s.readNewer(ctx, absent)
+		rows, err := r.readNewer(ctx, absent)
 		if err != nil {
 			return err
 		}
-		s.publishRepairs(ctx, req.Publish, rows, func(row *snapshot.Snapshot) {
+		r.publishRepairs(ctx, req.Publish, rows, func(row *snapshot.Snapshot) {
 			var redisVersion int64
 			if snap := stored[row.TaskID]; snap != nil {
 				redisVersion = snap.Version
 			}
-			s.log.InfoContext(ctx, "snapshot: repaired a change never announced", "task_id", row.TaskID, "tenant_id", row.TenantID,
+			r.log.InfoContext(ctx, "snapshot: repaired a change never announced", "task_id", row.TaskID, "tenant_id", row.TenantID,
 				"database_version", row.Version, "redis_version", redisVersion, "found_by", "scope listing",
 				"age", time.Since(time.UnixMilli(row.UpdatedAt)).Round(time.Millisecond))
-			out.Repaired = append(out.Repaired, s.remember(row))
+			out.Repaired = append(out.Repaired, r.store.Remember(row))
 			taken[row.TaskID] = true
 		})
 	}
-	pipe = s.rdb.Pipeline()
+	pipe = r.rdb.Pipeline()
 	for id := range taken {
 		c := byID[id]
-		pipe.HSet(ctx, s.names.Checked(id), "v", strconv.FormatInt(c.version, 10), "f", boolDigit(c.finished))
-		pipe.PExpire(ctx, s.names.Checked(id), checkedTTL)
+		pipe.HSet(ctx, r.names.Checked(id), "v", strconv.FormatInt(c.version, 10), "f", boolDigit(c.finished))
+		pipe.PExpire(ctx, r.names.Checked(id), checkedTTL)
 	}
 	if pipe.Len() > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {

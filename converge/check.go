@@ -1,8 +1,9 @@
-package store
+package converge
 
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -14,16 +15,13 @@ import (
 
 	"github.com/pushd/pushd/internal/redisx"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/snapshot/store"
 )
 
 //go:embed check.lua
 var checkLua string
 
 var checkScript = redis.NewScript(checkLua)
-
-// MaxCheck bounds the ids of one Check: one claim script and one
-// PostgreSQL query of versions.
-const MaxCheck = 1000
 
 // checkedTTL is how long a task's repair marker outlives its last claim:
 // longer than any snapshot's TTL, so a version checked once is known as
@@ -41,9 +39,9 @@ const checkGrace = 500 * time.Millisecond
 
 var sqlVersionsByIDs = `SELECT id, version, status, updated_at > now() - make_interval(secs => $2) FROM generation_tasks WHERE id = ANY($1)`
 
-// CheckRequest is one Check of watched tasks.
-type CheckRequest struct {
-	IDs []string // at most MaxCheck, valid ids
+// checkRequest is one checkTasks of watched tasks.
+type checkRequest struct {
+	IDs []string // at most store.MaxCheck, valid ids
 	// Hold is how long this check's claims keep the fleet's other nodes
 	// from checking the same tasks against PostgreSQL.
 	Hold time.Duration
@@ -57,14 +55,14 @@ type CheckRequest struct {
 	Publish func(context.Context, *snapshot.Snapshot) error
 }
 
-// Checked is what a Check found.
-type Checked struct {
+// checkResult is what a checkTasks found.
+type checkResult struct {
 	// Found is the newest snapshot of each task found: Redis's, or the
 	// PostgreSQL row where that is newer.
 	Found map[string]*snapshot.Snapshot
 	// Repaired are the rows of Found that PostgreSQL held newer than Redis
 	// and than the task's last check, a change never announced, which
-	// Check published.
+	// checkTasks published.
 	Repaired []*snapshot.Snapshot
 	// Skipped says the PostgreSQL part was not run: half of the node's
 	// PostgreSQL slots or more were busy, or it failed.
@@ -79,58 +77,50 @@ type Checked struct {
 // check reports PostgreSQL slow: half the statement timeout's default.
 const slowCheck = time.Second
 
-// Check is a repair round's read of watched tasks: every task's snapshot
-// from Redis (no in-process cache, no PostgreSQL fallback), and, for the
-// tasks this node claims for the fleet (one node per task per req.Hold),
-// the version PostgreSQL holds. A task whose PostgreSQL version is newer
-// than Redis's and than the version its last check found is a change
-// nobody announced: its row is read and published (stored if newer, and
-// announced), so every node watching it hears the ordinary hint, and the
-// task's marker records the version. The PostgreSQL part takes one of the
-// node's PostgreSQL slots only while fewer than half of them are busy:
-// subscribers' reads come first.
-func (s *Store) Check(ctx context.Context, req CheckRequest) (Checked, error) {
-	out := Checked{Found: make(map[string]*snapshot.Snapshot, len(req.IDs))}
-	if len(req.IDs) > MaxCheck {
-		return out, fmt.Errorf("%w: %d ids, at most %d", snapshot.ErrInvalidID, len(req.IDs), MaxCheck)
+// checkTasks is a repair round's read of watched tasks: every task's
+// snapshot from Redis (store.ReadRedis: no in-process cache, no PostgreSQL
+// fallback), and, for the tasks this node claims for the fleet (one node
+// per task per req.Hold), the version PostgreSQL holds. A task whose
+// PostgreSQL version is newer than Redis's and than the version its last
+// check found is a change nobody announced: its row is read and published
+// (stored if newer, and announced), so every node watching it hears the
+// ordinary hint, and the task's marker records the version. The
+// PostgreSQL part takes one of the node's PostgreSQL slots only while
+// fewer than half of them are busy: subscribers' reads come first.
+func (r *Repairer) checkTasks(ctx context.Context, req checkRequest) (checkResult, error) {
+	out := checkResult{Found: make(map[string]*snapshot.Snapshot, len(req.IDs))}
+	if len(req.IDs) > store.MaxCheck {
+		return out, fmt.Errorf("%w: %d ids, at most %d", snapshot.ErrInvalidID, len(req.IDs), store.MaxCheck)
 	}
 	for _, id := range req.IDs {
 		if !snapshot.ValidID(id) {
 			return out, fmt.Errorf("%w: %q", snapshot.ErrInvalidID, id)
 		}
 	}
-	if s.rdb == nil || len(req.IDs) == 0 {
+	if len(req.IDs) == 0 {
 		return out, nil
 	}
-	if !s.enter() {
-		return out, errClosed
-	}
-	defer s.inflight.Done()
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.store.FetchTimeout())
 	defer cancel()
-	for i := 0; i < len(req.IDs); i += snapshot.MaxMany {
-		found, _, err := s.readRedisMany(ctx, req.IDs[i:min(i+snapshot.MaxMany, len(req.IDs))], false)
-		s.redisRead(ctx, err, "tasks", len(req.IDs))
-		if err != nil {
-			return out, err
-		}
-		for id, snap := range found {
-			out.Found[id] = s.remember(snap)
-		}
+	found, err := r.store.ReadRedis(ctx, req.IDs)
+	out.Found = found
+	if err != nil {
+		return out, err
 	}
-	if s.db == nil {
+	busy, slots := r.store.PostgresSlots()
+	if slots == 0 { // no PostgreSQL: Redis's part only
 		return out, nil
 	}
-	if out.Skipped = s.checkYields(); out.Skipped {
+	if out.Skipped = r.yields(busy, slots); out.Skipped {
 		return out, nil
 	}
-	claimed, err := s.claim(ctx, req.IDs, req.Hold, req.Finished)
+	claimed, err := r.claim(ctx, req.IDs, req.Hold, req.Finished)
 	if err != nil || len(claimed) == 0 {
 		return out, err
 	}
-	err = s.checkClaimed(ctx, req, claimed, &out)
+	err = r.checkClaimed(ctx, req, claimed, &out)
 	if err != nil {
-		s.stats.checkSkipped.Add(1)
+		r.stats.checkSkipped.Add(1)
 		out.Skipped = true
 	}
 	return out, err
@@ -139,7 +129,7 @@ func (s *Store) Check(ctx context.Context, req CheckRequest) (Checked, error) {
 // checkClaimed reads the versions of the claimed tasks from PostgreSQL,
 // publishes what is newer there, and records each version checked in the
 // task's marker.
-func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[string]int64, out *Checked) error {
+func (r *Repairer) checkClaimed(ctx context.Context, req checkRequest, claimed map[string]int64, out *checkResult) error {
 	ids := make([]string, 0, len(claimed))
 	for id := range claimed {
 		ids = append(ids, id)
@@ -151,7 +141,7 @@ func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[
 	versions := make(map[string]version, len(ids))
 	began := time.Now()
 	defer func() { out.Slow = out.Slow || time.Since(began) > slowCheck }()
-	err := s.tryQuery(ctx, sqlVersionsByIDs, []any{ids, checkGrace.Seconds()}, func(rows pgx.Rows) error {
+	err := r.query(ctx, sqlVersionsByIDs, []any{ids, checkGrace.Seconds()}, func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
 			var id, status string
@@ -164,8 +154,8 @@ func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[
 		}
 		return rows.Err()
 	})
-	s.stats.checked.Add(uint64(len(ids)))
-	s.stats.checkRows.Add(uint64(len(versions)))
+	r.stats.checked.Add(uint64(len(ids)))
+	r.stats.checkRows.Add(uint64(len(versions)))
 	if err != nil {
 		return err
 	}
@@ -190,27 +180,27 @@ func (s *Store) checkClaimed(ctx context.Context, req CheckRequest, claimed map[
 	}
 	newer = slices.DeleteFunc(newer, func(id string) bool { return versions[id].young })
 	if len(newer) > 0 {
-		rows, err := s.readNewer(ctx, newer)
+		rows, err := r.readNewer(ctx, newer)
 		if err != nil {
 			return err
 		}
-		s.publishRepairs(ctx, req.Publish, rows, func(row *snapshot.Snapshot) {
+		r.publishRepairs(ctx, req.Publish, rows, func(row *snapshot.Snapshot) {
 			var redisVersion int64
 			if stored := out.Found[row.TaskID]; stored != nil {
 				redisVersion = stored.Version
 			}
 			delete(unpublished, row.TaskID)
-			s.log.InfoContext(ctx, "snapshot: repaired a change never announced", "task_id", row.TaskID, "tenant_id", row.TenantID,
+			r.log.InfoContext(ctx, "snapshot: repaired a change never announced", "task_id", row.TaskID, "tenant_id", row.TenantID,
 				"database_version", row.Version, "redis_version", redisVersion, "checked_version", claimed[row.TaskID],
 				"age", time.Since(time.UnixMilli(row.UpdatedAt)).Round(time.Millisecond))
-			out.Found[row.TaskID] = s.remember(row)
+			out.Found[row.TaskID] = r.store.Remember(row)
 			out.Repaired = append(out.Repaired, row)
 		})
 	}
-	pipe := s.rdb.Pipeline()
+	pipe := r.rdb.Pipeline()
 	for id, pg := range versions {
 		if pg.v > claimed[id] && !unpublished[id] {
-			pipe.HSet(ctx, s.names.Checked(id), "v", strconv.FormatInt(pg.v, 10), "f", boolDigit(pg.finished))
+			pipe.HSet(ctx, r.names.Checked(id), "v", strconv.FormatInt(pg.v, 10), "f", boolDigit(pg.finished))
 		}
 	}
 	if pipe.Len() > 0 {
@@ -229,7 +219,7 @@ const repairPublishers = 16
 
 // publishRepairs publishes rows, changes never announced, a few at a
 // time, and calls published with each one that was, one call at a time.
-func (s *Store) publishRepairs(ctx context.Context, publish func(context.Context, *snapshot.Snapshot) error, rows []*snapshot.Snapshot, published func(*snapshot.Snapshot)) {
+func (r *Repairer) publishRepairs(ctx context.Context, publish func(context.Context, *snapshot.Snapshot) error, rows []*snapshot.Snapshot, published func(*snapshot.Snapshot)) {
 	var (
 		mu        sync.Mutex
 		wg        sync.WaitGroup
@@ -251,7 +241,7 @@ func (s *Store) publishRepairs(ctx context.Context, publish func(context.Context
 				}
 				return
 			}
-			s.stats.repaired.Add(1)
+			r.stats.repaired.Add(1)
 			published(row)
 		})
 	}
@@ -259,27 +249,28 @@ func (s *Store) publishRepairs(ctx context.Context, publish func(context.Context
 	if failed > 0 {
 		// Once a check: when Redis is slow, every publish of a round fails
 		// alike, and the next round finds them again.
-		s.log.WarnContext(ctx, "snapshot: publishing changes never announced failed", "tasks", failed, "of", len(rows),
+		r.log.WarnContext(ctx, "snapshot: publishing changes never announced failed", "tasks", failed, "of", len(rows),
 			"first_task_id", firstTask, "err", firstErr)
 	}
 }
 
-// readNewer reads the rows of ids from PostgreSQL, sharing a read sent
-// since, and caches nothing: the publish that follows stores what is newer.
-func (s *Store) readNewer(ctx context.Context, ids []string) ([]*snapshot.Snapshot, error) {
-	rows, err := s.Rows(ctx, ids)
-	s.stats.checkRows.Add(uint64(len(rows))) // its query is in DBQueries
+// readNewer reads the rows of ids from PostgreSQL (store.Rows: a query
+// sent after the call began), and caches nothing: the publish that follows
+// stores what is newer.
+func (r *Repairer) readNewer(ctx context.Context, ids []string) ([]*snapshot.Snapshot, error) {
+	rows, err := r.store.Rows(ctx, ids)
+	r.stats.checkRows.Add(uint64(len(rows))) // its query is in the store's DBQueries
 	return rows, err
 }
 
 // claim runs the claim script over the tasks' markers. It returns the
 // claimed tasks with the version of their last check.
-func (s *Store) claim(ctx context.Context, ids []string, hold time.Duration, finished bool) (map[string]int64, error) {
+func (r *Repairer) claim(ctx context.Context, ids []string, hold time.Duration, finished bool) (map[string]int64, error) {
 	keys := make([]string, len(ids))
 	for i, id := range ids {
-		keys[i] = s.names.Checked(id)
+		keys[i] = r.names.Checked(id)
 	}
-	vals, err := s.claimKeys(ctx, keys, hold, finished)
+	vals, err := r.claimKeys(ctx, keys, hold, finished)
 	if err != nil {
 		return nil, err
 	}
@@ -296,16 +287,16 @@ func (s *Store) claim(ctx context.Context, ids []string, hold time.Duration, fin
 // all of them on standalone Redis, so two nodes' claims of one batch never
 // interleave; one per marker on Redis Cluster, where each is in its own
 // slot. It returns, per marker, its v when claimed and -1 when not.
-func (s *Store) claimKeys(ctx context.Context, keys []string, hold time.Duration, finished bool) ([]int64, error) {
+func (r *Repairer) claimKeys(ctx context.Context, keys []string, hold time.Duration, finished bool) ([]int64, error) {
 	args := []any{max(hold.Milliseconds(), 1), boolDigit(finished), checkedTTL.Milliseconds()}
-	if !s.names.Cluster {
-		vals, err := checkScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if !r.names.Cluster {
+		vals, err := checkScript.Run(ctx, r.rdb, keys, args...).Int64Slice()
 		if err != nil {
 			return nil, fmt.Errorf("redis: claiming checks: %w", err)
 		}
 		return vals, nil
 	}
-	pipe := s.rdb.Pipeline()
+	pipe := r.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(keys))
 	for i, k := range keys {
 		cmds[i] = checkScript.EvalSha(ctx, pipe, []string{k}, args...)
@@ -315,7 +306,7 @@ func (s *Store) claimKeys(ctx context.Context, keys []string, hold time.Duration
 	for i, cmd := range cmds {
 		v, err := cmd.Int64Slice()
 		if redisx.IsNoScript(err) {
-			v, err = checkScript.Run(ctx, s.rdb, []string{keys[i]}, args...).Int64Slice()
+			v, err = checkScript.Run(ctx, r.rdb, []string{keys[i]}, args...).Int64Slice()
 		}
 		if err != nil {
 			return nil, fmt.Errorf("redis: claiming checks: %w", err)
@@ -325,34 +316,31 @@ func (s *Store) claimKeys(ctx context.Context, keys []string, hold time.Duration
 	return vals, nil
 }
 
-// checkYields reports, counting it, whether a check leaves PostgreSQL to
-// subscribers' reads: half of the node's slots or more are busy.
-func (s *Store) checkYields() bool {
-	if len(s.sem) >= max(cap(s.sem)/2, 1) {
-		s.stats.checkSkipped.Add(1)
+// yields reports, counting it, whether a check leaves PostgreSQL to
+// subscribers' reads: half of the node's slots or more are busy
+// (store.PostgresSlots).
+func (r *Repairer) yields(busy, slots int) bool {
+	if busy >= max(slots/2, 1) {
+		r.stats.checkSkipped.Add(1)
 		return true
 	}
 	return false
 }
 
-var errBusy = fmt.Errorf("%w: postgres slots busy", snapshot.ErrUnavailable)
-
-// tryQuery runs one statement of a check in a PostgreSQL slot if one is
-// free now, without waiting for one. It is counted among the checks', not
-// in DBQueries, which are the reads' of subscribers and notifications.
-func (s *Store) tryQuery(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
-	select {
-	case s.sem <- struct{}{}:
-	default:
-		return errBusy
+// query runs one statement of a check in a PostgreSQL slot if one is free
+// now, without waiting for one (store.TryQuery), counting it among the
+// checks' queries, not in the store's DBQueries, which are the reads of
+// subscribers and notifications.
+func (r *Repairer) query(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
+	err := r.store.TryQuery(ctx, sql, args, scan)
+	if errors.Is(err, snapshot.ErrUnavailable) {
+		return err // not sent: no slot was free
 	}
-	defer func() { <-s.sem }()
-	s.stats.checkQueries.Add(1)
-	if err := s.queryTx(ctx, sql, args, scan); err != nil {
-		s.stats.checkErrors.Add(1)
-		return fmt.Errorf("postgres: %w", err)
+	r.stats.checkQueries.Add(1)
+	if err != nil {
+		r.stats.checkErrors.Add(1)
 	}
-	return nil
+	return err
 }
 
 func boolDigit(b bool) string {
