@@ -1,13 +1,18 @@
 // Package converge brings Redis and the hints into agreement with
-// PostgreSQL, the truth, for changes nobody announced. It has one job,
-// done by three workers each node with Redis runs:
+// PostgreSQL, the truth, for changes nobody announced: a hint is at most
+// once, and a writer may die between its steps. It has that one job, done
+// by three workers a node with Redis runs, each started and closed by the
+// node:
 //
-//   - Repairer (repair.go, check.go, check_scope.go, check.lua): the
-//     repair rounds' checks of the tasks and scopes the node's connections
-//     watch, against Redis and, one node of the fleet per task or scope and
-//     interval (a claim in Redis), against PostgreSQL; what PostgreSQL
-//     holds newer is published, what Redis holds is announced again. Its
-//     bounds and costs: docs/DESIGN.md, "Repair: changes never announced".
+//   - Repairer (repair.go; its checks in check.go, check_scope.go and
+//     check.lua), the repair rounds: every hub.Config.RepairInterval, at
+//     the same instants on every node, the tasks and scopes the hub's
+//     connections watch are read from Redis and, one node of the fleet per
+//     task or scope and interval (a claim in Redis), checked against
+//     PostgreSQL; what PostgreSQL holds newer is published, what a scope's
+//     listing finds in Redis is announced again, and what was found is
+//     offered to the hub (hub.Hub.OfferChecked), which delivers it. Its
+//     bound and cost: docs/DESIGN.md, "Repair: changes never announced".
 //   - Reconciler (reconcile.go), on Redis Cluster and split Redis, where a
 //     publish writes and announces in two steps: it announces the stored
 //     snapshot of a publish that died between the two, from the tenant's
@@ -25,4 +30,10 @@
 // up to, less a grace for long transactions, at most MaxCatchUp back);
 // anything older is left to the repair rounds. Why this mechanism, and
 // what each failure costs: docs/DESIGN.md, "Changes read from PostgreSQL".
+//
+// The store (snapshot/store) lends the rounds its reads: Redis alone
+// (Store.ReadRedis), and PostgreSQL in a slot left free by subscribers'
+// reads (Store.PostgresSlots, Store.TryQuery). The hub lends what its
+// connections watch (Hub.RepairIDs, Hub.RepairScopes) and owns the
+// interval, which its resume margin depends on too.
 package converge

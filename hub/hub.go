@@ -36,13 +36,11 @@ type Config struct {
 	// of re-reading, and gives resume cursors (see Stream). Nil means none:
 	// gaps are closed by re-reading, and resume relies on Subscription.Since.
 	Stream Stream
-	// Checker, when set, runs a repair round every RepairInterval: every
-	// watched task is checked against the sources and what a connection
-	// lacks is delivered, so a change never announced still arrives. Nil
-	// means no repair.
-	Checker Checker
 	// RepairInterval is the time between repair rounds, which start at the
-	// same instants of the wall clock on every node. Zero means
+	// same instants of the wall clock on every node: the rounds of package
+	// converge read it here, and the hub takes a change written more than
+	// an interval before a resume cursor for one the resumed client holds
+	// (its previous connection's rounds delivered it). Zero means
 	// DefaultRepairInterval.
 	RepairInterval time.Duration
 	// Plans are the plans connections are counted by in ConnCounts; a
@@ -285,10 +283,6 @@ func New(cfg Config) *Hub {
 	go h.pollLoop()
 	h.wg.Add(1)
 	go h.tickLoop()
-	if cfg.Checker != nil {
-		h.wg.Add(1)
-		go h.repairLoop()
-	}
 	return h
 }
 

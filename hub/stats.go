@@ -2,7 +2,6 @@ package hub
 
 import (
 	"sync/atomic"
-	"time"
 
 	"github.com/pushd/pushd/internal/histogram"
 )
@@ -72,8 +71,7 @@ type counters struct {
 	readRetries, readsLimited                                    atomic.Int64
 	catchUps, resumes, resumeTasks, resumeFallbacks              atomic.Int64
 	resumeMismatches                                             atomic.Int64
-	repairRounds, repairErrors, repairOlder, repairUnheld        atomic.Int64
-	repairStarted, repairSlot                                    atomic.Int64
+	repairOlder, repairUnheld                                    atomic.Int64
 	pushed, reconnects                                           [NumTransports]atomic.Int64
 	notifyToWrite, staleness, repairAge                          *histogram.Histogram
 }
@@ -122,26 +120,18 @@ type Stats struct {
 	// were issued for another subscription (Subscription.ResumeMismatch).
 	ResumeMismatches int64
 
-	// With a Checker.
-	RepairRounds int64 // repair rounds run to their end
-	// RepairRunning says a repair round is under way; RepairSlot is the
-	// start of the slot whose round ended last (zero before the first):
-	// the rounds of one slot on every node of a fleet find each task's
-	// check claimed once, and a node whose slot lags has stopped repairing
-	// (polling, or backing off from a busy PostgreSQL).
-	RepairRunning bool
-	RepairSlot    time.Time
-	RepairErrors  int64 // rounds a check failed in
-	// RepairOlder and RepairUnheld count the tasks a repair round found
-	// in Redis and delivered, at least a second after their updated_at, to
-	// a connection here that held an older version (a hint lost or never
+	// Of the repair rounds' deliveries (OfferChecked; the rounds
+	// themselves are counted by package converge). RepairOlder and
+	// RepairUnheld count the tasks a repair round found in Redis and
+	// delivered, at least a second after their updated_at, to a
+	// connection here that held an older version (a hint lost or never
 	// published), or that held none (a resume past a change its stream
 	// lacks, a task created without a hint).
 	RepairOlder  int64
 	RepairUnheld int64
 	// RepairAge is the time from a repaired change's updated_at to the
-	// round that found it: the counted ones above, and those the Checker
-	// found newer in the database.
+	// round that found it: the counted ones above, and those a round
+	// found newer in the database (Checked.Repaired).
 	RepairAge histogram.Snapshot
 
 	Dropped [NumDrops]int64 // snapshots offered and not queued, by reason
@@ -179,14 +169,9 @@ func (h *Hub) Stats() Stats {
 		Resumes:  c.resumes.Load(), ResumeTasks: c.resumeTasks.Load(), ResumeFallbacks: c.resumeFallbacks.Load(), ResumeMismatches: c.resumeMismatches.Load(),
 		NotifyToWrite: c.notifyToWrite.Snapshot(),
 		Staleness:     c.staleness.Snapshot(),
-		RepairRounds:  c.repairRounds.Load(), RepairErrors: c.repairErrors.Load(),
-		RepairSlot:  unixMilli(c.repairSlot.Load()),
-		RepairOlder: c.repairOlder.Load(), RepairUnheld: c.repairUnheld.Load(),
+		RepairOlder:   c.repairOlder.Load(), RepairUnheld: c.repairUnheld.Load(),
 		RepairAge: c.repairAge.Snapshot(),
 	}
-	// Read after RepairRounds: a round that ends between the two reads is
-	// still said to run, never one that runs said to have ended.
-	s.RepairRunning = c.repairStarted.Load() > s.RepairRounds
 	s.Mode, _ = h.Mode()
 	s.PollingTenants = h.PollingTenants()
 	for t := range NumTransports {

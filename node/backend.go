@@ -63,8 +63,8 @@ type backend struct {
 	// changes publishes what PostgreSQL commits, while this node holds
 	// the fleet's lease: with ReadChanges only (nil otherwise).
 	changes *converge.ChangeReader
-	// repairer is the repair rounds' checks: on every Redis mode (nil
-	// embedded, where nothing is lost).
+	// repairer runs the repair rounds: on every Redis mode (nil embedded,
+	// where nothing is lost).
 	repairer *converge.Repairer
 
 	closers []func() // in the order they were made; close runs them backwards
@@ -93,8 +93,9 @@ func (b *backend) close() {
 	b.closers = nil
 }
 
-// start hands the hub to what delivers to it.
-func (b *backend) start(h *hub.Hub) {
+// start hands the hub to what delivers to it, and starts the fleet's
+// jobs; the repair rounds unless a test runs without them.
+func (b *backend) start(h *hub.Hub, t tuning) {
 	b.bus.Start(h)
 	if b.tailer != nil {
 		b.tailer.Start(h)
@@ -104,6 +105,9 @@ func (b *backend) start(h *hub.Hub) {
 	}
 	if b.changes != nil {
 		b.changes.Start()
+	}
+	if b.repairer != nil && !t.noRepair {
+		b.repairer.Start(h)
 	}
 }
 
@@ -133,14 +137,15 @@ func newBackend(ctx context.Context, cfg Config, t tuning) (*backend, error) {
 	return b, nil
 }
 
-// addRepairer makes the repair rounds' checks over the store, whose
-// repairs the node's publisher, counted, stores and announces, as a Task
-// State Service would have.
+// addRepairer makes the repair rounds over the store, whose repairs the
+// node's publisher, counted, stores and announces, as a Task State
+// Service would have. They run once the backend starts; Node.Close ends
+// them before the hub they deliver to, ahead of this closer.
 func (b *backend) addRepairer(cfg Config) {
 	b.repairer = converge.NewRepairer(converge.RepairConfig{
-		Store: b.store, Redis: b.cache, Names: b.names, Publisher: b.publisher, Announcer: b.announcer,
-		Interval: cfg.Hub.RepairInterval, Logger: cfg.Logger,
+		Store: b.store, Redis: b.cache, Names: b.names, Publisher: b.publisher, Announcer: b.announcer, Logger: cfg.Logger,
 	})
+	b.onClose(b.repairer.Close) // before the store and the clients it reads
 }
 
 // repairStats is the repairer for the metrics: a nil interface without

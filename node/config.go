@@ -95,8 +95,8 @@ type Config struct {
 	// there is replaced.
 
 	// Hub: connections, writers, repair and the per-connection limits
-	// both transports keep. The node sets Source, Bus, Stream, Checker,
-	// Plans, NodeName and Logger.
+	// both transports keep. The node sets Source, Bus, Stream, Plans,
+	// NodeName and Logger.
 	Hub hub.Config
 	// SSE: the EventSource transport. The node sets Hub and Logger.
 	SSE sse.Config

@@ -100,10 +100,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	}
 	n.adm = admission.New(n.admissionConfig())
 	hc := cfg.Hub
-	hc.Source, hc.Bus, hc.Stream, hc.Checker = n.be.source, n.be.hubBus, n.be.hubStream, n.checker()
+	hc.Source, hc.Bus, hc.Stream = n.be.source, n.be.hubBus, n.be.hubStream
 	hc.Plans, hc.NodeName, hc.Logger = planNames(cfg.Admission.Plans), cfg.NodeName, cfg.Logger
 	n.hub = hub.New(hc)
-	n.be.start(n.hub)
+	n.be.start(n.hub, n.tuning)
 	// One set of failed-authentication buckets for the API and the
 	// WebSocket refresh: an address's allowance is spent by either.
 	limit := api.NewAuthLimit(cfg.API)
@@ -161,16 +161,6 @@ func (n *Node) adminHandler() http.Handler {
 		httperr.Write(w, http.StatusNotFound, httperr.NotFound, "the admin listener serves /metrics, /healthz, /readyz and /inspect/tasks/{id}")
 	})
 	return adminhost.Handler(mux, n.cfg.AdminHosts)
-}
-
-// checker is the hub's repair Checker: the backend's, unless a test runs
-// without repair; nil (no repair) in the embedded mode, where nothing is
-// lost.
-func (n *Node) checker() hub.Checker {
-	if n.tuning.noRepair || n.be.repairer == nil {
-		return nil
-	}
-	return n.be.repairer
 }
 
 // planNames are the configured plans (admission's defaults when none are):
@@ -324,6 +314,9 @@ func (n *Node) Close() {
 	}
 	if n.sim != nil {
 		n.sim.Close() // before the bus and store its walks publish through
+	}
+	if n.be != nil && n.be.repairer != nil {
+		n.be.repairer.Close() // before the hub its rounds deliver to
 	}
 	if n.hub != nil {
 		n.hub.Close()

@@ -95,8 +95,8 @@ func resumeOnlyWhatMoved(t *testing.T, streams bool, watch string) {
 		}
 		// Two repair rounds that began after the resume: the one running
 		// now ends first.
-		rounds := to.Hub().Stats().RepairRounds
-		testenv.Eventually(t, "two repair rounds after the resume", func() bool { return to.Hub().Stats().RepairRounds >= rounds+3 })
+		rounds := to.Repairer().Stats().Rounds
+		testenv.Eventually(t, "two repair rounds after the resume", func() bool { return to.Repairer().Stats().Rounds >= rounds+3 })
 		// Nothing else is on its way: a change made now is the next event.
 		quiet := tasks[5-round]
 		held[quiet]++

@@ -315,7 +315,7 @@ func aloneThenThree(t *testing.T, cfg node.Config, watch func(*server)) (alone, 
 // repairSample is the nodes' repair reads summed at a moment no node was
 // in a round: the rounds each had ended, and the latest slot among them.
 type repairSample struct {
-	rounds []int64
+	rounds []uint64
 	slot   time.Time
 	cost   repairCost
 }
@@ -332,15 +332,15 @@ type repairSample struct {
 // fewer, and are scaled back to the slots asked for.
 func measureRepair(t *testing.T, nodes []*server, interval time.Duration, slots int64) repairCost {
 	t.Helper()
-	idle := func() (rounds []int64, latest time.Time, ok bool) {
+	idle := func() (rounds []uint64, latest time.Time, ok bool) {
 		for _, srv := range nodes {
-			st := srv.Hub().Stats()
-			if st.RepairRunning {
+			st := srv.Repairer().Stats()
+			if st.Running {
 				return nil, time.Time{}, false
 			}
-			rounds = append(rounds, st.RepairRounds)
-			if st.RepairSlot.After(latest) {
-				latest = st.RepairSlot
+			rounds = append(rounds, st.Rounds)
+			if st.Slot.After(latest) {
+				latest = st.Slot
 			}
 		}
 		return rounds, latest, true
@@ -370,7 +370,7 @@ func measureRepair(t *testing.T, nodes []*server, interval time.Duration, slots 
 	n := int64(last.slot.Sub(first.slot) / interval)
 	ran := int64(0)
 	for i := range nodes {
-		ran = max(ran, last.rounds[i]-first.rounds[i])
+		ran = max(ran, int64(last.rounds[i]-first.rounds[i]))
 	}
 	n = min(n, ran)
 	if n != slots {
@@ -442,8 +442,8 @@ func TestChangeMissingFromTheStreamReachesAResumedClient(t *testing.T) {
 	}
 	// The round that brought it went over every watched task: once it is
 	// done, a change published now is the next event, no quiet task resent.
-	rounds := srv.Hub().Stats().RepairRounds
-	testenv.Eventually(t, "the repair round done", func() bool { return srv.Hub().Stats().RepairRounds > rounds })
+	rounds := srv.Repairer().Stats().Rounds
+	testenv.Eventually(t, "the repair round done", func() bool { return srv.Repairer().Stats().Rounds > rounds })
 	streamPublish(t, c.redis.Client, c.redis.Names, tenantDoc(tasks[1], tenant, 2))
 	if s := again.nextTask(t); s.TaskID != tasks[1] || s.Version != 2 {
 		t.Fatalf("after the repair got %s v%d, want %s v2: a quiet task was sent again", s.TaskID, s.Version, tasks[1])

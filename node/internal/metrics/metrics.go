@@ -412,16 +412,16 @@ func (e emitter) hub(st hub.Stats) {
 	e.histogram(staleness, st.Staleness)
 }
 
-// repair is the repair rounds', on a node with a store: the hub's rounds
-// and what they delivered, the repairer's checks.
+// repair is the repair rounds', on a node with a store: the repairer's
+// rounds and checks, and what the hub delivered of them.
 func (e emitter) repair(st hub.Stats, rs converge.RepairStats) {
-	e.emit(repairRounds, float64(st.RepairRounds))
+	e.emit(repairRounds, float64(rs.Rounds))
 	last := 0.0 // before the first round
-	if !st.RepairSlot.IsZero() {
-		last = float64(st.RepairSlot.UnixMilli()) / 1e3
+	if !rs.Slot.IsZero() {
+		last = float64(rs.Slot.UnixMilli()) / 1e3
 	}
 	e.emit(repairLast, last)
-	e.emit(repairErrors, float64(st.RepairErrors))
+	e.emit(repairErrors, float64(rs.Errors))
 	e.emit(repairs, float64(rs.Repaired), "database_newer")
 	e.emit(repairs, float64(st.RepairOlder), "redis_newer")
 	e.emit(repairs, float64(st.RepairUnheld), "not_held")
