@@ -68,6 +68,21 @@ export interface ClientOptions {
   /** The server's limit of tasks and projects per connection and per poll request; default 100. */
   maxIds?: number;
   /**
+   * Share one connection among the tabs of this origin that have the same
+   * url(s) and the same identity (a JWT's claims less iat, exp, nbf and jti;
+   * an opaque token as a whole); default false. One tab leads and streams,
+   * with its own token and transport, for the union of every tab's
+   * subscriptions (within maxIds); the others follow through it. Each tab
+   * sees the events an unshared client would, for what it watches; its
+   * state is the shared connection's. A tab that closes, crashes or is
+   * frozen hands the lead over within about 2 s, resuming with the cursor.
+   * Needs BroadcastChannel, Web Locks and crypto.subtle (a secure context:
+   * https or localhost): Chrome and Edge 69+, Firefox 96+, Safari 15.4+.
+   * Without them, with a token function that fails at start, or with
+   * user: true and an opaque token, the client streams by itself.
+   */
+  share?: boolean;
+  /**
    * The WebSocket constructor; default globalThis.WebSocket. Outside a
    * browser, pass one (in Node.js, the ws package's). Needed for transport 'ws'.
    */
@@ -187,11 +202,24 @@ export interface ClientStats {
   received: number;
   /** Snapshots dropped because the client held that version or a newer one. */
   dropped: number;
+  /**
+   * This and the counters below are, with share, the shared connection's
+   * as its leader counts them since it took the lead (a follower's lag by
+   * up to a ping).
+   */
   reconnects: number;
   polls: number;
   fallbacks: number;
   /** Heartbeats the server sent idle connections. */
   heartbeats: number;
+}
+
+/** With options.share: this tab's part in the shared connection. */
+export interface SharedDetail {
+  /** 'leader': this tab holds the connection; 'follower': it gets events through the leader; null: it streams by itself, or is not started. */
+  role: 'leader' | 'follower' | null;
+  /** How many tabs share the connection, this one included (1 when alone). */
+  tabs: number;
 }
 
 export interface PushdEventMap {
@@ -203,6 +231,8 @@ export interface PushdEventMap {
   error: CustomEvent<ErrorDetail>;
   limited: CustomEvent<LimitedDetail>;
   sync: CustomEvent<SyncDetail>;
+  /** With options.share: the tab's role or the number of tabs sharing changed. */
+  share: CustomEvent<SharedDetail>;
 }
 
 export declare const State: {
@@ -253,16 +283,24 @@ export declare class PushdClient extends EventTarget {
   /** A copy of the newest snapshot of every task held. */
   readonly tasks: Map<string, TaskSnapshot>;
   readonly stats: ClientStats;
+  /**
+   * With options.share: whether this tab leads the shared connection or
+   * follows it, and how many tabs share it. Which tab leads is not for a
+   * page to rely on: the lead moves when a tab closes or freezes.
+   */
+  readonly shared: SharedDetail;
   task(id: string): TaskSnapshot | undefined;
   start(): void;
+  /** Closes the connection and stops every timer. With share: ends this tab's subscriptions only; the others keep the connection (another tab leads if this one did). */
   close(): void;
   subscribe(what: { tasks?: string[]; projects?: string[]; user?: boolean }): void;
   unsubscribe(what: { tasks?: string[]; projects?: string[] }): void;
   /** Hands the client a snapshot got elsewhere (e.g. the answer that created the task); kept only if newer. */
   offer(snapshot: TaskSnapshot): void;
   forget(id: string): void;
+  /** Switches between 'sse' and 'ws'; reconnects at once when they differ. With share, switches the shared connection. */
   setTransport(transport: Transport): void;
-  /** Drops the connection as a network failure would; the client reconnects by its policy. */
+  /** Drops the connection as a network failure would; the client reconnects by its policy. With share, the shared connection. */
   interrupt(): void;
 
   addEventListener<K extends keyof PushdEventMap>(type: K, listener: (ev: PushdEventMap[K]) => void, options?: boolean | AddEventListenerOptions): void;

@@ -63,6 +63,14 @@
 // - Reports its state ("connecting", "streaming", "polling", "idle",
 //   "closed") and the server's mode ("push" or "polling") as events: a
 //   state event each time what it reports changes, once.
+// - With share: true, lets the tabs of one origin that watch the same
+//   server(s) as the same identity hold one connection between them: one
+//   tab leads and streams for all, the others follow through it, each
+//   seeing only what it asked for. Web Locks elect the leader and a
+//   BroadcastChannel carries the rest; the section "sharing one stream
+//   between tabs" below says how, and why it survives a closed, crashed
+//   or frozen leader. Without both APIs (or crypto.subtle) a client
+//   streams by itself.
 
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELED']);
 
@@ -129,6 +137,7 @@ const DEFAULTS = {
   streamRetryMs: 30000,
   probeTimeoutMs: 5000,
   maxIds: 100,
+  share: false,
 };
 
 /** Is the status one a task never leaves? */
@@ -136,18 +145,25 @@ export function isTerminal(status) {
   return TERMINAL.has(status);
 }
 
-// jwtExpiry is a JWT's exp in Unix ms, or null for a token that is not a
-// JWT (an opaque session token) or has none.
-function jwtExpiry(token) {
+// jwtClaims is a JWT's payload, or null for a token that is not a JWT (an
+// opaque session token) or whose payload is not a JSON object.
+function jwtClaims(token) {
   const parts = typeof token === 'string' ? token.split('.') : [];
   if (parts.length !== 3) return null;
   try {
     const b64 = parts[1].replace(/-/g, '+').replace(/_/g, '/');
-    const exp = JSON.parse(atob(b64 + '='.repeat((4 - (b64.length % 4)) % 4))).exp;
-    return typeof exp === 'number' && Number.isFinite(exp * 1000) ? exp * 1000 : null;
+    const claims = JSON.parse(atob(b64 + '='.repeat((4 - (b64.length % 4)) % 4)));
+    return claims !== null && typeof claims === 'object' ? claims : null;
   } catch {
     return null;
   }
+}
+
+// jwtExpiry is a JWT's exp in Unix ms, or null for a token that is not a
+// JWT (an opaque session token) or has none.
+function jwtExpiry(token) {
+  const exp = jwtClaims(token)?.exp;
+  return typeof exp === 'number' && Number.isFinite(exp * 1000) ? exp * 1000 : null;
 }
 
 /**
@@ -225,6 +241,11 @@ function refusalOf(m) {
   return { code: LIMIT_CODES.has(m.error) ? 429 : 503, waitMs: ms > 0 ? ms : null, limit: limitOf(m) };
 }
 
+// ENGINE is the option key with which a share's leader hands the client
+// it streams through the snapshots and cursor to resume from; the client
+// hands back a reader of its cursor. Not exported: pages cannot use it.
+const ENGINE = Symbol('pushd share engine');
+
 export class PushdClient extends EventTarget {
   // Settings.
   #opt;
@@ -276,6 +297,13 @@ export class PushdClient extends EventTarget {
 
   #stats = { received: 0, dropped: 0, reconnects: 0, polls: 0, fallbacks: 0, heartbeats: 0 };
 
+  // Sharing (options.share): true from start() until close() unless this
+  // tab streams by itself after all; #share is the TabShare once its key
+  // is known.
+  #sharing = false;
+  #share = null;
+  #shareStart = 0; // ends a share's start that a close() overtook
+
   /** @param {import('./pushd').ClientOptions} options */
   constructor(options = {}) {
     super();
@@ -301,6 +329,14 @@ export class PushdClient extends EventTarget {
     for (const id of this.#opt.tasks) this.#wantTasks.add(id);
     for (const id of this.#opt.projects) this.#wantProjects.add(id);
     this.#wantUser = !!this.#opt.user;
+    // A share's leader streams through a client of its own, seeded with
+    // the snapshots and the cursor every tab keeps (TabShare#startEngine).
+    const engine = options[ENGINE];
+    if (engine) {
+      for (const snap of engine.snaps) this.#tasks.set(snap.task_id, snap);
+      this.#cursor = engine.cursor;
+      engine.cursorOf = () => this.#cursor;
+    }
     this.#online = () => {
       // The network is back: do not sit out the rest of a long backoff.
       if (this.#retryTimer && !this.#polling) this.#reconnectNow();
@@ -319,7 +355,13 @@ export class PushdClient extends EventTarget {
   get url() { return this.#base; }
   /** The newest snapshot of every task the client holds. */
   get tasks() { return new Map(this.#tasks); }
-  get stats() { return { ...this.#stats }; }
+  get stats() { return { ...this.#stats, ...this.#share?.stats }; }
+  /**
+   * With options.share: this tab's role, 'leader' or 'follower', and how
+   * many tabs share the connection; role null while the client streams
+   * by itself (share off or not possible here) or is not started.
+   */
+  get shared() { return { role: this.#share?.role ?? null, tabs: this.#share?.tabs ?? 1 }; }
 
   /** The newest snapshot of a task, or undefined. */
   task(id) { return this.#tasks.get(id); }
@@ -329,6 +371,10 @@ export class PushdClient extends EventTarget {
     if (this.#started) return;
     this.#started = true;
     if (typeof addEventListener === 'function') addEventListener('online', this.#online);
+    if (this.#opt.share && canShare()) {
+      this.#startShared();
+      return;
+    }
     this.#connect();
   }
 
@@ -338,6 +384,7 @@ export class PushdClient extends EventTarget {
   #close(reason) {
     this.#started = false;
     if (typeof removeEventListener === 'function') removeEventListener('online', this.#online);
+    this.#leaveShare();
     this.#teardown();
     this.#stopPolling();
     this.#clearRetry();
@@ -401,6 +448,10 @@ export class PushdClient extends EventTarget {
     this.#transport = t;
     this.#cursor = ''; // an SSE cursor means nothing to another connection
     this.#emitState();
+    if (this.#sharing) {
+      this.#share?.setTransport(t);
+      return;
+    }
     if (this.#started) this.#reconnectNow();
   }
 
@@ -409,6 +460,10 @@ export class PushdClient extends EventTarget {
    * then reconnects by its usual policy. For demos and tests.
    */
   interrupt() {
+    if (this.#sharing) {
+      this.#share?.interrupt();
+      return;
+    }
     if (!this.#es && !this.#ws) return;
     this.#fail(this.#gen, { reason: 'interrupted', probe: false });
   }
@@ -904,6 +959,14 @@ export class PushdClient extends EventTarget {
   // set and its cursor.
   #changed({ op, tasks, projects, user }) {
     if (!this.#started) return;
+    if (this.#sharing) {
+      // The want-set goes to the tabs (a share not started yet reads it
+      // when it starts). The user scope needs the user's id to tell its
+      // tasks from others', which an opaque token does not give.
+      if (user && this.#share && this.#share.user == null) this.#streamAlone();
+      else this.#share?.changed();
+      return;
+    }
     if (this.#state === State.IDLE || this.#state === State.CLOSED) {
       this.#connect();
       return;
@@ -1052,6 +1115,88 @@ export class PushdClient extends EventTarget {
     return retryAfter;
   }
 
+  // --- sharing (the tab's side; TabShare below does the rest) ----------------
+
+  // #startShared joins this tab to the share of its key, which needs the
+  // token: a tab that cannot have one, or a digest, streams by itself, as
+  // does one that watches the user scope with an opaque token.
+  async #startShared() {
+    const attempt = ++this.#shareStart;
+    this.#sharing = true;
+    this.#setState(State.CONNECTING);
+    let identity = null;
+    try {
+      identity = await shareIdentity(this.#bases, await this.#token(false));
+    } catch {
+      // No token (connecting alone reports why) or no digest.
+    }
+    if (attempt !== this.#shareStart || !this.#started) return;
+    if (!identity || (this.#wantUser && identity.user == null)) {
+      this.#sharing = false;
+      this.#connect();
+      return;
+    }
+    const user = identity.user;
+    this.#share = new TabShare(identity, this.#opt, {
+      want: () => this.#subscription(),
+      transport: () => this.#transport,
+      deliver: (snap, source) => this.#shareWants(snap, user) && this.#offer(snap, source),
+      state: (detail) => this.#sharedState(detail),
+      emit: (type, detail) => this.#sharedEvent(type, detail, user),
+      changed: (detail) => this.#emit('share', detail),
+    });
+    this.#share.start();
+  }
+
+  #leaveShare() {
+    this.#shareStart++;
+    this.#sharing = false;
+    const share = this.#share;
+    this.#share = null;
+    if (share) {
+      share.close();
+      this.#emit('share', this.shared);
+    }
+  }
+
+  // #streamAlone leaves the share and connects by itself.
+  #streamAlone() {
+    this.#leaveShare();
+    this.#connect();
+  }
+
+  // #shareWants says whether a snapshot the leader relays is one this tab
+  // watches: a task it asked for or holds, of a project it watches, or,
+  // with the user scope, of its user (what the server's scope delivers).
+  #shareWants(snap, user) {
+    const id = snap?.task_id;
+    return this.#wantTasks.has(id) || (this.#tasks.has(id) && !this.#forgotten.has(id)) || !!this.#inProjects(snap) ||
+      (this.#wantUser && user != null && snap.user_id === user);
+  }
+
+  // #sharedState takes the shared connection's state, as its leader
+  // reports it, for this tab's.
+  #sharedState(d) {
+    if (!d || !this.#started) return;
+    this.#state = d.state;
+    this.#transport = d.transport === 'ws' ? 'ws' : 'sse';
+    this.#serverMode = d.serverMode ?? null;
+    this.#serverReason = d.serverReason || '';
+    this.#node = d.node || '';
+    this.#emitState(d.reason || '');
+    // The leader's connection was refused for good (a 403, a 400, a 401
+    // with a token string): this tab's own would have been too.
+    if (d.state === State.CLOSED) this.#close(d.reason || '');
+  }
+
+  // #sharedEvent passes on an event of the shared connection; a refusal
+  // of a task or project only to the tabs that watch it.
+  #sharedEvent(type, d, user) {
+    if (type === 'error' && d?.task_id && !this.#shareWants({ task_id: d.task_id }, user)) return;
+    if (type === 'error' && d?.project_id && !d?.task_id && !this.#wantProjects.has(d.project_id)) return;
+    this.#emit(type, d);
+  }
+
   // --- plumbing --------------------------------------------------------------
 
   async #token(refresh) {
@@ -1090,4 +1235,597 @@ export class PushdClient extends EventTarget {
   #emit(type, detail) {
     this.dispatchEvent(new CustomEvent(type, { detail }));
   }
+}
+
+// --- sharing one stream between tabs ----------------------------------------
+//
+// With share: true, the tabs of one origin whose clients have the same key
+// hold one connection between them. The key is a SHA-256 of the server
+// URL(s) and the identity: a JWT's claims less the ones that change from
+// token to token (iat, exp, nbf, jti), or an opaque token itself. Only the
+// hex digest names the lock and the channel; a token never leaves its tab.
+//
+// - Election: the tab granted the Web Lock "pushd:<key>" leads. It streams
+//   through a PushdClient of its own (the engine), with its own token, for
+//   the union of every tab's want-set, and relays over the BroadcastChannel
+//   of the same name every snapshot (with the SSE cursor as of it), state
+//   and event the engine has. Every tab, leader included, takes them
+//   through the same path: its own version rule and filter.
+// - A closed or crashed leader's lock is released by the browser: the next
+//   tab queued for it leads at once. A frozen leader keeps it, so followers
+//   ask (ping, every SHARE_PING_MS) and the leader answers (pong); a
+//   follower that has heard no pong for SHARE_DEAD_MS, and none to a ping
+//   of its own sent SHARE_ANSWER_MS ago or more, takes the lock with steal
+//   after a random delay (so that not all do; one that hears a new leader
+//   meanwhile gives up). The unanswered ping keeps a follower that was
+//   itself frozen or throttled (a hidden tab's timers may run once a
+//   minute) from taking a live leader's place: it asks first.
+// - Why the pong waits for the lock manager: Chromium runs a frozen page's
+//   BroadcastChannel handlers, but not its timers, network events or lock
+//   manager replies, so a pong sent from the handler would speak for a
+//   leader that delivers nothing. The leader answers a ping only once
+//   navigator.locks.query() has answered it, which a frozen page does not
+//   hear before it thaws; the query also shows a leader whose lock was
+//   stolen that it no longer holds it. Neither message handlers nor lock
+//   replies are throttled in hidden tabs, so a hidden leader answers at
+//   once.
+// - Terms: a leader takes one past the highest term it heard (from
+//   leaders, and from followers' pings) and tags what it sends with it;
+//   tabs ignore an older term's, and a leader that hears of a newer one
+//   steps down, as it does when its lock request rejects (stolen): its
+//   engine closes, it follows and queues for the lock again.
+// - Want-sets: each tab sends its whole want-set (by a random tab id) when
+//   it changes, and every tab keeps every tab's latest, so whichever leads
+//   next knows the union. A tab holds a presence lock "pushd:<key>:tab:<id>"
+//   while it lives; the others wait on it, so a tab that vanished without a
+//   word leaves the union when the browser releases its lock.
+// - Every tab keeps the newest relayed snapshot of every task some tab
+//   wants, and the last cursor: a new leader seeds its engine with them,
+//   so it resumes with since (WebSocket) or last_event_id (SSE) as a
+//   reconnecting client would, and the version rule of every tab drops
+//   what a resume sends again.
+// - A tab that joins, or changes its want-set, gets at once from the
+//   leader the snapshots it keeps of the tab's tasks, and with a join the
+//   shared connection's state and last hello.
+
+const SHARE_PING_MS = 400; // a follower asks the leader this often
+const SHARE_DEAD_MS = 1000; // a leader silent this long is taken for frozen...
+const SHARE_ANSWER_MS = 500; // ...once a ping of this tab's has had no answer this long
+const SHARE_STEAL_MS = 250; // a follower waits up to this long more, at random, before taking the lead
+
+// The events of the leader's connection relayed to every tab besides task
+// and state.
+const RELAYED = ['hello', 'limited', 'error', 'reconnecting', 'mode', 'sync'];
+
+// canShare says whether this page has what sharing needs: BroadcastChannel,
+// Web Locks and crypto.subtle (both of the last in secure contexts only).
+function canShare() {
+  return typeof BroadcastChannel === 'function' && typeof navigator !== 'undefined' &&
+    typeof navigator.locks?.request === 'function' && typeof globalThis.crypto?.subtle?.digest === 'function';
+}
+
+const VOLATILE_CLAIMS = new Set(['iat', 'exp', 'nbf', 'jti']);
+
+// canonical is JSON with every object's keys sorted, so equal claims hash
+// alike whatever order a token lists them in.
+function canonical(v) {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v !== null && typeof v === 'object') {
+    return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(v) ?? 'null';
+}
+
+// shareIdentity is the key of the tabs that may share with this one, and
+// the user a JWT names (its sub; null for an opaque token).
+async function shareIdentity(bases, token) {
+  if (typeof token !== 'string' || !token) throw new TypeError('pushd: no token to share a stream with');
+  const claims = jwtClaims(token);
+  let identity = { token };
+  if (claims) {
+    const stable = {};
+    for (const [k, v] of Object.entries(claims)) if (!VOLATILE_CLAIMS.has(k)) stable[k] = v;
+    identity = { claims: stable };
+  }
+  const text = canonical([[...bases].sort(), identity]);
+  const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text));
+  const key = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
+  return { key, user: typeof claims?.sub === 'string' ? claims.sub : null };
+}
+
+// matches says whether a want-set ({tasks, projects, user}) covers a
+// snapshot; user is the identity's user id.
+function matches(want, snap, user) {
+  return !!want && (want.tasks?.includes(snap.task_id) || (!!snap.project_id && want.projects?.includes(snap.project_id)) ||
+    (!!want.user && user != null && snap.user_id === user));
+}
+
+function randomID() {
+  const b = new Uint8Array(8);
+  crypto.getRandomValues(b);
+  return [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+}
+
+// TabShare is one tab's part in a share: a follower, or the leader that
+// streams for all. port is its client's side:
+//   want()              the tab's want-set, {tasks, projects, user}
+//   transport()         the transport the tab would stream over
+//   deliver(snap, src)  a relayed snapshot, for the tab's filter and version rule
+//   state(detail)       the shared connection's state
+//   emit(type, detail)  an event of the shared connection (RELAYED)
+//   changed({role, tabs})
+class TabShare {
+  // Set once.
+  #id = randomID();
+  #key;
+  #options; // the client's, for the engine
+  #port;
+  #chan = null;
+  #closed = false;
+  user; // the identity's user id, or null
+
+  // What every tab keeps, so that any can lead next.
+  #tabs = new Map(); // tab id -> want-set, of the other tabs alive
+  #watching = new Map(); // tab id -> AbortController of the wait on its presence lock
+  #store = new Map(); // task id -> { snap, source }: the newest relayed of each task some tab wants
+  #cursor = ''; // the SSE cursor relayed with the newest event
+  #term = 0; // the highest leader's term heard
+  #last = { state: null, hello: null }; // the shared connection's, as relayed
+  #connStats = null; // the leader's engine's counters, from its last pong
+
+  // The lead lock.
+  #role = null; // 'leader' or 'follower'; null before start and after close
+  #grant = null; // the grant this tab leads under
+  #release = null; // resolves the grant's callback: releases the lock
+  #queued = null; // aborts the lock request this tab queued
+  #presence = null; // releases this tab's presence lock
+
+  // Leader only.
+  #engine = null;
+  #union = ''; // the want-set the engine watches, as JSON
+  #asking = false; // a pong waits for the lock manager
+
+  // Follower only.
+  #pingTimer = null;
+  #stealTimer = null;
+  #lastPong = 0; // performance.now() when a leader last answered
+  #unanswered = null; // performance.now() of the first ping since, if any
+
+  #announced = '';
+
+  constructor(identity, options, port) {
+    this.#key = identity.key;
+    this.user = identity.user;
+    this.#options = options;
+    this.#port = port;
+  }
+
+  get role() { return this.#role; }
+  get tabs() { return this.#tabs.size + 1; }
+  get stats() { return this.#role === 'leader' ? connStats(this.#engine) : this.#connStats; }
+
+  get #name() { return `pushd:${this.#key}`; }
+  #tabLock(id) { return `pushd:${this.#key}:tab:${id}`; }
+
+  async start() {
+    // Held for the tab's life; waited on by the others.
+    const release = await new Promise((resolve) => {
+      navigator.locks.request(this.#tabLock(this.#id), () => new Promise((done) => resolve(done))).catch(() => resolve(null));
+    });
+    this.#presence = release;
+    if (this.#closed) {
+      release?.();
+      return;
+    }
+    this.#chan = new BroadcastChannel(this.#name);
+    this.#chan.onmessage = (e) => this.#receive(e.data);
+    this.#follow();
+    this.#post({ t: 'want', want: this.#port.want(), join: true });
+    this.#queue();
+  }
+
+  close() {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#stopEngine();
+    this.#role = null;
+    this.#stopFollowing();
+    this.#queued?.abort();
+    for (const ctl of this.#watching.values()) ctl.abort();
+    this.#watching.clear();
+    this.#post({ t: 'bye' });
+    this.#chan?.close();
+    // The presence lock first: the tab that leads next finds this one gone.
+    this.#presence?.();
+    this.#release?.();
+    this.#release = null;
+  }
+
+  // changed tells the tabs of this tab's new want-set.
+  changed() {
+    const want = this.#port.want();
+    this.#post({ t: 'want', want });
+    if (this.#role !== 'leader') return; // the leader answers with what it keeps
+    this.#applyUnion();
+    for (const { snap, source } of this.#store.values()) if (matches(want, snap, this.user)) this.#port.deliver(snap, source);
+  }
+
+  setTransport(transport) {
+    if (this.#role === 'leader') this.#engine?.setTransport(transport);
+    else this.#post({ t: 'transport', transport });
+  }
+
+  interrupt() {
+    if (this.#role === 'leader') this.#engine?.interrupt();
+    else this.#post({ t: 'interrupt' });
+  }
+
+  // --- messages ---
+
+  #post(m) {
+    try {
+      this.#chan?.postMessage({ ...m, from: this.#id });
+    } catch {
+      // Closed: this tab is leaving.
+    }
+  }
+
+  // #broadcast sends what the leader's engine has to every tab, this one
+  // included.
+  #broadcast(m) {
+    this.#post(m);
+    this.#receive({ ...m, from: this.#id });
+  }
+
+  #receive(m) {
+    if (this.#closed || !m || typeof m !== 'object' || typeof m.from !== 'string') return;
+    if (typeof m.term === 'number') {
+      if (m.term < this.#term) return; // a leader that was replaced (a thawed tab)
+      if (m.term > this.#term) {
+        this.#term = m.term;
+        if (this.#role === 'leader' && m.from !== this.#id) this.#stepDown();
+      }
+      // A pong waited for the leader's lock manager, and a new leader took
+      // the lock: either says a leader lives. (A frozen leader's message
+      // handler may still send the rest.)
+      if (m.from !== this.#id && (m.t === 'pong' || m.t === 'lead')) this.#alive();
+    }
+    // A ping says the highest term its follower heard: a tab that joined
+    // while the leader was frozen learns it before it may take the lead,
+    // and a replaced leader learns it was.
+    if (m.t === 'ping' && typeof m.seen === 'number' && m.seen > this.#term) {
+      this.#term = m.seen;
+      if (this.#role === 'leader') this.#stepDown();
+    }
+    switch (m.t) {
+      case 'ping':
+        if (this.#role === 'leader') this.#pong();
+        break;
+      case 'pong':
+        this.#connStats = m.stats ?? null;
+        break;
+      case 'lead':
+        // Make sure the new leader knows this tab's want-set.
+        if (m.from !== this.#id) this.#post({ t: 'want', want: this.#port.want() });
+        break;
+      case 'want':
+        this.#tabWants(m.from, m.want, !!m.join);
+        break;
+      case 'bye':
+        this.#forgetTab(m.from);
+        break;
+      case 'snap':
+        this.#keep(m.snap, m.source);
+        if (typeof m.cursor === 'string') this.#cursor = m.cursor;
+        this.#port.deliver(m.snap, m.source);
+        break;
+      case 'held':
+        this.#held(m);
+        break;
+      case 'state':
+        this.#last.state = m.detail;
+        this.#port.state(m.detail);
+        break;
+      case 'event':
+        if (!RELAYED.includes(m.type)) break;
+        if (m.type === 'hello') this.#last.hello = m.detail;
+        this.#port.emit(m.type, m.detail);
+        break;
+      case 'transport':
+        if (this.#role === 'leader' && (m.transport === 'sse' || m.transport === 'ws')) this.#engine?.setTransport(m.transport);
+        break;
+      case 'interrupt':
+        if (this.#role === 'leader') this.#engine?.interrupt();
+        break;
+    }
+    this.#announce();
+  }
+
+  // #keep keeps a relayed snapshot if it is newer than the one kept.
+  #keep(snap, source) {
+    if (!snap || typeof snap.task_id !== 'string' || typeof snap.version !== 'number') return;
+    const kept = this.#store.get(snap.task_id);
+    if (!kept || kept.snap.version < snap.version) this.#store.set(snap.task_id, { snap, source });
+  }
+
+  // #tabWants notes a tab's want-set; the leader applies the union and
+  // answers a tab that joined or changed with what it keeps of its tasks.
+  #tabWants(from, want, join) {
+    if (from === this.#id || !want || typeof want !== 'object') return;
+    const changed = JSON.stringify(this.#tabs.get(from)) !== JSON.stringify(want);
+    this.#tabs.set(from, want);
+    this.#watch(from);
+    if (this.#role !== 'leader' || !(join || changed)) return;
+    this.#applyUnion();
+    const snaps = [...this.#store.values()].filter(({ snap }) => matches(want, snap, this.user));
+    const tabs = Object.fromEntries(this.#tabs);
+    tabs[this.#id] = this.#port.want();
+    this.#post({
+      t: 'held', term: this.#term, to: from, snaps, cursor: this.#cursor, tabs,
+      state: this.#last.state, hello: join ? this.#last.hello : null,
+    });
+  }
+
+  #held(m) {
+    for (const { snap, source } of m.snaps || []) this.#keep(snap, source);
+    if (typeof m.cursor === 'string') this.#cursor = m.cursor;
+    if (m.to !== this.#id) return;
+    for (const [id, want] of Object.entries(m.tabs || {})) {
+      if (id === this.#id || this.#tabs.has(id)) continue;
+      this.#tabs.set(id, want);
+      this.#watch(id);
+    }
+    if (m.state) this.#port.state(m.state);
+    if (m.hello) this.#port.emit('hello', m.hello);
+    for (const { snap, source } of m.snaps || []) this.#port.deliver(snap, source);
+  }
+
+  // #watch waits on a tab's presence lock, which the browser releases
+  // when the tab closes or crashes.
+  #watch(id) {
+    if (this.#watching.has(id) || this.#closed) return;
+    const ctl = new AbortController();
+    this.#watching.set(id, ctl);
+    navigator.locks.request(this.#tabLock(id), { signal: ctl.signal }, () => {
+      if (this.#watching.get(id) === ctl) this.#forgetTab(id);
+    }).catch(() => {});
+  }
+
+  #forgetTab(id) {
+    this.#watching.get(id)?.abort();
+    this.#watching.delete(id);
+    if (!this.#tabs.delete(id)) return;
+    // What no tab wants any more need not be kept.
+    const wants = [this.#port.want(), ...this.#tabs.values()];
+    for (const [task, { snap }] of this.#store) if (!wants.some((w) => matches(w, snap, this.user))) this.#store.delete(task);
+    if (this.#role === 'leader') this.#applyUnion();
+    this.#announce();
+  }
+
+  #announce() {
+    const detail = { role: this.#role, tabs: this.tabs };
+    const key = `${detail.role} ${detail.tabs}`;
+    if (key === this.#announced || this.#closed) return;
+    this.#announced = key;
+    this.#port.changed(detail);
+  }
+
+  // --- the lead lock ---
+
+  // #queue waits in line for the lead lock.
+  #queue() {
+    if (this.#closed) return;
+    const ctl = new AbortController();
+    this.#queued = ctl;
+    const grant = {};
+    navigator.locks.request(this.#name, { signal: ctl.signal }, () => this.#lead(grant)).catch(() => this.#lost(grant));
+  }
+
+  // #steal takes the lead lock from a leader that does not answer.
+  #steal() {
+    this.#queued?.abort();
+    this.#queued = null;
+    const grant = {};
+    navigator.locks.request(this.#name, { steal: true }, () => this.#lead(grant)).catch(() => this.#lost(grant));
+  }
+
+  // #lost: the request of grant rejected, aborted while queued or, when
+  // this tab led under it, stolen.
+  #lost(grant) {
+    if (grant === this.#grant) this.#stepDown();
+  }
+
+  // #lead runs when the lock is granted; the lock is held until the
+  // promise it returns resolves.
+  #lead(grant) {
+    if (this.#closed) return undefined;
+    const before = this.#release;
+    this.#grant = grant;
+    const held = new Promise((resolve) => { this.#release = resolve; });
+    before?.(); // an earlier grant of this tab's, stolen by this one
+    if (this.#role !== 'leader') this.#becomeLeader();
+    return held;
+  }
+
+  async #becomeLeader() {
+    this.#role = 'leader';
+    this.#stopFollowing();
+    const term = ++this.#term;
+    this.#post({ t: 'lead', term });
+    this.#announce();
+    // A tab that closed or crashed with the last leader leaves the union
+    // before the engine connects.
+    try {
+      const { held = [] } = await navigator.locks.query();
+      const alive = new Set(held.map((l) => l.name));
+      for (const id of [...this.#tabs.keys()]) if (!alive.has(this.#tabLock(id))) this.#forgetTab(id);
+    } catch {
+      // The watches on presence locks find them.
+    }
+    if (this.#role === 'leader' && this.#term === term && !this.#closed && !this.#engine) this.#startEngine();
+  }
+
+  #stepDown() {
+    if (this.#role !== 'leader') return;
+    this.#stopEngine();
+    this.#grant = null;
+    const release = this.#release;
+    this.#release = null;
+    release?.();
+    this.#follow();
+    this.#queue();
+    // What the new leader relayed while this tab did not hear it.
+    this.#post({ t: 'want', want: this.#port.want(), join: true });
+    this.#announce();
+  }
+
+  // #pong answers pings once the lock manager answers (see above); one
+  // pong answers every ping that came meanwhile.
+  #pong() {
+    if (this.#asking) return;
+    this.#asking = true;
+    const term = this.#term;
+    navigator.locks.query().then(({ held = [] }) => {
+      this.#asking = false;
+      if (this.#role !== 'leader' || this.#term !== term || this.#closed) return;
+      const me = held.find((l) => l.name === this.#tabLock(this.#id))?.clientId;
+      const lead = held.find((l) => l.name === this.#name)?.clientId;
+      if (me && lead !== me) return; // stolen: the rejection is on its way
+      this.#post({ t: 'pong', term, stats: connStats(this.#engine) });
+    }, () => {
+      this.#asking = false;
+    });
+  }
+
+  // --- the follower's watch on the leader ---
+
+  #follow() {
+    this.#role = 'follower';
+    this.#alive();
+    this.#ping();
+  }
+
+  #stopFollowing() {
+    clearTimeout(this.#pingTimer);
+    clearTimeout(this.#stealTimer);
+    this.#pingTimer = this.#stealTimer = null;
+  }
+
+  #ping() {
+    clearTimeout(this.#pingTimer);
+    this.#pingTimer = null;
+    if (this.#role !== 'follower' || this.#closed) return;
+    this.#post({ t: 'ping', seen: this.#term });
+    const now = performance.now();
+    this.#unanswered ??= now;
+    if (!this.#stealTimer) {
+      // When the leader will have been silent long enough, unless it
+      // answers first (#alive), plus the random delay.
+      const due = Math.max(this.#lastPong + SHARE_DEAD_MS, this.#unanswered + SHARE_ANSWER_MS);
+      this.#stealTimer = setTimeout(() => {
+        this.#stealTimer = null;
+        if (this.#role === 'follower' && !this.#closed && this.#silent(performance.now())) this.#steal();
+      }, Math.max(0, due - now) + SHARE_PING_MS / 8 + Math.random() * SHARE_STEAL_MS);
+    }
+    this.#pingTimer = setTimeout(() => this.#ping(), SHARE_PING_MS);
+  }
+
+  // #silent: no leader answered for SHARE_DEAD_MS, nor a ping out for
+  // SHARE_ANSWER_MS.
+  #silent(now) {
+    return now - this.#lastPong >= SHARE_DEAD_MS && this.#unanswered != null && now - this.#unanswered >= SHARE_ANSWER_MS;
+  }
+
+  // #alive notes that a leader answered.
+  #alive() {
+    this.#lastPong = performance.now();
+    this.#unanswered = null;
+    clearTimeout(this.#stealTimer);
+    this.#stealTimer = null;
+  }
+
+  // --- the leader's engine ---
+
+  // #union is every tab's want-set in one, within maxIds: the projects
+  // first, as a client's own subscription has them.
+  #computeUnion() {
+    const tasks = new Set();
+    const projects = new Set();
+    let user = false;
+    for (const w of [this.#port.want(), ...this.#tabs.values()]) {
+      for (const id of w.tasks || []) tasks.add(id);
+      for (const id of w.projects || []) projects.add(id);
+      user ||= !!w.user;
+    }
+    const max = this.#options.maxIds;
+    const p = [...projects].sort().slice(0, max);
+    return { tasks: [...tasks].sort().slice(0, Math.max(0, max - p.length)), projects: p, user };
+  }
+
+  #startEngine() {
+    const u = this.#computeUnion();
+    this.#union = JSON.stringify(u);
+    const hooks = {
+      snaps: [...this.#store.values()].map(({ snap }) => snap).filter((snap) => matches(u, snap, this.user)),
+      cursor: this.#cursor,
+    };
+    const engine = new PushdClient({
+      ...this.#options, share: false, transport: this.#port.transport(),
+      tasks: u.tasks, projects: u.projects, user: u.user, [ENGINE]: hooks,
+    });
+    this.#engine = engine;
+    const term = this.#term;
+    const mine = () => this.#engine === engine && this.#role === 'leader';
+    engine.addEventListener('task', (e) => {
+      if (!mine() || e.detail.source === 'page') return;
+      this.#broadcast({ t: 'snap', term, snap: e.detail.task, source: e.detail.source, cursor: hooks.cursorOf() });
+    });
+    engine.addEventListener('state', (e) => mine() && this.#broadcast({ t: 'state', term, detail: e.detail }));
+    for (const type of RELAYED) {
+      engine.addEventListener(type, (e) => mine() && this.#broadcast({ t: 'event', term, type, detail: e.detail }));
+    }
+    engine.start();
+  }
+
+  #stopEngine() {
+    const engine = this.#engine;
+    this.#engine = null;
+    this.#union = '';
+    engine?.close();
+  }
+
+  // #applyUnion brings the engine's subscription to the union: WebSocket
+  // sends the difference, SSE reconnects with its cursor.
+  #applyUnion() {
+    const engine = this.#engine;
+    if (this.#role !== 'leader' || !engine) return;
+    const u = this.#computeUnion();
+    const key = JSON.stringify(u);
+    if (key === this.#union) return;
+    const was = JSON.parse(this.#union);
+    if (was.user && !u.user) {
+      // No request drops the user scope: a new engine, resuming.
+      this.#stopEngine();
+      this.#startEngine();
+      return;
+    }
+    this.#union = key;
+    const minus = (a, b) => a.filter((x) => !b.includes(x));
+    // Tasks held for a project or the user scope the union lost go too.
+    const stale = [...this.#store.values()].map(({ snap }) => snap)
+      .filter((snap) => matches(was, snap, this.user) && !matches(u, snap, this.user)).map((snap) => snap.task_id);
+    const lostTasks = [...new Set([...minus(was.tasks, u.tasks), ...stale])];
+    const lostProjects = minus(was.projects, u.projects);
+    const newTasks = minus(u.tasks, was.tasks);
+    const newProjects = minus(u.projects, was.projects);
+    if (lostTasks.length || lostProjects.length) engine.unsubscribe({ tasks: lostTasks, projects: lostProjects });
+    if (newTasks.length || newProjects.length || (u.user && !was.user)) engine.subscribe({ tasks: newTasks, projects: newProjects, user: u.user });
+  }
+}
+
+// connStats are the counters of the shared connection: the leader's engine's.
+function connStats(engine) {
+  if (!engine) return null;
+  const { reconnects, polls, fallbacks, heartbeats } = engine.stats;
+  return { reconnects, polls, fallbacks, heartbeats };
 }
