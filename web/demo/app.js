@@ -8,6 +8,9 @@
 // and tune the client for tests and experiments (milliseconds):
 //   hello_ms, fallback_after, poll_ms, stream_retry_ms, backoff_ms
 // Whatever the URL says, the header shows whom the token in use names.
+// The tabs of one browser that show the same tenant, user and project
+// share one connection (the client's share option): one holds it, the
+// others receive through it, and the connection panel says which this is.
 import { PushdClient, isTerminal, limitOf } from '/client/pushd.js';
 
 const params = new URLSearchParams(location.search);
@@ -164,6 +167,7 @@ const client = new PushdClient({
   pollIntervalMs: num('poll_ms'),
   streamRetryMs: num('stream_retry_ms'),
   backoffBaseMs: num('backoff_ms'),
+  share: true,
 });
 
 let reconnects = 0;
@@ -171,6 +175,17 @@ let lastNode = '';
 let announce = true; // log the next hello: the first, or one after a loss or a switch
 
 client.addEventListener('state', (e) => renderConnection(e.detail));
+let lastRole = null;
+client.addEventListener('share', (e) => {
+  const { role, tabs } = e.detail;
+  renderShare(e.detail);
+  if (role === lastRole) return;
+  const first = lastRole === null;
+  lastRole = role;
+  // A tab alone leading its own connection is the usual case: no line.
+  if (role === 'leader' && !(first && tabs === 1)) log(`This tab now holds the connection ${tabs === 1 ? 'alone' : `for ${tabs} tabs`}`, 'ok');
+  else if (role === 'follower') log('Another tab holds the connection: this one receives through it');
+});
 client.addEventListener('hello', (e) => {
   const d = e.detail;
   // An SSE stream restarts when the page watches something new; only a
@@ -239,6 +254,23 @@ function renderConnection(d) {
   p.dataset.state = state;
   p.title = title;
   $('conn-pill-text').textContent = text;
+}
+
+// renderShare shows the tab's part in the shared connection: it holds the
+// connection (leads), receives through another tab's (follows), or holds
+// one of its own (a browser that cannot share).
+function renderShare({ role, tabs }) {
+  const conn = $('conn');
+  conn.dataset.role = role || '';
+  conn.dataset.tabs = String(tabs);
+  const f = $('f-role');
+  const n = `${tabs} tab${tabs === 1 ? '' : 's'}`;
+  f.textContent = role === 'leader' ? `Leads · ${n}` : role === 'follower' ? `Follows · ${n}` : 'Own connection';
+  f.title = role === 'leader'
+    ? `This tab holds the connection${tabs > 1 ? `; ${tabs - 1} other tab${tabs > 2 ? 's' : ''} of this browser receive through it` : ''}`
+    : role === 'follower'
+      ? 'Another tab of this browser holds the connection; this one receives through it, and takes over if that tab closes or freezes'
+      : 'This tab holds a connection of its own';
 }
 
 // pill is the header's summary of the connection: its state, text and
