@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -456,6 +457,18 @@ func TestShareDemoTabsShowTheirRoles(t *testing.T) {
 			checkWalkShown(t, leader, task)
 			if got := n.Hub().Stats().Conns; got != 1 {
 				t.Fatalf("%d connections for two tabs, want 1", got)
+			}
+			// The inspector, as an operator reads it: one connection
+			// watches the task both tabs show.
+			resp, err := http.Get(n.AdminURL + "/inspect/tasks/" + task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seen struct{ Watchers []json.RawMessage }
+			err = json.NewDecoder(resp.Body).Decode(&seen)
+			resp.Body.Close()
+			if err != nil || len(seen.Watchers) != 1 {
+				t.Fatalf("the inspector names %d watchers of %s (%v), want the one shared connection", len(seen.Watchers), task, err)
 			}
 			for _, p := range tabs {
 				p.close()
