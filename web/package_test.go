@@ -233,7 +233,13 @@ func get(t *testing.T, u string) []byte {
 // publishTask publishes version v of task, tenant t1 and user u1's.
 func publishTask(t *testing.T, base, task string, v int) {
 	t.Helper()
-	doc := fmt.Sprintf(`{"task_id":%q,"tenant_id":"t1","project_id":"p1","user_id":"u1","status":"RUNNING","progress":%d,"version":%d}`, task, 10*v, v)
+	publishDoc(t, base, fmt.Sprintf(`{"task_id":%q,"tenant_id":"t1","project_id":"p1","user_id":"u1","status":"RUNNING","progress":%d,"version":%d}`, task, 10*v, v))
+}
+
+// publishDoc publishes a snapshot document through the node's
+// POST /v1/publish, as a loopback caller may without a key.
+func publishDoc(t *testing.T, base, doc string) {
+	t.Helper()
 	resp, err := http.Post(base+"/v1/publish", "application/json", strings.NewReader(doc))
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +247,7 @@ func publishTask(t *testing.T, base, task string, v int) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("publish %s v%d: %d %s", task, v, resp.StatusCode, b)
+		t.Fatalf("publish %s: %d %s", doc, resp.StatusCode, b)
 	}
 }
 

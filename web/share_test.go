@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/pushd/pushd/auth"
+	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/node"
 	"github.com/pushd/pushd/snapshot"
@@ -541,6 +543,91 @@ func TestShareEachTabItsOwnScope(t *testing.T) {
 			}
 			for _, p := range tabs {
 				p.close()
+			}
+			waitConns(t, n, 0)
+		})
+	}
+}
+
+// What happens to the shared connection reaches every tab, as it would
+// reach a client of each tab's own: the node switching to polling and
+// back (mode events and serverMode, the tasks moving meanwhile), a task
+// refused to one tab (its error event, to that tab only), and refusals
+// for the user's read budget (a limited event in every tab, each tab
+// still ending with its own tasks).
+func TestShareRelaysWhatHappensToTheConnection(t *testing.T) {
+	redis := testenv.SharedRedis(t)
+	b := newBrowser(t)
+	for _, transport := range transports {
+		t.Run(transport, func(t *testing.T) {
+			// A read budget of two tasks at once for the user's
+			// subscriptions: the union of three tabs' tasks goes over it.
+			n := startNode(t, node.Config{RedisURL: redis.URL, KeyPrefix: redis.Names.Prefix, JWTSecret: testSecret,
+				Hub: hub.Config{PollInterval: 200 * time.Millisecond, SubscribeReads: 2, SubscribeReadBurst: 2}})
+			tabs := startThreeTabs(t, b, n, transport, true)
+			waitConns(t, n, 1)
+			for _, tab := range tabs {
+				eval[bool](tab.page, `(() => {
+					window.__modes = []; window.__errors = []; window.__limited = [];
+					window.__client.addEventListener('mode', (e) => window.__modes.push(e.detail.mode));
+					window.__client.addEventListener('error', (e) => window.__errors.push(e.detail));
+					window.__client.addEventListener('limited', (e) => window.__limited.push(e.detail));
+					return true;
+				})()`)
+			}
+
+			n.Hub().Lost(errors.New("test: bus lost"))
+			for _, tab := range tabs {
+				tab.wait("the server polls", `window.__client.serverMode === 'polling' && window.__modes.includes('polling')`)
+				publishTask(t, n.URL, tab.task, 2)
+			}
+			for _, tab := range tabs {
+				tab.waitVersion(tab.task, 2)
+			}
+			n.Hub().Restored()
+			for _, tab := range tabs {
+				tab.wait("the server pushes again", `window.__client.serverMode === 'push' && window.__modes.includes('push')`)
+			}
+
+			// Another tenant's task, asked for by one tab: refused to it
+			// alone.
+			foreign := testenv.UniqueID("foreign")
+			publishDoc(t, n.URL, fmt.Sprintf(`{"task_id":%q,"tenant_id":"t2","status":"RUNNING","version":1}`, foreign))
+			eval[bool](tabs[1].page, fmt.Sprintf(`(window.__client.subscribe({ tasks: [%q] }), true)`, foreign))
+			tabs[1].wait("the refusal", fmt.Sprintf(`window.__errors.some((e) => e.task_id === %q)`, foreign))
+
+			// Three more tasks in each tab, nine in all: the read budget
+			// refuses some, every tab hears of it, and each ends with its
+			// own four.
+			more := make([][]string, len(tabs))
+			for i, tab := range tabs {
+				for range 3 {
+					id := testenv.UniqueID(fmt.Sprintf("more%d", i))
+					publishTask(t, n.URL, id, 1)
+					more[i] = append(more[i], id)
+				}
+				eval[bool](tab.page, fmt.Sprintf(`(window.__client.subscribe({ tasks: ["%s"] }), true)`, strings.Join(more[i], `","`)))
+			}
+			for i, tab := range tabs {
+				for _, id := range more[i] {
+					tab.waitVersion(id, 1)
+				}
+				tab.wait("a limited event", `window.__limited.length > 0`)
+				shown := eval[[]string](tab.page, `[...new Set(window.__seen.map((s) => s.id))]`)
+				slices.Sort(shown)
+				want := append([]string{tab.task}, more[i]...)
+				slices.Sort(want)
+				if !slices.Equal(shown, want) {
+					tab.fatalf("tab %d was shown %v, want its own %v", i, shown, want)
+				}
+				if i != 1 {
+					if errs := eval[int](tab.page, fmt.Sprintf(`window.__errors.filter((e) => e.task_id === %q).length`, foreign)); errs > 0 {
+						tab.fatalf("tab %d was told of a refusal of a task it never asked for", i)
+					}
+				}
+			}
+			for _, tab := range tabs {
+				tab.close()
 			}
 			waitConns(t, n, 0)
 		})
