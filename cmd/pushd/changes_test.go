@@ -77,9 +77,12 @@ func TestChangeReaderKilledIsReplaced(t *testing.T) {
 		}
 		last = s.Version
 	}
-	m := testenv.Scrape(t, survivor.AdminURL)
-	if m[`pushd_changes_read_total{how="caught_up"}`] < 1 || m[`pushd_repairs_total{found="database_newer"}`] != 0 {
-		t.Errorf("caught up %v rows, repaired %v: want the commits of the gap caught up, no repair",
-			m[`pushd_changes_read_total{how="caught_up"}`], m[`pushd_repairs_total{found="database_newer"}`])
+	// The survivor listed the gap's commits on taking the lease. A repair
+	// round whose slot fell in the gap (one in four, with the 10 s
+	// interval and a 2.5 s gap past the repair's grace) may have published
+	// the row first: both converge, and the catch-up's count shows the
+	// reader did its part either way.
+	if m := testenv.Scrape(t, survivor.AdminURL); m[`pushd_changes_read_total{how="caught_up"}`] < 1 {
+		t.Errorf("caught up %v rows: want the commits of the gap listed on taking the lease", m[`pushd_changes_read_total{how="caught_up"}`])
 	}
 }
