@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +83,12 @@ const (
 	retryEvery = time.Second
 	// publishers bounds the publishes of one flush in flight.
 	publishers = 16
+	// flushesInFlight bounds the flushes under way at once: the next
+	// burst's query and publishes need not wait for a slow master (on
+	// Redis Cluster a publish is three round trips) to answer the last's.
+	// A task in two of them is safe: the publish stores only what is
+	// newer, and announces only what it stored.
+	flushesInFlight = 4
 	// opTimeout bounds each of the reader's PostgreSQL and Redis calls.
 	opTimeout = 5 * time.Second
 )
@@ -226,8 +233,12 @@ func (r *ChangeReader) lead(ctx context.Context, token int64, heard time.Time) e
 	if err := r.catchUp(ctx, token, heard, listening); err != nil {
 		return err
 	}
-	l := &listener{r: r, conn: conn, token: token, pending: map[string]int64{}}
-	return l.loop(ctx, listening)
+	lctx, cancel := context.WithCancelCause(ctx)
+	l := &listener{r: r, conn: conn, token: token, pending: map[string]int64{}, ctx: lctx, fail: cancel,
+		slots: make(chan struct{}, flushesInFlight), running: map[uint64]bool{}}
+	defer l.flushes.Wait() // every flush ends with the lead, before its connection closes
+	defer cancel(nil)      // ends the flushes still under way
+	return l.loop(lctx, listening)
 }
 
 // listen connects and listens on Channel. A connection that still
@@ -355,13 +366,30 @@ func (r *ChangeReader) publish(ctx context.Context, rows []*snapshot.Snapshot) e
 }
 
 // listener is one lead's loop over the notifications; the lead's goroutine
-// owns it.
+// owns it, and the flushes it starts (flush) run until the lead ends.
 type listener struct {
 	r       *ChangeReader
 	conn    *pgx.Conn
 	token   int64
-	pending map[string]int64 // task ids heard and not yet published, by version
+	pending map[string]int64 // task ids heard and not yet handed to a flush, by version
 	since   time.Time        // when the first of pending was heard
+
+	ctx     context.Context         // the lead's: ended by the first flush that fails
+	fail    context.CancelCauseFunc // ends ctx with a flush's error
+	slots   chan struct{}           // a token per flush under way
+	flushes sync.WaitGroup          // the flushes under way
+
+	started uint64    // the id of the last flush started (the first is 1)
+	points  []settled // settle's points not yet heard in full, oldest first
+	mu      sync.Mutex
+	running map[uint64]bool // the ids of the flushes under way; guarded by mu
+}
+
+// settled is a point of PostgreSQL's clock whose changes are published
+// once every flush up to last has ended.
+type settled struct {
+	at   time.Time
+	last uint64
 }
 
 // loop reads notifications, publishing them in bursts of flushWindow, and
@@ -412,7 +440,7 @@ func (l *listener) receive(ctx context.Context, wait time.Duration) error {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
-		return ctx.Err()
+		return context.Cause(ctx) // a flush's error, when one ended the lead
 	case errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err):
 		return nil // the wait is over
 	}
@@ -435,9 +463,12 @@ func (l *listener) add(n *pgconn.Notification) {
 	l.pending[id] = max(l.pending[id], version)
 }
 
-// settle returns PostgreSQL's clock once every change committed before it
-// is published: notifications reach a listener before the reply to its
-// next statement, so those the clock's query brought are published first.
+// settle hands every change heard so far to a flush and returns the
+// latest point of PostgreSQL's clock before which every change committed
+// is published (zero for none yet): notifications reach a listener before
+// the reply to its next statement, so those a point's query brought are in
+// the flushes started by then, and the point is heard once those end. It
+// waits for no flush: a slow one holds back the point, not the lease.
 func (l *listener) settle(ctx context.Context) (time.Time, error) {
 	point, err := pgNow(ctx, l.conn)
 	if err != nil {
@@ -458,33 +489,65 @@ func (l *listener) settle(ctx context.Context) (time.Time, error) {
 			return time.Time{}, err
 		}
 	}
-	return point, nil
+	l.points = append(l.points, settled{at: point, last: l.started})
+	oldest := uint64(math.MaxUint64) // the first flush still under way
+	l.mu.Lock()
+	for id := range l.running {
+		oldest = min(oldest, id)
+	}
+	l.mu.Unlock()
+	var heard time.Time
+	for len(l.points) > 0 && l.points[0].last < oldest {
+		heard = l.points[0].at
+		l.points = l.points[1:]
+	}
+	return heard, nil
 }
 
-// flush reads the rows of up to snapshot.MaxMany pending tasks and
-// publishes them. A row older than the version heard (a writer that took
-// the row back) is published all the same: the publish stores nothing
-// older than Redis holds, and the row is the truth.
+// flush hands up to snapshot.MaxMany pending tasks to a flush of their
+// own, which reads their rows and publishes them, once fewer than
+// flushesInFlight are under way. A row older than the version heard (a
+// writer that took the row back) is published all the same: the publish
+// stores nothing older than Redis holds, and the row is the truth. A flush
+// that fails ends the lead (its error is ctx's cause): the next reader
+// catches up on what it did not publish.
 func (l *listener) flush(ctx context.Context) error {
+	select {
+	case l.slots <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 	ids := make([]string, 0, min(len(l.pending), snapshot.MaxMany))
 	for id := range l.pending {
 		if len(ids) == snapshot.MaxMany {
 			break
 		}
 		ids = append(ids, id)
-	}
-	qctx, cancel := context.WithTimeout(ctx, opTimeout)
-	rows, err := l.r.cfg.Rows.Rows(qctx, ids)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("read rows: %w", err)
-	}
-	if err := l.r.publish(ctx, rows); err != nil {
-		return err
-	}
-	for _, id := range ids {
 		delete(l.pending, id)
 	}
 	l.since = time.Now()
+	l.started++
+	id := l.started
+	l.mu.Lock()
+	l.running[id] = true
+	l.mu.Unlock()
+	l.flushes.Go(func() {
+		defer func() {
+			l.mu.Lock()
+			delete(l.running, id)
+			l.mu.Unlock()
+			<-l.slots
+		}()
+		qctx, cancel := context.WithTimeout(l.ctx, opTimeout)
+		rows, err := l.r.cfg.Rows.Rows(qctx, ids)
+		cancel()
+		if err != nil {
+			l.fail(fmt.Errorf("read rows: %w", err))
+			return
+		}
+		if err := l.r.publish(l.ctx, rows); err != nil {
+			l.fail(err)
+		}
+	})
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,4 +210,59 @@ func TestAReaderThatLostItsLeaseStops(t *testing.T) {
 			WHERE application_name = $1 AND datname = current_database()`, "pushd change reader "+e.r.Names.Prefix).Scan(&listening)
 		return err == nil && listening == 1 && holder == map[bool]string{true: "node-a", false: "node-b"}[sa.Leading]
 	})
+}
+
+// heldPublisher holds the publishes of one task until released, as a slow
+// Redis master would: the rest go through.
+type heldPublisher struct {
+	fanout.Publisher
+	held    string
+	reached chan struct{} // closed when the held task's publish first begins
+	once    sync.Once
+	release chan struct{}
+}
+
+func (p *heldPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (bool, error) {
+	if s.TaskID == p.held {
+		p.once.Do(func() { close(p.reached) })
+		select {
+		case <-p.release:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return p.Publisher.Publish(ctx, s)
+}
+
+// A publish that hangs (a slow master) holds back only its own flush: the
+// lease is renewed meanwhile, a row committed after it is published while
+// it still hangs, and the held one once it is let go.
+func TestChangesFlushPastAHeldPublish(t *testing.T) {
+	e := newEnv(t)
+	slow, fast := testenv.UniqueID("slow"), testenv.UniqueID("fast")
+	pub := &heldPublisher{Publisher: e.pub, held: slow, reached: make(chan struct{}), release: make(chan struct{})}
+	cfg, err := pgx.ParseConfig(e.pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := converge.NewChangeReader(converge.ChangesConfig{Listen: cfg, Rows: e.store, Publisher: pub,
+		Redis: e.r.Client, Names: e.r.Names, Node: "held", LeaseTTL: 1500 * time.Millisecond})
+	r.Start()
+	t.Cleanup(r.Close)
+	leading(t, r)
+
+	e.commit(t, slow, 1, "RUNNING", "{}")
+	<-pub.reached
+	// The lease is renewed while the publish hangs: the reader's loop goes
+	// on (the point it heard up to waits for the held flush).
+	ttl := func() time.Duration { return e.r.Client.PTTL(testenv.Context(t), e.r.Names.ChangeReader()).Val() }
+	before := ttl()
+	testenv.Eventually(t, "the lease renewed while a publish hangs", func() bool { return ttl() > before })
+	e.commit(t, fast, 1, "RUNNING", "{}")
+	e.waitStored(t, fast, 1)
+	if s := e.stored(t, slow); s != nil {
+		t.Fatalf("Redis holds %s v%d while its publish is held", slow, s.Version)
+	}
+	close(pub.release)
+	e.waitStored(t, slow, 1)
 }
