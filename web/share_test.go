@@ -633,3 +633,50 @@ func TestShareRelaysWhatHappensToTheConnection(t *testing.T) {
 		})
 	}
 }
+
+// The leader refreshes its token on the open WebSocket before the token's
+// exp, with its own token function: the shared connection outlives the
+// first token, and the following tab, which never sends a token, keeps
+// receiving over it without a reconnect.
+func TestShareLeaderRefreshesTheToken(t *testing.T) {
+	n := startNode(t, node.Config{JWTSecret: testSecret, Demo: true})
+	b := newBrowser(t)
+	sign := func(exp time.Time) string {
+		grant, _ := snapshot.ParseGrant([]string{"p1"})
+		tok, err := auth.NewSigner(testSecret).Sign(auth.Principal{TenantID: "share-refresh", UserID: "u1", ExpiresAt: exp, Grant: grant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	// One expiry for both tabs' first tokens: whichever leads, it must
+	// refresh before then.
+	expires := time.Now().Add(4 * time.Second).Truncate(time.Second)
+	tabs := sameContextTabs(t, b, 2)
+	for _, p := range tabs {
+		short, long := sign(expires), sign(time.Now().Add(time.Hour))
+		p.do("navigate", chromedp.Navigate(n.URL+"/healthz"))
+		// The short token twice: the tab reads its identity from the
+		// first, the connection it may lead is made with the second.
+		startClient(p, fmt.Sprintf(`{ token: (() => { const tokens = [%q, %q, %q]; let calls = 0; return async () => tokens[Math.min(calls++, 2)]; })(), transport: 'ws', projects: ['p1'], share: true }`, short, short, long))
+	}
+	for _, p := range tabs {
+		p.wait("streaming, shared by two tabs", `window.__client.state === 'streaming' && window.__client.shared.tabs === 2`)
+	}
+	waitConns(t, n, 1)
+	tabs[0].wait("the first tokens' exp passed", fmt.Sprintf(`Date.now() > %d`, expires.Add(1500*time.Millisecond).UnixMilli()))
+	started := startDemoTask(t, n.URL, sign(time.Now().Add(time.Hour)), "p1")
+	for _, p := range tabs {
+		p.wait("a task over the refreshed connection", fmt.Sprintf(`window.__tasks.some((t) => t.task_id === %q)`, started))
+		if got := eval[[]string](p, `window.__states.map((s) => s.state)`); slices.Contains(got, "closed") || strings.Count(strings.Join(got, " "), "connecting") > 1 {
+			p.fatalf("states %v: the shared connection was left and made again", got)
+		}
+	}
+	if st := n.Hub().Stats(); st.Refreshes != 1 || st.Cuts[hub.CutTokenExpired] != 0 || st.Conns != 1 {
+		t.Fatalf("%d refreshes, %d connections closed at exp, %d open: want 1, 0 and the one shared", st.Refreshes, st.Cuts[hub.CutTokenExpired], st.Conns)
+	}
+	for _, p := range tabs {
+		p.close()
+	}
+	waitConns(t, n, 0)
+}
