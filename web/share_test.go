@@ -194,12 +194,47 @@ func TestShareThreeTabsHoldOneConnection(t *testing.T) {
 			if got := n.Hub().Stats().Conns; got != 1 {
 				t.Fatalf("%d connections, want 1", got)
 			}
+
+			// A follower's close ends its own subscription only: the
+			// shared connection stops watching its task, and the other
+			// tabs go on.
+			gone := (leaderOf(t, tabs, -1) + 1) % len(tabs)
+			eval[bool](tabs[gone].page, `(window.__client.close(), true)`)
+			testenv.EventuallyWithin(t, "the closed tab's task unwatched", waitFor, func() bool {
+				return watchers(t, n, tabs[gone].task) == 0
+			})
+			for i, tab := range tabs {
+				publishTask(t, n.URL, tab.task, 4)
+				if i != gone {
+					tab.waitVersion(tab.task, 4)
+					tab.checkOwn(tab.task, 1, 2, 3, 4)
+				}
+			}
+			if got := n.Hub().Stats().Conns; got != 1 {
+				t.Fatalf("%d connections after a follower closed, want 1", got)
+			}
 			for _, tab := range tabs {
 				tab.close()
 			}
 			waitConns(t, n, 0)
 		})
 	}
+}
+
+// watchers is how many connections the node's inspector names as
+// watching task.
+func watchers(t *testing.T, n *testNode, task string) int {
+	t.Helper()
+	resp, err := http.Get(n.AdminURL + "/inspect/tasks/" + task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var seen struct{ Watchers []json.RawMessage }
+	if err := json.NewDecoder(resp.Body).Decode(&seen); err != nil {
+		t.Fatal(err)
+	}
+	return len(seen.Watchers)
 }
 
 // The leader's tab closes: another tab leads within the handover time,
@@ -462,15 +497,8 @@ func TestShareDemoTabsShowTheirRoles(t *testing.T) {
 			}
 			// The inspector, as an operator reads it: one connection
 			// watches the task both tabs show.
-			resp, err := http.Get(n.AdminURL + "/inspect/tasks/" + task)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var seen struct{ Watchers []json.RawMessage }
-			err = json.NewDecoder(resp.Body).Decode(&seen)
-			resp.Body.Close()
-			if err != nil || len(seen.Watchers) != 1 {
-				t.Fatalf("the inspector names %d watchers of %s (%v), want the one shared connection", len(seen.Watchers), task, err)
+			if got := watchers(t, n, task); got != 1 {
+				t.Fatalf("the inspector names %d watchers of %s, want the one shared connection", got, task)
 			}
 			for _, p := range tabs {
 				p.close()
