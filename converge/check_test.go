@@ -80,24 +80,6 @@ func (e checkEnv) redisVersion(t *testing.T, id string) int64 {
 	return snapshottest.MustParse(t, b).Version
 }
 
-// lockTasks locks generation_tasks until the returned function (or the
-// test's end): every query of it waits.
-func lockTasks(t *testing.T, pg testenv.Postgres) (unlock func()) {
-	t.Helper()
-	ctx := testenv.Context(t)
-	tx, err := pg.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE generation_tasks IN ACCESS EXCLUSIVE MODE"); err != nil {
-		tx.Rollback(ctx)
-		t.Fatal(err)
-	}
-	unlock = func() { tx.Rollback(context.Background()) }
-	t.Cleanup(unlock)
-	return unlock
-}
-
 // noPublish fails the test if a check publishes.
 func noPublish(t *testing.T) func(context.Context, *snapshot.Snapshot) error {
 	return func(_ context.Context, s *snapshot.Snapshot) error {
@@ -256,7 +238,7 @@ func TestCheckYieldsBusyPostgresSlots(t *testing.T) {
 	e.insert(t, busy, "RUNNING", 1)
 	e.insert(t, id, "RUNNING", 1)
 	e.write(t, id, "RUNNING", 1)
-	unlock := lockTasks(t, e.pg)
+	unlock := e.pg.LockTasks(t)
 	done := make(chan error, 1)
 	go func() { _, err := e.store.Get(context.Background(), busy, 0); done <- err }()
 	testenv.Eventually(t, "a read holding a slot", func() bool { return e.store.Stats().DBQueries == 1 })
@@ -283,7 +265,7 @@ func TestCheckReportsSlowPostgres(t *testing.T) {
 		t.Fatalf("Check = %+v, %v; want it quick", res, err)
 	}
 	e.expireClaim(t, id)
-	unlock := lockTasks(t, e.pg)
+	unlock := e.pg.LockTasks(t)
 	done := make(chan converge.Checked, 1)
 	go func() { res, _ := e.check(ctx, req); done <- res }()
 	testenv.Eventually(t, "the versions query blocked on the lock", func() bool {

@@ -49,3 +49,22 @@ func (p Postgres) BareSchema(t testing.TB, migrations ...string) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// LockTasks locks generation_tasks until the returned function (or the
+// test's end): every query of it waits, as behind a migration or a stuck
+// writer.
+func (p Postgres) LockTasks(t testing.TB) (unlock func()) {
+	t.Helper()
+	ctx := Context(t)
+	tx, err := p.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE generation_tasks IN ACCESS EXCLUSIVE MODE"); err != nil {
+		tx.Rollback(ctx)
+		t.Fatal(err)
+	}
+	unlock = func() { tx.Rollback(context.Background()) }
+	t.Cleanup(unlock)
+	return unlock
+}

@@ -19,31 +19,12 @@ import (
 // The tests in this file lock generation_tasks, so they do not run in
 // parallel: Go runs them before any parallel test of the package resumes.
 
-// lockTasks takes an ACCESS EXCLUSIVE lock on generation_tasks, which blocks
-// every read of it, and returns the function that releases it (also run at
-// cleanup).
-func lockTasks(t *testing.T, pg testenv.Postgres) (unlock func()) {
-	t.Helper()
-	ctx := testenv.Context(t)
-	tx, err := pg.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE generation_tasks IN ACCESS EXCLUSIVE MODE"); err != nil {
-		tx.Rollback(ctx)
-		t.Fatal(err)
-	}
-	unlock = func() { tx.Rollback(context.Background()) }
-	t.Cleanup(unlock)
-	return unlock
-}
-
 func TestStoreStatementTimeout(t *testing.T) {
 	pg := testenv.Database(t)
 	// The fetch may take a minute; only the server-side statement timeout
 	// can end the query sooner.
 	s := newStore(t, store.Config{DB: pg.Pool, StatementTimeout: 100 * time.Millisecond, FetchTimeout: time.Minute})
-	lockTasks(t, pg)
+	pg.LockTasks(t)
 
 	_, err := s.Get(testenv.Context(t), testenv.UniqueID("task"), 0)
 	if !errors.Is(err, snapshot.ErrUnavailable) {
@@ -63,7 +44,7 @@ func TestStoreDBQueryCap(t *testing.T) {
 	s := newStore(t, store.Config{DB: pg.Pool, MaxDBQueries: 1, StatementTimeout: time.Minute, FetchTimeout: time.Minute})
 	id := testenv.UniqueID("task")
 	pg.InsertTask(t, testenv.Task{ID: id, TenantID: "t1", Status: "RUNNING", Version: 1})
-	unlock := lockTasks(t, pg)
+	unlock := pg.LockTasks(t)
 
 	// One Get takes the only slot and waits on the lock.
 	type result struct {
@@ -101,7 +82,7 @@ func TestStoreCallerCancelDoesNotFailSharedFetch(t *testing.T) {
 	s := newStore(t, store.Config{DB: pg.Pool, StatementTimeout: time.Minute, FetchTimeout: time.Minute})
 	id := testenv.UniqueID("task")
 	pg.InsertTask(t, testenv.Task{ID: id, TenantID: "t1", Status: "RUNNING", Version: 4})
-	unlock := lockTasks(t, pg)
+	unlock := pg.LockTasks(t)
 
 	ctx, cancel := context.WithCancel(testenv.Context(t))
 	gaveUp := make(chan error, 1)
@@ -134,7 +115,7 @@ func TestStoreGetAndGetManyShareAQuery(t *testing.T) {
 	a, b := testenv.UniqueID("task"), testenv.UniqueID("task")
 	e.insert(t, a, "RUNNING", 1)
 	e.insert(t, b, "RUNNING", 2)
-	unlock := lockTasks(t, e.pg)
+	unlock := e.pg.LockTasks(t)
 
 	type result struct {
 		got map[string]*snapshot.Snapshot
@@ -184,7 +165,7 @@ func TestStoreReloadSharesAQueryNotYetSent(t *testing.T) {
 	e.insert(t, other, "RUNNING", 1)
 	registered := make(chan struct{}, 3)
 	store.OnDBReadRegistered(e.store, func() { registered <- struct{}{} })
-	unlock := lockTasks(t, e.pg)
+	unlock := e.pg.LockTasks(t)
 
 	type result struct {
 		snap *snapshot.Snapshot
@@ -230,7 +211,7 @@ func TestStoreSharedQueryOutlivesItsCaller(t *testing.T) {
 	e := newEnv(t, store.Config{StatementTimeout: time.Minute, FetchTimeout: time.Minute, DBQueueWait: time.Minute, CacheTTL: time.Hour})
 	a := testenv.UniqueID("task")
 	e.insert(t, a, "RUNNING", 1)
-	unlock := lockTasks(t, e.pg)
+	unlock := e.pg.LockTasks(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	left := make(chan error, 1)
@@ -270,7 +251,7 @@ func TestDeliveryReadsDoNotQueueBehindCallers(t *testing.T) {
 		ids[i] = testenv.UniqueID("task")
 		pg.InsertTask(t, testenv.Task{ID: ids[i], TenantID: "t1", Status: "RUNNING", Version: 1})
 	}
-	unlock := lockTasks(t, pg)
+	unlock := pg.LockTasks(t)
 	ctx := testenv.Context(t)
 	var wg sync.WaitGroup
 	callers := make(chan error, 4)
@@ -327,7 +308,7 @@ func TestCallersReadsShareAQuery(t *testing.T) {
 	}
 	var registered atomic.Int64
 	store.OnDBReadRegistered(s, func() { registered.Add(1) })
-	unlock := lockTasks(t, pg)
+	unlock := pg.LockTasks(t)
 	ctx := testenv.Context(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, herd)
