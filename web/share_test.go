@@ -66,17 +66,25 @@ func sameContextTabs(t *testing.T, b *browser, count int) []*page {
 // there watching task, with share on or off.
 func startShared(p *page, n *testNode, token, transport, task string, share bool) {
 	p.t.Helper()
-	p.do("navigate", chromedp.Navigate(n.URL+"/healthz"))
+	startSharedAt(p, n.URL, token, transport, task, fmt.Sprintf("share: %v", share))
+}
+
+// startSharedAt loads a page of base's origin in p and starts a client
+// there watching task, with more options. Each task event is recorded
+// with its source and the client's state when it came.
+func startSharedAt(p *page, base, token, transport, task, options string) {
+	p.t.Helper()
+	p.do("navigate", chromedp.Navigate(base+"/healthz"))
 	eval[bool](p, fmt.Sprintf(`import('/client/pushd.js').then((m) => {
-		const c = new m.PushdClient({ token: %q, transport: %q, tasks: [%q], share: %v, backoffBaseMs: 100 });
+		const c = new m.PushdClient({ token: %q, transport: %q, tasks: [%q], backoffBaseMs: 100, %s });
 		window.__seen = [];
 		window.__states = [];
-		c.addEventListener('task', (e) => window.__seen.push({ id: e.detail.task.task_id, v: e.detail.task.version, at: Date.now() }));
+		c.addEventListener('task', (e) => window.__seen.push({ id: e.detail.task.task_id, v: e.detail.task.version, at: Date.now(), source: e.detail.source, state: c.state }));
 		c.addEventListener('state', (e) => window.__states.push(e.detail.state));
 		window.__client = c;
 		c.start();
 		return true;
-	})`, token, transport, task, share))
+	})`, token, transport, task, options))
 }
 
 // versions are the versions of task the tab's client announced, in order.
@@ -707,4 +715,81 @@ func TestShareLeaderRefreshesTheToken(t *testing.T) {
 		p.close()
 	}
 	waitConns(t, n, 0)
+}
+
+// The leader's stream endpoint fails and its client falls back to polling
+// over HTTP: every tab is told it polls, each is shown its own task's
+// versions as the polls read them, and none another's; when the stream is
+// back, every tab streams again over one connection.
+func TestShareLeaderPollingReachesEveryTab(t *testing.T) {
+	b := newBrowser(t)
+	for _, transport := range transports {
+		t.Run(transport, func(t *testing.T) {
+			n := startNode(t, node.Config{JWTSecret: testSecret})
+			br := &breaker{next: n.Handler(), done: make(chan struct{})}
+			base := serve(t, br)
+			t.Cleanup(func() { close(br.done) }) // before serve's cleanup, which waits for handlers
+			tok := signedToken(t, "t1", "u1")
+			var tabs []*sharedTab
+			for i, p := range sameContextTabs(t, b, 3) {
+				task := testenv.UniqueID(fmt.Sprintf("poll%d", i))
+				publishTask(t, n.URL, task, 1)
+				startSharedAt(p, base, tok, transport, task, "share: true, fallbackAfter: 2, pollIntervalMs: 250, streamRetryMs: 1500")
+				tabs = append(tabs, &sharedTab{page: p, task: task})
+			}
+			for _, tab := range tabs {
+				tab.waitVersion(tab.task, 1)
+				tab.wait("streaming, shared by three tabs", `window.__client.state === 'streaming' && window.__client.shared.tabs === 3`)
+			}
+			waitConns(t, n, 1)
+			leader := leaderOf(t, tabs, -1)
+
+			br.mode.Store(break502)
+			eval[bool](tabs[leader].page, `(window.__client.interrupt(), true)`)
+			for _, tab := range tabs {
+				tab.wait("polling", `window.__client.state === 'polling'`)
+			}
+			waitConns(t, n, 0)
+			for v := 2; v <= 3; v++ {
+				for _, tab := range tabs {
+					publishTask(t, n.URL, tab.task, v)
+				}
+				for _, tab := range tabs {
+					tab.waitVersion(tab.task, v)
+				}
+			}
+			for i, tab := range tabs {
+				tab.checkOwn(tab.task, 1, 2, 3)
+				for v := 2; v <= 3; v++ {
+					how := eval[string](tab.page, fmt.Sprintf(`(({ source, state }) => source + ' ' + state)(window.__seen.find((s) => s.id === %q && s.v === %d))`, tab.task, v))
+					if how != "poll polling" {
+						tab.fatalf("tab %d was shown version %d by %q, want a poll while polling", i, v, how)
+					}
+				}
+				// The counters of the shared connection, which a follower
+				// learns from the leader.
+				tab.wait("the leader's polls counted", `window.__client.stats.polls > 0 && window.__client.stats.fallbacks > 0`)
+			}
+			if got := leaderOf(t, tabs, -1); got != leader {
+				t.Fatalf("tab %d leads while polling, want tab %d still", got, leader)
+			}
+
+			br.mode.Store(breakNone)
+			for _, tab := range tabs {
+				tab.wait("streaming again", `window.__client.state === 'streaming'`)
+			}
+			waitConns(t, n, 1)
+			for _, tab := range tabs {
+				publishTask(t, n.URL, tab.task, 4)
+			}
+			for _, tab := range tabs {
+				tab.waitVersion(tab.task, 4)
+				tab.checkOwn(tab.task, 1, 2, 3, 4)
+			}
+			for _, tab := range tabs {
+				tab.close()
+			}
+			waitConns(t, n, 0)
+		})
+	}
 }
