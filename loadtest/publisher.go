@@ -210,7 +210,7 @@ func (p *publisher) doc(b []byte, i int, v int64, updated, sent time.Time) []byt
 }
 
 // publish writes task i's next version, due at due: the moment the
-// schedule handed it over, which the document's sent_ns carries, moved on
+// schedule set for it, which the document's sent_ns carries, moved on
 // by the row write. Latency then counts the wait behind this goroutine's
 // earlier publishes (a store that slows down shows in it, not only in the
 // publish rate), but not the row write, which comes before any server can
@@ -456,7 +456,8 @@ type pubRun struct {
 
 // run publishes rate updates per second for d, round-robin over the tasks
 // (update k goes to task k mod tasks at start + k/rate, sent at the first
-// tick of p.every at or after that), until d passes or ctx ends.
+// tick of p.every after that, its scheduled time), until d passes or ctx
+// ends.
 func (p *publisher) run(ctx context.Context, rate float64, d time.Duration) pubRun {
 	return p.runUntil(ctx, nil, rate, d)
 }
@@ -503,7 +504,7 @@ loop:
 		due := min(int64(rate*now.Sub(start).Seconds()), total)
 		for ; k < due; k++ {
 			i := int(k % int64(p.tasks))
-			chans[i%p.shards] <- update{i, now}
+			chans[i%p.shards] <- update{i, scheduled(start, k, rate, p.every)}
 		}
 		if lag := time.Since(start) - time.Duration(float64(k)/rate*float64(time.Second)); lag > maxLag {
 			maxLag = lag
@@ -516,6 +517,15 @@ loop:
 	wg.Wait()
 	el := time.Since(start).Seconds()
 	return pubRun{Asked: total, Sent: sent.Load(), Seconds: el, PerSecond: float64(sent.Load()) / el, MaxLagMS: float64(maxLag.Microseconds()) / 1000}
+}
+
+// scheduled is when update k of a schedule begun at start is due: the
+// first tick of every after k/rate. Latency counts from it, so a publisher
+// that falls behind (a full shard, a publish API that pushes back) adds
+// its backlog to every update it delays.
+func scheduled(start time.Time, k int64, rate float64, every time.Duration) time.Time {
+	ticks := int64(float64(k)/(rate*every.Seconds())) + 1
+	return start.Add(time.Duration(ticks) * every)
 }
 
 // pubStats is the publisher's whole run.

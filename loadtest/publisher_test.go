@@ -48,3 +48,69 @@ func TestPublishStampsAndWaits(t *testing.T) {
 		}
 	}
 }
+
+// heldStore keeps every document it is given, in order, and holds its
+// first call until release closes: a publish API that pushes back.
+type heldStore struct {
+	release chan struct{}
+	docs    [][]byte
+}
+
+func (h *heldStore) store(_ context.Context, _ int, doc []byte) (bool, error) {
+	if len(h.docs) == 0 {
+		<-h.release
+	}
+	h.docs = append(h.docs, append([]byte(nil), doc...))
+	return true, nil
+}
+
+// TestScheduledTimeCountsTheBacklog: when the store holds the publisher
+// up, every update still carries the time the schedule set for it, so
+// the backlog behind the held publish counts as latency; the stamp is
+// not the moment the schedule got round to handing the update over.
+func TestScheduledTimeCountsTheBacklog(t *testing.T) {
+	const rate, n = 4000.0, 2000 // more than a shard's queue holds
+	h := &heldStore{release: make(chan struct{})}
+	p := newPublisher(h, nil, "off", 1, 1, 1, 0)
+	p.every = time.Millisecond
+	// The first publish is held until the schedule is far behind it.
+	hold := time.AfterFunc(300*time.Millisecond, func() { close(h.release) })
+	defer hold.Stop()
+	pr := p.run(context.Background(), rate, time.Duration(n/rate*float64(time.Second)))
+	if pr.Sent != n || len(h.docs) != n {
+		t.Fatalf("sent %d, stored %d, want %d", pr.Sent, len(h.docs), n)
+	}
+	first, _ := jsonInt(h.docs[0], `"sent_ns":`)
+	for k, doc := range h.docs {
+		sent, ok := jsonInt(doc, `"sent_ns":`)
+		if !ok {
+			t.Fatalf("no sent_ns in %s", doc)
+		}
+		// Both stamps are ticks of the schedule: k/rate apart, to a tick.
+		want := time.Duration(float64(k) / rate * float64(time.Second))
+		if got := time.Duration(sent - first); got < want-p.every || got > want+p.every {
+			t.Fatalf("update %d stamped %v after the first, want its scheduled %v (±%v)", k, got, want, p.every)
+		}
+	}
+}
+
+func TestScheduled(t *testing.T) {
+	start := time.Unix(100, 0)
+	for _, c := range []struct {
+		k     int64
+		rate  float64
+		every time.Duration
+		want  time.Duration
+	}{
+		{0, 1000, time.Millisecond, time.Millisecond},
+		{5, 1000, time.Millisecond, 6 * time.Millisecond},
+		{5, 1000, 100 * time.Millisecond, 100 * time.Millisecond},
+		{99, 1000, 100 * time.Millisecond, 100 * time.Millisecond},
+		{100, 1000, 100 * time.Millisecond, 200 * time.Millisecond},
+		{3, 400, time.Millisecond, 8 * time.Millisecond},
+	} {
+		if got := scheduled(start, c.k, c.rate, c.every).Sub(start); got != c.want {
+			t.Errorf("update %d at %v/s, ticks of %v: due %v after start, want %v", c.k, c.rate, c.every, got, c.want)
+		}
+	}
+}
