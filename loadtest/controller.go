@@ -290,7 +290,7 @@ func ownSeries(m metrics, prefix string) metrics {
 }
 
 func (r *run) mark() cpuMark {
-	m := cpuMark{at: time.Now(), self: procCPU(os.Getpid()), nodes: r.nodes.cpu()}
+	m := cpuMark{at: time.Now(), self: procCPU(os.Getpid()), nodes: r.nodes.cpu(), nodesKernel: r.nodes.kernelCPU()}
 	for i, t := range r.endedCPU {
 		m.nodes[i] += t
 	}

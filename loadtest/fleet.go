@@ -80,6 +80,18 @@ func (f fleet) cpu() []int64 {
 	return out
 }
 
+// kernelCPU is the running nodes' system time in clock ticks, together.
+func (f fleet) kernelCPU() int64 {
+	var t int64
+	for _, s := range f {
+		if p := s.current(); p != nil {
+			_, sys := procTimes(p.pid())
+			t += sys
+		}
+	}
+	return t
+}
+
 // rss is each running node's resident set in KB.
 func (f fleet) rss() []int64 {
 	out := make([]int64, len(f))

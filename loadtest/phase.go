@@ -2,6 +2,7 @@ package main
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 )
@@ -16,6 +17,10 @@ type phase struct {
 	// significant digits) and not sharded, so a fleet's worth of them
 	// stays small in every worker.
 	byNode []nodeHist
+	// wire is the bytes read from the servers' sockets while the phase
+	// was current: what the deliveries cost on the wire, with their
+	// framing and the keepalives beside them (read by the poller only).
+	wire atomic.Int64
 }
 
 type nodeHist struct {

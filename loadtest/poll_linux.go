@@ -36,6 +36,7 @@ type pconn struct {
 	fd   int
 	f    feeder      // owned by the loop once added
 	done func(error) // takes the session's end, called once by the loop
+	w    *worker     // counts the bytes read; nil in tests of the poller alone
 
 	mu   sync.Mutex
 	gone bool // fd is closed, guarded by mu
@@ -92,7 +93,7 @@ func (p *poller) serve(c *conn, nc net.Conn, closeConn func() error, early []byt
 		done(err)
 		return
 	}
-	pc := &pconn{fd: fd, done: done}
+	pc := &pconn{fd: fd, done: done, w: c.w}
 	pc.f = newFeeder(pc)
 	if len(early) > 0 {
 		if err := pc.f.feed(early, time.Now().UnixNano()); err != nil {
@@ -203,6 +204,9 @@ func (p *poller) read(pc *pconn, buf []byte, closed bool) {
 		case n == 0:
 			p.end(pc, io.EOF)
 			return
+		}
+		if pc.w != nil {
+			pc.w.phase.Load().wire.Add(int64(n))
 		}
 		if err := pc.f.feed(buf[:n], time.Now().UnixNano()); err != nil {
 			p.end(pc, err)

@@ -163,7 +163,8 @@ type phaseReport struct {
 	CatchUp    int64  `json:"catch_up"` // snapshots published before the connection existed: no latency
 	Latency    string `json:"latency"`  // encoded HdrHistogram, µs
 	Connects   int64  `json:"connects"`
-	Connect    string `json:"connect"` // encoded HdrHistogram of dial → first snapshot, µs
+	Connect    string `json:"connect"`    // encoded HdrHistogram of dial → first snapshot, µs
+	WireBytes  int64  `json:"wire_bytes"` // read from the servers' sockets
 	// LatencyByTransport is Latency split by the connection's transport
 	// (sse, ws): runs that mix them report each.
 	LatencyByTransport map[string]string `json:"latency_by_transport,omitempty"`

@@ -460,6 +460,7 @@ type merged struct {
 
 type mergedPhase struct {
 	Deliveries, CatchUp, Connects int64
+	WireBytes                     int64
 	Latency, Connect              *hdrhistogram.Histogram
 	ByTransport                   map[string]*hdrhistogram.Histogram
 	ByNode                        []*hdrhistogram.Histogram // nil where no worker recorded one
@@ -554,6 +555,7 @@ func mergeReports(scenario string, replies []reply) *merged {
 			mp.Deliveries += p.Deliveries
 			mp.CatchUp += p.CatchUp
 			mp.Connects += p.Connects
+			mp.WireBytes += p.WireBytes
 			mp.Latency.Merge(decodeHist(p.Latency))
 			mp.Connect.Merge(decodeHist(p.Connect))
 			for t, enc := range p.LatencyByTransport {

@@ -37,21 +37,27 @@ func procRSS(pid int) int64 {
 
 // procCPU is a process's user plus system time in clock ticks.
 func procCPU(pid int) int64 {
+	u, s := procTimes(pid)
+	return u + s
+}
+
+// procTimes is a process's user and system (kernel) time in clock ticks.
+func procTimes(pid int) (user, system int64) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0
+		return 0, 0
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 13 {
-		return 0
+		return 0, 0
 	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + s
+	user, _ = strconv.ParseInt(f[11], 10, 64)
+	system, _ = strconv.ParseInt(f[12], 10, 64)
+	return user, system
 }
 
 // machineCPU is the whole machine's busy and total ticks, from /proc/stat.
@@ -282,6 +288,7 @@ func minEach[T int64 | float64](a, b []T) []T {
 type cpuMark struct {
 	at           time.Time
 	nodes        []int64 // each pushd node's
+	nodesKernel  int64   // the running nodes' system time, of nodes
 	workers      int64
 	redis        int64
 	self         int64
@@ -295,10 +302,15 @@ type cpuUse struct {
 	Server  float64 `json:"server_cores"`
 	// ServerPerNode is Server node by node, with several nodes.
 	ServerPerNode []float64 `json:"server_cores_per_node,omitempty"`
-	LoadGen       float64   `json:"loadgen_cores"` // workers and the controller (publisher)
-	Workers       float64   `json:"worker_cores"`  // the workers alone: the clients
-	Redis         float64   `json:"redis_cores"`
-	MachineBusy   float64   `json:"machine_busy_pct"`
+	// ServerUser and ServerKernel split Server into the server's own code
+	// and the kernel's work on its behalf (system calls, the TCP stack).
+	// A node that ended during the run counts in Server only.
+	ServerUser   float64 `json:"server_user_cores"`
+	ServerKernel float64 `json:"server_kernel_cores"`
+	LoadGen      float64 `json:"loadgen_cores"` // workers and the controller (publisher)
+	Workers      float64 `json:"worker_cores"`  // the workers alone: the clients
+	Redis        float64 `json:"redis_cores"`
+	MachineBusy  float64 `json:"machine_busy_pct"`
 	// OtherCores is the machine's busy time not spent by the server, the
 	// load generator or Redis: PostgreSQL, and other work on the machine.
 	OtherCores float64 `json:"other_cores"`
@@ -311,6 +323,8 @@ func (a cpuMark) to(b cpuMark) cpuUse {
 	}
 	cores := func(t int64) float64 { return float64(t) / clockTicks / el }
 	u := cpuUse{Seconds: el, Server: cores(sum(b.nodes) - sum(a.nodes)), LoadGen: cores(b.workers - a.workers + b.self - a.self), Workers: cores(b.workers - a.workers), Redis: cores(max(0, b.redis-a.redis))}
+	u.ServerKernel = cores(max(0, b.nodesKernel-a.nodesKernel))
+	u.ServerUser = max(0, u.Server-u.ServerKernel)
 	if len(b.nodes) > 1 && len(a.nodes) == len(b.nodes) {
 		for i := range b.nodes {
 			u.ServerPerNode = append(u.ServerPerNode, cores(b.nodes[i]-a.nodes[i]))

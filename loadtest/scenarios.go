@@ -262,11 +262,22 @@ func runFanout(ctx context.Context, r *run) error {
 		r.res.fig("server_deliveries_per_s", (r.kind.deliveries(m1)-r.kind.deliveries(m0))/cpu.Seconds, "/s", false)
 	}
 	r.res.fig("publishes_per_s", pr.PerSecond, "/s", false)
+	if wire := meas.WireBytes + move.WireBytes; deliveries > 0 && wire > 0 {
+		r.res.fig("wire_bytes_per_delivery", float64(wire)/float64(deliveries), "B", true)
+	}
 	r.res.fig("server_cores", cpu.Server, "cores", true)
 	if deliveries > 0 {
 		// The server's CPU time per delivery: the yardstick that a shared
 		// machine's noise moves least, under -pin least of all.
 		r.res.fig("server_us_per_delivery", cpu.Server*cpu.Seconds/float64(deliveries)*1e6, "µs", true)
+		r.res.fig("server_user_us_per_delivery", cpu.ServerUser*cpu.Seconds/float64(deliveries)*1e6, "µs", true)
+		r.res.fig("server_kernel_us_per_delivery", cpu.ServerKernel*cpu.Seconds/float64(deliveries)*1e6, "µs", true)
+	}
+	// A collection of a large heap can hold deliveries up for as long as
+	// its mark phase runs: how many fell in the window says whether the
+	// tail saw the server's steady state.
+	if !restarted {
+		r.res.fig("server_gc_cycles", m1["go_gc_duration_seconds_count"]-m0["go_gc_duration_seconds_count"], "", true)
 	}
 	r.res.fig("loadgen_cores", cpu.LoadGen, "cores", false)
 	r.res.fig("worker_cores", cpu.Workers, "cores", false)

@@ -629,6 +629,7 @@ func (w *worker) report() *workerReport {
 			s.mu.Unlock()
 		}
 		pr.Latency, pr.Connect = encodeHist(lat), encodeHist(con)
+		pr.WireBytes = p.wire.Load()
 		for t, h := range byT {
 			if h.TotalCount() > 0 {
 				pr.LatencyByTransport[transports[t]] = encodeHist(h)
