@@ -38,8 +38,11 @@ type Conn struct {
 	projects idSet
 	track    trackSet   // per task: the version last taken for writing, the outbox's one snapshot
 	order    []*tracked // entries with a snapshot pending, oldest first, at most maxTracked: a take needs no lookup
-	control  []Event    // hello, errors and mode changes, in order, before tasks
-	trailer  []Event    // acks, after the tasks queued before them
+	// sent is, with Principal.Deltas, the snapshot last taken for writing
+	// of each tracked task, the base of the next one's patch; nil without.
+	sent    map[string]*snapshot.Snapshot
+	control []Event // hello, errors and mode changes, in order, before tasks
+	trailer []Event // acks, after the tasks queued before them
 	// The mode and reason the client was told last (hello or mode event);
 	// "" until the hello is queued.
 	toldMode, toldReason string
@@ -346,17 +349,21 @@ func (c *Conn) takeLocked(buf []Event) (_ []Event, complete bool) {
 		t.setNews(news{})
 		if !c.Sees(s) || !s.NewerThan(t.delivered) {
 			if t.delivered == 0 {
-				c.track.remove(t.id)
+				c.forgetLocked(t.id)
 			}
 			continue
 		}
 		if sent == 0 {
 			sent = c.hub.sentStamp()
 		}
+		ev := Event{Kind: KindTask, Snapshot: s, news: n}
+		if c.Deltas {
+			ev.base = c.sentLocked(t.id, t.delivered, s)
+		}
 		t.delivered, t.sent = s.Version, sent
 		lastTask = len(buf)
 		size += len(s.JSON())
-		buf = append(buf, Event{Kind: KindTask, Snapshot: s, news: n})
+		buf = append(buf, ev)
 	}
 	rest := copy(c.order, c.order[taken:])
 	clear(c.order[rest:])
@@ -402,6 +409,28 @@ const maxBatchBytes = 128 << 10
 // pending snapshot of: every task it can watch by id, and a full listing.
 func (h *Hub) maxTracked() int { return h.cfg.MaxSubscriptions + snapshot.MaxList }
 
+// sentLocked records s as the snapshot of its task taken for writing and
+// returns the one taken before it, if that is the version the connection
+// holds (delivered): a version recorded without a write (a resume) has no
+// snapshot here, and its next change goes whole.
+func (c *Conn) sentLocked(id string, delivered int64, s *snapshot.Snapshot) *snapshot.Snapshot {
+	if c.sent == nil {
+		c.sent = make(map[string]*snapshot.Snapshot)
+	}
+	base := c.sent[id]
+	c.sent[id] = s
+	if base == nil || base.Version != delivered {
+		return nil
+	}
+	return base
+}
+
+// forgetLocked drops what the connection keeps of task id.
+func (c *Conn) forgetLocked(id string) {
+	c.track.remove(id)
+	delete(c.sent, id)
+}
+
 // rememberLocked records v as the version of task id taken for writing.
 func (c *Conn) rememberLocked(id string, v int64) {
 	t := c.track.get(id)
@@ -421,7 +450,9 @@ func (c *Conn) rememberLocked(id string, v int64) {
 // tasks watched by id: with both, the map holds at most twice maxTracked.)
 func (c *Conn) trackLocked(id string) *tracked {
 	if c.track.len() >= c.hub.maxTracked() {
-		c.track.evictOne(func(t *tracked) bool { return t.snap != nil || c.tasks.has(t.id) })
+		if id, ok := c.track.evictOne(func(t *tracked) bool { return t.snap != nil || c.tasks.has(t.id) }); ok {
+			delete(c.sent, id)
+		}
 	}
 	t := &tracked{id: id}
 	c.track.put(t)
@@ -434,7 +465,7 @@ func (c *Conn) dropPendingLocked() {
 		t.snap = nil
 		t.setNews(news{})
 		if t.delivered == 0 {
-			c.track.remove(t.id)
+			c.forgetLocked(t.id)
 		}
 	}
 	c.order = nil

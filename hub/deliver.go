@@ -41,6 +41,18 @@ func (h *Hub) flush(c *Conn, buf []Event) []Event {
 	c.parked = parking{on: true, end: endAfter, reason: reason}
 	c.mu.Unlock()
 
+	patches := 0
+	if c.Deltas {
+		// Made here, outside c.mu: a patch is made once per version and
+		// base, by the first writer that needs it.
+		for i := range buf {
+			if b := buf[i].base; b != nil {
+				if buf[i].Patch = buf[i].Snapshot.PatchFrom(b); buf[i].Patch != nil {
+					patches++
+				}
+			}
+		}
+	}
 	var queued bool
 	var err error
 	if len(buf) > 0 {
@@ -65,6 +77,9 @@ func (h *Hub) flush(c *Conn, buf []Event) []Event {
 	}
 	if err == nil {
 		h.stats.delivered.Add(int64(tasks))
+		if patches > 0 {
+			h.stats.patches.Add(int64(patches))
+		}
 		h.stats.pushed[c.Transport].Add(int64(tasks))
 		c.lastWrite.Store(now)
 	}

@@ -27,7 +27,12 @@ type Event struct {
 	// the client holds everything up to once it has this event; "" means
 	// the transport's own cursor. Only connections that asked for cursors
 	// (Subscription.Cursors) get one.
-	Cursor    string
+	Cursor string
+	// Patch, on a task event to a connection that asked for deltas
+	// (Principal.Deltas), turns the version the connection last sent the
+	// client into Snapshot; nil when there is none, and the whole
+	// snapshot must go.
+	Patch     *snapshot.Patch
 	Mode      string
 	Reason    string
 	Code      string
@@ -48,6 +53,9 @@ type Event struct {
 	Rejected    []Rejection
 
 	news news // a task event's origin, for the hub's histograms after the write
+	// base is the snapshot the connection last sent of the task, from
+	// which flush makes Patch outside the connection's lock.
+	base *snapshot.Snapshot
 }
 
 // Modes a node can be in.

@@ -386,6 +386,11 @@ type Principal struct {
 	// Transport is the protocol the connection speaks, set by the
 	// transport; connections and writes are counted by it.
 	Transport Transport
+	// Deltas says the client applies merge patches: a task event whose
+	// version it can reach from the one this connection last sent it
+	// carries Event.Patch beside the snapshot, and the transport may
+	// write the patch instead.
+	Deltas bool
 	// Plan is the tenant's plan as the token states it; connections are
 	// counted by it (empty counts as PlanNone). A Conn holds the label it
 	// is counted under.

@@ -150,26 +150,26 @@ func (s *trackSet) remove(id string) {
 	}
 }
 
-// evictOne removes one entry keep does not protect and reports whether
-// it found one. A map's is picked by its random iteration start; a slice
-// is never full enough to need it (smallMax < maxTracked).
-func (s *trackSet) evictOne(keep func(*tracked) bool) bool {
+// evictOne removes one entry keep does not protect and returns its task,
+// if it found one. A map's is picked by its random iteration start; a
+// slice is never full enough to need it (smallMax < maxTracked).
+func (s *trackSet) evictOne(keep func(*tracked) bool) (string, bool) {
 	if s.many != nil {
 		for id, t := range s.many {
 			if !keep(t) {
 				delete(s.many, id)
-				return true
+				return id, true
 			}
 		}
-		return false
+		return "", false
 	}
 	for _, t := range s.few {
 		if !keep(t) {
 			s.remove(t.id)
-			return true
+			return t.id, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // each calls f with every entry, in no particular order.

@@ -63,7 +63,7 @@ func (c Cut) String() string {
 // the two histograms.
 type counters struct {
 	opened, closed, notifications, resyncs                       atomic.Int64
-	fetches, fetchErrors, delivered, conflated                   atomic.Int64
+	fetches, fetchErrors, delivered, conflated, patches          atomic.Int64
 	refreshes, batchedReads, backlogged, heartbeats              atomic.Int64
 	dropped                                                      [NumDrops]atomic.Int64
 	cuts                                                         [NumCuts]atomic.Int64
@@ -94,6 +94,7 @@ type Stats struct {
 	BatchedReads    int64 // reads that served several notified tasks at once
 	FetchErrors     int64
 	Delivered       int64 // task events written
+	Patches         int64 // of them, written as a merge patch (Principal.Deltas)
 	Conflated       int64 // pending snapshots replaced by a newer one
 	Refreshes       int64 // tokens connections were refreshed with
 	Backlogged      int64 // writes a sink queued because the client's socket was full
@@ -159,7 +160,7 @@ func (h *Hub) Stats() Stats {
 		Opened: c.opened.Load(), Closed: c.closed.Load(),
 		Notifications: c.notifications.Load(), Resyncs: c.resyncs.Load(),
 		Fetches: c.fetches.Load(), BatchedReads: c.batchedReads.Load(), FetchErrors: c.fetchErrors.Load(),
-		Delivered: c.delivered.Load(), Conflated: c.conflated.Load(),
+		Delivered: c.delivered.Load(), Patches: c.patches.Load(), Conflated: c.conflated.Load(),
 		Refreshes: c.refreshes.Load(), Backlogged: c.backlogged.Load(), Heartbeats: c.heartbeats.Load(),
 		DispatchNoWatch: c.dispatchNoWatch.Load(), ModeSwitches: c.modeSwitches.Load(),
 		Polls: c.polls.Load(), PollErrors: c.pollErrors.Load(), BusRetries: c.busRetries.Load(),

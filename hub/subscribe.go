@@ -549,7 +549,7 @@ func (c *Conn) Unsubscribe(tasks, projects []string) {
 		t.snap = nil
 		t.setNews(news{})
 		if t.delivered == 0 {
-			c.track.remove(t.id)
+			c.forgetLocked(t.id)
 		}
 	}
 	clear(c.order[len(kept):])

@@ -175,12 +175,21 @@ type wsClient struct {
 
 func dialWS(t *testing.T, base, tok string, opts *websocket.DialOptions) (*wsClient, *http.Response, error) {
 	t.Helper()
+	return dialWSQuery(t, base, tok, url.Values{}, opts)
+}
+
+// dialWSQuery is dialWS with more of /v1/ws's query.
+func dialWSQuery(t *testing.T, base, tok string, q url.Values, opts *websocket.DialOptions) (*wsClient, *http.Response, error) {
+	t.Helper()
 	if opts == nil {
 		opts = &websocket.DialOptions{Subprotocols: []string{"pushd.v1"}}
 	}
-	u := "ws" + strings.TrimPrefix(base, "http") + "/v1/ws"
 	if tok != "" {
-		u += "?access_token=" + url.QueryEscape(tok)
+		q.Set("access_token", tok)
+	}
+	u := "ws" + strings.TrimPrefix(base, "http") + "/v1/ws"
+	if len(q) > 0 {
+		u += "?" + q.Encode()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()

@@ -76,6 +76,7 @@ type Snapshot struct {
 	raw []byte
 
 	encoded [maxEncodings]atomic.Pointer[[]byte] // see Encoded
+	patch   atomic.Pointer[patchFrom]            // see PatchFrom
 }
 
 // Origin is where a snapshot was read from.

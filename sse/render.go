@@ -109,10 +109,16 @@ func (e *encoder) render(b *bytes.Buffer, events []hub.Event) {
 func (e *encoder) renderOne(b *bytes.Buffer, ev *hub.Event) {
 	switch ev.Kind {
 	case hub.KindTask:
-		b.WriteString("event: task\nid: ")
+		data := ev.Snapshot.JSON()
+		if ev.Patch != nil {
+			b.WriteString("event: patch\nid: ")
+			data = ev.Patch.Event
+		} else {
+			b.WriteString("event: task\nid: ")
+		}
 		b.Write(e.cursor(b.AvailableBuffer(), ev.Snapshot, ev.Cursor))
 		b.WriteString("\ndata: ")
-		b.Write(ev.Snapshot.JSON())
+		b.Write(data)
 		b.WriteString("\n\n")
 	case hub.KindHello:
 		writeRetry(b, e.retry)

@@ -17,6 +17,7 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/internal/httperr"
+	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/stream/cursor"
 )
 
@@ -88,7 +89,7 @@ func New(cfg Config) *Handler {
 func (h *Handler) Close() { h.reaper.close() }
 
 var allowedParams = map[string]bool{
-	"task": true, "project": true, "scope": true, "last_event_id": true, "access_token": true,
+	"task": true, "project": true, "scope": true, "last_event_id": true, "access_token": true, "deltas": true,
 }
 
 // ParseRequest reads the subscription of a /v1/events request. It returns a
@@ -115,6 +116,9 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 		s.User = true
 	default:
 		return s, httperr.BadRequest, `scope must be "user"`
+	}
+	if d := q["deltas"]; len(d) > 1 || (len(d) == 1 && d[0] != snapshot.DeltasMerge) {
+		return s, httperr.BadRequest, `deltas must be "` + snapshot.DeltasMerge + `"`
 	}
 	if len(s.Tasks) == 0 && len(s.Projects) == 0 && !s.User {
 		return s, httperr.BadRequest, "subscribe to at least one task, project or scope=user"
@@ -156,6 +160,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		return
 	}
 	p.Transport = hub.TransportSSE
+	p.Deltas = r.URL.Query().Get("deltas") == snapshot.DeltasMerge
 	if h.cfg.Hub.Draining() || h.reaper.stopped() {
 		const msg = "the node is shutting down; reconnect"
 		if !h.Refuse(w, r, httperr.Draining, 0, msg) {

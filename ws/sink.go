@@ -300,12 +300,23 @@ func taskFrame(s *snapshot.Snapshot) []byte {
 	return append(b, '}')
 }
 
+// patchFrame is the message carrying a patch, built once per patch:
+// {"type":"patch","task_id":..,"base":..,"patch":{..}}.
+func patchFrame(p *snapshot.Patch) []byte {
+	b := make([]byte, 0, len(p.Event)+16)
+	b = append(b, `{"type":"patch",`...)
+	return append(b, p.Event[1:]...)
+}
+
 // render encodes one server message; heartbeats are Write's
 // (appendHeartbeat).
 func render(ev *hub.Event) ([]byte, bool) {
 	var v any
 	switch ev.Kind {
 	case hub.KindTask:
+		if ev.Patch != nil {
+			return ev.Patch.Encoded(snapshot.PatchEncodingWebSocket, patchFrame), true
+		}
 		return ev.Snapshot.Encoded(snapshot.EncodingWebSocket, taskFrame), true
 	case hub.KindHello:
 		v = struct {

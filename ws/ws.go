@@ -173,6 +173,12 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		httperr.Write(w, http.StatusServiceUnavailable, httperr.Draining, "the node is shutting down; reconnect")
 		return
 	}
+	deltas := r.URL.Query()["deltas"]
+	if len(deltas) > 1 || (len(deltas) == 1 && deltas[0] != snapshot.DeltasMerge) {
+		httperr.Write(w, http.StatusBadRequest, httperr.BadRequest, `deltas must be "`+snapshot.DeltasMerge+`"`)
+		return
+	}
+	p.Deltas = len(deltas) == 1
 	s := newSink(h.cfg, h.limits)
 	wc, err := websocket.Accept(smallBuffers{w, s}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{Subprotocol},

@@ -83,6 +83,14 @@ export interface ClientOptions {
    */
   share?: boolean;
   /**
+   * Ask for deltas; default true. The server then sends a task's later
+   * versions as JSON merge patches from the version it last sent, where
+   * that is smaller; the client applies them, and every task event still
+   * carries the whole snapshot. A patch from a version the client does not
+   * hold is not applied: the task is read whole (stats.wholeReads).
+   */
+  deltas?: boolean;
+  /**
    * The WebSocket constructor; default globalThis.WebSocket. Outside a
    * browser, pass one (in Node.js, the ws package's). Needed for transport 'ws'.
    */
@@ -212,6 +220,11 @@ export interface ClientStats {
   fallbacks: number;
   /** Heartbeats the server sent idle connections. */
   heartbeats: number;
+  /**
+   * Tasks read whole because a patch came from a version the client did
+   * not hold (a poll or the page's own read had got ahead of the stream).
+   */
+  wholeReads: number;
 }
 
 /** With options.share: this tab's part in the shared connection. */

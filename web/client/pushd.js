@@ -12,6 +12,11 @@
 //   pushd.v1) on request.
 // - Keeps the newest version of every task and drops anything older or
 //   equal: after a reconnect, a poll and a stream may overlap.
+// - Asks for deltas (deltas=merge): the server sends a later version as a
+//   JSON merge patch from the version it last sent this connection, where
+//   that is smaller, and the client applies it only to that version. A
+//   patch from a version the client does not hold is not applied; the
+//   task is read whole instead. Task events always carry whole snapshots.
 // - Resumes where it left off: SSE passes the last event id (of a task or,
 //   from a node with streams, of the sync that completes the initial state)
 //   as last_event_id, WebSocket sends the versions it holds as "since", so
@@ -138,7 +143,23 @@ const DEFAULTS = {
   probeTimeoutMs: 5000,
   maxIds: 100,
   share: false,
+  deltas: true,
 };
+
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+// mergePatch is RFC 7386's MergePatch(target, patch), into a new object:
+// the snapshot replaced stays as the page was given it.
+function mergePatch(target, patch) {
+  if (!isObject(patch)) return patch;
+  const out = isObject(target) ? { ...target } : {};
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete out[k];
+    // A data property, as JSON.parse makes it: "__proto__" too.
+    else Object.defineProperty(out, k, { value: mergePatch(Object.hasOwn(out, k) ? out[k] : undefined, v), enumerable: true, writable: true, configurable: true });
+  }
+  return out;
+}
 
 /** Is the status one a task never leaves? */
 export function isTerminal(status) {
@@ -295,7 +316,7 @@ export class PushdClient extends EventTarget {
   #pollBusy = false;
   #etags = new Map(); // poll URL -> ETag the server sent for it
 
-  #stats = { received: 0, dropped: 0, reconnects: 0, polls: 0, fallbacks: 0, heartbeats: 0 };
+  #stats = { received: 0, dropped: 0, reconnects: 0, polls: 0, fallbacks: 0, heartbeats: 0, wholeReads: 0 };
 
   // Sharing (options.share): true from start() until close() unless this
   // tab streams by itself after all; #share is the TabShare once its key
@@ -527,6 +548,7 @@ export class PushdClient extends EventTarget {
     s.tasks.forEach((id) => q.append('task', id));
     s.projects.forEach((id) => q.append('project', id));
     if (s.user) q.append('scope', 'user');
+    if (this.#opt.deltas) q.set('deltas', 'merge');
     if (cursor && this.#cursor) q.set('last_event_id', this.#cursor);
     q.set('access_token', token);
     return `${this.#base}/v1/events?${q}`;
@@ -551,7 +573,7 @@ export class PushdClient extends EventTarget {
     };
     // Any event says the connection lives; registered first, so the
     // silence is over before the event's own listener runs.
-    for (const type of ['hello', 'task', 'mode', 'sync', 'reconnect', 'error', 'heartbeat']) {
+    for (const type of ['hello', 'task', 'patch', 'mode', 'sync', 'reconnect', 'error', 'heartbeat']) {
       es.addEventListener(type, () => gen === this.#gen && this.#heard());
     }
     es.addEventListener('heartbeat', () => gen === this.#gen && this.#stats.heartbeats++);
@@ -561,6 +583,11 @@ export class PushdClient extends EventTarget {
       if (e.lastEventId) this.#cursor = e.lastEventId;
       const snap = json(e);
       if (snap) this.#offer(snap, 'sse');
+    });
+    es.addEventListener('patch', (e) => {
+      if (gen !== this.#gen) return;
+      if (e.lastEventId) this.#cursor = e.lastEventId;
+      this.#patch(json(e), 'sse');
     });
     es.addEventListener('mode', (e) => gen === this.#gen && this.#mode(json(e)));
     es.addEventListener('sync', (e) => {
@@ -612,6 +639,7 @@ export class PushdClient extends EventTarget {
       const u = new URL(`${this.#base}/v1/ws`);
       u.protocol = u.protocol === 'https:' ? 'wss:' : 'ws:';
       u.searchParams.set('access_token', token);
+      if (this.#opt.deltas) u.searchParams.set('deltas', 'merge');
       ws = new this.#WebSocket(u.toString(), 'pushd.v1');
     } catch {
       this.#fail(gen, { reason: 'ws_error', probe: false });
@@ -653,6 +681,7 @@ export class PushdClient extends EventTarget {
         case 'hello': this.#hello(gen, m); break;
         case 'heartbeat': this.#stats.heartbeats++; break;
         case 'task': if (m.task) this.#offer(m.task, 'ws'); break;
+        case 'patch': this.#patch(m, 'ws'); break;
         case 'mode': this.#mode(m); break;
         case 'ack': {
           const limited = (m.rejected || []).filter((r) => r.code === 'rate_limit_exceeded');
@@ -1009,6 +1038,43 @@ export class PushdClient extends EventTarget {
       this.#send({ op: 'unsubscribe', id: ++this.#wsReqID, tasks: [snap.task_id] });
     }
     this.#emit('task', { task: snap, previous: prev, source });
+  }
+
+  // #patch applies a merge patch, which the server sends from the version
+  // it last sent this connection. Held at that version, the task moves
+  // on. Held at another (a poll or the page's own read got ahead, or the
+  // client let the task go), the patch is no use: the task is read whole.
+  #patch(ev, source) {
+    if (!isObject(ev) || typeof ev.task_id !== 'string' || typeof ev.base !== 'number' || !isObject(ev.patch)) return;
+    const held = this.#tasks.get(ev.task_id);
+    if (held && typeof ev.patch.version === 'number' && held.version >= ev.patch.version) {
+      this.#stats.received++;
+      this.#stats.dropped++; // versions only go up
+      return;
+    }
+    if (held?.version !== ev.base) {
+      this.#stats.wholeReads++;
+      this.#readWhole(ev.task_id, source);
+      return;
+    }
+    this.#offer(mergePatch(held, ev.patch), source);
+  }
+
+  // #readWhole reads one task, for a patch the client could not apply.
+  async #readWhole(id, source) {
+    let res;
+    try {
+      const token = await this.#token(false);
+      res = await fetch(`${this.#base}/v1/tasks/${encodeURIComponent(id)}`, { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
+    } catch {
+      return; // the task's next change, or the next resume, brings it
+    }
+    if (!res.ok) return;
+    try {
+      this.#offer(await res.json(), source);
+    } catch {
+      // not a snapshot: nothing to offer
+    }
   }
 
   #inProjects(snap) {
@@ -1826,6 +1892,6 @@ class TabShare {
 // connStats are the counters of the shared connection: the leader's engine's.
 function connStats(engine) {
   if (!engine) return null;
-  const { reconnects, polls, fallbacks, heartbeats } = engine.stats;
-  return { reconnects, polls, fallbacks, heartbeats };
+  const { reconnects, polls, fallbacks, heartbeats, wholeReads } = engine.stats;
+  return { reconnects, polls, fallbacks, heartbeats, wholeReads };
 }

@@ -120,6 +120,7 @@ var (
 	fetchErrors   = counter("notification_fetch_errors_total", "Snapshot reads for notifications that failed.")
 	batchedReads  = counter("notification_batched_reads_total", "Reads that served the notifications of several tasks at once (one MGET or pipeline).")
 	delivered     = counter("deliveries_total", "Task snapshots written to clients.")
+	patches       = counter("patches_total", "Of the task snapshots written, those written as a JSON merge patch from the version the connection last sent (clients that asked for deltas).")
 	conflated     = counter("conflated_total", "Pending snapshots replaced by a newer version before a slow client took them.")
 	dropped       = counter("dropped_total", "Snapshots not delivered, by reason: stale (not newer than what the client has), tenant (another tenant's) or grant (of a project the connection's token does not grant).", "reason")
 	disconnects   = counter("disconnects_total", "Connections the server ended, by reason: slow_client (a write failed or timed out), token_expired, or control_flood (WebSocket pings and pongs past their budget).", "reason")
@@ -226,7 +227,7 @@ var (
 	pgPoolWaitSecs  = counter("postgres_pool_wait_seconds_total", "Time PostgreSQL queries spent waiting for a connection of the node's pool.")
 	pgPoolConns     = gauge("postgres_pool_connections", "Connections of the node's PostgreSQL pool, by state: open, idle, or max (the most it opens).", "state")
 
-	all = []metric{connections, mode, pollTenants, modeSwitches, opened, notifications, fetches, batchedReads, fetchErrors, delivered, conflated,
+	all = []metric{connections, mode, pollTenants, modeSwitches, opened, notifications, fetches, batchedReads, fetchErrors, delivered, patches, conflated,
 		dropped, disconnects, heartbeats, refreshes, backlogged, readsLimited, polls, pollErrors, resyncs, busRetries,
 		snapReads, redisReads, redisErrors, pgQueries, pgErrors, pgRejected, negativeHits, writeBacks,
 		pubsubReceived, pubsubMalformed, pubsubFailures, livenessSent, livenessHeard,
@@ -379,6 +380,7 @@ func (e emitter) hub(st hub.Stats) {
 	e.emit(batchedReads, float64(st.BatchedReads))
 	e.emit(fetchErrors, float64(st.FetchErrors))
 	e.emit(delivered, float64(st.Delivered))
+	e.emit(patches, float64(st.Patches))
 	e.emit(conflated, float64(st.Conflated))
 	for d := range hub.NumDrops {
 		e.emit(dropped, float64(st.Dropped[d]), d.String())
