@@ -147,6 +147,9 @@ func (c *conn) sseRequest(req []byte, addr string) []byte {
 	}
 	req = append(req, "GET /v1/events?task="...)
 	req = append(req, taskID(int(c.task))...)
+	if c.w.deltas {
+		req = append(req, "&deltas=merge"...)
+	}
 	req = append(req, " HTTP/1.1\r\nHost: "...)
 	req = append(req, addr...)
 	// No Accept: text/event-stream: pushd answers a request with it that is
@@ -297,6 +300,9 @@ func (c *conn) sessionWS(end sessionEnd) {
 // with CloseNow, closes nc as well.
 func (c *conn) dialWS(nc net.Conn, addr string) (wc *websocket.Conn, early []byte, err error) {
 	path, protocols := "/v1/ws", []string{"pushd.v1"}
+	if c.w.deltas {
+		path += "?deltas=merge"
+	}
 	hdr := http.Header{"Authorization": {"Bearer " + c.token}}
 	if c.w.centrifugo {
 		// JSON is Centrifugo's default protocol, asked for by no
@@ -330,7 +336,8 @@ func (c *conn) dialWS(nc net.Conn, addr string) (wc *websocket.Conn, early []byt
 // onWS dispatches one pushd message read at recv (Unix ns).
 func (c *conn) onWS(msg []byte, recv int64) error {
 	switch {
-	case bytes.HasPrefix(msg, []byte(`{"type":"task"`)):
+	case bytes.HasPrefix(msg, []byte(`{"type":"task"`)), bytes.HasPrefix(msg, []byte(`{"type":"patch"`)):
+		// A patch's first "version" is the one it makes: onTask reads it.
 		c.onTask(msg, recv)
 	case bytes.HasPrefix(msg, []byte(`{"type":"mode"`)):
 		c.onMode(msg, recv)

@@ -452,7 +452,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 	}
 	_, err := r.all(ctx, func(i int) command {
 		return command{Cmd: "init", URLs: r.nodes.urls(), Transport: r.cfg.Transport, Target: r.kind.name, Secret: r.secret,
-			Sources: sources, Tenants: r.cfg.Tenants, Worker: i, OwnUsers: r.cfg.production()}
+			Sources: sources, Tenants: r.cfg.Tenants, Worker: i, OwnUsers: r.cfg.production(), Deltas: r.cfg.Deltas}
 	}, "ready", 30*time.Second)
 	return err
 }

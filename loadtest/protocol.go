@@ -25,6 +25,8 @@ type command struct {
 	// its task's project (-limits production); else a connection is its
 	// task's owner, whose token the user's connections share.
 	OwnUsers bool `json:"own_users,omitempty"`
+	// Deltas: pushd's clients ask for merge patches.
+	Deltas bool `json:"deltas,omitempty"`
 
 	// open: connections First..First+Count-1, connection i watching task
 	// i mod Tasks, at Rate per second, over Transport (empty: the one of

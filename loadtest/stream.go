@@ -93,7 +93,7 @@ func (p *sseParser) onLine(line []byte, borrowed bool, now int64) {
 	switch string(field) {
 	case "event":
 		switch string(value) {
-		case "task":
+		case "task", "patch": // a patch's first "version" is the one it makes
 			p.kind = sseTask
 		case "mode":
 			p.kind = sseMode

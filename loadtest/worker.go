@@ -72,6 +72,7 @@ type worker struct {
 	urls       []string // the nodes, http://host:port: connection i dials urls[i mod len]
 	transport  string
 	centrifugo bool   // the server is Centrifugo: its endpoints, tokens and protocol
+	deltas     bool   // pushd's clients ask for merge patches
 	secret     []byte // the token secret
 	tenants    int
 	ownUsers   bool // each connection a user of its own (init's OwnUsers)
@@ -212,6 +213,7 @@ func (w *worker) init(cmd command) {
 	w.urls = cmd.URLs
 	w.transport = cmd.Transport
 	w.centrifugo = cmd.Target == "centrifugo"
+	w.deltas = cmd.Deltas && !w.centrifugo
 	w.secret = cmd.Secret
 	w.tenants = max(cmd.Tenants, 1)
 	w.ownUsers = cmd.OwnUsers
