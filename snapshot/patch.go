@@ -2,9 +2,9 @@ package snapshot
 
 import (
 	"bytes"
-	"maps"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -50,11 +50,14 @@ func (p *Patch) Encoded(slot int, encode func(*Patch) []byte) []byte {
 	return *p.encoded[slot].Load()
 }
 
-// patchFrom is the patch a snapshot caches: the one from its last base
-// asked for. none says no patch serves that base (the documents differ in
-// a way a merge patch cannot say, or the patch is no smaller).
+// patchFrom is the patch a snapshot caches: the one from the last base
+// version asked for, made once (the writers of the connections a version
+// goes to ask at about the same moment). patch stays nil when no patch
+// serves that base: the documents differ in a way a merge patch cannot
+// say, or the patch is no smaller.
 type patchFrom struct {
 	base  int64
+	once  sync.Once
 	patch *Patch
 }
 
@@ -62,32 +65,44 @@ type patchFrom struct {
 // same task, to s, or nil when the whole document should be sent instead:
 // no base, another task, not older, a change a merge patch cannot carry
 // (a null the patch would have to write, which a merge patch reads as a
-// removal), or a patch no smaller than the document. It is computed once
-// per snapshot and base version, then shared; versions name one document
+// removal), or a patch no smaller than the document. It is made once per
+// snapshot and base version, then shared; versions name one document
 // each, so any copy of the base version gives the same patch.
 func (s *Snapshot) PatchFrom(base *Snapshot) *Patch {
 	if base == nil || base.TaskID != s.TaskID || !s.NewerThan(base.Version) {
 		return nil
 	}
-	if p := s.patch.Load(); p != nil && p.base == base.Version {
-		return p.patch
+	p := s.patch.Load()
+	if p == nil || p.base != base.Version {
+		// A connection that holds another version than the last asker's
+		// (it missed a version, or another's grant let one through) gets
+		// its own; the cache keeps the latest base asked for.
+		next := &patchFrom{base: base.Version}
+		s.patch.Store(next)
+		p = next
 	}
-	p := &patchFrom{base: base.Version}
-	if diff, ok := MergePatch(base.raw, s.raw); ok {
-		ev := make([]byte, 0, len(diff)+len(s.TaskID)+64)
-		ev = append(ev, `{"task_id":`...)
-		ev, _ = jsontext.AppendQuote(ev, s.TaskID)
-		ev = append(ev, `,"base":`...)
-		ev = strconv.AppendInt(ev, base.Version, 10)
-		ev = append(ev, `,"patch":`...)
-		ev = append(ev, diff...)
-		ev = append(ev, '}')
-		if len(ev) < len(s.raw) {
-			p.patch = &Patch{TaskID: s.TaskID, Base: base.Version, Version: s.Version, Event: ev}
-		}
-	}
-	s.patch.Store(p)
+	p.once.Do(func() { p.patch = makePatch(base, s) })
 	return p.patch
+}
+
+// makePatch is the patch event from base to s, or nil.
+func makePatch(base, s *Snapshot) *Patch {
+	diff, ok := MergePatch(base.raw, s.raw)
+	if !ok {
+		return nil
+	}
+	ev := make([]byte, 0, len(diff)+len(s.TaskID)+64)
+	ev = append(ev, `{"task_id":`...)
+	ev, _ = jsontext.AppendQuote(ev, s.TaskID)
+	ev = append(ev, `,"base":`...)
+	ev = strconv.AppendInt(ev, base.Version, 10)
+	ev = append(ev, `,"patch":`...)
+	ev = append(ev, diff...)
+	ev = append(ev, '}')
+	if len(ev) >= len(s.raw) {
+		return nil
+	}
+	return &Patch{TaskID: s.TaskID, Base: base.Version, Version: s.Version, Event: ev}
 }
 
 // MergePatch returns the JSON merge patch (RFC 7386) that turns the object
@@ -99,20 +114,71 @@ func (s *Snapshot) PatchFrom(base *Snapshot) *Patch {
 // null where the patch would have to write it: a merge patch reads null
 // as "remove".
 func MergePatch(from, to []byte) ([]byte, bool) {
-	out, ok := appendObjectPatch(nil, from, to)
-	return out, ok
+	return appendObjectPatch(nil, from, to)
+}
+
+// member is one member of an object: its name as written, the name's
+// key (unquoted, or the same bytes when it has no escape) and its value,
+// all slices of the object's own bytes.
+type member struct {
+	quoted, key, value []byte
+}
+
+// objectReader reads an object's members; pooled, as a patch is made of
+// two objects and each nested pair.
+type objectReader struct {
+	r       bytes.Reader
+	dec     jsontext.Decoder
+	members []member
+}
+
+var objectReaders = sync.Pool{New: func() any { return new(objectReader) }}
+
+// read lists obj's members; the list is valid until the reader is put
+// back.
+func (o *objectReader) read(obj []byte) bool {
+	o.r.Reset(obj)
+	o.dec.Reset(&o.r)
+	o.members = o.members[:0]
+	if tok, err := o.dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return false
+	}
+	// A value read is the input's bytes up to the offset after it.
+	slice := func(v jsontext.Value) []byte {
+		end := int(o.dec.InputOffset())
+		return obj[end-len(v) : end : end]
+	}
+	for o.dec.PeekKind() != '}' {
+		name, err := o.dec.ReadValue()
+		if err != nil {
+			return false
+		}
+		quoted := slice(name)
+		key := quoted[1 : len(quoted)-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			if key, err = jsontext.AppendUnquote(nil, quoted); err != nil {
+				return false
+			}
+		}
+		v, err := o.dec.ReadValue()
+		if err != nil {
+			return false
+		}
+		o.members = append(o.members, member{quoted: quoted, key: key, value: slice(v)})
+	}
+	_, err := o.dec.ReadToken()
+	return err == nil
 }
 
 // appendObjectPatch appends the patch from object a to object b.
 func appendObjectPatch(out, a, b []byte) ([]byte, bool) {
-	am, ok := members(a)
-	if !ok {
+	ar, br := objectReaders.Get().(*objectReader), objectReaders.Get().(*objectReader)
+	defer objectReaders.Put(ar)
+	defer objectReaders.Put(br)
+	if !ar.read(a) || !br.read(b) {
 		return nil, false
 	}
-	dec := jsontext.NewDecoder(bytes.NewReader(b))
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return nil, false
-	}
+	matched := make([]bool, len(ar.members)) // a's members b has too
 	out = append(out, '{')
 	first := true
 	sep := func() {
@@ -121,31 +187,23 @@ func appendObjectPatch(out, a, b []byte) ([]byte, bool) {
 		}
 		first = false
 	}
-	for dec.PeekKind() != '}' {
-		v, err := dec.ReadValue()
-		if err != nil {
-			return nil, false
+	for _, bm := range br.members {
+		i := slices.IndexFunc(ar.members, func(am member) bool { return bytes.Equal(am.key, bm.key) })
+		var av jsontext.Value
+		if i >= 0 {
+			matched[i], av = true, ar.members[i].value
 		}
-		quoted := bytes.Clone(v) // v holds only until the next read
-		name, ok := unquote(quoted)
-		if !ok {
-			return nil, false
-		}
-		bv, err := dec.ReadValue()
-		if err != nil {
-			return nil, false
-		}
-		av, had := am[name]
-		delete(am, name)
+		bv := jsontext.Value(bm.value)
 		switch {
-		case had && bytes.Equal(av, bv):
+		case i >= 0 && bytes.Equal(av, bv):
 			continue
-		case had && av.Kind() == '{' && bv.Kind() == '{':
+		case i >= 0 && av.Kind() == '{' && bv.Kind() == '{':
 			mark, wasFirst := len(out), first
 			sep()
-			out = append(out, quoted...)
+			out = append(out, bm.quoted...)
 			out = append(out, ':')
 			nested := len(out)
+			var ok bool
 			if out, ok = appendObjectPatch(out, av, bv); !ok {
 				return nil, false
 			}
@@ -157,51 +215,20 @@ func appendObjectPatch(out, a, b []byte) ([]byte, bool) {
 				return nil, false
 			}
 			sep()
-			out = append(out, quoted...)
+			out = append(out, bm.quoted...)
 			out = append(out, ':')
 			out = append(out, bv...)
 		}
 	}
-	// What a lacks of b's names is written; what b lacks of a's is removed.
-	for _, name := range slices.Sorted(maps.Keys(am)) {
-		sep()
-		out, _ = jsontext.AppendQuote(out, name) // it was unquoted from valid JSON
-		out = append(out, ":null"...)
+	// What b lacks of a's members is removed.
+	for i, am := range ar.members {
+		if !matched[i] {
+			sep()
+			out = append(out, am.quoted...)
+			out = append(out, ":null"...)
+		}
 	}
 	return append(out, '}'), true
-}
-
-// members maps an object's member names (unquoted) to their values.
-func members(obj []byte) (map[string]jsontext.Value, bool) {
-	dec := jsontext.NewDecoder(bytes.NewReader(obj))
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return nil, false
-	}
-	m := map[string]jsontext.Value{}
-	for dec.PeekKind() != '}' {
-		rawName, err := dec.ReadValue()
-		if err != nil {
-			return nil, false
-		}
-		name, ok := unquote(rawName)
-		if !ok {
-			return nil, false
-		}
-		v, err := dec.ReadValue()
-		if err != nil {
-			return nil, false
-		}
-		m[name] = bytes.Clone(v)
-	}
-	return m, true
-}
-
-func unquote(raw []byte) (string, bool) {
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1]), true
-	}
-	u, err := jsontext.AppendUnquote(nil, raw)
-	return string(u), err == nil
 }
 
 // hasNull reports whether v holds a null a merge patch would read as a
