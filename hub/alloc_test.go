@@ -65,7 +65,28 @@ func TestSteadyStateDeliveryDoesNotAllocate(t *testing.T) {
 // queue hand-off (pushAll) and each connection's entry for the task, which
 // outlives a write so the next version reuses it.
 func TestSteadyStateFanoutDoesNotAllocate(t *testing.T) {
-	const conns = 50
+	if allocs := fanoutAllocs(t, false); allocs > 0 {
+		t.Fatalf("%.1f allocations per notification to %d connections in the steady state, want 0", allocs, fanoutConns)
+	}
+}
+
+// TestSteadyStateDeltasAllocateOncePerVersion: with deltas, the only
+// allocations of a notification are its version's one patch, made once
+// for every connection (BenchmarkPatchFrom in package snapshot counts
+// them), not a connection's.
+func TestSteadyStateDeltasAllocateOncePerVersion(t *testing.T) {
+	const patchAllocs = 8 // BenchmarkPatchFrom's
+	if allocs := fanoutAllocs(t, true); allocs > patchAllocs {
+		t.Fatalf("%.1f allocations per notification to %d connections asking for deltas, want at most the one patch's %d", allocs, fanoutConns, patchAllocs)
+	}
+}
+
+const fanoutConns = 50
+
+// fanoutAllocs is the allocations per notification to fanoutConns
+// connections watching one task, in the steady state.
+func fanoutAllocs(t *testing.T, deltas bool) float64 {
+	const conns = fanoutConns
 	store := &seqSource{MemoryStore: snapshot.NewMemoryStore()}
 	bus := fanout.NewMemoryBus()
 	h := hub.New(hub.Config{Source: store, Bus: bus, Writers: 4, Dispatchers: 1})
@@ -82,7 +103,7 @@ func TestSteadyStateFanoutDoesNotAllocate(t *testing.T) {
 	store.cur.Store(snaps[0])
 	target.Store(conns)
 	for range conns {
-		c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1"}, sink)
+		c, err := h.Open(hub.Principal{TenantID: "t1", UserID: "u1", Deltas: deltas}, sink)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +125,5 @@ func TestSteadyStateFanoutDoesNotAllocate(t *testing.T) {
 	for range 10 { // warm up: maps, slices and the run queue reach their steady size
 		deliver()
 	}
-	if allocs := testing.AllocsPerRun(runs, deliver); allocs > 0 {
-		t.Fatalf("%.1f allocations per notification to %d connections in the steady state, want 0", allocs, conns)
-	}
+	return testing.AllocsPerRun(runs, deliver)
 }
