@@ -89,6 +89,37 @@ func TestStreamCursorIsWrittenAndVersionsStillKept(t *testing.T) {
 	}
 }
 
+// TestOwnCursorNamesItsTaskOnly: with cursor=own the client keeps its
+// cursor, so however many tasks the connection delivered, or resumed with,
+// each id names its own task's version (after the stream position, with
+// one), and the encoder keeps no versions.
+func TestOwnCursorNamesItsTaskOnly(t *testing.T) {
+	h := newParser(t)
+	r := httptest.NewRequest(http.MethodGet, "/v1/events?task=t0&task=t1&cursor=own", nil)
+	r.Header.Set("Last-Event-ID", "t0=4,t1=5")
+	sub, code, msg := h.ParseRequest(r)
+	if code != "" {
+		t.Fatal(code, msg)
+	}
+	e := h.newEncoder(sub, true)
+	var b bytes.Buffer
+	for i := range 40 {
+		e.render(&b, []hub.Event{taskEvent(t, fmt.Sprintf("t%d", i), 9)})
+		if id, want := lastID(&b), fmt.Sprintf("t%d=9", i); id != want {
+			t.Fatalf("id %q after %d tasks, want %q", id, i+1, want)
+		}
+	}
+	ev := taskEvent(t, "t3", 10)
+	ev.Cursor = "s1.AAAA"
+	e.render(&b, []hub.Event{ev})
+	if id := lastID(&b); id != "s1.AAAA."+fingerprint(sub)+",t3=10" {
+		t.Fatalf("id %q, want the stream cursor, the fingerprint and the event's own version", id)
+	}
+	if e.versions != nil || e.oneTask != "" {
+		t.Fatalf("the encoder keeps versions: %v %q", e.versions, e.oneTask)
+	}
+}
+
 func TestParseRequestSplitsCursorFormats(t *testing.T) {
 	h := newParser(t)
 	defer h.Close()
@@ -162,7 +193,7 @@ func TestStreamCursorRoundTrips(t *testing.T) {
 		}
 		return sub
 	}
-	e := h.newEncoder(parse("task=task_a&project=p1&scope=user", ""))
+	e := h.newEncoder(parse("task=task_a&project=p1&scope=user", ""), false)
 	var b bytes.Buffer
 	ev := taskEvent(t, "task_a", 4)
 	ev.Cursor = "s1.CETs1oHbrJKjNACmTwA"
@@ -230,7 +261,7 @@ func TestResumedCursorCarriesWhatTheClientHolds(t *testing.T) {
 		if code != "" {
 			t.Fatal(code)
 		}
-		e := h.newEncoder(sub)
+		e := h.newEncoder(sub, false)
 		var b bytes.Buffer
 		e.render(&b, []hub.Event{taskEvent(t, "c", 1)})
 		return &e, &b

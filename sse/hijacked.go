@@ -66,7 +66,7 @@ func hijack(w http.ResponseWriter) (net.Conn, bool) {
 // the reaper, runs the initial subscription, and returns: from then on the
 // connection has no goroutine. The hub's writers write to it; the reaper
 // notices a client that went away and closes what the hub ends.
-func (h *Handler) serveHijacked(conn net.Conn, head string, p hub.Principal, sub hub.Subscription) {
+func (h *Handler) serveHijacked(conn net.Conn, head string, p hub.Principal, sub hub.Subscription, enc encoder) {
 	backlog.SetSendBuffer(conn, h.limits.SendBuffer)
 	conn.SetWriteDeadline(time.Now().Add(h.limits.WriteTimeout))
 	if _, err := conn.Write([]byte(head)); err != nil {
@@ -75,7 +75,7 @@ func (h *Handler) serveHijacked(conn net.Conn, head string, p hub.Principal, sub
 	}
 	conn.SetWriteDeadline(time.Time{}) // the backlog writer bounds what follows; a deadline left here would cut it
 
-	s := &hijackedSink{conn: conn, enc: h.newEncoder(sub), reaper: h.reaper}
+	s := &hijackedSink{conn: conn, enc: enc, reaper: h.reaper}
 	s.w = backlog.New(conn, h.limits.WriteTimeout, s.drained)
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil {

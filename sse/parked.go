@@ -15,7 +15,7 @@ import (
 // goroutine is the stream's writer too: the hub's writers hand it rendered
 // bytes and move on, so a stream whose client stopped reading holds only
 // its own goroutine, never a shared writer.
-func (h *Handler) serveParked(w http.ResponseWriter, r *http.Request, p hub.Principal, sub hub.Subscription) {
+func (h *Handler) serveParked(w http.ResponseWriter, r *http.Request, p hub.Principal, sub hub.Subscription, enc encoder) {
 	rc := http.NewResponseController(w)
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
@@ -26,7 +26,7 @@ func (h *Handler) serveParked(w http.ResponseWriter, r *http.Request, p hub.Prin
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	s := &parkedSink{w: w, rc: rc, timeout: h.limits.WriteTimeout, enc: h.newEncoder(sub),
+	s := &parkedSink{w: w, rc: rc, timeout: h.limits.WriteTimeout, enc: enc,
 		work: make(chan *bytes.Buffer, 1), done: make(chan struct{})}
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil { // draining since the check in Serve; nobody else writes yet

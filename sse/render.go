@@ -23,6 +23,10 @@ type encoder struct {
 	oneVersion int64
 	versions   map[string]int64
 	many       bool
+	// own: the client keeps its resume cursor itself (cursor=own), so an
+	// id names its own event's task only, however many the connection
+	// watches, and no versions are kept here.
+	own bool
 }
 
 // resumeFrom records the versions a resuming client holds (its
@@ -73,7 +77,9 @@ func (e *encoder) record(id string, v int64) {
 // versions are recorded either way: an event without a stream cursor may
 // follow one.
 func (e *encoder) cursor(b []byte, s *snapshot.Snapshot, streamCursor string) []byte {
-	e.record(s.TaskID, s.Version)
+	if !e.own {
+		e.record(s.TaskID, s.Version)
+	}
 	switch {
 	case streamCursor != "":
 		return appendOwnVersion(appendStreamCursor(b, streamCursor, e.fp), s)

@@ -89,8 +89,13 @@ func New(cfg Config) *Handler {
 func (h *Handler) Close() { h.reaper.close() }
 
 var allowedParams = map[string]bool{
-	"task": true, "project": true, "scope": true, "last_event_id": true, "access_token": true, "deltas": true,
+	"task": true, "project": true, "scope": true, "last_event_id": true, "access_token": true, "deltas": true, "cursor": true,
 }
+
+// cursorOwn is the value of the cursor parameter with which a client that
+// keeps its own resume cursor asks that each event's id name only its own
+// task's version (see encoder.own).
+const cursorOwn = "own"
 
 // ParseRequest reads the subscription of a /v1/events request. It returns a
 // code and message for a 400 when the request is malformed.
@@ -119,6 +124,9 @@ func (h *Handler) ParseRequest(r *http.Request) (hub.Subscription, string, strin
 	}
 	if d := q["deltas"]; len(d) > 1 || (len(d) == 1 && d[0] != snapshot.DeltasMerge) {
 		return s, httperr.BadRequest, `deltas must be "` + snapshot.DeltasMerge + `"`
+	}
+	if c := q["cursor"]; len(c) > 1 || (len(c) == 1 && c[0] != cursorOwn) {
+		return s, httperr.BadRequest, `cursor must be "` + cursorOwn + `"`
 	}
 	if len(s.Tasks) == 0 && len(s.Projects) == 0 && !s.User {
 		return s, httperr.BadRequest, "subscribe to at least one task, project or scope=user"
@@ -168,14 +176,15 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 		}
 		return
 	}
+	enc := h.newEncoder(sub, r.URL.Query().Get("cursor") == cursorOwn)
 	if r.ProtoMajor == 1 && !h.cfg.NoHijack {
 		head := responseHeadWith(w.Header()) // before the hijack, which drops w
 		if conn, ok := hijack(w); ok {
-			h.serveHijacked(conn, head, p, sub)
+			h.serveHijacked(conn, head, p, sub, enc)
 			return
 		}
 	}
-	h.serveParked(w, r, p, sub)
+	h.serveParked(w, r, p, sub, enc)
 }
 
 // subscribe runs the connection's initial subscription and reports what
@@ -195,10 +204,13 @@ func (h *Handler) subscribe(ctx context.Context, c *hub.Conn, sub hub.Subscripti
 
 // newEncoder returns the encoder of a new connection: its retry, its
 // subscription's fingerprint, and the versions a resuming client holds, so
-// its first cursor is complete.
-func (h *Handler) newEncoder(sub hub.Subscription) encoder {
-	e := encoder{retry: h.retry().Milliseconds(), fp: fingerprint(sub)}
-	e.resumeFrom(sub)
+// its first cursor is complete; with own, ids that name their own task
+// only.
+func (h *Handler) newEncoder(sub hub.Subscription, own bool) encoder {
+	e := encoder{retry: h.retry().Milliseconds(), fp: fingerprint(sub), own: own}
+	if !own {
+		e.resumeFrom(sub)
+	}
 	return e
 }
 

@@ -101,3 +101,70 @@ func TestClientResumesFromTheSync(t *testing.T) {
 		p.fatalf("the client received %d snapshots, want the watched task's one: a resume sent it again", got)
 	}
 }
+
+// TestManyTasksResumeWithSmallIDs: the SSE client asks for ids that name
+// their own task only (cursor=own) and resumes with the versions it
+// holds. Watching 40 tasks, more than a node's cursor names, every id the
+// page sees is its own task's pair, and a reconnect is sent nothing but
+// the task that moved since: a cursor of the node's own would have named
+// only its last task, and the other 39 would have come again.
+func TestManyTasksResumeWithSmallIDs(t *testing.T) {
+	n := startNode(t, node.Config{JWTSecret: testSecret})
+	var tasks []string
+	for i := range 40 {
+		id := fmt.Sprintf("%s_%02d", testenv.UniqueID("many"), i)
+		publishTask(t, n.URL, id, 1)
+		tasks = append(tasks, id)
+	}
+	// A task that does not exist: its refusal comes once a connection's
+	// initial reads are done.
+	missing := testenv.UniqueID("missing")
+	p := newBrowser(t).tab(t)
+	p.do("navigate", chromedp.Navigate(n.URL+"/healthz"))
+	eval[bool](p, fmt.Sprintf(`import('/client/pushd.js').then((m) => {
+		// An EventSource that records the id of every event it dispatches
+		// (once, whatever the listeners).
+		window.__ids = [];
+		const seen = new WeakSet();
+		class Recording extends EventSource {
+			addEventListener(type, f, o) {
+				super.addEventListener(type, (e) => {
+					if ((type === 'task' || type === 'patch') && !seen.has(e)) {
+						seen.add(e);
+						window.__ids.push(e.lastEventId);
+					}
+					f(e);
+				}, o);
+			}
+		}
+		window.__tasks = [];
+		window.__refusals = 0;
+		const c = new m.PushdClient({ token: %q, tasks: %s, transport: 'sse', EventSource: Recording });
+		c.addEventListener('task', (e) => window.__tasks.push(e.detail.task.task_id + '=' + e.detail.task.version));
+		c.addEventListener('error', (e) => { if (e.detail.code === 'not_found') window.__refusals++; });
+		window.__client = c;
+		c.start();
+		return true;
+	})`, signedToken(t, "t1", "u1"), "['"+strings.Join(append(tasks, missing), "','")+"']"))
+	p.wait("40 tasks and the refusal", `window.__tasks.length === 40 && window.__refusals === 1`)
+
+	before := n.Hub().Stats().Delivered
+	eval[bool](p, `(window.__client.interrupt(), true)`)
+	p.wait("the resumed connection's initial reads", `window.__refusals === 2`)
+	// Anything the resume queued is written before a change queued after.
+	publishTask(t, n.URL, tasks[7], 2)
+	p.wait("the moved task", fmt.Sprintf(`window.__tasks.includes(%q)`, tasks[7]+"=2"))
+	if got := n.Hub().Stats().Delivered - before; got != 1 {
+		t.Fatalf("%d tasks written after the reconnect, want the one that moved", got)
+	}
+	ids := eval[[]string](p, `window.__ids`)
+	shown := eval[[]string](p, `window.__tasks`)
+	if len(ids) != len(shown) || len(shown) != 41 {
+		t.Fatalf("%d ids for %d tasks shown, want 41 of each", len(ids), len(shown))
+	}
+	for i, id := range ids {
+		if id != shown[i] {
+			t.Fatalf("the event of %s carried the id %q, want its own pair", shown[i], id)
+		}
+	}
+}

@@ -17,10 +17,12 @@
 //   that is smaller, and the client applies it only to that version. A
 //   patch from a version the client does not hold is not applied; the
 //   task is read whole instead. Task events always carry whole snapshots.
-// - Resumes where it left off: SSE passes the last event id (of a task or,
-//   from a node with streams, of the sync that completes the initial state)
-//   as last_event_id, WebSocket sends the versions it holds as "since", so
-//   the server skips what did not move.
+// - Resumes where it left off: SSE passes the last event id from a node
+//   with streams (of a task, or of the sync that completes the initial
+//   state), else the versions it holds, as last_event_id; WebSocket sends
+//   the versions it holds as "since"; the server skips what did not move.
+//   It asks for SSE ids that name their own task only (cursor=own), so an
+//   event's id stays small however many tasks the stream carries.
 // - Reconnects itself (the EventSource's own retries are not used, so one
 //   policy covers both transports): exponential backoff with full jitter;
 //   a server's reconnect hint (sent before a drain) or Retry-After on a 429
@@ -549,7 +551,9 @@ export class PushdClient extends EventTarget {
     s.projects.forEach((id) => q.append('project', id));
     if (s.user) q.append('scope', 'user');
     if (this.#opt.deltas) q.set('deltas', 'merge');
-    if (cursor && this.#cursor) q.set('last_event_id', this.#cursor);
+    q.set('cursor', 'own');
+    const last = cursor ? this.#resumeCursor() : '';
+    if (last) q.set('last_event_id', last);
     q.set('access_token', token);
     return `${this.#base}/v1/events?${q}`;
   }
@@ -721,6 +725,29 @@ export class PushdClient extends EventTarget {
         },
       });
     };
+  }
+
+  // #resumeCursor is the Last-Event-ID an SSE reconnect resumes with. The
+  // client asks for ids that name their own event's task only
+  // (cursor=own), so an event costs the same bytes however many tasks the
+  // connection watches; the client keeps the rest: a stream cursor as the
+  // node wrote it, or else the versions it holds of what it watches, within
+  // the node's 4096 bytes (tasks watched by id first).
+  #resumeCursor() {
+    const last = this.#cursor;
+    if (!last || last.startsWith('s1.')) return last;
+    const s = this.#subscription();
+    const pairs = [];
+    let size = 0;
+    for (const id of [...s.tasks, ...this.#heldIDs(s.tasks)]) {
+      const v = this.#tasks.get(id)?.version;
+      if (!v) continue;
+      const pair = `${id}=${v}`;
+      if (size + pair.length + 1 > 4096) break;
+      pairs.push(pair);
+      size += pair.length + 1;
+    }
+    return pairs.join(',') || last;
   }
 
   // Versions of held tasks outside the subscription's task list (tasks of
