@@ -40,14 +40,7 @@ const (
 // Encoded is Snapshot.Encoded for a patch: encode(p), once per patch and
 // slot, then shared.
 func (p *Patch) Encoded(slot int, encode func(*Patch) []byte) []byte {
-	if e := p.encoded[slot].Load(); e != nil {
-		return *e
-	}
-	b := encode(p)
-	if p.encoded[slot].CompareAndSwap(nil, &b) {
-		return b
-	}
-	return *p.encoded[slot].Load()
+	return encodeOnce(&p.encoded[slot], p, encode)
 }
 
 // patchFrom is the patch a snapshot caches: the one from the last base

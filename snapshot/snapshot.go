@@ -110,14 +110,20 @@ const (
 // shared: a version is encoded once however many connections receive it.
 // Concurrent first calls may each encode; one result wins.
 func (s *Snapshot) Encoded(slot int, encode func(*Snapshot) []byte) []byte {
-	if p := s.encoded[slot].Load(); p != nil {
+	return encodeOnce(&s.encoded[slot], s, encode)
+}
+
+// encodeOnce returns encode(v), kept in at by the first call that stores
+// it; concurrent first calls may each encode, and one result wins.
+func encodeOnce[T any](at *atomic.Pointer[[]byte], v T, encode func(T) []byte) []byte {
+	if p := at.Load(); p != nil {
 		return *p
 	}
-	b := encode(s)
-	if s.encoded[slot].CompareAndSwap(nil, &b) {
+	b := encode(v)
+	if at.CompareAndSwap(nil, &b) {
 		return b
 	}
-	return *s.encoded[slot].Load()
+	return *at.Load()
 }
 
 // Bounds of a snapshot document.

@@ -37,6 +37,21 @@ func checkShown(t *testing.T, p *page, docs []string) {
 	}
 }
 
+// startDeltaPage starts a node, publishes the first of a task's
+// deltaDocs and opens a page of the node's origin whose client, with more
+// options, watches the task.
+func startDeltaPage(t *testing.T, b *browser, transport, options string) (*testNode, *page, []string) {
+	t.Helper()
+	n := startNode(t, node.Config{JWTSecret: testSecret})
+	task := testenv.UniqueID("delta")
+	docs := deltaDocs(task)
+	publishDoc(t, n.URL, docs[0])
+	p := b.tab(t)
+	p.do("navigate", chromedp.Navigate(n.URL+"/healthz"))
+	startClient(p, fmt.Sprintf(`{ token: %q, transport: %q, tasks: [%q], %s }`, signedToken(t, "t1", "u1"), transport, task, options))
+	return n, p, docs
+}
+
 // A page's client asks for deltas unless told not to: either way, each
 // version it shows is exactly the document published, though with deltas
 // the node wrote versions 3 to 6 as patches. (Version 2 goes whole: its
@@ -47,13 +62,7 @@ func TestDeltasShownExactlyAsPublished(t *testing.T) {
 	for _, transport := range transports {
 		for _, deltas := range []string{"", "deltas: false"} {
 			t.Run(fmt.Sprintf("%s/%q", transport, deltas), func(t *testing.T) {
-				n := startNode(t, node.Config{JWTSecret: testSecret})
-				task := testenv.UniqueID("delta")
-				docs := deltaDocs(task)
-				publishDoc(t, n.URL, docs[0])
-				p := b.tab(t)
-				p.do("navigate", chromedp.Navigate(n.URL+"/healthz"))
-				startClient(p, fmt.Sprintf(`{ token: %q, transport: %q, tasks: [%q], %s }`, signedToken(t, "t1", "u1"), transport, task, deltas))
+				n, p, docs := startDeltaPage(t, b, transport, deltas)
 				for i := range docs {
 					if i > 0 {
 						publishDoc(t, n.URL, docs[i])
@@ -81,13 +90,7 @@ func TestDeltasFromAVersionNotHeldReadWhole(t *testing.T) {
 	b := newBrowser(t)
 	for _, transport := range transports {
 		t.Run(transport, func(t *testing.T) {
-			n := startNode(t, node.Config{JWTSecret: testSecret})
-			task := testenv.UniqueID("delta")
-			docs := deltaDocs(task)
-			publishDoc(t, n.URL, docs[0])
-			p := b.tab(t)
-			p.do("navigate", chromedp.Navigate(n.URL+"/healthz"))
-			startClient(p, fmt.Sprintf(`{ token: %q, transport: %q, tasks: [%q] }`, signedToken(t, "t1", "u1"), transport, task))
+			n, p, docs := startDeltaPage(t, b, transport, "")
 			p.wait("version 1", `window.__tasks.length === 1`)
 			publishDoc(t, n.URL, docs[1])
 			p.wait("version 2", `window.__tasks.length === 2`)

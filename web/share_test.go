@@ -141,6 +141,20 @@ func startThreeTabs(t *testing.T, b *browser, n *testNode, transport string, sha
 	return tabs
 }
 
+// publishEach publishes each version of versions to every tab's task, and
+// waits until every tab has it before the next.
+func publishEach(t *testing.T, n *testNode, tabs []*sharedTab, versions ...int) {
+	t.Helper()
+	for _, v := range versions {
+		for _, tab := range tabs {
+			publishTask(t, n.URL, tab.task, v)
+		}
+		for _, tab := range tabs {
+			tab.waitVersion(tab.task, v)
+		}
+	}
+}
+
 // waitConns waits until the node counts want open connections.
 func waitConns(t *testing.T, n *testNode, want int) {
 	t.Helper()
@@ -188,14 +202,7 @@ func TestShareThreeTabsHoldOneConnection(t *testing.T) {
 			for _, tab := range tabs {
 				tab.wait("three tabs", `window.__client.shared.tabs === 3`)
 			}
-			for v := 2; v <= 3; v++ {
-				for _, tab := range tabs {
-					publishTask(t, n.URL, tab.task, v)
-				}
-				for _, tab := range tabs {
-					tab.waitVersion(tab.task, v)
-				}
-			}
+			publishEach(t, n, tabs, 2, 3)
 			for _, tab := range tabs {
 				tab.checkOwn(tab.task, 1, 2, 3)
 			}
@@ -750,14 +757,7 @@ func TestShareLeaderPollingReachesEveryTab(t *testing.T) {
 				tab.wait("polling", `window.__client.state === 'polling'`)
 			}
 			waitConns(t, n, 0)
-			for v := 2; v <= 3; v++ {
-				for _, tab := range tabs {
-					publishTask(t, n.URL, tab.task, v)
-				}
-				for _, tab := range tabs {
-					tab.waitVersion(tab.task, v)
-				}
-			}
+			publishEach(t, n, tabs, 2, 3)
 			for i, tab := range tabs {
 				tab.checkOwn(tab.task, 1, 2, 3)
 				for v := 2; v <= 3; v++ {
