@@ -62,13 +62,6 @@ func sameContextTabs(t *testing.T, b *browser, count int) []*page {
 	return tabs
 }
 
-// startShared loads a page of the node's origin in p and starts a client
-// there watching task, with share on or off.
-func startShared(p *page, n *testNode, token, transport, task string, share bool) {
-	p.t.Helper()
-	startSharedAt(p, n.URL, token, transport, task, fmt.Sprintf("share: %v", share))
-}
-
 // startSharedAt loads a page of base's origin in p and starts a client
 // there watching task, with more options. Each task event is recorded
 // with its source and the client's state when it came.
@@ -126,12 +119,19 @@ func (p *page) checkOwn(task string, want ...int) {
 // a task of its own at version 1, and waits until each has it.
 func startThreeTabs(t *testing.T, b *browser, n *testNode, transport string, share bool) []*sharedTab {
 	t.Helper()
+	return startThreeTabsAt(t, b, n, n.URL, transport, fmt.Sprintf("share: %v", share))
+}
+
+// startThreeTabsAt is startThreeTabs on pages of base's origin (n's, or a
+// proxy's in front of it), their clients with more options.
+func startThreeTabsAt(t *testing.T, b *browser, n *testNode, base, transport, options string) []*sharedTab {
+	t.Helper()
 	tok := signedToken(t, "t1", "u1")
 	var tabs []*sharedTab
 	for i, p := range sameContextTabs(t, b, 3) {
 		task := testenv.UniqueID(fmt.Sprintf("share%d", i))
 		publishTask(t, n.URL, task, 1)
-		startShared(p, n, tok, transport, task, share)
+		startSharedAt(p, base, tok, transport, task, options)
 		tabs = append(tabs, &sharedTab{page: p, task: task})
 	}
 	for _, tab := range tabs {
@@ -736,17 +736,9 @@ func TestShareLeaderPollingReachesEveryTab(t *testing.T) {
 			br := &breaker{next: n.Handler(), done: make(chan struct{})}
 			base := serve(t, br)
 			t.Cleanup(func() { close(br.done) }) // before serve's cleanup, which waits for handlers
-			tok := signedToken(t, "t1", "u1")
-			var tabs []*sharedTab
-			for i, p := range sameContextTabs(t, b, 3) {
-				task := testenv.UniqueID(fmt.Sprintf("poll%d", i))
-				publishTask(t, n.URL, task, 1)
-				startSharedAt(p, base, tok, transport, task, "share: true, fallbackAfter: 2, pollIntervalMs: 250, streamRetryMs: 1500")
-				tabs = append(tabs, &sharedTab{page: p, task: task})
-			}
+			tabs := startThreeTabsAt(t, b, n, base, transport, "share: true, fallbackAfter: 2, pollIntervalMs: 250, streamRetryMs: 1500")
 			for _, tab := range tabs {
-				tab.waitVersion(tab.task, 1)
-				tab.wait("streaming, shared by three tabs", `window.__client.state === 'streaming' && window.__client.shared.tabs === 3`)
+				tab.wait("shared by three tabs", `window.__client.shared.tabs === 3`)
 			}
 			waitConns(t, n, 1)
 			leader := leaderOf(t, tabs, -1)
