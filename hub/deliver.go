@@ -197,11 +197,23 @@ func (h *Hub) dispatchLoop() {
 		if !ok {
 			return
 		}
+		h.observeQueued(batch)
 		if len(batch) == 1 {
 			targets = h.deliver(batch[0], targets)
 			continue
 		}
 		targets, ids = h.deliverBatch(batch, targets, ids)
+	}
+}
+
+// observeQueued measures how long each task of a batch a dispatcher took
+// waited for it since its notification was heard.
+func (h *Hub) observeQueued(batch []notice) {
+	now := time.Now().UnixNano()
+	for _, n := range batch {
+		if n.heard > 0 {
+			h.stats.notifyQueued.Observe(time.Duration(now - n.heard))
+		}
 	}
 }
 
@@ -212,7 +224,9 @@ func (h *Hub) deliver(n notice, targets []*Conn) []*Conn {
 	// Nor a cancel: a context that never ends lets the store read on this
 	// goroutine rather than one of its own per read; Close waits out at
 	// most one bounded fetch per dispatcher.
+	start := time.Now()
 	snap, err := h.cfg.Source.Get(context.Background(), n.id, n.version)
+	h.stats.notifyRead.Observe(time.Since(start))
 	h.stats.fetches.Add(1)
 	if err != nil {
 		if !errors.Is(err, snapshot.ErrNotFound) {
@@ -236,7 +250,9 @@ func (h *Hub) deliverBatch(batch []notice, targets []*Conn, ids []string) ([]*Co
 		ids = append(ids, n.id)
 	}
 	h.stats.batchedReads.Add(1)
+	start := time.Now()
 	snaps, err := h.cfg.Source.GetMany(context.Background(), ids)
+	h.stats.notifyRead.Observe(time.Since(start))
 	clear(ids)
 	for _, n := range batch {
 		// On an error each task is read alone, as if it came by itself: one

@@ -262,6 +262,8 @@ func New(cfg Config) *Hub {
 		classes: make(map[connClass]int),
 	}
 	h.stats.notifyToWrite = histogram.New(notifyToWriteBounds[:]...)
+	h.stats.notifyQueued = histogram.New(notifyToWriteBounds[:]...)
+	h.stats.notifyRead = histogram.New(notifyToWriteBounds[:]...)
 	h.stats.staleness = histogram.New(stalenessBounds[:]...)
 	h.stats.repairAge = histogram.New(stalenessBounds[:]...)
 	h.idx.init(cfg.HotTaskWatchers)

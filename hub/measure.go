@@ -105,10 +105,15 @@ type news struct {
 // Bucket bounds of the hub's histograms.
 var (
 	// notifyToWriteBounds bound the time from hearing a notification to
-	// writing the snapshot it announced: a Redis read or two and a writer's
-	// turn, so milliseconds, unless writers or sources are starved.
+	// writing the snapshot it announced, and each stage of it (waiting for
+	// a dispatcher, the read): a Redis read and a writer's turn, so tens to
+	// hundreds of microseconds on a quiet node, milliseconds unless writers
+	// or sources are starved. The fine bounds below a millisecond are what
+	// tells a wake-up from a round trip.
 	notifyToWriteBounds = [...]time.Duration{
-		250 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 2500 * time.Microsecond,
+		25 * time.Microsecond, 50 * time.Microsecond, 100 * time.Microsecond, 150 * time.Microsecond,
+		200 * time.Microsecond, 300 * time.Microsecond, 500 * time.Microsecond, 750 * time.Microsecond,
+		time.Millisecond, 2500 * time.Microsecond,
 		5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
 		100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second,
 		2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,

@@ -74,6 +74,7 @@ type counters struct {
 	repairOlder, repairUnheld                                    atomic.Int64
 	pushed, reconnects                                           [NumTransports]atomic.Int64
 	notifyToWrite, staleness, repairAge                          *histogram.Histogram
+	notifyQueued, notifyRead                                     *histogram.Histogram
 }
 
 // Stats are the hub's counters since it started and its gauges now, for
@@ -149,6 +150,13 @@ type Stats struct {
 	// the initial state of a subscription is measured by neither.
 	NotifyToWrite histogram.Snapshot
 	Staleness     histogram.Snapshot
+	// The first stages of NotifyToWrite: NotifyQueued is the time from
+	// Notify to a dispatcher taking the task, per notified task read;
+	// NotifyRead the read's own time, per read (a batch's once). What is
+	// left, NotifyToWrite less both, is offering the snapshot and a
+	// writer's turn and write.
+	NotifyQueued histogram.Snapshot
+	NotifyRead   histogram.Snapshot
 }
 
 // Stats reads the hub's counters and gauges. Each is read atomically, not
@@ -169,6 +177,8 @@ func (h *Hub) Stats() Stats {
 		CatchUps: c.catchUps.Load(),
 		Resumes:  c.resumes.Load(), ResumeTasks: c.resumeTasks.Load(), ResumeFallbacks: c.resumeFallbacks.Load(), ResumeMismatches: c.resumeMismatches.Load(),
 		NotifyToWrite: c.notifyToWrite.Snapshot(),
+		NotifyQueued:  c.notifyQueued.Snapshot(),
+		NotifyRead:    c.notifyRead.Snapshot(),
 		Staleness:     c.staleness.Snapshot(),
 		RepairOlder:   c.repairOlder.Load(), RepairUnheld: c.repairUnheld.Load(),
 		RepairAge: c.repairAge.Snapshot(),

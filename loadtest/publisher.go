@@ -113,6 +113,14 @@ type publisher struct {
 	// UPDATE runs) holds of PostgreSQL's own commit, fsync and all.
 	rowMu     sync.Mutex
 	rowWrites *hdrhistogram.Histogram
+
+	// The first two stages of every update of a run (runUntil): waited,
+	// from its scheduled time to its publish starting, and called, the
+	// store call itself (the server's publish API, or Redis's write and
+	// PUBLISH), for both servers alike.
+	stageMu sync.Mutex
+	waited  *hdrhistogram.Histogram
+	called  *hdrhistogram.Histogram
 }
 
 func newPublisher(dst store, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards, size int) *publisher {
@@ -273,6 +281,7 @@ func (p *publisher) send(ctx context.Context, i int, doc []byte) (written bool, 
 	written, err = p.dst.store(pctx, i, doc)
 	took := int64(time.Since(start))
 	cancel()
+	p.noteStage(&p.called, time.Duration(took))
 	for old := p.slowest.Load(); took > old && !p.slowest.CompareAndSwap(old, took); old = p.slowest.Load() {
 	}
 	if err != nil {
@@ -374,12 +383,30 @@ func (p *publisher) commitAlone(ctx context.Context, i int, v int64, changed, du
 }
 
 func (p *publisher) noteWait(d time.Duration) {
+	p.noteStage(&p.waited, d)
 	p.waitMu.Lock()
 	defer p.waitMu.Unlock()
 	if p.waits == nil {
 		p.waits = newCoarseHist()
 	}
 	_ = p.waits.RecordValue(max(histMin, min(d.Microseconds(), histMax))) // clamped into range
+}
+
+func (p *publisher) noteStage(h **hdrhistogram.Histogram, d time.Duration) {
+	p.stageMu.Lock()
+	defer p.stageMu.Unlock()
+	if *h == nil {
+		*h = newCoarseHist()
+	}
+	_ = (*h).RecordValue(max(histMin, min(d.Microseconds(), histMax))) // clamped into range
+}
+
+// stages returns the waits and store calls of the last run's updates
+// (nil for none).
+func (p *publisher) stages() (waited, called *hdrhistogram.Histogram) {
+	p.stageMu.Lock()
+	defer p.stageMu.Unlock()
+	return p.waited, p.called
 }
 
 func (p *publisher) noteRowWrite(d time.Duration) {
@@ -471,6 +498,9 @@ func (p *publisher) runUntil(ctx context.Context, stop <-chan struct{}, rate flo
 		task int
 		due  time.Time
 	}
+	p.stageMu.Lock()
+	p.waited, p.called = nil, nil
+	p.stageMu.Unlock()
 	chans := make([]chan update, p.shards)
 	var wg sync.WaitGroup
 	var sent atomic.Int64

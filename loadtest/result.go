@@ -314,8 +314,8 @@ func (r *result) report(w io.Writer) {
 	sort.Strings(names)
 	for _, n := range names {
 		l := r.Latencies[n]
-		fmt.Fprintf(w, "   %-28s n=%d p50 %s p90 %s p99 %s p99.9 %s max %s\n", n+" latency", l.Count,
-			fmtMS(l.P50), fmtMS(l.P90), fmtMS(l.P99), fmtMS(l.P999), fmtMS(l.Max))
+		fmt.Fprintf(w, "   %-28s n=%d mean %s p50 %s p90 %s p99 %s p99.9 %s max %s\n", n+" latency", l.Count,
+			fmtMS(l.Mean), fmtMS(l.P50), fmtMS(l.P90), fmtMS(l.P99), fmtMS(l.P999), fmtMS(l.Max))
 	}
 	if c := r.Convergence; c != nil {
 		fmt.Fprintf(w, "   converged %d/%d, regressions %d, resume repeats %d, reconnects %d, client errors %d\n",

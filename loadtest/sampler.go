@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -129,6 +130,47 @@ func parseMetrics(r io.Reader) metrics {
 		m[line[:i]] = v
 	}
 	return m
+}
+
+// promLatency summarises what the Prometheus histogram name (seconds)
+// counted between scrapes m0 and m1: its mean exactly, its quantiles
+// interpolated linearly within their bucket, its max unknown (0). ok is
+// false when it counted nothing.
+func promLatency(m0, m1 metrics, name string) (l latencySummary, ok bool) {
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	prefix := name + `_bucket{le="`
+	for series, v := range m1 {
+		le, found := strings.CutPrefix(series, prefix)
+		if !found || le == `+Inf"}` {
+			continue
+		}
+		bound, err := strconv.ParseFloat(strings.TrimSuffix(le, `"}`), 64)
+		if err != nil {
+			continue
+		}
+		bs = append(bs, bucket{bound, v - m0[series]})
+	}
+	count := m1[name+"_count"] - m0[name+"_count"]
+	if count <= 0 || len(bs) == 0 {
+		return l, false
+	}
+	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	quantile := func(q float64) float64 {
+		want, lo, below := q*count, 0.0, 0.0
+		for _, b := range bs {
+			if b.n >= want {
+				return lo + (b.le-lo)*(want-below)/max(b.n-below, 1)
+			}
+			lo, below = b.le, b.n
+		}
+		return lo // past the last bound
+	}
+	ms := func(s float64) float64 { return s * 1000 }
+	return latencySummary{
+		Count: int64(count), P50: ms(quantile(.5)), P90: ms(quantile(.9)), P99: ms(quantile(.99)), P999: ms(quantile(.999)),
+		Mean: ms((m1[name+"_sum"] - m0[name+"_sum"]) / count),
+	}, true
 }
 
 // sample is the server as seen every 500 ms: with several nodes, their

@@ -255,6 +255,7 @@ func runFanout(ctx context.Context, r *run) error {
 	lat.Merge(move.Latency)
 	lat.Merge(m.phase("drain").Latency)
 	r.res.latency("delivery", lat, true)
+	r.stages(m0, m1, restarted)
 	watchers := float64(r.cfg.Conns) / float64(r.cfg.Tasks)
 	r.res.fig("deliveries_per_s", float64(deliveries)/cpu.Seconds, "/s", true)
 	r.res.fig("deliveries_asked_per_s", r.cfg.Rate*watchers, "/s", true)
@@ -296,6 +297,34 @@ func runFanout(ctx context.Context, r *run) error {
 		r.res.fig("server_rss_mb", float64(rss)/1024, "MB", r.cfg.Cluster)
 	}
 	return nil
+}
+
+// stages reports the delivery's stages: the publisher's wait for its
+// turn and its store call, for both servers, and on pushd the node's own
+// (pushd_notification_*_seconds: hint heard → a dispatcher took the task,
+// the read, hint heard → written), from their histograms' buckets. What
+// the delivery's mean adds beyond them is the hint's way to the node and
+// the written event's to the client.
+func (r *run) stages(m0, m1 metrics, restarted bool) {
+	waited, called := r.pub.stages()
+	if waited != nil {
+		r.res.latency("stage_publish_wait", waited, false)
+	}
+	if called != nil {
+		r.res.latency("stage_publish_call", called, false)
+	}
+	if r.kind.name != "pushd" || restarted {
+		return
+	}
+	for _, st := range [...]struct{ name, series string }{
+		{"stage_node_queued", "pushd_notification_queued_seconds"},
+		{"stage_node_read", "pushd_notification_read_seconds"},
+		{"stage_node_heard_to_written", "pushd_notification_to_write_seconds"},
+	} {
+		if l, ok := promLatency(m0, m1, st.series); ok {
+			r.res.Latencies[st.name] = &l
+		}
+	}
 }
 
 // runChurn keeps connections opening and closing while updates flow.

@@ -29,8 +29,8 @@ func (s taskSink) Write(evs []hub.Event) (bool, error) {
 func (taskSink) Closed(hub.CloseReason) {}
 func (taskSink) Bind(*hub.Conn)         {}
 
-// TestHistogramsServeTheirBucketsAndObservations pins the three
-// histograms' bucket bounds, which docs/METRICS.md states and dashboards
+// TestHistogramsServeTheirBucketsAndObservations pins the histograms'
+// bucket bounds, which docs/METRICS.md states and dashboards
 // query, and checks an observation of the hub reaches /metrics.
 func TestHistogramsServeTheirBucketsAndObservations(t *testing.T) {
 	store := snapshot.NewMemoryStore()
@@ -64,11 +64,15 @@ func TestHistogramsServeTheirBucketsAndObservations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	notified := []float64{.000025, .00005, .0001, .00015, .0002, .0003, .0005, .00075, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 	want := map[string]struct {
 		bounds []float64
 		count  uint64
 	}{
-		"pushd_notification_to_write_seconds": {[]float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, 1},
+		// The notification's one task: queued once, read once, written once.
+		"pushd_notification_to_write_seconds": {notified, 1},
+		"pushd_notification_queued_seconds":   {notified, 1},
+		"pushd_notification_read_seconds":     {notified, 1},
 		"pushd_snapshot_staleness_seconds":    {[]float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}, 1},
 		"pushd_stream_lag_seconds":            {[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, 0},
 	}

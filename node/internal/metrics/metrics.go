@@ -181,6 +181,8 @@ var (
 	sfShared     = counter("singleflight_shared_total", "Snapshot reads that joined a fetch already in flight for the same task or list instead of starting one.")
 	pubsubLosses = counter("pubsub_subscription_losses_total", "Times the Pub/Sub subscription was lost (each outage once; on Redis Cluster each lost shard once); the node polls its tenants until it is back.")
 	notifyWrite  = prometheus.NewDesc("pushd_notification_to_write_seconds", "Time from the node hearing a change notification to the write of the snapshot it announced, per task event written.", nil, nil)
+	notifyQueued = prometheus.NewDesc("pushd_notification_queued_seconds", "Time from the node hearing a change notification to a dispatcher taking its task to read, per notified task read: the first stage of pushd_notification_to_write_seconds.", nil, nil)
+	notifyRead   = prometheus.NewDesc("pushd_notification_read_seconds", "Time a dispatcher's read of notified tasks' snapshots took, per read (a batch of tasks read together counts once): the second stage of pushd_notification_to_write_seconds.", nil, nil)
 	staleness    = prometheus.NewDesc("pushd_snapshot_staleness_seconds", "Time from a snapshot's updated_at to its write to a client, per task event of a change (notification, poll, stream), not of a subscription's initial state. Includes clock skew with the Task State Service.", nil, nil)
 
 	rlAllowed    = platformCounter("rate_limit_allowed_total", "Rate-limit checks passed, by endpoint (connect, or the snapshot API's task, tasks, project_tasks) and rule_name (connect_user, connect_ip, api, user_cap, tenant_cap, conns_per_ip, auth_failures); only rules that are on are checked.", "endpoint", "rule_name")
@@ -272,6 +274,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- streamLag
 	ch <- notifyWrite
+	ch <- notifyQueued
+	ch <- notifyRead
 	ch <- staleness
 	ch <- repairAge
 	ch <- rlRetryAfter
@@ -411,6 +415,8 @@ func (e emitter) hub(st hub.Stats) {
 		e.emit(reconnects, float64(st.Reconnects[t]), t.String())
 	}
 	e.histogram(notifyWrite, st.NotifyToWrite)
+	e.histogram(notifyQueued, st.NotifyQueued)
+	e.histogram(notifyRead, st.NotifyRead)
 	e.histogram(staleness, st.Staleness)
 }
 
