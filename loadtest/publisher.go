@@ -517,19 +517,23 @@ func (p *publisher) runUntil(ctx context.Context, stop <-chan struct{}, rate flo
 	}
 	start := time.Now()
 	total := int64(rate * d.Seconds())
-	tick := time.NewTicker(p.every)
+	sleeper := newPreciseSleeper()
 	var k int64
 	var maxLag time.Duration
-loop:
-	for k < total {
+	for tick := int64(1); k < total; tick++ {
+		if ctx.Err() != nil {
+			break
+		}
 		select {
-		case <-ctx.Done():
-			break loop
 		case <-stop:
 			total = k
-			break loop
-		case <-tick.C:
+		default:
 		}
+		if k >= total {
+			break
+		}
+		next := start.Add(time.Duration(tick) * p.every)
+		sleeper.until(next)
 		now := time.Now()
 		due := min(int64(rate*now.Sub(start).Seconds()), total)
 		for ; k < due; k++ {
@@ -539,8 +543,11 @@ loop:
 		if lag := time.Since(start) - time.Duration(float64(k)/rate*float64(time.Second)); lag > maxLag {
 			maxLag = lag
 		}
+		// Behind by more than a tick (a full shard): the next wake-up is
+		// the next tick to come, not every one missed.
+		tick = max(tick, int64(now.Sub(start)/p.every))
 	}
-	tick.Stop()
+	sleeper.stop()
 	for _, ch := range chans {
 		close(ch)
 	}

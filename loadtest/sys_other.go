@@ -5,7 +5,15 @@ package main
 import (
 	"errors"
 	"syscall"
+	"time"
 )
+
+// preciseSleeper is time.Sleep where a precise one is not built.
+type preciseSleeper struct{}
+
+func newPreciseSleeper() preciseSleeper  { return preciseSleeper{} }
+func (preciseSleeper) until(t time.Time) { time.Sleep(time.Until(t)) }
+func (preciseSleeper) stop()             {}
 
 // bindNoPort does nothing where IP_BIND_ADDRESS_NO_PORT does not exist.
 func bindNoPort(network, address string, c syscall.RawConn) error { return nil }
