@@ -171,7 +171,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Out, "out", "", "write the JSON result here (with -quick, -find-max or -target both: a JSON array of every run)")
 	fs.BoolVar(&c.Verbose, "v", false, "log progress to stderr")
 	fs.StringVar(&c.ProfileWorkers, "profile-workers", "", "write each worker's CPU profile, and its heap in use when it reports, to this directory (the heap profile forces a GC and samples every 512 bytes allocated: a profiled run's figures are not comparable)")
-	fs.StringVar(&c.ProfileNodes, "profile-nodes", "", "give each pushd node a debug listener and write CPU profiles of it to this directory: with -kill-node, each surviving node's over the 10 s after the kill")
+	fs.StringVar(&c.ProfileNodes, "profile-nodes", "", "give each pushd node a debug listener and write CPU profiles of it to this directory: with -kill-node, each surviving node's over the 10 s after the kill; otherwise, in fanout, each node's over the publishing (node<i>.measure.pprof)")
 	fs.Bool("worker", false, "run as a worker (internal)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: loadtest -scenario idle|fanout|churn|storm|outage|stall [-transport sse|ws] [flags]\n       loadtest -quick\n\n")

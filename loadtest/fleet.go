@@ -14,6 +14,15 @@ import (
 // summed over them, and some of it also kept node by node.
 type fleet []*serverProc
 
+// indexes lists every node's index.
+func (f fleet) indexes() []int {
+	is := make([]int, len(f))
+	for i := range is {
+		is[i] = i
+	}
+	return is
+}
+
 func (f fleet) urls() []string {
 	out := make([]string, len(f))
 	for i, s := range f {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -206,8 +207,15 @@ func runFanout(ctx context.Context, r *run) error {
 		pr, roll, err = r.publishRolling(ctx)
 	default:
 		stop := r.floodPings(ctx)
+		var profiles sync.WaitGroup
+		if r.cfg.ProfileNodes != "" {
+			// Over the publishing, less a second: the profile ends
+			// before the window does.
+			profiles.Go(func() { r.profileNodes(ctx, r.nodes.indexes(), "measure", max(r.cfg.Duration-time.Second, time.Second)) })
+		}
 		pr = r.pub.run(ctx, r.cfg.Rate, r.cfg.Duration)
 		stop()
+		profiles.Wait()
 	}
 	if err != nil {
 		return err
