@@ -532,20 +532,17 @@ func (p *publisher) runUntil(ctx context.Context, stop <-chan struct{}, rate flo
 		if k >= total {
 			break
 		}
-		next := start.Add(time.Duration(tick) * p.every)
-		sleeper.until(next)
-		now := time.Now()
-		due := min(int64(rate*now.Sub(start).Seconds()), total)
-		for ; k < due; k++ {
+		sleeper.until(start.Add(time.Duration(tick) * p.every))
+		// Woken late (a full shard held the loop up): every tick passed
+		// hands its updates out now.
+		tick = max(tick, int64(time.Since(start)/p.every))
+		for due := dueBy(k, tick, total, rate, p.every); k < due; k++ {
 			i := int(k % int64(p.tasks))
 			chans[i%p.shards] <- update{i, scheduled(start, k, rate, p.every)}
 		}
 		if lag := time.Since(start) - time.Duration(float64(k)/rate*float64(time.Second)); lag > maxLag {
 			maxLag = lag
 		}
-		// Behind by more than a tick (a full shard): the next wake-up is
-		// the next tick to come, not every one missed.
-		tick = max(tick, int64(now.Sub(start)/p.every))
 	}
 	sleeper.stop()
 	for _, ch := range chans {
@@ -561,8 +558,24 @@ func (p *publisher) runUntil(ctx context.Context, stop <-chan struct{}, rate flo
 // that falls behind (a full shard, a publish API that pushes back) adds
 // its backlog to every update it delays.
 func scheduled(start time.Time, k int64, rate float64, every time.Duration) time.Time {
-	ticks := int64(float64(k)/(rate*every.Seconds())) + 1
-	return start.Add(time.Duration(ticks) * every)
+	return start.Add(time.Duration(scheduledTick(k, rate, every)) * every)
+}
+
+// scheduledTick is the tick update k is due at: the first after k/rate.
+func scheduledTick(k int64, rate float64, every time.Duration) int64 {
+	return int64(float64(k)/(rate*every.Seconds())) + 1
+}
+
+// dueBy is how many of total updates are due by tick n: k, the updates
+// handed out so far, and those after it due at tick n or before. Each
+// goes out on its own tick, whatever the rate: counting the updates due
+// by the time (rate × elapsed) instead held one back until the next was
+// due, 9 ms late at 100 updates/s.
+func dueBy(k, n, total int64, rate float64, every time.Duration) int64 {
+	for k < total && scheduledTick(k, rate, every) <= n {
+		k++
+	}
+	return k
 }
 
 // pubStats is the publisher's whole run.

@@ -94,6 +94,28 @@ func TestScheduledTimeCountsTheBacklog(t *testing.T) {
 	}
 }
 
+// TestDueByHandsEachUpdateOutOnItsTick checks the schedule hands every
+// update out on the tick it is stamped with: not before (its latency
+// would start in the future) and not after (its wait would count the
+// schedule's own delay), at rates above, at and below one update a tick.
+func TestDueByHandsEachUpdateOutOnItsTick(t *testing.T) {
+	for _, c := range []struct {
+		rate  float64
+		every time.Duration
+	}{{100, time.Millisecond}, {400, time.Millisecond}, {1000, time.Millisecond}, {2500, time.Millisecond}, {1000, 100 * time.Millisecond}, {3, 100 * time.Millisecond}} {
+		const total = 500
+		var k int64
+		for n := int64(1); k < total; n++ {
+			due := dueBy(k, n, total, c.rate, c.every)
+			for ; k < due; k++ {
+				if at := scheduledTick(k, c.rate, c.every); at != n {
+					t.Fatalf("%v/s, ticks of %v: update %d handed out at tick %d, stamped with tick %d", c.rate, c.every, k, n, at)
+				}
+			}
+		}
+	}
+}
+
 func TestScheduled(t *testing.T) {
 	start := time.Unix(100, 0)
 	for _, c := range []struct {
