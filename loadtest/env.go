@@ -437,6 +437,9 @@ func buildServer(ctx context.Context, cfg config, tmp string) (bin, commit strin
 	bin = filepath.Join(tmp, "pushd")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pushd")
 	cmd.Dir = src
+	// The server's module alone, as a release builds it: not the
+	// workspace that brings the load generator's in.
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", "", fmt.Errorf("build pushd: %v: %s", err, out)
 	}
