@@ -211,7 +211,9 @@ func runFanout(ctx context.Context, r *run) error {
 		if r.cfg.ProfileNodes != "" {
 			// Over the publishing, less a second: the profile ends
 			// before the window does.
-			profiles.Go(func() { r.profileNodes(ctx, r.nodes.indexes(), "measure", max(r.cfg.Duration-time.Second, time.Second)) })
+			profiles.Go(func() {
+				r.profileNodes(ctx, r.nodes.indexes(), "measure", max(r.cfg.Duration-time.Second, time.Second))
+			})
 		}
 		pr = r.pub.run(ctx, r.cfg.Rate, r.cfg.Duration)
 		stop()
