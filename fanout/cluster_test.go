@@ -69,19 +69,19 @@ func (f *clusterFixture) publishAll(t *testing.T, tenants []string, v int64) {
 	ctx := testContext(t)
 	for _, tenant := range tenants {
 		s := testSnapshot(t, tenant, "task-"+tenant, v)
-		for {
-			written, err := f.pub.Publish(ctx, s)
-			if err == nil {
-				if !written {
-					t.Fatalf("publish %s v%d: not written", tenant, v)
-				}
-				break
+		written := false
+		err := testenv.Retry(ctx, func() error {
+			var err error
+			if written, err = f.pub.Publish(ctx, s); err != nil {
+				f.cl.ReloadState(ctx)
 			}
-			if ctx.Err() != nil {
-				t.Fatalf("publish %s v%d: %v", tenant, v, err)
-			}
-			f.cl.ReloadState(ctx)
-			time.Sleep(50 * time.Millisecond) // the cluster converges on its own; retry the write with a deadline
+			return err
+		})
+		if err != nil {
+			t.Fatalf("publish %s v%d: %v", tenant, v, err)
+		}
+		if !written {
+			t.Fatalf("publish %s v%d: not written", tenant, v)
 		}
 	}
 	want := map[string]bool{}

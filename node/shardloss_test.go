@@ -34,23 +34,22 @@ func (st *shardTenant) write(t *testing.T, pg testenv.Postgres, cc *redis.Cluste
 	s := parseDoc(t, doc(st.task, st.id, version, "RUNNING"))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	for {
+	err := testenv.Retry(ctx, func() error {
 		var err error
 		if announce {
 			_, err = fanout.NewRedisPublisher(cc, clusterNames).Publish(ctx, s)
 		} else {
 			_, err = rediswrite.Write(ctx, cc, clusterNames, s, 0, "", nil)
 		}
-		if err == nil {
-			return
+		if err != nil {
+			// After a failover the test's client may still know the old
+			// master; the Task State Service retries too.
+			cc.ReloadState(ctx)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("write %s v%d: %v", st.task, version, err)
-		}
-		// After a failover the test's client may still know the old
-		// master; the Task State Service retries too.
-		cc.ReloadState(ctx)
-		time.Sleep(50 * time.Millisecond) // the cluster converges on its own; retry the write with a deadline
+		return err
+	})
+	if err != nil {
+		t.Fatalf("write %s v%d: %v", st.task, version, err)
 	}
 }
 

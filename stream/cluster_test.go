@@ -76,16 +76,16 @@ func newClusterFixtureWith(t *testing.T, perMaster int, set func(*stream.Config)
 func (f *clusterFixture) publish(t *testing.T, ctx context.Context, v int64) {
 	t.Helper()
 	for _, tenant := range f.tenants {
-		for {
-			_, err := f.pub.Publish(ctx, snap(t, tenant, "task-"+tenant, v))
-			if err == nil {
-				break
+		s := snap(t, tenant, "task-"+tenant, v)
+		err := testenv.Retry(ctx, func() error {
+			_, err := f.pub.Publish(ctx, s)
+			if err != nil {
+				f.cl.ReloadState(ctx)
 			}
-			if ctx.Err() != nil {
-				t.Fatalf("publish %s v%d: %v", tenant, v, err)
-			}
-			f.cl.ReloadState(ctx)
-			time.Sleep(50 * time.Millisecond) // the cluster converges on its own; retry the write with a deadline
+			return err
+		})
+		if err != nil {
+			t.Fatalf("publish %s v%d: %v", tenant, v, err)
 		}
 	}
 }

@@ -113,22 +113,22 @@ func taskSnapshot(task string, version int64) *snapshot.Snapshot {
 // the Task State Service retries too) until ctx ends.
 func (f *fleet) publish(ctx context.Context, task string, version int64, viaNode int) error {
 	s := taskSnapshot(task, version)
-	for {
+	err := testenv.Retry(ctx, func() error {
 		var err error
 		if viaNode >= 0 {
 			err = postPublish(ctx, f.nodes[viaNode].URL, s)
 		} else {
 			_, err = f.pub.Publish(ctx, s)
 		}
-		if err == nil {
-			return nil
+		if err != nil {
+			f.cc.ReloadState(ctx)
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("publish %s v%d: %w (last: %v)", task, version, ctx.Err(), err)
-		}
-		f.cc.ReloadState(ctx)
-		time.Sleep(50 * time.Millisecond) // the cluster converges on its own; retry the write with a deadline
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("publish %s v%d: %w", task, version, err)
 	}
+	return nil
 }
 
 func postPublish(ctx context.Context, base string, s *snapshot.Snapshot) error {

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -25,5 +27,22 @@ func EventuallyWithin(t testing.TB, what string, within time.Duration, cond func
 			t.Fatalf("%s: not within %v", what, within)
 		}
 		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
+	}
+}
+
+// Retry calls try until it returns nil or ctx ends, and then returns nil,
+// or ctx's error with try's last. It is for a call that fails for a while
+// on its own and then succeeds (a write while Redis Cluster fails over).
+func Retry(ctx context.Context, try func() error) error {
+	for {
+		err := try()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond): // the call's own state, with a deadline
+		}
 	}
 }
