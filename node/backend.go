@@ -95,7 +95,7 @@ func (b *backend) close() {
 
 // start hands the hub to what delivers to it, and starts the fleet's
 // jobs; the repair rounds unless a test runs without them.
-func (b *backend) start(h *hub.Hub, t tuning) {
+func (b *backend) start(h *hub.Hub, t TestTuning) {
 	b.bus.Start(h)
 	if b.tailer != nil {
 		b.tailer.Start(h)
@@ -106,13 +106,13 @@ func (b *backend) start(h *hub.Hub, t tuning) {
 	if b.changes != nil {
 		b.changes.Start()
 	}
-	if b.repairer != nil && !t.noRepair {
+	if b.repairer != nil && !t.NoRepair {
 		b.repairer.Start(h)
 	}
 }
 
 // newBackend builds cfg's mode. On an error, what was made is released.
-func newBackend(ctx context.Context, cfg Config, t tuning) (*backend, error) {
+func newBackend(ctx context.Context, cfg Config, t TestTuning) (*backend, error) {
 	var b *backend
 	var err error
 	switch {
@@ -211,7 +211,7 @@ func (r redisRoles) pools() map[string]metrics.RedisPool {
 // finishRedis completes a Redis mode whose clients and bus are made: the
 // PostgreSQL pool, the read store, sessions and, with streams, the tailer
 // and a publisher that appends to the tenant's stream.
-func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redisRoles, names keys.Names, bus fanout.Bus, stats metrics.BusStats, publisher *fanout.RedisPublisher) error {
+func (b *backend) finishRedis(ctx context.Context, cfg Config, t TestTuning, r redisRoles, names keys.Names, bus fanout.Bus, stats metrics.BusStats, publisher *fanout.RedisPublisher) error {
 	b.bus, b.hubBus, b.busStats, b.publisher, b.announcer, b.control, b.names = bus, bus, stats, publisher, publisher, r.control, names
 	b.redisPools = r.pools()
 	b.onClose(func() { bus.Close() })
@@ -221,7 +221,7 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redis
 		}
 	}
 	b.cache = r.cache
-	b.store = store.New(store.Config{Redis: r.cache, DB: b.pool, Names: names, FetchTimeout: t.snapshotFetchTimeout, Logger: cfg.Logger})
+	b.store = store.New(store.Config{Redis: r.cache, DB: b.pool, Names: names, FetchTimeout: t.SnapshotFetchTimeout, Logger: cfg.Logger})
 	b.onClose(func() { b.store.Close() }) // waits for fetches callers gave up on, before their clients go
 	b.source = b.store
 	b.ready = readiness(cfg, r.cache, b.pool)
@@ -251,7 +251,7 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t tuning, r redis
 // addReconciler makes the reconcile of the unannounced journal of the
 // tenants bus watches, for modes whose publish writes and announces in two
 // steps. It runs once the backend starts.
-func (b *backend) addReconciler(cfg Config, t tuning, r redisRoles, names keys.Names, bus fanout.Bus) {
+func (b *backend) addReconciler(cfg Config, t TestTuning, r redisRoles, names keys.Names, bus fanout.Bus) {
 	rc := cfg.Reconcile
 	rc.Snapshots, rc.Realtime, rc.Names, rc.Tenants, rc.Logger = r.cache, r.realtime, names, subscribedOf(bus), cfg.Logger
 	if cfg.Streams {

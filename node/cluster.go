@@ -15,7 +15,7 @@ import (
 
 // newCluster puts every role on one Redis Cluster: sharded Pub/Sub, and
 // task keys hash-tagged by task id.
-func newCluster(ctx context.Context, cfg Config, t tuning) (*backend, error) {
+func newCluster(ctx context.Context, cfg Config, t TestTuning) (*backend, error) {
 	opt, err := redisx.ParseClusterURL(cfg.RedisURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis cluster url: %w", err)
@@ -38,7 +38,7 @@ func newCluster(ctx context.Context, cfg Config, t tuning) (*backend, error) {
 	b := &backend{attrs: []any{"redis_cluster", true}}
 	b.onClose(func() { cluster.Close() })
 	names := keys.Names{Prefix: cfg.KeyPrefix, Cluster: true}
-	bus := fanout.NewClusterBus(fanout.BusConfig{Client: cluster, Names: names, LivenessInterval: t.livenessInterval, Logger: cfg.Logger})
+	bus := fanout.NewClusterBus(fanout.BusConfig{Client: cluster, Names: names, LivenessInterval: t.LivenessInterval, Logger: cfg.Logger})
 	r := redisRoles{cache: cluster, control: cluster, realtime: cluster}
 	if err := b.finishRedis(ctx, cfg, t, r, names, bus, bus, fanout.NewRedisPublisher(cluster, names)); err != nil {
 		b.close()

@@ -344,7 +344,7 @@ func TestReconnectStormWithColdRedisQueriesEachTaskOnce(t *testing.T) {
 	// window: the bus is reported lost, and its return re-reads every
 	// watched task bypassing the caches, on purpose (the bus failure tests
 	// cover that mode). So the bus gets the time too.
-	s := startNode(t, cfg, node.WithSnapshotFetchTimeout(40*time.Second), node.WithLivenessInterval(4*time.Second))
+	s := startNode(t, cfg, node.ForTest(node.TestTuning{SnapshotFetchTimeout: 40 * time.Second, LivenessInterval: 4 * time.Second}))
 	const tasks, clients = 100, 2000
 	ids := make([]string, tasks)
 	for i := range ids {

@@ -52,7 +52,7 @@ func startNode(t *testing.T, cfg node.Config, opts ...node.Option) *server {
 	if cfg.SSE.CheckInterval == 0 {
 		cfg.SSE.CheckInterval = testDisconnectCheck
 	}
-	opts = append([]node.Option{node.WithLivenessInterval(testLiveness)}, opts...)
+	opts = append([]node.Option{node.ForTest(node.TestTuning{LivenessInterval: testLiveness})}, opts...)
 	n, err := node.New(context.Background(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -132,7 +132,7 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	cfg.Hub.WriteTimeout = time.Second
 	// Every read is counted: a repair round's reads would fall into a step
 	// now and then (the repair's own tests count those).
-	srv := startNode(t, cfg, node.WithoutRepair())
+	srv := startNode(t, cfg, node.ForTest(node.TestTuning{NoRepair: true}))
 	s := &session{t: t, base: srv.AdminURL, last: testenv.Scrape(t, srv.AdminURL)}
 	if v := s.last[`pushd_mode{mode="push"}`]; v != 1 {
 		t.Fatalf(`pushd_mode{mode="push"} = %g, want 1`, v)

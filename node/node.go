@@ -40,7 +40,7 @@ import (
 // Node is a running pushd node.
 type Node struct {
 	cfg     Config
-	tuning  tuning
+	tuning  TestTuning
 	log     *slog.Logger
 	be      *backend
 	hub     *hub.Hub
@@ -228,7 +228,7 @@ func (n *Node) demo(verifier *auth.Verifier) http.Handler {
 	if !n.cfg.Demo && !n.cfg.Embedded() {
 		return nil
 	}
-	n.sim = sim.New(sim.Config{Publisher: n.be.publisher, DB: n.be.pool, Step: n.tuning.demoStep, Logger: n.log})
+	n.sim = sim.New(sim.Config{Publisher: n.be.publisher, DB: n.be.pool, Step: n.tuning.DemoStep, Logger: n.log})
 	return web.Demo(web.DemoConfig{Sim: n.sim, Auth: verifier, Tokens: n.demoSigner != nil, Logger: n.log})
 }
 

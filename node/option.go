@@ -2,37 +2,40 @@ package node
 
 import "time"
 
-// An Option sets what operators never do and no Config holds: intervals
+// TestTuning is what operators never set and no Config holds: intervals
 // that tests shorten so that a failure, a cleanup or a demo task shows
 // within a test's time. Each zero means the component's default.
-type Option func(*tuning)
-
-type tuning struct {
-	livenessInterval     time.Duration
-	snapshotFetchTimeout time.Duration
-	demoStep             time.Duration
-	noRepair             bool
+type TestTuning struct {
+	// LivenessInterval is how often the bus checks its subscription by
+	// publishing to itself (the bus's default: 1s).
+	LivenessInterval time.Duration
+	// SnapshotFetchTimeout bounds one snapshot read, a quarter of it for
+	// Redis and the rest for PostgreSQL (the store's default: 3s).
+	SnapshotFetchTimeout time.Duration
+	// DemoStep is the demo simulator's time between two states of a task.
+	DemoStep time.Duration
+	// NoRepair runs no repair rounds: a test that counts every read the
+	// node makes would otherwise find a round's reads among them now and
+	// then.
+	NoRepair bool
 }
 
-// WithLivenessInterval is how often the bus checks its subscription by
-// publishing to itself (the bus's default: 1s).
-func WithLivenessInterval(d time.Duration) Option {
-	return func(t *tuning) { t.livenessInterval = d }
-}
+// An Option changes a node for a test; ForTest makes them. A deployment
+// passes none.
+type Option func(*TestTuning)
 
-// WithSnapshotFetchTimeout bounds one snapshot read, a quarter of it for
-// Redis and the rest for PostgreSQL (the store's default: 3s).
-func WithSnapshotFetchTimeout(d time.Duration) Option {
-	return func(t *tuning) { t.snapshotFetchTimeout = d }
-}
-
-// WithDemoStep is the demo simulator's time between two states of a task.
-func WithDemoStep(d time.Duration) Option {
-	return func(t *tuning) { t.demoStep = d }
-}
-
-// WithoutRepair runs no repair rounds: a test that counts every read the
-// node makes would otherwise find a round's reads among them now and then.
-func WithoutRepair() Option {
-	return func(t *tuning) { t.noRepair = true }
+// ForTest sets t's non-zero fields; later options win.
+func ForTest(t TestTuning) Option {
+	return func(to *TestTuning) {
+		if t.LivenessInterval != 0 {
+			to.LivenessInterval = t.LivenessInterval
+		}
+		if t.SnapshotFetchTimeout != 0 {
+			to.SnapshotFetchTimeout = t.SnapshotFetchTimeout
+		}
+		if t.DemoStep != 0 {
+			to.DemoStep = t.DemoStep
+		}
+		to.NoRepair = to.NoRepair || t.NoRepair
+	}
 }

@@ -14,7 +14,7 @@ import (
 // newStandalone is standalone Redis, with PostgreSQL behind it when
 // configured: one client per distinct URL among the cache, control and
 // realtime roles, Pub/Sub on the realtime one.
-func newStandalone(ctx context.Context, cfg Config, t tuning) (*backend, error) {
+func newStandalone(ctx context.Context, cfg Config, t TestTuning) (*backend, error) {
 	b := &backend{attrs: []any{"redis_cluster", false}}
 	clients := map[string]*redis.Client{}
 	dial := func(role, url string) (*redis.Client, error) {
@@ -55,7 +55,7 @@ func newStandalone(ctx context.Context, cfg Config, t tuning) (*backend, error) 
 		return nil, err
 	}
 	names := keys.Names{Prefix: cfg.KeyPrefix}
-	bus := fanout.NewRedisBus(fanout.BusConfig{Client: realtime, Names: names, LivenessInterval: t.livenessInterval, Logger: cfg.Logger})
+	bus := fanout.NewRedisBus(fanout.BusConfig{Client: realtime, Names: names, LivenessInterval: t.LivenessInterval, Logger: cfg.Logger})
 	if err := b.finishRedis(ctx, cfg, t, r, names, bus, bus, standalonePublisher(r, names)); err != nil {
 		b.close()
 		return nil, err

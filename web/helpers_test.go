@@ -69,7 +69,7 @@ func startNodeOn(t *testing.T, addr string, cfg node.Config, opts ...node.Option
 	if cfg.SSE.CheckInterval == 0 {
 		cfg.SSE.CheckInterval = 100 * time.Millisecond
 	}
-	opts = append([]node.Option{node.WithDemoStep(demoStep)}, opts...)
+	opts = append([]node.Option{node.ForTest(node.TestTuning{DemoStep: demoStep})}, opts...)
 	n, err := node.New(context.Background(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)

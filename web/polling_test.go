@@ -43,7 +43,7 @@ func TestServerPollingModeShownAndTasksKeepMoving(t *testing.T) {
 	b := newBrowser(t)
 	for _, transport := range transports {
 		t.Run(transport, func(t *testing.T) {
-			n := startNode(t, node.Config{Hub: hub.Config{PollInterval: 200 * time.Millisecond}}, node.WithDemoStep(150*time.Millisecond))
+			n := startNode(t, node.Config{Hub: hub.Config{PollInterval: 200 * time.Millisecond}}, node.ForTest(node.TestTuning{DemoStep: 150 * time.Millisecond}))
 			p := b.tab(t)
 			p.open(n.URL, "transport="+transport)
 			p.waitMode("push")
@@ -124,7 +124,7 @@ func TestStreamEndpointFailingFallsBackToPollingAndBack(t *testing.T) {
 		{"sse-buffering", "sse", breakBuffer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := startNode(t, node.Config{}, node.WithDemoStep(150*time.Millisecond))
+			n := startNode(t, node.Config{}, node.ForTest(node.TestTuning{DemoStep: 150 * time.Millisecond}))
 			br := &breaker{next: n.Handler(), done: make(chan struct{})}
 			base := serve(t, br)
 			t.Cleanup(func() { close(br.done) }) // before serve's cleanup, which waits for handlers

@@ -86,7 +86,7 @@ func TestClientAsksAgainForIDsRefusedRateLimited(t *testing.T) {
 // running) is shown on the page in the platform's words, with the 429's
 // seconds.
 func TestPageShowsTheLimitWhenStartIsRefused(t *testing.T) {
-	n := startNode(t, node.Config{}, node.WithDemoStep(time.Hour)) // the tasks started keep running
+	n := startNode(t, node.Config{}, node.ForTest(node.TestTuning{DemoStep: time.Hour})) // the tasks started keep running
 	tenant := testenv.UniqueID("full")
 	token := demoToken(t, n.URL, tenant, "demo-user")
 	for range 12 {

@@ -17,7 +17,7 @@ import (
 // are logged). On a phone the page must not scroll sideways.
 func TestScreenshotsOfTheDemoPage(t *testing.T) {
 	// Slower steps, so tasks can be caught mid-way.
-	n := startNode(t, node.Config{}, node.WithDemoStep(400*time.Millisecond))
+	n := startNode(t, node.Config{}, node.ForTest(node.TestTuning{DemoStep: 400 * time.Millisecond}))
 	b := newBrowser(t)
 	p := b.tab(t)
 	p.do("desktop viewport", chromedp.EmulateViewport(1280, 860))
