@@ -93,6 +93,14 @@ func (b *backend) close() {
 	b.closers = nil
 }
 
+// stopDelivering ends the jobs that deliver to the hub on their own (the
+// repair rounds), so the hub can close; close releases the rest.
+func (b *backend) stopDelivering() {
+	if b.repairer != nil {
+		b.repairer.Close()
+	}
+}
+
 // start hands the hub to what delivers to it, and starts the fleet's
 // jobs; the repair rounds unless a test runs without them.
 func (b *backend) start(h *hub.Hub, t TestTuning) {
@@ -139,8 +147,8 @@ func newBackend(ctx context.Context, cfg Config, t TestTuning) (*backend, error)
 
 // addRepairer makes the repair rounds over the store, whose repairs the
 // node's publisher, counted, stores and announces, as a Task State
-// Service would have. They run once the backend starts; Node.Close ends
-// them before the hub they deliver to, ahead of this closer.
+// Service would have. They run once the backend starts; stopDelivering
+// ends them before the hub they deliver to, ahead of this closer.
 func (b *backend) addRepairer(cfg Config) {
 	b.repairer = converge.NewRepairer(converge.RepairConfig{
 		Store: b.store, Redis: b.cache, Names: b.names, Publisher: b.publisher, Announcer: b.announcer, Logger: cfg.Logger,
@@ -208,11 +216,34 @@ func (r redisRoles) pools() map[string]metrics.RedisPool {
 	return pools
 }
 
-// finishRedis completes a Redis mode whose clients and bus are made: the
-// PostgreSQL pool, the read store, sessions and, with streams, the tailer
-// and a publisher that appends to the tenant's stream.
-func (b *backend) finishRedis(ctx context.Context, cfg Config, t TestTuning, r redisRoles, names keys.Names, bus fanout.Bus, stats metrics.BusStats, publisher *fanout.RedisPublisher) error {
-	b.bus, b.hubBus, b.busStats, b.publisher, b.announcer, b.control, b.names = bus, bus, stats, publisher, publisher, r.control, names
+// redisMode is what a Redis mode made before finishRedis completes it.
+type redisMode struct {
+	roles redisRoles
+	names keys.Names
+	bus   interface {
+		fanout.Bus
+		metrics.BusStats
+	}
+	// publisher stores and announces for POST /v1/publish and the repair
+	// rounds, appending to the tenant's stream with Config.Streams
+	// (publisherOptions).
+	publisher *fanout.RedisPublisher
+}
+
+// publisherOptions are the options of a Redis mode's publisher under cfg.
+func publisherOptions(cfg Config) []fanout.PublisherOption {
+	if !cfg.Streams {
+		return nil
+	}
+	return []fanout.PublisherOption{fanout.WithStream(cfg.StreamMaxLen)}
+}
+
+// finishRedis completes a Redis mode whose clients, bus and publisher are
+// made: the PostgreSQL pool, the read store, sessions and, with streams,
+// the tailer.
+func (b *backend) finishRedis(ctx context.Context, cfg Config, t TestTuning, m redisMode) error {
+	r, names, bus := m.roles, m.names, m.bus
+	b.bus, b.hubBus, b.busStats, b.publisher, b.announcer, b.control, b.names = bus, bus, bus, m.publisher, m.publisher, r.control, names
 	b.redisPools = r.pools()
 	b.onClose(func() { bus.Close() })
 	if cfg.DatabaseURL != "" {
@@ -238,11 +269,9 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t TestTuning, r r
 		b.tailer = stream.NewTailer(sc)
 		b.onClose(func() { b.tailer.Close() })
 		b.hubBus, b.hubStream = b.tailer.Subscriber(bus), b.tailer
-		p := fanout.NewRedisPublisher(r.realtime, names, fanout.WithStream(cfg.StreamMaxLen))
-		b.publisher, b.announcer = p, p
 	}
 	if names.Cluster || r.cache != r.realtime {
-		b.addReconciler(cfg, t, r, names, bus)
+		b.addReconciler(cfg, r, names, bus)
 	}
 	b.attrs = append(b.attrs, "postgres", b.pool != nil, "streams", cfg.Streams)
 	return nil
@@ -251,7 +280,7 @@ func (b *backend) finishRedis(ctx context.Context, cfg Config, t TestTuning, r r
 // addReconciler makes the reconcile of the unannounced journal of the
 // tenants bus watches, for modes whose publish writes and announces in two
 // steps. It runs once the backend starts.
-func (b *backend) addReconciler(cfg Config, t TestTuning, r redisRoles, names keys.Names, bus fanout.Bus) {
+func (b *backend) addReconciler(cfg Config, r redisRoles, names keys.Names, bus fanout.Bus) {
 	rc := cfg.Reconcile
 	rc.Snapshots, rc.Realtime, rc.Names, rc.Tenants, rc.Logger = r.cache, r.realtime, names, subscribedOf(bus), cfg.Logger
 	if cfg.Streams {

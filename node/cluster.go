@@ -40,7 +40,8 @@ func newCluster(ctx context.Context, cfg Config, t TestTuning) (*backend, error)
 	names := keys.Names{Prefix: cfg.KeyPrefix, Cluster: true}
 	bus := fanout.NewClusterBus(fanout.BusConfig{Client: cluster, Names: names, LivenessInterval: t.LivenessInterval, Logger: cfg.Logger})
 	r := redisRoles{cache: cluster, control: cluster, realtime: cluster}
-	if err := b.finishRedis(ctx, cfg, t, r, names, bus, bus, fanout.NewRedisPublisher(cluster, names)); err != nil {
+	m := redisMode{roles: r, names: names, bus: bus, publisher: fanout.NewRedisPublisher(cluster, names, publisherOptions(cfg)...)}
+	if err := b.finishRedis(ctx, cfg, t, m); err != nil {
 		b.close()
 		return nil, err
 	}

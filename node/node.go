@@ -84,18 +84,14 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.cfg.JWTSecret = auth.RandomSecret()
 		n.demoSigner = auth.NewSigner(n.cfg.JWTSecret)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			n.Close()
-		}
-	}()
 	var err error
 	if n.be, err = newBackend(ctx, n.cfg, n.tuning); err != nil {
 		return nil, err
 	}
+	// The last step that can fail: the rest only assembles.
 	verifier, err := n.verifier()
 	if err != nil {
+		n.be.close()
 		return nil, err
 	}
 	n.adm = admission.New(n.admissionConfig())
@@ -140,7 +136,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
-	ok = true
 	return n, nil
 }
 
@@ -306,30 +301,18 @@ func (n *Node) Shutdown(ctx context.Context) error {
 func (n *Node) Close() {
 	n.closeMu.Lock()
 	defer n.closeMu.Unlock()
-	if n.srv != nil {
-		n.srv.Close()
-	}
-	if n.admin != nil {
-		n.admin.Close()
-	}
-	if n.sim != nil {
+	n.srv.Close()
+	n.admin.Close()
+	if n.sim != nil { // the demo's, when served
 		n.sim.Close() // before the bus and store its walks publish through
 	}
-	if n.be != nil && n.be.repairer != nil {
-		n.be.repairer.Close() // before the hub its rounds deliver to
-	}
-	if n.hub != nil {
-		n.hub.Close()
-	}
+	n.be.stopDelivering() // before the hub its jobs deliver to
+	n.hub.Close()
 	for _, s := range n.streams {
 		s.Transport.Close() // after the hub, which ended every connection
 	}
-	if n.adm != nil {
-		n.adm.Close() // after the hub: it releases what the closed connections held
-	}
-	if n.be != nil {
-		n.be.close() // the bus, the tailer and the store, then their clients
-	}
+	n.adm.Close() // after the hub: it releases what the closed connections held
+	n.be.close()  // the bus, the tailer and the store, then their clients
 }
 
 // LogStartup logs how the node runs.

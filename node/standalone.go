@@ -56,7 +56,8 @@ func newStandalone(ctx context.Context, cfg Config, t TestTuning) (*backend, err
 	}
 	names := keys.Names{Prefix: cfg.KeyPrefix}
 	bus := fanout.NewRedisBus(fanout.BusConfig{Client: realtime, Names: names, LivenessInterval: t.LivenessInterval, Logger: cfg.Logger})
-	if err := b.finishRedis(ctx, cfg, t, r, names, bus, bus, standalonePublisher(r, names)); err != nil {
+	m := redisMode{roles: r, names: names, bus: bus, publisher: standalonePublisher(r, names, publisherOptions(cfg)...)}
+	if err := b.finishRedis(ctx, cfg, t, m); err != nil {
 		b.close()
 		return nil, err
 	}
@@ -68,9 +69,9 @@ func newStandalone(ctx context.Context, cfg Config, t TestTuning) (*backend, err
 // fanout.NewSplitRedisPublisher: journal on the realtime Redis, snapshot on
 // the cache Redis, then the announcement on the realtime one, which the
 // node's reconcile repeats for a publish that died before it.
-func standalonePublisher(r redisRoles, names keys.Names) *fanout.RedisPublisher {
+func standalonePublisher(r redisRoles, names keys.Names, opts ...fanout.PublisherOption) *fanout.RedisPublisher {
 	if r.cache == r.realtime {
-		return fanout.NewRedisPublisher(r.realtime, names)
+		return fanout.NewRedisPublisher(r.realtime, names, opts...)
 	}
-	return fanout.NewSplitRedisPublisher(r.cache, r.realtime, names)
+	return fanout.NewSplitRedisPublisher(r.cache, r.realtime, names, opts...)
 }
