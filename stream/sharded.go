@@ -83,79 +83,42 @@ func (r *reader) block(tl *tail, gen uint64, from cursor.ID, addr string, out ch
 	}
 }
 
+// sharded is run's loop on a cluster: the blocking reads in flight, the
+// channel their results come back on, and when the streams past the
+// bound are polled next. Only the reader's goroutine touches it.
+type sharded struct {
+	r        *reader
+	tails    []*tail // the reader's, as of the loop's last scan
+	inflight map[*tail]bool
+	results  chan blockRead
+	nextPoll time.Time
+	backoff  time.Duration
+}
+
 // runSharded is run's loop on a cluster.
 func (r *reader) runSharded() {
-	t := r.t
-	var backoff time.Duration
+	l := &sharded{r: r, inflight: make(map[*tail]bool), results: make(chan blockRead)}
+	l.run()
+}
+
+func (l *sharded) run() {
+	r, t := l.r, l.r.t
 	r.nextCheck = time.Now().Add(t.cfg.CheckInterval)
-	inflight := make(map[*tail]bool)
-	results := make(chan blockRead)
-	var nextPoll time.Time
-	// failed is the loop's answer to a failed read: every tail of the
-	// reader is checked before it is trusted again, the slot maps are
-	// reloaded at once (a master that died answers nothing), and the
-	// reader backs off.
-	failed := func(tails []*tail, err error) bool {
-		t.stats.readErrors.Add(1)
-		r.lost.Fail("stream read failed; checking the streams once Redis answers", err)
-		r.distrust(tails)
-		t.reloadTopology()
-		backoff = min(max(2*backoff, minBackoff), maxBackoff)
-		return r.sleep(backoff/2 + rand.N(backoff/2))
-	}
 	for t.ctx.Err() == nil {
-		tails := r.mine()
-		ok := r.prepare(tails)
-		var starts []readStart
-		t.mu.RLock()
-		for _, tl := range tails {
-			if tl.verified && !inflight[tl] {
-				starts = append(starts, readStart{tl, tl.gen, tl.last})
-			}
-		}
-		t.mu.RUnlock()
-		var polled []readStart
-		for _, s := range starts {
-			addr, ok := t.admit(s.tl.key)
-			if !ok {
-				polled = append(polled, s)
-				continue
-			}
-			inflight[s.tl] = true
-			t.wg.Add(1)
-			go r.block(s.tl, s.gen, s.last, addr, results)
-		}
+		l.tails = r.mine()
+		ok := r.prepare(l.tails)
+		polled := l.startReads()
 		r.polled.Store(int64(len(polled)))
-		if len(inflight) == 0 && len(polled) == 0 {
+		if len(l.inflight) == 0 && len(polled) == 0 {
 			r.lastOK.Store(time.Now().UnixNano()) // nothing to read is not a failure
 			if !r.idle(ok) {
 				return
 			}
 			continue
 		}
-		if len(polled) > 0 && !time.Now().Before(nextPoll) {
-			nextPoll = time.Now().Add(t.cfg.Block)
-			res, err := r.poll(polled)
-			if t.ctx.Err() != nil {
+		if len(polled) > 0 && !time.Now().Before(l.nextPoll) {
+			if !l.pollPast(polled) {
 				return
-			}
-			if err != nil {
-				if !failed(tails, err) {
-					return
-				}
-				continue
-			}
-			backoff = 0
-			t.stats.reads.Add(1)
-			if t.dials.Load() != r.dials {
-				r.distrust(tails) // see run
-				continue
-			}
-			r.lastOK.Store(time.Now().UnixNano())
-			for i, s := range polled {
-				if len(res[i]) > 0 && !r.deliverRead(s.tl, s.gen, res[i]) {
-					nextPoll = time.Now().Add(minBackoff) // read again soon
-				}
 			}
 			continue
 		}
@@ -164,12 +127,88 @@ func (r *reader) runSharded() {
 			wait = maxBackoff // retry what failed
 		}
 		if len(polled) > 0 {
-			wait = min(wait, time.Until(nextPoll))
+			wait = min(wait, time.Until(l.nextPoll))
 		}
-		if !r.await(max(wait, 0), tails, inflight, results, failed, &backoff) {
+		if !l.await(max(wait, 0)) {
 			return
 		}
 	}
+}
+
+// startReads starts a blocking read of every verified tail without one,
+// as far as each master's bound allows, and returns the tails past it.
+func (l *sharded) startReads() []readStart {
+	t := l.r.t
+	var starts []readStart
+	t.mu.RLock()
+	for _, tl := range l.tails {
+		if tl.verified && !l.inflight[tl] {
+			starts = append(starts, readStart{tl, tl.gen, tl.last})
+		}
+	}
+	t.mu.RUnlock()
+	var polled []readStart
+	for _, s := range starts {
+		if !l.start(s) {
+			polled = append(polled, s)
+		}
+	}
+	return polled
+}
+
+// start starts a blocking read from s unless its master has ClusterReads
+// in flight; it reports whether it did.
+func (l *sharded) start(s readStart) bool {
+	t := l.r.t
+	addr, ok := t.admit(s.tl.key)
+	if !ok {
+		return false
+	}
+	l.inflight[s.tl] = true
+	t.wg.Add(1)
+	go l.r.block(s.tl, s.gen, s.last, addr, l.results)
+	return true
+}
+
+// pollPast reads the streams past the blocking bound, once per Block, and
+// delivers what came. It reports false when the tailer closed.
+func (l *sharded) pollPast(polled []readStart) bool {
+	r, t := l.r, l.r.t
+	l.nextPoll = time.Now().Add(t.cfg.Block)
+	res, err := r.poll(polled)
+	if t.ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		return l.failed(err)
+	}
+	l.backoff = 0
+	t.stats.reads.Add(1)
+	if t.dials.Load() != r.dials {
+		r.distrust(l.tails) // see run
+		return true
+	}
+	r.lastOK.Store(time.Now().UnixNano())
+	for i, s := range polled {
+		if len(res[i]) > 0 && !r.deliverRead(s.tl, s.gen, res[i]) {
+			l.nextPoll = time.Now().Add(minBackoff) // read again soon
+		}
+	}
+	return true
+}
+
+// failed is the loop's answer to a failed read: every tail of the reader
+// is checked before it is trusted again, the slot maps are reloaded at
+// once (a master that died answers nothing), and the reader backs off. It
+// reports false when the tailer closed.
+func (l *sharded) failed(err error) bool {
+	r, t := l.r, l.r.t
+	t.stats.readErrors.Add(1)
+	r.lost.Fail("stream read failed; checking the streams once Redis answers", err)
+	r.distrust(l.tails)
+	t.reloadTopology()
+	l.backoff = min(max(2*l.backoff, minBackoff), maxBackoff)
+	return r.sleep(l.backoff/2 + rand.N(l.backoff/2))
 }
 
 // await handles the blocking reads' results until the loop has more to do
@@ -178,36 +217,35 @@ func (r *reader) runSharded() {
 // a new connection, or a read cannot be started. The loop's scan of every
 // tail thus runs about once per wait, not once per read. It reports false
 // when the tailer closed.
-func (r *reader) await(wait time.Duration, tails []*tail, inflight map[*tail]bool, results chan blockRead,
-	failed func([]*tail, error) bool, backoff *time.Duration) bool {
-	t := r.t
+func (l *sharded) await(wait time.Duration) bool {
+	r, t := l.r, l.r.t
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		select {
-		case b := <-results:
-			delete(inflight, b.tl)
+		case b := <-l.results:
+			delete(l.inflight, b.tl)
 			t.unadmit(b.addr)
 			if t.ctx.Err() != nil {
 				return false
 			}
 			if b.err != nil && !errors.Is(b.err, redis.Nil) {
-				return failed(tails, b.err)
+				return l.failed(b.err)
 			}
-			*backoff = 0
+			l.backoff = 0
 			t.stats.reads.Add(1)
 			if t.dials.Load() != r.dials {
 				// The read may have run on a new connection, to a Redis
 				// that restarted empty or a promoted replica: check first;
 				// the entries are read again.
-				r.distrust(tails)
+				r.distrust(l.tails)
 				return true
 			}
 			r.lastOK.Store(time.Now().UnixNano())
 			if len(b.msgs) > 0 && !r.deliverRead(b.tl, b.gen, b.msgs) {
 				return r.sleep(minBackoff) // the batch is read again: give the sources a moment
 			}
-			if !r.restart(b.tl, inflight, results) {
+			if !l.restart(b.tl) {
 				return true
 			}
 		case <-r.wake:
@@ -224,23 +262,13 @@ func (r *reader) await(wait time.Duration, tails []*tail, inflight map[*tail]boo
 // A tail released meanwhile needs none. It reports false when the read
 // could not be started (its master is at ClusterReads): the loop's scan
 // then polls it.
-func (r *reader) restart(tl *tail, inflight map[*tail]bool, results chan blockRead) bool {
-	t := r.t
+func (l *sharded) restart(tl *tail) bool {
+	t := l.r.t
 	t.mu.RLock()
 	s := readStart{tl, tl.gen, tl.last}
 	live := tl.verified && t.tenants[tl.tenant] == tl
 	t.mu.RUnlock()
-	if !live {
-		return true
-	}
-	addr, ok := t.admit(tl.key)
-	if !ok {
-		return false
-	}
-	inflight[tl] = true
-	t.wg.Add(1)
-	go r.block(s.tl, s.gen, s.last, addr, results)
-	return true
+	return !live || l.start(s)
 }
 
 // deliverRead delivers what a read of tl's placement gen brought, unless
