@@ -35,7 +35,11 @@ func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(stdout)
-		fs.Usage()
+		if fs.Name() == nodeFlags && helpAll(args) {
+			printUsage(stdout, fs, true)
+		} else {
+			fs.Usage()
+		}
 		return err
 	}
 	hint := fmt.Sprintf("run %s -h for the flags", fs.Name())

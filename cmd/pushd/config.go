@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -80,13 +79,16 @@ func (o origins) settingError(name, format string, args ...any) error {
 	return fmt.Errorf("--%s (from %s): %s", name, o.of(name), fmt.Sprintf(format, args...))
 }
 
+// nodeFlags names the node's flag set: the one -h all lists in groups.
+const nodeFlags = "pushd"
+
 // newFlagSet defines every setting on c: the node's and its components'
 // are theirs (node.Config.RegisterFlags: name, default and help beside
 // the field), the few that take parsing or only the command uses are
 // here. -h, docs/CONFIG.md (checked by a test) and the config file all
 // read the defaults from the flag set.
 func newFlagSet(c *config) *flag.FlagSet {
-	fs := flag.NewFlagSet("pushd", flag.ContinueOnError)
+	fs := flag.NewFlagSet(nodeFlags, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parseArgs words the errors and prints -h
 	c.Node = node.DefaultConfig()
 	c.Node.RegisterFlags(fs)
@@ -106,35 +108,9 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.AdminHosts, "admin-hosts", "", "comma-separated DNS names the admin and debug listeners answer to besides IP addresses and localhost, e.g. pushd-admin.monitoring.svc for a scrape by Service name; a request whose Host is any other name gets 403 host_not_allowed on every route, so a web page that DNS-rebinds its own name to the listener reads nothing; empty lists none")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: pushd [flags]
-       pushd version
-       pushd token [flags]         mint a token (pushd token -h)
-       pushd token verify [TOKEN]  check a token as this node would
-       pushd migrate [flags]       create the database if missing and apply db/migrations (development)
-
-Every flag can also be set by its environment variable, or as
-"name = value" in the --config file. A flag wins over the environment,
-which wins over the file.
-
-What a node with Redis and PostgreSQL needs:
-`)
-		for _, name := range essentialFlags {
-			printFlag(fs.Output(), fs.Lookup(name), envName(name))
-		}
-		fmt.Fprintf(fs.Output(), "\nEvery other setting, by name (docs/CONFIG.md has them all):\n")
-		fs.VisitAll(func(f *flag.Flag) {
-			if !slices.Contains(essentialFlags, f.Name) {
-				printFlag(fs.Output(), f, envName(f.Name))
-			}
-		})
-	}
+	fs.Usage = func() { printUsage(fs.Output(), fs, false) }
 	return fs
 }
-
-// essentialFlags are what -h lists first: what a node beside Redis and
-// PostgreSQL cannot start without, and where it serves.
-var essentialFlags = []string{"redis-url", "database-url", "jwt-secret", "api-key", "listen"}
 
 // parseConfig reads the settings: flags, then their PUSHD_* twins for what
 // the flags left unset, then the --config file for what both left, then

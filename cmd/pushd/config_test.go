@@ -83,10 +83,10 @@ var needs = map[string][]string{
 }
 
 // usage returns parseConfig's -h output.
-func usage(t *testing.T) string {
+func usage(t *testing.T, args ...string) string {
 	t.Helper()
 	var out bytes.Buffer
-	if _, err := parseConfig([]string{"-h"}, env(), &out); !errors.Is(err, flag.ErrHelp) {
+	if _, err := parseConfig(append([]string{"-h"}, args...), env(), &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v, want flag.ErrHelp", err)
 	}
 	return out.String()
@@ -94,8 +94,11 @@ func usage(t *testing.T) string {
 
 var usageFlagRE = regexp.MustCompile(`(?m)^  --([a-z-]+) \((PUSHD_[A-Z_]+)\)$`)
 
+// -h all lists every flag with its environment twin, group by group in
+// settingGroups' order; -h lists the first deployment's alone, in the
+// same order.
 func TestHelpListsEveryFlagWithItsEnvName(t *testing.T) {
-	out := usage(t)
+	out := usage(t, "all")
 	var listed []string
 	for _, m := range usageFlagRE.FindAllStringSubmatch(out, -1) {
 		name, envVar := m[1], m[2]
@@ -104,6 +107,16 @@ func TestHelpListsEveryFlagWithItsEnvName(t *testing.T) {
 			t.Errorf("--%s listed with %s, want %s", name, envVar, want)
 		}
 	}
+	var grouped []string
+	for _, g := range settingGroups {
+		grouped = append(grouped, g.flags...)
+		if !strings.Contains(out, "\n"+g.name+":\n") {
+			t.Errorf("-h all lacks the group %q", g.name)
+		}
+	}
+	if !slices.Equal(listed, grouped) {
+		t.Errorf("-h all lists %v, want the groups' %v", listed, grouped)
+	}
 	want := []string{"config"} // config_file_test.go tests it: its values must be files
 	for name := range flagCases {
 		want = append(want, name)
@@ -111,20 +124,53 @@ func TestHelpListsEveryFlagWithItsEnvName(t *testing.T) {
 	slices.Sort(listed)
 	slices.Sort(want)
 	if !slices.Equal(listed, want) {
-		t.Errorf("-h lists flags %v, want %v:\n%s", listed, want, out)
-	}
-	// The essentials first, in their order, then the rest by name.
-	var order []string
-	for _, m := range usageFlagRE.FindAllStringSubmatch(out, -1) {
-		order = append(order, m[1])
-	}
-	if n := len(essentialFlags); len(order) < n || !slices.Equal(order[:n], essentialFlags) || !slices.IsSorted(order[n:]) {
-		t.Errorf("-h lists %v, want %v first, then the rest by name", order, essentialFlags)
+		t.Errorf("-h all lists flags %v, want %v:\n%s", listed, want, out)
 	}
 	for _, s := range []string{"Usage: pushd", "environment variable", `(default ":8080")`, `(default "25s")`} {
 		if !strings.Contains(out, s) {
-			t.Errorf("-h output lacks %q:\n%s", s, out)
+			t.Errorf("-h all output lacks %q:\n%s", s, out)
 		}
+	}
+
+	short := usage(t)
+	var first []string
+	for _, m := range usageFlagRE.FindAllStringSubmatch(short, -1) {
+		first = append(first, m[1])
+	}
+	var wantFirst []string
+	for _, name := range grouped {
+		if slices.Contains(firstDeployment, name) {
+			wantFirst = append(wantFirst, name)
+		}
+	}
+	if !slices.Equal(first, wantFirst) || len(first) != len(firstDeployment) {
+		t.Errorf("-h lists %v, want the first deployment's %v in the groups' order", first, wantFirst)
+	}
+	if !strings.Contains(short, fmt.Sprintf("pushd -h all lists all %d settings", len(want))) {
+		t.Errorf("-h does not point to -h all for the %d settings:\n%s", len(want), short)
+	}
+}
+
+// Every setting is in exactly one group, and every name a group lists is
+// a setting.
+func TestSettingGroupsHoldEveryFlagOnce(t *testing.T) {
+	seen := map[string]string{}
+	for _, g := range settingGroups {
+		for _, name := range g.flags {
+			if other, ok := seen[name]; ok {
+				t.Errorf("--%s is in %q and %q", name, other, g.name)
+			}
+			seen[name] = g.name
+		}
+	}
+	newFlagSet(&config{}).VisitAll(func(f *flag.Flag) {
+		if _, ok := seen[f.Name]; !ok {
+			t.Errorf("--%s is in no group of settingGroups", f.Name)
+		}
+		delete(seen, f.Name)
+	})
+	for name := range seen {
+		t.Errorf("settingGroups lists --%s, which is no setting", name)
 	}
 }
 

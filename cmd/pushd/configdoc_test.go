@@ -16,22 +16,30 @@ const (
 	docTableFinish = "<!-- end of settings table -->\n"
 )
 
-// settingsTable is docs/CONFIG.md's table of every flag, from the flag set
-// itself, so the page cannot drift from -h.
+// settingsTable is docs/CONFIG.md's tables of every flag, one per group
+// of settingGroups as -h all lists them, from the flag set itself, so the
+// page cannot drift from -h.
 func settingsTable() string {
 	var b strings.Builder
-	b.WriteString("| flag | environment | file key | default | meaning |\n| --- | --- | --- | --- | --- |\n")
-	newFlagSet(&config{}).VisitAll(func(f *flag.Flag) {
-		def := "none"
-		if f.DefValue != "" {
-			def = "`" + f.DefValue + "`"
+	fs := newFlagSet(&config{})
+	for i, g := range settingGroups {
+		if i > 0 {
+			b.WriteString("\n")
 		}
-		key := "`" + f.Name + "`"
-		if f.Name == "config" { // a config file cannot name another
-			key = "none"
+		fmt.Fprintf(&b, "### %s\n\n| flag | environment | file key | default | meaning |\n| --- | --- | --- | --- | --- |\n", g.name)
+		for _, name := range g.flags {
+			f := fs.Lookup(name)
+			def := "none"
+			if f.DefValue != "" {
+				def = "`" + f.DefValue + "`"
+			}
+			key := "`" + f.Name + "`"
+			if f.Name == "config" { // a config file cannot name another
+				key = "none"
+			}
+			fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, strings.ReplaceAll(f.Usage, "|", `\|`))
 		}
-		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, strings.ReplaceAll(f.Usage, "|", `\|`))
-	})
+	}
 	return b.String()
 }
 

@@ -110,3 +110,19 @@ func inOrder(t *testing.T, got string, want ...string) string {
 	}
 	return got[at:]
 }
+
+// The README shows ./pushd -h as the binary prints it.
+func TestReadmeShowsTheHelpAsPrinted(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "config file and how bad settings are reported:\n\n```text\n")
+	shown, _, closed := strings.Cut(rest, "```\n")
+	if !ok || !closed {
+		t.Fatal("README has no closed text block of ./pushd -h after the line introducing it")
+	}
+	if want := usage(t); shown != want {
+		t.Errorf("README's ./pushd -h differs from the binary's; it prints:\n%s", want)
+	}
+}
