@@ -12,7 +12,7 @@ import (
 	"github.com/pushd/pushd/node"
 )
 
-// refusedScript runs the installed package in Node.js as the README shows,
+// refusedScript runs the installed package in Node.js as docs/CLIENT.md shows,
 // with the ws and eventsource packages, and a short backoff; it prints its
 // state, reconnecting, error and task events as JSON lines.
 const refusedScript = `import { PushdClient } from '@pushd/client';
@@ -39,7 +39,7 @@ type reconnecting struct {
 	Polling bool    `json:"polling"`
 }
 
-// A Node.js client, set up as the README's example is (the ws package's
+// A Node.js client, set up as docs/CLIENT.md's example is (the ws package's
 // WebSocket, the eventsource package's EventSource), pointed at a port
 // where nothing listens: every connect is refused. The process lives on,
 // reports each refusal with a reconnecting event, backs off (each wait

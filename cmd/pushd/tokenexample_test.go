@@ -29,23 +29,26 @@ func issueToken(secret []byte, tenant, user, plan string, projects []string) (st
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 }
 
-// TestREADMETokenExample: the README's Go example is issueToken above,
-// character for character, and a node with the settings it names accepts
-// its tokens.
-func TestREADMETokenExample(t *testing.T) {
-	src, err := os.ReadFile("readme_token_test.go")
+// protocolDoc holds the token examples, under "Issuing tokens".
+const protocolDoc = "../../docs/PROTOCOL.md"
+
+// TestTokenExampleInGo: docs/PROTOCOL.md's Go example is issueToken
+// above, character for character, and a node with the settings it names
+// accepts its tokens.
+func TestTokenExampleInGo(t *testing.T) {
+	src, err := os.ReadFile("tokenexample_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, fn, _ := strings.Cut(string(src), "\n// issueToken signs")
 	fn, _, _ = strings.Cut(fn, "\n}\n")
 	fn = "// issueToken signs" + fn + "\n}\n"
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile(protocolDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), "```go\n"+fn+"```\n") {
-		t.Errorf("README.md's Go token example differs from issueToken in readme_token_test.go:\n%s", fn)
+	if !strings.Contains(string(doc), "```go\n"+fn+"```\n") {
+		t.Errorf("docs/PROTOCOL.md's Go token example differs from issueToken in tokenexample_test.go:\n%s", fn)
 	}
 
 	tok, err := issueToken([]byte(tokenSecret), "t1", "u1", "pro", []string{"p1", "p2"})
@@ -58,22 +61,22 @@ func TestREADMETokenExample(t *testing.T) {
 	}
 }
 
-// TestREADMENodeTokenExample runs the README's JavaScript example with
+// TestTokenExampleInNode runs docs/PROTOCOL.md's JavaScript example with
 // node, as written, and checks that a node with the settings it names
 // accepts the token it prints.
-func TestREADMENodeTokenExample(t *testing.T) {
+func TestTokenExampleInNode(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Fatalf("the README's JavaScript example needs node (scripts/test installs it): %v", err)
+		t.Fatalf("the JavaScript token example needs node (scripts/test installs it): %v", err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile(protocolDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, js, ok := strings.Cut(string(readme), "```js\n// issue-token.mjs")
+	_, js, ok := strings.Cut(string(doc), "```js\n// issue-token.mjs")
 	js, _, closed := strings.Cut(js, "```\n")
 	if !ok || !closed {
-		t.Fatal("README.md has no closed js block starting with // issue-token.mjs")
+		t.Fatal("docs/PROTOCOL.md has no closed js block starting with // issue-token.mjs")
 	}
 	file := filepath.Join(t.TempDir(), "issue-token.mjs")
 	if err := os.WriteFile(file, []byte("// issue-token.mjs"+js), 0o600); err != nil {
