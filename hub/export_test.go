@@ -65,3 +65,7 @@ func (b *readBudgets) rewatchUsers() int {
 	}
 	return n
 }
+
+// Tick runs one pass of the ticker at now: heartbeats due, tokens expired,
+// sessions revoked.
+func Tick(h *Hub, now time.Time) { h.tick(now) }
