@@ -151,6 +151,9 @@ func TestManyTasksResumeWithSmallIDs(t *testing.T) {
 	before := n.Hub().Stats().Delivered
 	eval[bool](p, `(window.__client.interrupt(), true)`)
 	p.wait("the resumed connection's initial reads", `window.__refusals === 2`)
+	// The interrupted connection ends on the node when its socket's close
+	// is read: until then it would be written the change too.
+	testenv.Eventually(t, "the interrupted connection gone", func() bool { return n.Hub().Len() == 1 })
 	// Anything the resume queued is written before a change queued after.
 	publishTask(t, n.URL, tasks[7], 2)
 	p.wait("the moved task", fmt.Sprintf(`window.__tasks.includes(%q)`, tasks[7]+"=2"))
