@@ -105,22 +105,18 @@ type publisher struct {
 	// publishes, since the last waitWindow: a part of every delivery's
 	// latency (sent_ns) that no server under test adds, but the writer's
 	// own queue.
-	waitMu sync.Mutex
-	waits  *hdrhistogram.Histogram
+	waits durations
 
 	// rowWrites is how long each row's UPDATE took, its commit included:
 	// with the row alone, what the latency of record (stamped as the
 	// UPDATE runs) holds of PostgreSQL's own commit, fsync and all.
-	rowMu     sync.Mutex
-	rowWrites *hdrhistogram.Histogram
+	rowWrites durations
 
 	// The first two stages of every update of a run (runUntil): waited,
 	// from its scheduled time to its publish starting, and called, the
 	// store call itself (the server's publish API, or Redis's write and
 	// PUBLISH), for both servers alike.
-	stageMu sync.Mutex
-	waited  *hdrhistogram.Histogram
-	called  *hdrhistogram.Histogram
+	waited, called durations
 }
 
 func newPublisher(dst store, pg *pgxpool.Pool, pgMode string, tasks, tenants, shards, size int) *publisher {
@@ -281,7 +277,7 @@ func (p *publisher) send(ctx context.Context, i int, doc []byte) (written bool, 
 	written, err = p.dst.store(pctx, i, doc)
 	took := int64(time.Since(start))
 	cancel()
-	p.noteStage(&p.called, time.Duration(took))
+	p.called.record(time.Duration(took))
 	for old := p.slowest.Load(); took > old && !p.slowest.CompareAndSwap(old, took); old = p.slowest.Load() {
 	}
 	if err != nil {
@@ -343,7 +339,7 @@ func (p *publisher) writeRow(ctx context.Context, i int, v int64, at time.Time) 
 	began := time.Now()
 	_, err := p.pg.Exec(ctx, `UPDATE generation_tasks SET version = $2, status = $3, progress = $4, stage = $5, queue_position = NULL, updated_at = $6
 		WHERE id = $1 AND version < $2`, taskID(i), v, statusOf(v), int32(v%100), stages[1+int(v)%(len(stages)-1)], at)
-	p.noteRowWrite(time.Since(began))
+	p.rowWrites.record(time.Since(began))
 	if err != nil {
 		p.pgErrs.Add(1)
 		p.fail("postgres: " + err.Error())
@@ -368,7 +364,7 @@ func (p *publisher) commitAlone(ctx context.Context, i int, v int64, changed, du
 	began := time.Now()
 	tag, err := p.pg.Exec(ctx, `UPDATE generation_tasks SET version = $2, status = $3, progress = $4, stage = $5, queue_position = NULL,
 		updated_at = $6, extra = jsonb_build_object('sent_ns', `+sent+`) WHERE id = $1 AND version < $2`, args...)
-	p.noteRowWrite(time.Since(began))
+	p.rowWrites.record(time.Since(began))
 	switch {
 	case err != nil:
 		p.pgErrs.Add(1)
@@ -383,48 +379,65 @@ func (p *publisher) commitAlone(ctx context.Context, i int, v int64, changed, du
 }
 
 func (p *publisher) noteWait(d time.Duration) {
-	p.noteStage(&p.waited, d)
-	p.waitMu.Lock()
-	defer p.waitMu.Unlock()
-	if p.waits == nil {
-		p.waits = newCoarseHist()
-	}
-	_ = p.waits.RecordValue(max(histMin, min(d.Microseconds(), histMax))) // clamped into range
-}
-
-func (p *publisher) noteStage(h **hdrhistogram.Histogram, d time.Duration) {
-	p.stageMu.Lock()
-	defer p.stageMu.Unlock()
-	if *h == nil {
-		*h = newCoarseHist()
-	}
-	_ = (*h).RecordValue(max(histMin, min(d.Microseconds(), histMax))) // clamped into range
+	p.waited.record(d)
+	p.waits.record(d)
 }
 
 // stages returns the waits and store calls of the last run's updates
 // (nil for none).
 func (p *publisher) stages() (waited, called *hdrhistogram.Histogram) {
-	p.stageMu.Lock()
-	defer p.stageMu.Unlock()
-	return p.waited, p.called
-}
-
-func (p *publisher) noteRowWrite(d time.Duration) {
-	p.rowMu.Lock()
-	defer p.rowMu.Unlock()
-	if p.rowWrites == nil {
-		p.rowWrites = newCoarseHist()
-	}
-	_ = p.rowWrites.RecordValue(max(histMin, min(d.Microseconds(), histMax))) // clamped into range
+	return p.waited.get(), p.called.get()
 }
 
 // waitWindow returns the waits recorded since the previous call (nil for
 // none) and starts a new window.
-func (p *publisher) waitWindow() *hdrhistogram.Histogram {
-	p.waitMu.Lock()
-	defer p.waitMu.Unlock()
-	h := p.waits
-	p.waits = nil
+func (p *publisher) waitWindow() *hdrhistogram.Histogram { return p.waits.take() }
+
+// durations is a histogram that goroutines record durations into, made
+// on the first record.
+type durations struct {
+	mu sync.Mutex
+	h  *hdrhistogram.Histogram
+}
+
+func (d *durations) record(v time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.h == nil {
+		d.h = newCoarseHist()
+	}
+	_ = d.h.RecordValue(max(histMin, min(v.Microseconds(), histMax))) // clamped into range
+}
+
+// get returns what was recorded (nil for nothing); read it once the
+// recording is done.
+func (d *durations) get() *hdrhistogram.Histogram {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.h
+}
+
+// quantilesMS reads the quantiles qs (percent) of what was recorded so
+// far, in ms; nil for nothing.
+func (d *durations) quantilesMS(qs ...float64) []float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.h == nil {
+		return nil
+	}
+	out := make([]float64, len(qs))
+	for i, q := range qs {
+		out[i] = float64(d.h.ValueAtQuantile(q)) / 1000
+	}
+	return out
+}
+
+// take returns what was recorded (nil for nothing) and starts anew.
+func (d *durations) take() *hdrhistogram.Histogram {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := d.h
+	d.h = nil
 	return h
 }
 
@@ -498,9 +511,8 @@ func (p *publisher) runUntil(ctx context.Context, stop <-chan struct{}, rate flo
 		task int
 		due  time.Time
 	}
-	p.stageMu.Lock()
-	p.waited, p.called = nil, nil
-	p.stageMu.Unlock()
+	p.waited.take() // this run's stages only
+	p.called.take()
 	chans := make([]chan update, p.shards)
 	var wg sync.WaitGroup
 	var sent atomic.Int64
@@ -604,11 +616,9 @@ func (p *publisher) stats() pubStats {
 		RedisErrors: p.redisErrs.Load(), PGWrites: p.pgWrites.Load(), PGErrors: p.pgErrs.Load(),
 		Lost: p.lost.Load(), Retried: p.retried.Load(), SlowestMS: float64(p.slowest.Load()) / 1e6, LastError: p.lastErr}
 	p.errMu.Unlock()
-	p.rowMu.Lock()
-	if h := p.rowWrites; h != nil {
-		s.RowWriteP50MS, s.RowWriteP99MS = float64(h.ValueAtQuantile(50))/1000, float64(h.ValueAtQuantile(99))/1000
+	if q := p.rowWrites.quantilesMS(50, 99); q != nil {
+		s.RowWriteP50MS, s.RowWriteP99MS = q[0], q[1]
 	}
-	p.rowMu.Unlock()
 	return s
 }
 
