@@ -1,51 +1,15 @@
 package ws
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/pushd/pushd/hub"
-	"github.com/pushd/pushd/internal/testenv"
+	"github.com/pushd/pushd/ws/internal/wire"
 )
-
-// countingWriter counts the writes that reach the backlog writer: one per
-// write(2) when the socket takes them whole.
-type countingWriter struct {
-	w  io.Writer
-	mu sync.Mutex
-	n  int
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	c.n++
-	c.mu.Unlock()
-	return c.w.Write(p)
-}
-
-func (c *countingWriter) writes() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-func countWrites(p *pair) *countingWriter {
-	p.sink.out.mu.Lock()
-	defer p.sink.out.mu.Unlock()
-	cw := &countingWriter{w: p.sink.out.w}
-	p.sink.out.w = cw
-	return cw
-}
 
 // readVersions reads n text frames and checks they carry versions 1..n in
 // order.
@@ -69,7 +33,6 @@ func readVersions(t *testing.T, p *pair, n int) {
 // out by itself.
 func TestSinkWritesSeveralFramesInOneWrite(t *testing.T) {
 	p := newPair(t, 10*time.Second)
-	cw := countWrites(p)
 	events := make([]hub.Event, 8)
 	for i := range events {
 		events[i] = taskEvent(t, int64(i+1))
@@ -77,7 +40,7 @@ func TestSinkWritesSeveralFramesInOneWrite(t *testing.T) {
 	if _, err := p.sink.Write(events); err != nil {
 		t.Fatal(err)
 	}
-	if n := cw.writes(); n != 1 {
+	if n := p.writes.Load(); n != 1 {
 		t.Fatalf("a Write of %d frames made %d writes; want 1", len(events), n)
 	}
 	readVersions(t, p, len(events))
@@ -85,14 +48,14 @@ func TestSinkWritesSeveralFramesInOneWrite(t *testing.T) {
 	if _, err := p.sink.Write(events[:1]); err != nil {
 		t.Fatal(err)
 	}
-	if n := cw.writes(); n != 2 {
+	if n := p.writes.Load(); n != 2 {
 		t.Fatalf("after a Write of one frame: %d writes; want 2", n)
 	}
 	readVersions(t, p, 1)
 }
 
 // TestDataFramesAndControlFramesStayWhole: task frames the sink writes and
-// control frames written from another goroutine (as the gate writes its
+// control frames written from another goroutine (as the reader writes its
 // pongs) share the socket without cutting into each other: the client
 // reads every task frame intact and in order, and answers every ping,
 // whose pong the server's reader takes.
@@ -105,7 +68,7 @@ func TestDataFramesAndControlFramesStayWhole(t *testing.T) {
 	go func() {
 		for range pings {
 			var b [2]byte
-			p.sink.out.writeData(appendControlFrame(b[:0], opPing, nil))
+			p.sink.wc.WriteFrames(wire.AppendControl(b[:0], wire.OpPing, nil))
 			select {
 			case <-p.pongs:
 			case <-ctx.Done():
@@ -136,33 +99,6 @@ func TestDataFramesAndControlFramesStayWhole(t *testing.T) {
 	}
 }
 
-// TestNoDataFrameAfterTheCloseFrame: once coder/websocket sent the close
-// frame, a Write fails instead of sending a data frame after it, and the
-// client reads the close as the next frame. Its reason is the longest a
-// close frame holds, so the frame is the largest control frame there is.
-func TestNoDataFrameAfterTheCloseFrame(t *testing.T) {
-	p := newPair(t, 10*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	reason := strings.Repeat("r", maxControlFrame-2-2)    // less the header and the status code
-	go p.sink.wc.Close(websocket.StatusGoingAway, reason) // waits for the client's close
-	testenv.Eventually(t, "the close frame sent", func() bool { return closeSent(p) })
-	if _, err := p.sink.Write([]hub.Event{taskEvent(t, 1)}); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("Write after the close frame: %v; want net.ErrClosed", err)
-	}
-	_, data, err := p.client.Read(ctx)
-	var ce websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != websocket.StatusGoingAway || ce.Reason != reason {
-		t.Fatalf("client read %q, %v; want the close frame (1001, a %d-byte reason)", data, err, len(reason))
-	}
-}
-
-func closeSent(p *pair) bool {
-	p.sink.out.mu.Lock()
-	defer p.sink.out.mu.Unlock()
-	return p.sink.out.closeSent
-}
-
 // TestFramesOfEveryLengthForm: a message of each of the three length
 // encodings reaches a real client intact.
 func TestFramesOfEveryLengthForm(t *testing.T) {
@@ -178,26 +114,6 @@ func TestFramesOfEveryLengthForm(t *testing.T) {
 		_, data, err := p.client.Read(ctx)
 		if err != nil || !strings.Contains(string(data), `"message":"`+msg+`"`) {
 			t.Fatalf("message of %d bytes: read %d bytes, %v", n, len(data), err)
-		}
-	}
-}
-
-func TestAppendTextFrameLengths(t *testing.T) {
-	for _, tc := range []struct {
-		n      int
-		header []byte
-	}{
-		{0, []byte{0x81, 0}},
-		{125, []byte{0x81, 125}},
-		{126, []byte{0x81, 126, 0, 126}},
-		{65535, []byte{0x81, 126, 0xff, 0xff}},
-		{65536, []byte{0x81, 127, 0, 0, 0, 0, 0, 1, 0, 0}},
-	} {
-		p := bytes.Repeat([]byte{'x'}, tc.n)
-		got := appendTextFrame([]byte("prefix"), p)
-		want := append(append([]byte("prefix"), tc.header...), p...)
-		if !bytes.Equal(got, want) {
-			t.Errorf("payload of %d bytes: header % x; want % x", tc.n, got[6:6+len(tc.header)], tc.header)
 		}
 	}
 }

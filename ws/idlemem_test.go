@@ -28,8 +28,8 @@ import (
 
 // maxIdleBytesPerConn bounds what an idle WebSocket keeps live: the hub's
 // Conn with what it watches and delivered, the index entry of its task,
-// the sink with its gate and backlog writer, coder/websocket's Conn and
-// buffers, and both ends of the TCP connection (the client's is in this
+// the sink with its backlog writer and wire.Conn (the gate, the frame
+// writer, coder/websocket's Conn and buffers), and both ends of the TCP connection (the client's is in this
 // process too; it has no goroutine). A parked connection has no reader
 // goroutine: it measured 4,700-4,790 bytes (4,790-4,830 once the index
 // kept a note per task watched by id, the delivery inspector's), where a

@@ -18,6 +18,7 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/ws/internal/wire"
 )
 
 // serveHub is serve with the hub's settings, returning the hub too and the
@@ -162,7 +163,13 @@ func (r *rawClient) until(op byte, want string, answer bool) (pings int) {
 	}
 }
 
-const opText = 0x1
+// Opcodes of the frames the tests send and read.
+const (
+	opText  = 0x1
+	opClose = 0x8
+	opPing  = wire.OpPing
+	opPong  = wire.OpPong
+)
 
 // Idle WebSockets park: they hold no goroutine, even with half a frame
 // read, yet answer a ping and take a request at once, and a client that

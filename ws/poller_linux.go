@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pushd/pushd/ws/internal/wire"
 )
 
 // poller wakes parked connections when their sockets turn readable: one
@@ -159,7 +161,7 @@ func eventID(ev *unix.EpollEvent) uint64 {
 	return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
 }
 
-// readNow reads what s's socket holds without waiting: errWouldBlock when
+// readNow reads what s's socket holds without waiting: wire.ErrWouldBlock when
 // it holds nothing, io.EOF once the client closed its end.
 func (s *sink) readNow(b []byte) (n int, err error) {
 	rerr := s.raw.Read(func(fd uintptr) bool {
@@ -170,7 +172,7 @@ func (s *sink) readNow(b []byte) (n int, err error) {
 	case rerr != nil:
 		return 0, rerr
 	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
-		return 0, errWouldBlock
+		return 0, wire.ErrWouldBlock
 	case err != nil:
 		return 0, err
 	case n == 0 && len(b) > 0:

@@ -2,7 +2,11 @@
 
 package ws
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/pushd/pushd/ws/internal/wire"
+)
 
 // poller parks nothing here: every connection keeps its reader.
 type poller struct{}
@@ -13,4 +17,4 @@ func (*poller) arm(*sink) error { return errors.ErrUnsupported }
 func (*poller) forget(*sink)    {}
 func (*poller) close()          {}
 
-func (*sink) readNow([]byte) (int, error) { return 0, errWouldBlock }
+func (*sink) readNow([]byte) (int, error) { return 0, wire.ErrWouldBlock }

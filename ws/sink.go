@@ -1,8 +1,8 @@
 package ws
 
 import (
-	"bufio"
 	"encoding/json"
+	"io"
 	"net"
 	"sync"
 	"syscall"
@@ -14,27 +14,24 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/backlog"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/ws/internal/wire"
 )
 
 // sink writes events as JSON text frames, and holds what a connection's
 // readers share: each reads while requests arrive, and the connection
 // parks between them. Write is called by one hub writer at a time.
 type sink struct {
-	wc      *websocket.Conn
-	out     frameWriter     // under wc's buffered writer, over bw
-	bw      *backlog.Writer // every frame goes through it
-	conn    net.Conn        // the hijacked connection, set by Hijack
+	wc      *wire.Conn
+	bw      *backlog.Writer // every frame goes through it; made by wc's Accept
 	hc      *hub.Conn       // set by Bind, before any write
 	timeout time.Duration
-	// sendBuffer is the socket send buffer Hijack sets; 0 leaves it.
+	// sendBuffer is the socket send buffer writer sets; 0 leaves it.
 	sendBuffer int
 
 	// What the connection's readers share; one reads at a time. parkMu
-	// is held while park reads beside the library (the gate, br): the
-	// close handshake, which reads through the library, waits for it.
+	// is held while park reads beside the library: the close handshake,
+	// which reads through the library, waits for it.
 	parkMu sync.Mutex
-	g      gate          // under the library's reader, br
-	br     *bufio.Reader // the library's reader, set by Hijack
 	budget *rate.Limiter // the client's control frames
 	limit  *rate.Limiter // the client's requests
 	bad    int           // malformed or dropped requests in a row
@@ -62,8 +59,15 @@ func newSink(cfg Config, limits hub.Config) *sink {
 	s := &sink{timeout: limits.WriteTimeout, sendBuffer: limits.SendBuffer,
 		budget: rate.NewLimiter(rate.Limit(cfg.ControlFrames), int(2*cfg.ControlFrames)),
 		limit:  rate.NewLimiter(rate.Limit(cfg.RequestRate), cfg.RequestBurst)}
-	s.g.control = s.onControl
 	return s
+}
+
+// writer is wire.Options.Writer: the backlog writer every frame of the
+// hijacked socket goes through.
+func (s *sink) writer(conn net.Conn) io.Writer {
+	backlog.SetSendBuffer(conn, s.sendBuffer)
+	s.bw = backlog.New(conn, s.timeout, s.drained)
+	return s.bw
 }
 
 func (s *sink) Bind(c *hub.Conn) { s.hc = c }
@@ -79,7 +83,7 @@ func (s *sink) park() bool {
 	}
 	s.parkMu.Lock()
 	defer s.parkMu.Unlock()
-	if s.isEnding() || s.g.pump(s.readNow) || !s.g.idle() || s.br.Buffered() > 0 {
+	if s.isEnding() || s.wc.Pump(s.readNow) || !s.wc.Idle() {
 		return false
 	}
 	s.mu.Lock()
@@ -111,20 +115,20 @@ func (s *sink) wake() {
 	}
 }
 
-// onControl is the gate's: it answers a client's ping and takes a pong, as
+// onControl is wire.Options.Control: it answers a client's ping and takes a pong, as
 // long as the client keeps within its budget of control frames.
 func (s *sink) onControl(op byte, payload []byte) bool {
 	// The pong of the node's own ping in flight was asked for: it is not
 	// the client's to budget, whatever the heartbeat interval.
-	if op == opPong && s.stopPongWait() {
+	if op == wire.OpPong && s.stopPongWait() {
 		return true
 	}
 	if !s.controlFrame(s.budget) {
 		return false
 	}
-	if op == opPing {
-		var b [maxControlFrame]byte
-		s.out.writeData(appendControlFrame(b[:0], opPong, payload)) // a failed write ends the connection through the reader
+	if op == wire.OpPing {
+		var b [wire.MaxControlFrame]byte
+		s.wc.WriteFrames(wire.AppendControl(b[:0], wire.OpPong, payload)) // a failed write ends the connection through the reader
 		return true
 	}
 	return true
@@ -132,7 +136,7 @@ func (s *sink) onControl(op byte, payload []byte) bool {
 
 // controlFrame takes a control frame from the connection's budget and
 // reports whether it is answered; one past the budget ends the connection
-// (the gate reads nothing more: a flooder never answers the close frame,
+// (nothing more is read: a flooder never answers the close frame,
 // and the close handshake would read its flood for seconds).
 func (s *sink) controlFrame(budget *rate.Limiter) bool {
 	if budget.Allow() {
@@ -156,12 +160,12 @@ func (s *sink) Write(events []hub.Event) (bool, error) {
 			continue
 		}
 		if b, ok := render(&events[i]); ok {
-			frames = appendTextFrame(frames, b)
+			frames = wire.AppendText(frames, b)
 		}
 	}
 	var err error
 	if len(frames) > 0 {
-		err = s.out.writeData(frames)
+		err = s.wc.WriteFrames(frames)
 	}
 	if cap(frames) <= maxPooledFrames {
 		*buf = frames[:0]
@@ -174,7 +178,7 @@ func (s *sink) Write(events []hub.Event) (bool, error) {
 }
 
 // drained runs on the backlog's goroutine once a queued write is done, or
-// once writing what the library itself wrote (a pong, a close) failed.
+// once writing a frame not the hub's (a pong, a close) failed.
 func (s *sink) drained(err error) {
 	if s.hc != nil {
 		s.hc.Drained(err)
@@ -185,8 +189,8 @@ func (s *sink) drained(err error) {
 // message, which a browser's WebSocket shows the page (it answers pings
 // unseen), preceded by a protocol ping, which checks the peer: one ping at
 // a time, and a peer that does not answer within the write timeout is
-// closed. The gate takes the pong, so a parked connection answers without
-// waking. An ending connection is sent neither.
+// closed. The pong is taken under the library's reader, so a parked
+// connection answers without waking. An ending connection is sent neither.
 func (s *sink) appendHeartbeat(frames []byte) []byte {
 	s.mu.Lock()
 	if s.ending {
@@ -196,11 +200,18 @@ func (s *sink) appendHeartbeat(frames []byte) []byte {
 	if s.pongWait == nil {
 		s.wg.Add(1)
 		s.pongWait = time.AfterFunc(s.timeout, s.pongLate)
-		frames = appendControlFrame(frames, opPing, nil)
+		frames = wire.AppendControl(frames, wire.OpPing, nil)
 	}
 	s.mu.Unlock()
-	return appendTextFrame(frames, heartbeatMessage)
+	return wire.AppendText(frames, heartbeatMessage)
 }
+
+// frameBuffers hold the frames of one Write: an idle connection keeps none.
+var frameBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// maxPooledFrames is the largest frame buffer kept for reuse; a larger one
+// (a subscription's initial state) is left to the collector.
+const maxPooledFrames = 256 << 10
 
 // heartbeatMessage is the heartbeat's JSON, the same for every connection.
 var heartbeatMessage = []byte(`{"type":"heartbeat"}`)

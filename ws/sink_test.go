@@ -3,9 +3,12 @@ package ws
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/pushd/pushd/hub"
 	"github.com/pushd/pushd/internal/testenv"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/ws/internal/wire"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -25,35 +29,45 @@ type pair struct {
 	client *websocket.Conn
 	gone   context.Context // done once the server end is closed
 	pongs  chan struct{}   // told of each pong the server takes, if there is room
+	writes *atomic.Int64   // writes that reached the backlog writer
 }
 
 func newPair(tb testing.TB, timeout time.Duration) *pair {
 	tb.Helper()
-	type server struct {
-		sink *sink
-		gone context.Context
-	}
-	accepted := make(chan server, 1)
+	accepted := make(chan *sink, 1)
 	pongs := make(chan struct{}, 64)
+	writes := new(atomic.Int64)
+	gone, ended := context.WithCancel(context.Background())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := newSink(Config{ControlFrames: 1000}.WithDefaults(), hub.Config{WriteTimeout: timeout}.WithDefaults())
-		s.g.control = func(op byte, payload []byte) bool {
-			if op == opPong {
-				select {
-				case pongs <- struct{}{}:
-				default:
+		wc, err := wire.Accept(w, r, wire.Options{
+			Subprotocol: Subprotocol,
+			Control: func(op byte, payload []byte) bool {
+				if op == wire.OpPong {
+					select {
+					case pongs <- struct{}{}:
+					default:
+					}
 				}
-			}
-			return s.onControl(op, payload)
-		}
-		wc, err := websocket.Accept(smallBuffers{w, s}, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}})
+				return s.onControl(op, payload)
+			},
+			Writer: func(conn net.Conn) io.Writer { return countedWriter{s.writer(conn), writes} },
+		})
 		if err != nil {
 			return
 		}
 		s.wc = wc
+		accepted <- s
 		// The server's reader answers the client's pings, as a
-		// connection's readers do.
-		accepted <- server{s, wc.CloseRead(context.Background())}
+		// connection's readers do, until the connection ends.
+		go func() {
+			defer ended()
+			for {
+				if _, _, err := wc.Read(context.Background()); err != nil {
+					return
+				}
+			}
+		}()
 	}))
 	tb.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -62,13 +76,25 @@ func newPair(tb testing.TB, timeout time.Duration) *pair {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	a := <-accepted
-	p := &pair{sink: a.sink, client: client, gone: a.gone, pongs: pongs}
+	p := &pair{sink: <-accepted, client: client, gone: gone, pongs: pongs, writes: writes}
 	tb.Cleanup(func() {
 		p.client.CloseNow()
 		p.sink.wc.CloseNow()
+		<-gone.Done()
 	})
 	return p
+}
+
+// countedWriter counts the writes that reach w: one per write(2) when the
+// socket takes them whole.
+type countedWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countedWriter) Write(p []byte) (int, error) {
+	c.n.Add(1)
+	return c.w.Write(p)
 }
 
 // drain reads and drops every frame the client gets, without allocating,
@@ -104,7 +130,7 @@ func taskEvent(tb testing.TB, version int64) hub.Event {
 
 // TestSinkWriteLeavesNoDeadline: the write timeout bounds a backlog only. A
 // connection idle for longer than the write timeout must still answer a
-// client's ping (the sink's gate writes the pong), and take the next
+// client's ping (the pong is written under the library's reader), and take the next
 // batch.
 func TestSinkWriteLeavesNoDeadline(t *testing.T) {
 	const timeout = 50 * time.Millisecond

@@ -23,6 +23,7 @@ import (
 	"github.com/pushd/pushd/internal/flagval"
 	"github.com/pushd/pushd/internal/httperr"
 	"github.com/pushd/pushd/snapshot"
+	"github.com/pushd/pushd/ws/internal/wire"
 )
 
 // Subprotocol is the only subprotocol pushd speaks.
@@ -180,22 +181,17 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, p hub.Principal)
 	}
 	p.Deltas = len(deltas) == 1
 	s := newSink(h.cfg, h.limits)
-	wc, err := websocket.Accept(smallBuffers{w, s}, r, &websocket.AcceptOptions{
-		Subprotocols:   []string{Subprotocol},
+	wc, err := wire.Accept(w, r, wire.Options{
+		Subprotocol:    Subprotocol,
 		OriginPatterns: h.cfg.OriginPatterns,
-		// The sink writes its frames itself, uncompressed (appendTextFrame).
-		CompressionMode: websocket.CompressionDisabled,
+		ReadLimit:      h.cfg.ReadLimit,
+		Control:        s.onControl,
+		Writer:         s.writer,
 	})
 	if err != nil {
-		return // Accept answered the client: 400 for a bad handshake (the API refused foreign origins before)
+		return // the client was answered: 400 for a bad handshake (the API refused foreign origins before), 1008 without the subprotocol
 	}
-	if wc.Subprotocol() != Subprotocol {
-		wc.Close(websocket.StatusPolicyViolation, "subprotocol "+Subprotocol+" required")
-		return
-	}
-	wc.SetReadLimit(h.cfg.ReadLimit)
-
-	s.wc = wc
+	s.wc, s.raw = wc, wc.Raw()
 	p.Transport = hub.TransportWebSocket
 	c, err := h.cfg.Hub.Open(p, s)
 	if err != nil {

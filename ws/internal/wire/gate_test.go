@@ -1,4 +1,4 @@
-package ws
+package wire
 
 import (
 	"errors"

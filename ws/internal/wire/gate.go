@@ -1,4 +1,4 @@
-package ws
+package wire
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 )
 
-// gate sits between the socket and coder/websocket's reader. It takes the
+// gate sits between the socket and the library's reader. It takes the
 // client's pings and pongs itself (control calls back for each) and hands
 // every other frame (data, continuation, close, and anything malformed,
 // for the library to refuse) through unchanged, a frame at a time. So the
@@ -38,12 +38,6 @@ type gate struct {
 // header, a 4-byte mask and 125 bytes of payload (RFC 6455 5.5). A data
 // frame's header (at most 14 bytes) fits too.
 const gateBufSize = 2 + 4 + 125
-
-// Opcodes the gate tells apart (RFC 6455 5.2).
-const (
-	opPing = 0x9
-	opPong = 0xA
-)
 
 var errFlood = errors.New("control frames past the budget")
 
@@ -128,7 +122,7 @@ func (g *gate) readSource(p []byte) (int, error) {
 
 // fill reads once into the buffer's free end, moving what is unread to its
 // start first. It reports whether it read something; a read that would
-// block (errWouldBlock) reads nothing and is no error.
+// block (ErrWouldBlock) reads nothing and is no error.
 func (g *gate) fill(read func([]byte) (int, error)) bool {
 	if g.r > 0 {
 		g.w = copy(g.buf[:], g.buf[g.r:g.w])
@@ -137,7 +131,7 @@ func (g *gate) fill(read func([]byte) (int, error)) bool {
 	n, err := read(g.buf[g.w:])
 	g.w += n
 	switch {
-	case errors.Is(err, errWouldBlock):
+	case errors.Is(err, ErrWouldBlock):
 	case err != nil:
 		g.err = err
 	case n == 0 && len(g.buf[g.w:]) > 0:
@@ -146,9 +140,9 @@ func (g *gate) fill(read func([]byte) (int, error)) bool {
 	return n > 0
 }
 
-// errWouldBlock is what pump's reader returns when the socket holds
+// ErrWouldBlock is what Pump's reader returns when the socket holds
 // nothing now.
-var errWouldBlock = errors.New("ws: nothing to read now")
+var ErrWouldBlock = errors.New("websocket: nothing to read now")
 
 // step decides the frame at the head of the buffer: a whole ping or pong
 // is taken, the start of any other frame is let through. It reports
@@ -179,7 +173,7 @@ func (g *gate) step() bool {
 	case 127:
 		n = binary.BigEndian.Uint64(b[2:])
 	}
-	if (op == opPing || op == opPong) && fin && masked && n <= 125 {
+	if (op == OpPing || op == OpPong) && fin && masked && n <= 125 {
 		if len(b) < head+int(n) {
 			return false
 		}
