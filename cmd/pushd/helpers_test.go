@@ -273,3 +273,48 @@ func openSSE(t *testing.T, base, path, tok string) *sseClient {
 	}
 	return c
 }
+
+// docFrom returns the text of the file at path that follows the first
+// occurrence of after.
+func docFrom(t *testing.T, path, after string) string {
+	t.Helper()
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), after)
+	if !ok {
+		t.Fatalf("%s no longer says %q", path, after)
+	}
+	return rest
+}
+
+// fencedBlocks returns the bodies of text's fenced code blocks of language
+// lang, in order. An unclosed block fails the test: the doc's shape
+// changed.
+func fencedBlocks(t *testing.T, text, lang string) []string {
+	t.Helper()
+	var blocks []string
+	for {
+		_, block, ok := strings.Cut(text, "```"+lang+"\n")
+		if !ok {
+			return blocks
+		}
+		block, text, ok = strings.Cut(block, "```\n")
+		if !ok {
+			t.Fatalf("a %s block is not closed:\n%s", lang, block)
+		}
+		blocks = append(blocks, block)
+	}
+}
+
+// fencedBlock is the first block of language lang in the file at path
+// after the first occurrence of after.
+func fencedBlock(t *testing.T, path, after, lang string) string {
+	t.Helper()
+	blocks := fencedBlocks(t, docFrom(t, path, after), lang)
+	if len(blocks) == 0 {
+		t.Fatalf("%s has no %s block after %q", path, lang, after)
+	}
+	return blocks[0]
+}

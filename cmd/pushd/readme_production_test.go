@@ -19,24 +19,8 @@ import (
 // and makes the first change.
 func productionBlocks(t *testing.T) (node, first string) {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "\n## Production setup\n")
-	if !ok {
-		t.Fatal("README has no Production setup section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	for rest := section; ; {
-		_, block, ok := strings.Cut(rest, "```sh\n")
-		if !ok {
-			break
-		}
-		block, rest, ok = strings.Cut(block, "```\n")
-		if !ok {
-			t.Fatal("README's Production setup has an sh block that is not closed")
-		}
+	section, _, _ := strings.Cut(docFrom(t, "../../README.md", "\n## Production setup\n"), "\n## ")
+	for _, block := range fencedBlocks(t, section, "sh") {
 		switch {
 		case strings.Contains(block, "db/migrations/"):
 			node = block

@@ -14,22 +14,7 @@ import (
 // sh block after the line that introduces it.
 func quickStartScript(t *testing.T) string {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(readme)
-	i := strings.Index(s, "With the\nembedded node running, in another shell:")
-	if i < 0 {
-		t.Fatal("README has no quick-start curl block (the line introducing it changed?)")
-	}
-	s = s[i:]
-	start := strings.Index(s, "```sh\n")
-	end := strings.Index(s[start+len("```sh\n"):], "```")
-	if start < 0 || end < 0 {
-		t.Fatal("README's quick-start block is not a closed sh block")
-	}
-	return s[start+len("```sh\n") : start+len("```sh\n")+end]
+	return fencedBlock(t, "../../README.md", "With the\nembedded node running, in another shell:", "sh")
 }
 
 // TestReadmeQuickStartPrintsWhatItPromises runs the README's curl block,
@@ -113,15 +98,7 @@ func inOrder(t *testing.T, got string, want ...string) string {
 
 // The README shows ./pushd -h as the binary prints it.
 func TestReadmeShowsTheHelpAsPrinted(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(readme), "config file and how bad settings are reported:\n\n```text\n")
-	shown, _, closed := strings.Cut(rest, "```\n")
-	if !ok || !closed {
-		t.Fatal("README has no closed text block of ./pushd -h after the line introducing it")
-	}
+	shown := fencedBlock(t, "../../README.md", "config file and how bad settings are reported:\n\n", "text")
 	if want := usage(t); shown != want {
 		t.Errorf("README's ./pushd -h differs from the binary's; it prints:\n%s", want)
 	}

@@ -69,17 +69,12 @@ func TestTokenExampleInNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the JavaScript token example needs node (scripts/test installs it): %v", err)
 	}
-	doc, err := os.ReadFile(protocolDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, js, ok := strings.Cut(string(doc), "```js\n// issue-token.mjs")
-	js, _, closed := strings.Cut(js, "```\n")
-	if !ok || !closed {
-		t.Fatal("docs/PROTOCOL.md has no closed js block starting with // issue-token.mjs")
+	js := fencedBlock(t, protocolDoc, "the standard\nlibrary is enough for HS256:", "js")
+	if !strings.HasPrefix(js, "// issue-token.mjs") {
+		t.Fatalf("docs/PROTOCOL.md's js block after the HS256 line is not issue-token.mjs:\n%s", js)
 	}
 	file := filepath.Join(t.TempDir(), "issue-token.mjs")
-	if err := os.WriteFile(file, []byte("// issue-token.mjs"+js), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(js), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(node, file)
