@@ -233,7 +233,7 @@ func (c *conn) sessionWS(end sessionEnd) {
 		end(false, err)
 		return
 	}
-	wc, early, err := c.dialWS(nc, addr)
+	wc, early, deflate, err := c.dialWS(nc, addr)
 	if err != nil {
 		nc.Close()
 		end(false, err)
@@ -279,7 +279,7 @@ func (c *conn) sessionWS(end sessionEnd) {
 	done := func(err error) { end(true, err) }
 	if p := c.w.poller; p != nil {
 		p.serve(c, nc, wc.CloseNow, early, func(pc *pconn) feeder {
-			return &wsParser{onMessage: c.onWS, send: pc.write}
+			return &wsParser{onMessage: c.onWS, send: pc.write, deflate: deflate}
 		}, done)
 		return
 	}
@@ -296,9 +296,10 @@ func (c *conn) sessionWS(end sessionEnd) {
 }
 
 // dialWS runs the WebSocket handshake on nc, pushd's or Centrifugo's.
-// early is what was read past the handshake, for the poller; wc, closed
-// with CloseNow, closes nc as well.
-func (c *conn) dialWS(nc net.Conn, addr string) (wc *websocket.Conn, early []byte, err error) {
+// early is what was read past the handshake, for the poller; deflate
+// says the server agreed to compress; wc, closed with CloseNow, closes nc
+// as well.
+func (c *conn) dialWS(nc net.Conn, addr string) (wc *websocket.Conn, early []byte, deflate bool, err error) {
 	path, protocols := "/v1/ws", []string{"pushd.v1"}
 	if c.w.deltas {
 		path += "?deltas=merge"
@@ -312,25 +313,30 @@ func (c *conn) dialWS(nc net.Conn, addr string) (wc *websocket.Conn, early []byt
 	nc.SetDeadline(time.Now().Add(15 * time.Second))
 	hs := &oneConn{nc: nc, br: bufio.NewReaderSize(nc, 1024)}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	mode := websocket.CompressionDisabled
+	if c.w.deflate {
+		mode = websocket.CompressionNoContextTakeover
+	}
 	wc, resp, err := websocket.Dial(ctx, "ws://"+addr+path, &websocket.DialOptions{
 		HTTPClient:      &http.Client{Transport: hs},
 		HTTPHeader:      hdr,
 		Subprotocols:    protocols,
-		CompressionMode: websocket.CompressionDisabled,
+		CompressionMode: mode,
 	})
 	cancel()
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			return nil, nil, refused(resp)
+			return nil, nil, false, refused(resp)
 		}
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	nc.SetDeadline(time.Time{})
 	wc.SetReadLimit(maxEvent)
 	if c.w.poller != nil {
 		early = pending(hs.br)
 	}
-	return wc, early, nil
+	deflate = strings.HasPrefix(resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate")
+	return wc, early, deflate, nil
 }
 
 // onWS dispatches one pushd message read at recv (Unix ns).

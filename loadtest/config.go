@@ -93,6 +93,9 @@ type config struct {
 	Pin bool
 	// Deltas has pushd's clients ask for merge patches (deltas=merge).
 	Deltas bool
+	// WSCompression runs pushd with --ws-compression and has the
+	// WebSocket clients offer permessage-deflate, as browsers do.
+	WSCompression bool
 	// FindMax: fanout at rising rates until the highest one held.
 	FindMax bool
 
@@ -156,6 +159,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.StormResume, "storm-resume", false, "storm: clients resume instead: pushd runs with --streams, Redis is kept, every task is updated (with stream entries) in the seconds before the stop (at -rate, default tasks/2 per second, each task twice) and -storm-moved of them while the node is down; measures the task events each reconnected client gets from its reconnect until two repair intervals (-repair-interval, default pushd's 10s) after every client reconnected and converged: events_per_client_after_resume (ideally the moved share), resent_unchanged and the node's repairs in that quiet window. A running task's snapshot stays 10 s in Redis, and a repair round offers only what Redis holds: a short -repair-interval (2s) puts rounds inside that time")
 	fs.Float64Var(&c.StormMoved, "storm-moved", 0.1, "with -storm-resume: the share of the tasks (above 0, at most 1) moved to a new version while the node is down, picked at random, the same for a given -tasks")
 	fs.BoolVar(&c.Deltas, "deltas", false, "pushd's clients ask for deltas (deltas=merge), as pushd.js does: later versions come as merge patches, which the clients read as task events; wire_bytes_per_delivery shows what they save")
+	fs.BoolVar(&c.WSCompression, "ws-compression", false, "pushd runs with --ws-compression and its WebSocket clients offer permessage-deflate, as browsers do, and inflate what comes compressed; wire_bytes_per_delivery shows what it saves")
 	fs.BoolVar(&c.Pin, "pin", false, "on two cores: run the server under test on CPU 0 alone with GOMAXPROCS=1 (pushd and Centrifugo alike), and the load generator, its workers, the private Redis and the shared PostgreSQL's processes on CPU 1 (given every CPU back after the run); figures then count the server's own core")
 	fs.BoolVar(&c.FindMax, "find-max", false, "fanout: find the highest rate each server holds (every update delivered, p99 ≤ 100 ms, the publisher keeping up): runs from -rate, doubling while held, then halving the gap to within 10 %; reports max_held_rate")
 	fs.IntVar(&c.PingFlooders, "ping-flooders", 0, "fanout on pushd: this many extra WebSocket clients send pings as fast as their socket takes them while updates flow, each reconnecting a second after the server closes it")

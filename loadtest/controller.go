@@ -452,7 +452,8 @@ func (r *run) startWorkers(ctx context.Context) error {
 	}
 	_, err := r.all(ctx, func(i int) command {
 		return command{Cmd: "init", URLs: r.nodes.urls(), Transport: r.cfg.Transport, Target: r.kind.name, Secret: r.secret,
-			Sources: sources, Tenants: r.cfg.Tenants, Worker: i, OwnUsers: r.cfg.production(), Deltas: r.cfg.Deltas}
+			Sources: sources, Tenants: r.cfg.Tenants, Worker: i, OwnUsers: r.cfg.production(), Deltas: r.cfg.Deltas,
+			WSCompression: r.cfg.WSCompression}
 	}, "ready", 30*time.Second)
 	return err
 }
@@ -503,6 +504,9 @@ func (r *run) newFleet(bin, dir string) (fleet, error) {
 	}
 	if cfg.PGWrites == "only" {
 		common = append(common, "--read-changes")
+	}
+	if cfg.WSCompression {
+		common = append(common, "--ws-compression")
 	}
 	env := append(cfg.limitsEnv(), cfg.serverEnv()...)
 	if cfg.RepairInterval > 0 {

@@ -27,6 +27,8 @@ type command struct {
 	OwnUsers bool `json:"own_users,omitempty"`
 	// Deltas: pushd's clients ask for merge patches.
 	Deltas bool `json:"deltas,omitempty"`
+	// WSCompression: pushd's WebSocket clients offer permessage-deflate.
+	WSCompression bool `json:"ws_compression,omitempty"`
 
 	// open: connections First..First+Count-1, connection i watching task
 	// i mod Tasks, at Rate per second, over Transport (empty: the one of

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"compress/flate"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
+	"sync"
 
 	"github.com/coder/websocket"
 )
@@ -213,10 +216,12 @@ const (
 // wsParser reads the frames a server sends a client: unmasked, text
 // messages possibly in fragments, pings answered with a pong through send,
 // a close frame ending the stream with a websocket.CloseError, as
-// coder/websocket reports it. Extensions are never negotiated.
+// coder/websocket reports it. The one extension is permessage-deflate
+// without context takeover, when deflate says it was negotiated.
 type wsParser struct {
 	onMessage func(msg []byte, now int64) error
 	send      func(frame []byte) error // writes a frame to the server
+	deflate   bool                     // messages may come compressed
 
 	hdr       [10]byte // the header being read
 	hn        int      // bytes of hdr read
@@ -227,6 +232,7 @@ type wsParser struct {
 	msg       []byte // a data message cut by pieces or frames so far, else nil
 	ctl       []byte // a control frame's payload so far, else nil
 	frag      bool   // a fragmented message is open
+	inflate   bool   // the open message is compressed
 }
 
 func (p *wsParser) feed(b []byte, now int64) error {
@@ -293,13 +299,15 @@ func (p *wsParser) hdrLen() int {
 func (p *wsParser) startFrame() error {
 	h := p.hdr[:p.hn]
 	p.hn, p.inPayload = 0, true
-	if h[0]&0x70 != 0 {
-		return errors.New("websocket: reserved bits set")
-	}
 	if h[1]&0x80 != 0 {
 		return errors.New("websocket: masked frame from the server")
 	}
 	p.fin, p.op = h[0]&0x80 != 0, h[0]&0x0f
+	// RSV1 marks a compressed message, on its first frame only.
+	compressed := h[0]&0x70 == 0x40 && p.deflate && (p.op == opText || p.op == opBinary)
+	if h[0]&0x70 != 0 && !compressed {
+		return errors.New("websocket: reserved bits set")
+	}
 	switch n := h[1] & 0x7f; n {
 	case 126:
 		p.remain = int64(binary.BigEndian.Uint16(h[2:4]))
@@ -319,6 +327,7 @@ func (p *wsParser) startFrame() error {
 			return errors.New("websocket: new message inside a fragmented one")
 		}
 		p.frag = !p.fin
+		p.inflate = compressed
 	case opContinuation:
 		if !p.frag {
 			return errors.New("websocket: continuation without a message")
@@ -360,9 +369,44 @@ func (p *wsParser) endFrame(whole []byte, now int64) error {
 	if msg == nil {
 		msg = p.msg
 	}
-	err := p.onMessage(msg, now)
 	p.msg = nil
-	return err
+	if p.inflate {
+		var err error
+		if msg, err = inflate(msg); err != nil {
+			return err
+		}
+	}
+	return p.onMessage(msg, now)
+}
+
+// inflaters are the decompressors of compressed messages, shared: one is
+// tens of kilobytes, too much to keep per connection.
+var inflaters sync.Pool
+
+// deflateTail ends a compressed message; the server leaves it off the
+// wire (RFC 7692 7.2.2).
+const deflateTail = "\x00\x00\xff\xff"
+
+// inflate returns the message compressed in p.
+func inflate(p []byte) ([]byte, error) {
+	src := io.MultiReader(bytes.NewReader(p), strings.NewReader(deflateTail))
+	r, _ := inflaters.Get().(io.ReadCloser)
+	if r == nil {
+		r = flate.NewReader(src)
+	} else if err := r.(flate.Resetter).Reset(src, nil); err != nil {
+		return nil, err
+	}
+	defer inflaters.Put(r)
+	msg, err := io.ReadAll(io.LimitReader(r, maxEvent+1))
+	// The message ends with a sync flush, not a final block: the reader
+	// runs out of input there.
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = nil
+	}
+	if err == nil && len(msg) > maxEvent {
+		err = errTooLong
+	}
+	return msg, err
 }
 
 // appendClientFrame appends one unfragmented frame as a client sends it:

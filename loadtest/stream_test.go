@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"compress/flate"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -228,6 +230,39 @@ func TestWSParserPieces(t *testing.T) {
 				t.Errorf("sent opcode %d %q, want a pong of the ping's payload", op, payload)
 			}
 		})
+	}
+}
+
+// TestWSParserInflates: where compression was negotiated, a compressed
+// message (RSV1 on its first frame, fragmented or not) is read inflated,
+// an uncompressed one as it is, in pieces of every size.
+func TestWSParserInflates(t *testing.T) {
+	msg := []byte(strings.Repeat(`{"type":"task","progress":45}`, 8))
+	var b bytes.Buffer
+	w, _ := flate.NewWriter(&b, flate.BestSpeed)
+	w.Write(msg)
+	w.Flush()
+	deflated := bytes.TrimSuffix(b.Bytes(), []byte(deflateTail))
+	whole := serverFrame(true, opText, deflated)
+	whole[0] |= 0x40
+	first := serverFrame(false, opText, deflated[:10])
+	first[0] |= 0x40
+	stream := slices.Concat(whole, serverFrame(true, opText, []byte("plain")), first, serverFrame(true, opContinuation, deflated[10:]))
+	for _, n := range pieceSizes {
+		var got []string
+		p := &wsParser{deflate: true,
+			onMessage: func(m []byte, now int64) error { got = append(got, string(m)); return nil },
+			send:      func([]byte) error { return nil }}
+		if err := feedPieces(p, stream, n); err != nil {
+			t.Fatalf("pieces of %d: %v", n, err)
+		}
+		if want := []string{string(msg), "plain", string(msg)}; !slices.Equal(got, want) {
+			t.Fatalf("pieces of %d: read %.60q, want %.60q", n, got, want)
+		}
+	}
+	p := &wsParser{onMessage: func([]byte, int64) error { return nil }, send: func([]byte) error { return nil }}
+	if err := p.feed(whole, 1); err == nil {
+		t.Error("a compressed message was read where compression was not negotiated")
 	}
 }
 

@@ -73,6 +73,7 @@ type worker struct {
 	transport  string
 	centrifugo bool   // the server is Centrifugo: its endpoints, tokens and protocol
 	deltas     bool   // pushd's clients ask for merge patches
+	deflate    bool   // pushd's WebSocket clients offer permessage-deflate
 	secret     []byte // the token secret
 	tenants    int
 	ownUsers   bool // each connection a user of its own (init's OwnUsers)
@@ -214,6 +215,7 @@ func (w *worker) init(cmd command) {
 	w.transport = cmd.Transport
 	w.centrifugo = cmd.Target == "centrifugo"
 	w.deltas = cmd.Deltas && !w.centrifugo
+	w.deflate = cmd.WSCompression && !w.centrifugo
 	w.secret = cmd.Secret
 	w.tenants = max(cmd.Tenants, 1)
 	w.ownUsers = cmd.OwnUsers

@@ -33,7 +33,8 @@ type Patch struct {
 
 // Slots of Patch.Encoded, one per wire format that wraps a patch event.
 const (
-	PatchEncodingWebSocket = iota // {"type":"patch",<Event's members>}
+	PatchEncodingWebSocket        = iota // {"type":"patch",<Event's members>}
+	PatchEncodingWebSocketDeflate        // the same, compressed for permessage-deflate
 	maxPatchEncodings
 )
 

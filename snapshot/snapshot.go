@@ -102,7 +102,8 @@ func (o Origin) String() string {
 
 // Slots of Encoded, one per wire format that wraps a whole snapshot.
 const (
-	EncodingWebSocket = iota // {"type":"task","task":<document>}
+	EncodingWebSocket        = iota // {"type":"task","task":<document>}
+	EncodingWebSocketDeflate        // the same, compressed for permessage-deflate
 	maxEncodings
 )
 

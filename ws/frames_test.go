@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pushd/pushd/hub"
+	"github.com/pushd/pushd/snapshot"
 	"github.com/pushd/pushd/ws/internal/wire"
 )
 
@@ -116,4 +117,31 @@ func TestFramesOfEveryLengthForm(t *testing.T) {
 			t.Fatalf("message of %d bytes: read %d bytes, %v", n, len(data), err)
 		}
 	}
+}
+
+// TestCompressedOncePerVersion: a version goes compressed to every client
+// that negotiated compression, compressed once for all of them, and
+// uncompressed to a client that did not offer it; each reads the same
+// message.
+func TestCompressedOncePerVersion(t *testing.T) {
+	pairs := []*pair{openPair(t, 10*time.Second, true), openPair(t, 10*time.Second, true), newPair(t, 10*time.Second)}
+	ev := taskEvent(t, 1)
+	want := taskFrame(ev.Snapshot)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, p := range pairs {
+		if _, err := p.sink.Write([]hub.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+		if _, data, err := p.client.Read(ctx); err != nil || string(data) != string(want) {
+			t.Fatalf("client %d read %q, %v; want %q", i, data, err, want)
+		}
+	}
+	if !pairs[0].sink.wc.Compressed() || pairs[2].sink.wc.Compressed() {
+		t.Fatal("compression was not negotiated as offered")
+	}
+	ev.Snapshot.Encoded(snapshot.EncodingWebSocketDeflate, func(*snapshot.Snapshot) []byte {
+		t.Fatal("the version was not kept compressed")
+		return nil
+	})
 }

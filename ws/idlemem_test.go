@@ -8,6 +8,8 @@ package ws_test
 
 import (
 	"bufio"
+	"bytes"
+	"compress/flate"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -38,18 +40,30 @@ import (
 // sits above that spread and far below what a reader would add.
 const maxIdleBytesPerConn = 5600
 
+// maxIdleBytesPerCompressingConn bounds the same for a client that
+// negotiated compression and compressed its request, as browsers do: the
+// library then keeps a 4 KiB reader for the connection's life.
+const maxIdleBytesPerCompressingConn = maxIdleBytesPerConn + 4096 + 512
+
 // TestIdleWebSocketMemory opens conns real WebSockets, each subscribed to
 // a task of its own as the idle load test's are, waits until each has its
-// snapshot, and bounds the live heap and stacks they added per connection.
+// snapshot, and bounds the live heap and stacks they added per connection:
+// with clients that do not offer compression, and with clients that
+// negotiate it and compress their request.
 // With IDLEMEM_PROF set to a file name, it writes a heap profile there at
 // the measurement (run it with -memprofilerate=1 for every allocation).
 func TestIdleWebSocketMemory(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { idleWebSocketMemory(t, false, maxIdleBytesPerConn) })
+	t.Run("compressing", func(t *testing.T) { idleWebSocketMemory(t, true, maxIdleBytesPerCompressingConn) })
+}
+
+func idleWebSocketMemory(t *testing.T, deflate bool, bound int64) {
 	const conns = 2000
 	store := snapshot.NewMemoryStore()
 	bus := fanout.NewMemoryBus()
 	h := hub.New(hub.Config{Source: store, Bus: bus})
 	bus.Start(h)
-	wh := ws.New(ws.Config{Hub: h})
+	wh := ws.New(ws.Config{Hub: h, Compression: deflate})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		wh.Serve(w, r, hub.Principal{TenantID: "t1", UserID: "u1", Grant: &snapshot.Grant{All: true}})
 	}))
@@ -74,8 +88,12 @@ func TestIdleWebSocketMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.SetDeadline(time.Now().Add(10 * time.Second))
+		offer := ""
+		if deflate {
+			offer = "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+		}
 		fmt.Fprintf(c, "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: %s\r\n\r\n", ws.Subprotocol)
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: %s\r\n%s\r\n", ws.Subprotocol, offer)
 		br := bufio.NewReaderSize(c, 512)
 		for {
 			line, err := br.ReadString('\n')
@@ -86,11 +104,19 @@ func TestIdleWebSocketMemory(t *testing.T) {
 				break
 			}
 		}
-		writeMasked(t, c, fmt.Appendf(nil, `{"op":"subscribe","id":1,"tasks":["task_%d"]}`, i))
+		req := fmt.Appendf(nil, `{"op":"subscribe","id":1,"tasks":["task_%d"]}`, i)
+		if deflate {
+			writeMasked(t, c, 0xc1, deflated(t, req))
+		} else {
+			writeMasked(t, c, 0x81, req)
+		}
 		for {
-			msg, err := readFrame(br)
+			first, msg, err := readFrame(br)
 			if err != nil {
 				t.Fatalf("websocket %d: %v", i, err)
+			}
+			if first&0x40 != 0 {
+				msg = inflated(t, msg)
 			}
 			if strings.HasPrefix(string(msg), `{"type":"task"`) {
 				break
@@ -101,47 +127,68 @@ func TestIdleWebSocketMemory(t *testing.T) {
 	}
 	per := testenv.LiveBytesPerConn(t, conns, open, func() bool { return h.Len() == conns+1 })
 	t.Logf("%d bytes live per idle WebSocket", per)
-	if per > maxIdleBytesPerConn {
-		t.Fatalf("an idle WebSocket keeps %d bytes live, want at most %d", per, maxIdleBytesPerConn)
+	if per > bound {
+		t.Fatalf("an idle WebSocket keeps %d bytes live, want at most %d", per, bound)
 	}
 }
 
-// writeMasked writes p as one masked text frame, as a client must; the
-// mask is zero, so p goes out as it is.
-func writeMasked(t *testing.T, c net.Conn, p []byte) {
+// deflated is p compressed as a message of permessage-deflate.
+func deflated(t *testing.T, p []byte) []byte {
+	var b bytes.Buffer
+	w, err := flate.NewWriter(&b, flate.BestSpeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(p)
+	w.Flush()
+	return bytes.TrimSuffix(b.Bytes(), []byte("\x00\x00\xff\xff"))
+}
+
+// inflated is the message compressed in p.
+func inflated(t *testing.T, p []byte) []byte {
+	msg, err := io.ReadAll(flate.NewReader(io.MultiReader(bytes.NewReader(p), strings.NewReader("\x00\x00\xff\xff"))))
+	if len(msg) == 0 {
+		t.Fatalf("inflating a message: %v", err)
+	}
+	return msg
+}
+
+// writeMasked writes p as one masked frame whose first byte is first, as
+// a client must; the mask is zero, so p goes out as it is.
+func writeMasked(t *testing.T, c net.Conn, first byte, p []byte) {
 	t.Helper()
 	if len(p) > 125 {
 		t.Fatalf("frame of %d bytes: too long for this test's client", len(p))
 	}
-	frame := append([]byte{0x81, 0x80 | byte(len(p)), 0, 0, 0, 0}, p...)
+	frame := append([]byte{first, 0x80 | byte(len(p)), 0, 0, 0, 0}, p...)
 	if _, err := c.Write(frame); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // readFrame reads one unmasked frame from the server and returns its
-// payload.
-func readFrame(br *bufio.Reader) ([]byte, error) {
+// first byte and its payload.
+func readFrame(br *bufio.Reader) (byte, []byte, error) {
 	var head [2]byte
 	if _, err := io.ReadFull(br, head[:]); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	n := uint64(head[1] & 0x7f)
 	switch n {
 	case 126:
 		var b [2]byte
 		if _, err := io.ReadFull(br, b[:]); err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 		n = uint64(binary.BigEndian.Uint16(b[:]))
 	case 127:
 		var b [8]byte
 		if _, err := io.ReadFull(br, b[:]); err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 		n = binary.BigEndian.Uint64(b[:])
 	}
 	p := make([]byte, n)
 	_, err := io.ReadFull(br, p)
-	return p, err
+	return head[0], p, err
 }

@@ -18,7 +18,7 @@ func BenchmarkParkedRoundTrip(b *testing.B) {
 	const conns = 1000
 	for _, kind := range []string{"ping", "subscribe"} {
 		b.Run(kind, func(b *testing.B) {
-			_, addr := serveHub(b, hub.Config{}, Config{RequestRate: 1e6, RequestBurst: 1e6})
+			_, addr := serveHub(b, hub.Config{}, Config{RequestRate: 1e6, RequestBurst: 1e6, ControlFrames: 1e6})
 			clients := make([]*rawClient, conns)
 			for i := range clients {
 				c, err := rawDialErr(b, addr, frame(true, opText, []byte(`{"op":"subscribe","id":1}`)))

@@ -21,7 +21,7 @@ import (
 // readers share: each reads while requests arrive, and the connection
 // parks between them. Write is called by one hub writer at a time.
 type sink struct {
-	wc      *wire.Conn
+	wc      wire.Conn       // held by value: one object per connection
 	bw      *backlog.Writer // every frame goes through it; made by wc's Accept
 	hc      *hub.Conn       // set by Bind, before any write
 	timeout time.Duration
@@ -154,13 +154,17 @@ func (s *sink) controlFrame(budget *rate.Limiter) bool {
 func (s *sink) Write(events []hub.Event) (bool, error) {
 	buf := frameBuffers.Get().(*[]byte)
 	frames := (*buf)[:0]
+	deflate := s.wc.Compressed()
 	for i := range events {
-		if events[i].Kind == hub.KindHeartbeat {
+		switch ev := &events[i]; {
+		case ev.Kind == hub.KindHeartbeat:
 			frames = s.appendHeartbeat(frames)
-			continue
-		}
-		if b, ok := render(&events[i]); ok {
-			frames = wire.AppendText(frames, b)
+		case ev.Kind == hub.KindTask && deflate:
+			frames = appendDeflated(frames, ev)
+		default:
+			if b, ok := render(ev); ok {
+				frames = wire.AppendText(frames, b)
+			}
 		}
 	}
 	var err error
@@ -317,6 +321,31 @@ func patchFrame(p *snapshot.Patch) []byte {
 	b := make([]byte, 0, len(p.Event)+16)
 	b = append(b, `{"type":"patch",`...)
 	return append(b, p.Event[1:]...)
+}
+
+// appendDeflated appends a task event for a connection that takes
+// compressed messages: compressed once per version (or patch) and shared,
+// or as it is where compressing saves nothing.
+func appendDeflated(frames []byte, ev *hub.Event) []byte {
+	var deflated []byte
+	if ev.Patch != nil {
+		deflated = ev.Patch.Encoded(snapshot.PatchEncodingWebSocketDeflate, deflatedPatchFrame)
+	} else {
+		deflated = ev.Snapshot.Encoded(snapshot.EncodingWebSocketDeflate, deflatedTaskFrame)
+	}
+	if deflated == nil {
+		b, _ := render(ev)
+		return wire.AppendText(frames, b)
+	}
+	return wire.AppendDeflated(frames, deflated)
+}
+
+func deflatedTaskFrame(s *snapshot.Snapshot) []byte {
+	return wire.Deflate(s.Encoded(snapshot.EncodingWebSocket, taskFrame))
+}
+
+func deflatedPatchFrame(p *snapshot.Patch) []byte {
+	return wire.Deflate(p.Encoded(snapshot.PatchEncodingWebSocket, patchFrame))
 }
 
 // render encodes one server message; heartbeats are Write's

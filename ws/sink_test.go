@@ -34,14 +34,22 @@ type pair struct {
 
 func newPair(tb testing.TB, timeout time.Duration) *pair {
 	tb.Helper()
+	return openPair(tb, timeout, false)
+}
+
+// openPair is newPair whose client and server agree on compression when
+// deflate is set.
+func openPair(tb testing.TB, timeout time.Duration, deflate bool) *pair {
+	tb.Helper()
 	accepted := make(chan *sink, 1)
 	pongs := make(chan struct{}, 64)
 	writes := new(atomic.Int64)
 	gone, ended := context.WithCancel(context.Background())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := newSink(Config{ControlFrames: 1000}.WithDefaults(), hub.Config{WriteTimeout: timeout}.WithDefaults())
-		wc, err := wire.Accept(w, r, wire.Options{
+		err := s.wc.Accept(w, r, wire.Options{
 			Subprotocol: Subprotocol,
+			Compression: deflate,
 			Control: func(op byte, payload []byte) bool {
 				if op == wire.OpPong {
 					select {
@@ -56,14 +64,13 @@ func newPair(tb testing.TB, timeout time.Duration) *pair {
 		if err != nil {
 			return
 		}
-		s.wc = wc
 		accepted <- s
 		// The server's reader answers the client's pings, as a
 		// connection's readers do, until the connection ends.
 		go func() {
 			defer ended()
 			for {
-				if _, _, err := wc.Read(context.Background()); err != nil {
+				if _, _, err := s.wc.Read(context.Background()); err != nil {
 					return
 				}
 			}
@@ -72,7 +79,11 @@ func newPair(tb testing.TB, timeout time.Duration) *pair {
 	tb.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), &websocket.DialOptions{Subprotocols: []string{Subprotocol}})
+	opts := &websocket.DialOptions{Subprotocols: []string{Subprotocol}}
+	if deflate {
+		opts.CompressionMode = websocket.CompressionNoContextTakeover
+	}
+	client, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), opts)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -24,6 +24,7 @@ func init() {
 		"ws-control-frames":     {"2", "3", func(c config) string { return ftoa(c.Node.WS.ControlFrames) }},
 		"ws-request-burst":      {"4", "5", func(c config) string { return itoa(c.Node.WS.RequestBurst) }},
 		"ws-max-bad-messages":   {"2", "3", func(c config) string { return itoa(c.Node.WS.MaxBadMessages) }},
+		"ws-compression":        {"true", "false", func(c config) string { return strconv.FormatBool(c.Node.WS.Compression) }},
 		"first-request-timeout": {"5s", "6s", func(c config) string { return dur(c.Node.WS.FirstRequestTimeout) }},
 		"socket-send-buffer":    {"65536", "0", func(c config) string { return itoa(c.Node.Hub.SendBuffer) }},
 		"hot-task-watchers":     {"10", "20", func(c config) string { return itoa(c.Node.Hub.HotTaskWatchers) }},

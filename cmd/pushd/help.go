@@ -27,7 +27,7 @@ var settingGroups = []settingGroup{
 	{"Connections", []string{"heartbeat", "write-timeout", "writers", "socket-send-buffer", "sse-retry",
 		"reconnect-after", "first-request-timeout", "subscribe-timeout", "max-subscriptions", "max-ids",
 		"subscribe-reads", "subscribe-read-burst", "hot-task-watchers", "poll-interval",
-		"ws-control-frames", "ws-max-bad-messages", "ws-max-message-bytes", "ws-request-burst", "ws-request-rate"}},
+		"ws-compression", "ws-control-frames", "ws-max-bad-messages", "ws-max-message-bytes", "ws-request-burst", "ws-request-rate"}},
 	{"Limits", []string{"max-conns", "max-conns-per-ip", "max-conns-per-tenant", "max-conns-per-user",
 		"connect-ip-burst", "connect-ip-rate", "connect-user-burst", "connect-user-rate",
 		"auth-failure-addresses", "auth-failure-burst", "auth-failure-rate",

@@ -16,6 +16,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,6 +32,9 @@ type Options struct {
 	// clients that send no Origin.
 	OriginPatterns []string
 	ReadLimit      int64 // a longer message closes the connection with 1009
+	// Compression accepts a client's offer of permessage-deflate, without
+	// context takeover on either side (Compressed, Deflate).
+	Compression bool
 	// Control takes each ping or pong of the client (OpPing, OpPong) with
 	// its unmasked payload; false stops all reading (a flood), and the
 	// connection can only close. It runs under the reader's lock: it must
@@ -41,51 +45,64 @@ type Options struct {
 	Writer func(net.Conn) io.Writer
 }
 
-// Conn is an accepted WebSocket. Read may be called by one goroutine at a
-// time, beside Pump and Idle; WriteFrames and Close from any.
+// Conn is a WebSocket, made by Accept; its zero value is ready for it, so
+// a connection's owner can hold it by value. Read may be called by one
+// goroutine at a time, beside Pump and Idle; WriteFrames and Close from
+// any.
 type Conn struct {
 	lib *websocket.Conn
 	g   gate
 	out frameWriter
 	br  *bufio.Reader // the library's reader, over g
-	raw syscall.RawConn
+	// deflate: permessage-deflate was negotiated, without context
+	// takeover.
+	deflate bool
 }
 
 // ErrSubprotocol is Accept's error when the client did not offer the
 // subprotocol; the connection was closed with 1008.
 var ErrSubprotocol = errors.New("websocket: subprotocol not offered")
 
-// Accept upgrades the request; on failure the client has been answered.
+// Accept upgrades the request into c, once; on failure the client has
+// been answered.
 //
 // What it relies on in coder/websocket (contract_test.go):
 //   - the library keeps the bufio.ReadWriter that Hijack returns as its
 //     reader and writer, and reads the connection it is handed only through
 //     that reader: both lead to the gate;
-//   - it writes nothing but its close frame (compression off, no Ping
-//     called), flushes after each frame, and a control frame fits the
-//     writer: each write reaching frameWriter is one whole frame;
-//   - its reader stops at the end of a message, reading nothing past it.
-func Accept(w http.ResponseWriter, r *http.Request, o Options) (*Conn, error) {
-	c := &Conn{}
+//   - it writes nothing but its close frame (no message and no Ping is
+//     written through it), flushes after each frame, and a control frame
+//     fits the writer: each write reaching frameWriter is one whole frame;
+//   - its reader stops at the end of a message, reading nothing past it;
+//   - with compression, it answers permessage-deflate in the response's
+//     Sec-WebSocket-Extensions with no context takeover on either side,
+//     and inflates the client's compressed messages itself.
+func (c *Conn) Accept(w http.ResponseWriter, r *http.Request, o Options) error {
 	c.g.control = o.Control
+	mode := websocket.CompressionDisabled
+	if o.Compression {
+		// Each message alone: one compressed once serves every
+		// connection (Deflate), and a connection keeps no window.
+		mode = websocket.CompressionNoContextTakeover
+	}
 	lib, err := websocket.Accept(hijacker{w, c, o.Writer}, r, &websocket.AcceptOptions{
-		Subprotocols:   []string{o.Subprotocol},
-		OriginPatterns: o.OriginPatterns,
-		// Frames are written here (AppendText), uncompressed.
-		CompressionMode: websocket.CompressionDisabled,
+		Subprotocols:    []string{o.Subprotocol},
+		OriginPatterns:  o.OriginPatterns,
+		CompressionMode: mode,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.lib = lib
+	c.deflate = strings.HasPrefix(w.Header().Get("Sec-WebSocket-Extensions"), "permessage-deflate")
 	if lib.Subprotocol() != o.Subprotocol {
 		lib.Close(websocket.StatusPolicyViolation, "subprotocol "+o.Subprotocol+" required")
-		return nil, ErrSubprotocol
+		return ErrSubprotocol
 	}
 	if o.ReadLimit > 0 {
 		lib.SetReadLimit(o.ReadLimit)
 	}
-	return c, nil
+	return nil
 }
 
 // Read reads the next message, answering the pings and pongs before it.
@@ -120,8 +137,20 @@ func (c *Conn) Pump(readNow func([]byte) (int, error)) (busy bool) { return c.g.
 // connection may go without a reader until its socket turns readable.
 func (c *Conn) Idle() bool { return c.g.idle() && c.br.Buffered() == 0 }
 
+// Compressed reports whether the client takes compressed messages
+// (AppendDeflated).
+func (c *Conn) Compressed() bool { return c.deflate }
+
 // Raw is the socket's descriptor for a poller; nil where there is none.
-func (c *Conn) Raw() syscall.RawConn { return c.raw }
+// Each call makes a new one: call it once.
+func (c *Conn) Raw() syscall.RawConn {
+	if sc, ok := c.g.conn.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			return raw
+		}
+	}
+	return nil
+}
 
 // Buffer sizes of a connection. net/http hands a hijacked connection a
 // 4 KiB reader and a 4 KiB writer, which the library keeps for the
@@ -166,11 +195,6 @@ func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c.g.conn = conn
 	if brw.Reader.Buffered() > 0 {
 		c.g.pre = brw.Reader // the client's first bytes, sent with the handshake
-	}
-	if sc, ok := conn.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			c.raw = raw
-		}
 	}
 	c.br = bufio.NewReaderSize(&c.g, readBufferSize)
 	// The library reads the connection it is handed, under its reader: it

@@ -5,6 +5,7 @@ package wire
 import (
 	"bufio"
 	"bytes"
+	"compress/flate"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -144,6 +145,60 @@ func TestLibraryWritesWholeFramesOnly(t *testing.T) {
 	}
 }
 
+// TestLibraryNegotiatesDeflateAlone: with Compression, a browser's offer
+// of permessage-deflate is answered with no context takeover on either
+// side (so a message compressed alone, once, serves every connection),
+// the client reads AppendDeflated's frame as the message, and the
+// library inflates the client's compressed messages itself. Without the
+// offer, or without Compression, nothing is negotiated.
+func TestLibraryNegotiatesDeflateAlone(t *testing.T) {
+	const offer = "permessage-deflate; client_max_window_bits"
+	for _, tc := range []struct {
+		compression bool
+		offer       string
+		want        string
+	}{
+		{true, offer, "permessage-deflate; client_no_context_takeover; server_no_context_takeover"},
+		{true, "", ""},
+		{false, offer, ""},
+	} {
+		srv := serve(t, Options{Compression: tc.compression})
+		cl := dialOffering(t, srv.addr, tc.offer)
+		c := srv.conn(t)
+		if cl.extensions != tc.want || c.Compressed() != (tc.want != "") {
+			t.Fatalf("Compression %v, offer %q: the response's extensions are %q and Compressed %v; want %q",
+				tc.compression, tc.offer, cl.extensions, c.Compressed(), tc.want)
+		}
+		if !c.Compressed() {
+			continue
+		}
+		msg := []byte(strings.Repeat(`{"type":"task","progress":45}`, 4))
+		deflated := Deflate(msg)
+		if deflated == nil || len(deflated) >= len(msg) {
+			t.Fatalf("Deflate(%d bytes) = %d bytes", len(msg), len(deflated))
+		}
+		if err := c.WriteFrames(AppendDeflated(nil, deflated)); err != nil {
+			t.Fatal(err)
+		}
+		first, p, err := cl.nextFrame()
+		if err != nil || first != 0xc1 {
+			t.Fatalf("the client read a frame starting %x, %v; want a compressed text frame (c1)", first, err)
+		}
+		if got, err := io.ReadAll(flate.NewReader(io.MultiReader(bytes.NewReader(p), strings.NewReader(deflateTail)))); !bytes.Equal(got, msg) {
+			t.Fatalf("the client inflated %q, %v; want %q", got, err, msg)
+		}
+		sent := frame(true, opText, deflated)
+		sent[0] |= rsv1Bit
+		cl.send(sent)
+		if _, got, err := c.Read(context.Background()); err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("the server read %q, %v; want the client's compressed message inflated", got, err)
+		}
+	}
+	if Deflate([]byte("{}")) != nil {
+		t.Error("Deflate of a message it cannot shrink did not return nil")
+	}
+}
+
 func TestAppendTextFrameLengths(t *testing.T) {
 	for _, tc := range []struct {
 		n      int
@@ -177,8 +232,8 @@ func serve(t *testing.T, o Options) *server {
 	}
 	s := &server{accepted: make(chan *Conn, 1)}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := Accept(w, r, o)
-		if err != nil {
+		c := &Conn{}
+		if err := c.Accept(w, r, o); err != nil {
 			t.Errorf("Accept: %v", err)
 			return
 		}
@@ -202,13 +257,21 @@ func (s *server) conn(t *testing.T) *Conn {
 
 // client is the client end, speaking frames by hand.
 type client struct {
-	t  *testing.T
-	c  net.Conn
-	br *bufio.Reader
+	t          *testing.T
+	c          net.Conn
+	br         *bufio.Reader
+	extensions string // the response's Sec-WebSocket-Extensions
 }
 
 // dial opens a WebSocket, sending first in the handshake's write.
 func dial(t *testing.T, addr string, first ...[]byte) *client {
+	return dialOffering(t, addr, "", first...)
+}
+
+// dialOffering is dial with the extensions offered (a
+// Sec-WebSocket-Extensions value, or none when empty); the response's
+// are the client's extensions.
+func dialOffering(t *testing.T, addr, offer string, first ...[]byte) *client {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +279,11 @@ func dial(t *testing.T, addr string, first ...[]byte) *client {
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(testenv.Wait))
 	req := "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: test\r\n\r\n"
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: test\r\n"
+	if offer != "" {
+		req += "Sec-WebSocket-Extensions: " + offer + "\r\n"
+	}
+	req += "\r\n"
 	cl := &client{t: t, c: c, br: bufio.NewReader(c)}
 	cl.send(append([][]byte{[]byte(req)}, first...)...)
 	for {
@@ -226,6 +293,9 @@ func dial(t *testing.T, addr string, first ...[]byte) *client {
 		}
 		if line == "\r\n" {
 			return cl
+		}
+		if v, ok := strings.CutPrefix(line, "Sec-Websocket-Extensions: "); ok {
+			cl.extensions = strings.TrimSpace(v)
 		}
 	}
 }
@@ -239,10 +309,16 @@ func (cl *client) send(frames ...[]byte) {
 
 // next reads the server's next frame.
 func (cl *client) next() (op byte, payload []byte, err error) {
+	first, payload, err := cl.nextFrame()
+	return first & 0x0f, payload, err
+}
+
+// nextFrame reads the server's next frame, returning its first byte.
+func (cl *client) nextFrame() (first byte, payload []byte, err error) {
 	var b []byte
 	for {
-		if op, payload, _, ok := parseFrame(b); ok {
-			return op, payload, nil
+		if _, payload, _, ok := parseFrame(b); ok {
+			return b[0], payload, nil
 		}
 		c, err := cl.br.ReadByte()
 		if err != nil {
@@ -302,8 +378,9 @@ func (w recording) Write(p []byte) (int, error) {
 // readNow reads what c's socket holds without waiting, as a poller's
 // reader does.
 func readNow(t *testing.T, c *Conn) func([]byte) (int, error) {
+	raw := c.Raw()
 	return func(b []byte) (n int, err error) {
-		rerr := c.Raw().Read(func(fd uintptr) bool {
+		rerr := raw.Read(func(fd uintptr) bool {
 			n, err = syscall.Read(int(fd), b)
 			return true
 		})
