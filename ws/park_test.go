@@ -88,26 +88,7 @@ func rawDialErr(t testing.TB, addr string, first ...[]byte) (*rawClient, error) 
 }
 
 // frame is a client's frame: masked, as a client's must be.
-func frame(fin bool, op byte, p []byte) []byte {
-	b0 := op
-	if fin {
-		b0 |= 0x80
-	}
-	mask := [4]byte{1, 2, 3, 4}
-	b := []byte{b0}
-	switch n := len(p); {
-	case n <= 125:
-		b = append(b, 0x80|byte(n))
-	default:
-		b = append(b, 0x80|126)
-		b = binary.BigEndian.AppendUint16(b, uint16(n))
-	}
-	b = append(b, mask[:]...)
-	for i, c := range p {
-		b = append(b, c^mask[i%4])
-	}
-	return b
-}
+var frame = testenv.WSClientFrame
 
 func (r *rawClient) send(frames ...[]byte) {
 	r.t.Helper()

@@ -2,11 +2,12 @@ package wire
 
 import (
 	"bytes"
-	"encoding/binary"
 	"io"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/pushd/pushd/internal/testenv"
 )
 
 // chunks is a client's byte stream arriving in pieces: Read hands out one
@@ -128,23 +129,4 @@ func (gatedTestConn) SetReadDeadline(time.Time) error  { return nil }
 func (gatedTestConn) SetWriteDeadline(time.Time) error { return nil }
 
 // frame is a client's frame: masked, as a client's must be.
-func frame(fin bool, op byte, p []byte) []byte {
-	b0 := op
-	if fin {
-		b0 |= 0x80
-	}
-	mask := [4]byte{1, 2, 3, 4}
-	b := []byte{b0}
-	switch n := len(p); {
-	case n <= 125:
-		b = append(b, 0x80|byte(n))
-	default:
-		b = append(b, 0x80|126)
-		b = binary.BigEndian.AppendUint16(b, uint16(n))
-	}
-	b = append(b, mask[:]...)
-	for i, c := range p {
-		b = append(b, c^mask[i%4])
-	}
-	return b
-}
+var frame = testenv.WSClientFrame
