@@ -17,15 +17,17 @@ import (
 	"github.com/pushd/pushd/ws/internal/wire"
 )
 
-// sink writes events as JSON text frames, and holds what a connection's
-// readers share: each reads while requests arrive, and the connection
-// parks between them. Write is called by one hub writer at a time.
+// sink writes events as JSON text frames (task messages compressed where
+// the client negotiated it), and holds what a connection's readers share:
+// each reads while requests arrive, and the connection parks between
+// them. Write is called by one hub writer at a time.
 type sink struct {
 	wc      wire.Conn       // held by value: one object per connection
 	bw      *backlog.Writer // every frame goes through it; made by wc's Accept
 	hc      *hub.Conn       // set by Bind, before any write
 	timeout time.Duration
-	// sendBuffer is the socket send buffer writer sets; 0 leaves it.
+	// sendBuffer is the socket send buffer the writer method sets; 0
+	// leaves it.
 	sendBuffer int
 
 	// What the connection's readers share; one reads at a time. parkMu
@@ -115,8 +117,8 @@ func (s *sink) wake() {
 	}
 }
 
-// onControl is wire.Options.Control: it answers a client's ping and takes a pong, as
-// long as the client keeps within its budget of control frames.
+// onControl is wire.Options.Control: it answers a client's ping and takes
+// a pong, as long as the client keeps within its budget of control frames.
 func (s *sink) onControl(op byte, payload []byte) bool {
 	// The pong of the node's own ping in flight was asked for: it is not
 	// the client's to budget, whatever the heartbeat interval.
