@@ -144,7 +144,7 @@ type ChangeStats struct {
 	CaughtUp  uint64 // rows listed on taking the lease
 	Leads     uint64 // times this node took the lease
 	Failures  uint64 // leads that ended on an error
-	Leading   bool   // this node holds the lease and listens now
+	Leading   bool   // this node holds the lease, caught up, and reads notifications now
 }
 
 // NewChangeReader makes a reader; Start runs it.
@@ -185,8 +185,9 @@ func (r *ChangeReader) Stats() ChangeStats {
 
 func (r *ChangeReader) run(ctx context.Context) {
 	defer close(r.done)
-	// Failures to take the lease, and leads that fail before they listen
-	// (PostgreSQL down), are logged once an episode: either may last long.
+	// Failures to take the lease, and leads that fail before they read
+	// notifications (PostgreSQL down, or a catch-up Redis will not take),
+	// are logged once an episode: either may last long.
 	failing, leadFailing := false, false
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -230,16 +231,22 @@ func (r *ChangeReader) lead(ctx context.Context, token int64, heard time.Time) e
 		return err
 	}
 	defer closeConn(ctx, conn)
-	r.leading.Store(true)
 	listening, err := pgNow(ctx, conn)
 	if err != nil {
 		return err
+	}
+	if heard.IsZero() {
+		// No reader heard anything before: this catch-up lists from Grace
+		// before listening, and the next lead, should this one fail, must
+		// list from there too, not from Grace before its own.
+		heard = listening
 	}
 	// Connecting took part of the lease's time, and the catch-up may take
 	// longer than all of it: each renews it first.
 	if err := r.catchUp(ctx, token, heard, listening); err != nil {
 		return err
 	}
+	r.leading.Store(true)
 	lctx, cancel := context.WithCancelCause(ctx)
 	l := &listener{r: r, conn: conn, token: token, pending: map[string]int64{}, ctx: lctx, fail: cancel,
 		slots: make(chan struct{}, flushesInFlight), running: map[uint64]bool{}}
@@ -294,19 +301,15 @@ func pgNow(ctx context.Context, conn *pgx.Conn) (time.Time, error) {
 	return now, nil
 }
 
-// catchUp publishes the rows changed from Grace before heard (or before
-// listening, when nothing was heard) up to listening, from MaxCatchUp
-// before listening at the earliest: what was committed while no reader
-// listened. Later changes come as notifications.
+// catchUp publishes the rows changed from Grace before heard up to
+// listening, from MaxCatchUp before listening at the earliest: what was
+// committed while no reader listened. Later changes come as
+// notifications. Each renewal records heard, which a first lead sets.
 func (r *ChangeReader) catchUp(ctx context.Context, token int64, heard, listening time.Time) error {
-	from := listening.Add(-r.cfg.Grace)
-	if !heard.IsZero() {
-		from = heard.Add(-r.cfg.Grace)
-	}
-	from = later(from, listening.Add(-r.cfg.MaxCatchUp))
+	from := later(heard.Add(-r.cfg.Grace), listening.Add(-r.cfg.MaxCatchUp))
 	after := ""
 	for {
-		if err := r.renew(ctx, token, time.Time{}); err != nil {
+		if err := r.renew(ctx, token, heard); err != nil {
 			return err
 		}
 		qctx, cancel := context.WithTimeout(ctx, opTimeout)

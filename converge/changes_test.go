@@ -3,6 +3,7 @@ package converge_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -255,9 +256,15 @@ func TestChangesFlushPastAHeldPublish(t *testing.T) {
 	<-pub.reached
 	// The lease is renewed while the publish hangs: the reader's loop goes
 	// on (the point it heard up to waits for the held flush).
+	// A renewal is the TTL rising above the lowest seen since: the first
+	// reading may come right after one, at the whole TTL.
 	ttl := func() time.Duration { return e.r.Client.PTTL(testenv.Context(t), e.r.Names.ChangeReader()).Val() }
-	before := ttl()
-	testenv.Eventually(t, "the lease renewed while a publish hangs", func() bool { return ttl() > before })
+	lowest := ttl()
+	testenv.Eventually(t, "the lease renewed while a publish hangs", func() bool {
+		now := ttl()
+		lowest = min(lowest, now)
+		return now > lowest
+	})
 	e.commit(t, fast, 1, "RUNNING", "{}")
 	e.waitStored(t, fast, 1)
 	if s := e.stored(t, slow); s != nil {
@@ -265,4 +272,58 @@ func TestChangesFlushPastAHeldPublish(t *testing.T) {
 	}
 	close(pub.release)
 	e.waitStored(t, slow, 1)
+}
+
+// refusingPublisher refuses the first publish of one task once the test
+// lets it, as a Redis that timed out would: the rest go through.
+type refusingPublisher struct {
+	fanout.Publisher
+	refused string
+	reached chan struct{} // closed when the refused task's publish begins
+	release chan struct{}
+	once    sync.Once
+}
+
+func (p *refusingPublisher) Publish(ctx context.Context, s *snapshot.Snapshot) (bool, error) {
+	refuse := false
+	if s.TaskID == p.refused {
+		p.once.Do(func() { refuse = true; close(p.reached) })
+	}
+	if refuse {
+		<-p.release
+		return false, errors.New("refused")
+	}
+	return p.Publisher.Publish(ctx, s)
+}
+
+// The fleet's first lead, which no reader heard anything before, lists
+// from Grace before it listens; when its catch-up fails, the next lead
+// lists from there too, however long the first took, not from Grace
+// before its own listening.
+func TestAFailedFirstCatchUpIsListedAgain(t *testing.T) {
+	e := newEnv(t)
+	id := testenv.UniqueID("task")
+	e.commit(t, id, 1, "RUNNING", "{}")
+	pub := &refusingPublisher{Publisher: e.pub, refused: id, reached: make(chan struct{}), release: make(chan struct{})}
+	cfg, err := pgx.ParseConfig(e.pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const grace = 2 * time.Second
+	r := converge.NewChangeReader(converge.ChangesConfig{Listen: cfg, Rows: e.store, Publisher: pub,
+		Redis: e.r.Client, Names: e.r.Names, Node: "first", LeaseTTL: 1500 * time.Millisecond, Grace: grace})
+	r.Start()
+	t.Cleanup(r.Close)
+	<-pub.reached
+	testenv.Eventually(t, "PostgreSQL's clock is past the row by more than Grace", func() bool {
+		var past bool
+		err := e.pg.Pool.QueryRow(testenv.Context(t), `SELECT now() > updated_at + $2::interval
+			FROM generation_tasks WHERE id = $1`, id, grace.String()).Scan(&past)
+		return err == nil && past
+	})
+	close(pub.release)
+	e.waitStored(t, id, 1)
+	if s := r.Stats(); s.Failures < 1 || s.Leads < 2 {
+		t.Errorf("%d leads, %d failed: want the first to fail and a second", s.Leads, s.Failures)
+	}
 }
