@@ -115,6 +115,7 @@ type config struct {
 	Verbose        bool
 	ProfileWorkers string
 	ProfileNodes   string
+	CPUSplit       string // auto, perf or proc: how server CPU is split into user and kernel
 
 	// Command is the command line, for the result.
 	Command string
@@ -160,6 +161,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.StormMoved, "storm-moved", 0.1, "with -storm-resume: the share of the tasks (above 0, at most 1) moved to a new version while the node is down, picked at random, the same for a given -tasks")
 	fs.BoolVar(&c.Deltas, "deltas", false, "pushd's clients ask for deltas (deltas=merge), as pushd.js does: later versions come as merge patches, which the clients read as task events; wire_bytes_per_delivery shows what they save")
 	fs.BoolVar(&c.WSCompression, "ws-compression", false, "pushd runs with --ws-compression and its WebSocket clients offer permessage-deflate, as browsers do, and inflate what comes compressed; wire_bytes_per_delivery shows what it saves")
+	fs.StringVar(&c.CPUSplit, "cpu-split", "auto", "how fanout splits the server's CPU into user and kernel time: perf (sample the server with perf's cpu-clock), proc (/proc's user and system times, counted a whole tick at a time on kernels without virtual CPU accounting), or auto (perf where it runs, else proc)")
 	fs.BoolVar(&c.Pin, "pin", false, "on two cores: run the server under test on CPU 0 alone with GOMAXPROCS=1 (pushd and Centrifugo alike), and the load generator, its workers, the private Redis and the shared PostgreSQL's processes on CPU 1 (given every CPU back after the run); figures then count the server's own core")
 	fs.BoolVar(&c.FindMax, "find-max", false, "fanout: find the highest rate each server holds (every update delivered, p99 ≤ 100 ms, the publisher keeping up): runs from -rate, doubling while held, then halving the gap to within 10 %; reports max_held_rate")
 	fs.IntVar(&c.PingFlooders, "ping-flooders", 0, "fanout on pushd: this many extra WebSocket clients send pings as fast as their socket takes them while updates flow, each reconnecting a second after the server closes it")
@@ -175,7 +177,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Out, "out", "", "write the JSON result here (with -quick, -find-max or -target both: a JSON array of every run)")
 	fs.BoolVar(&c.Verbose, "v", false, "log progress to stderr")
 	fs.StringVar(&c.ProfileWorkers, "profile-workers", "", "write each worker's CPU profile, and its heap in use when it reports, to this directory (the heap profile forces a GC and samples every 512 bytes allocated: a profiled run's figures are not comparable)")
-	fs.StringVar(&c.ProfileNodes, "profile-nodes", "", "give each pushd node a debug listener and write CPU profiles of it to this directory: with -kill-node, each surviving node's over the 10 s after the kill; otherwise, in fanout, each node's over the publishing (node<i>.measure.pprof)")
+	fs.StringVar(&c.ProfileNodes, "profile-nodes", "", "give each pushd node a debug listener and write CPU profiles of it to this directory: with -kill-node, each surviving node's over the 10 s after the kill; otherwise, in fanout, each node's over the publishing (node<i>.measure.pprof), and perf's samples of the split (pushd.measure.perf, centrifugo.measure.perf; -cpu-split)")
 	fs.Bool("worker", false, "run as a worker (internal)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: loadtest -scenario idle|fanout|churn|storm|outage|stall [-transport sse|ws] [flags]\n       loadtest -quick\n\n")
@@ -264,6 +266,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.FindMax && (c.Quick || c.Scenario != "fanout" || c.KillMaster) {
 		return c, fmt.Errorf("-find-max runs -scenario fanout only, without -quick or -kill-master")
+	}
+	if c.CPUSplit != "auto" && c.CPUSplit != "perf" && c.CPUSplit != "proc" {
+		return c, fmt.Errorf("-cpu-split %q: want auto, perf or proc", c.CPUSplit)
 	}
 	switch c.PGWrites {
 	case "auto", "always", "fallback", "off":

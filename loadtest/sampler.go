@@ -349,10 +349,13 @@ type cpuUse struct {
 	// A node that ended during the run counts in Server only.
 	ServerUser   float64 `json:"server_user_cores"`
 	ServerKernel float64 `json:"server_kernel_cores"`
-	LoadGen      float64 `json:"loadgen_cores"` // workers and the controller (publisher)
-	Workers      float64 `json:"worker_cores"`  // the workers alone: the clients
-	Redis        float64 `json:"redis_cores"`
-	MachineBusy  float64 `json:"machine_busy_pct"`
+	// Split says how: "perf" (sampled, cpusplit.go) or "proc" (/proc's
+	// tick-counted user and system times).
+	Split       string  `json:"server_split,omitempty"`
+	LoadGen     float64 `json:"loadgen_cores"` // workers and the controller (publisher)
+	Workers     float64 `json:"worker_cores"`  // the workers alone: the clients
+	Redis       float64 `json:"redis_cores"`
+	MachineBusy float64 `json:"machine_busy_pct"`
 	// OtherCores is the machine's busy time not spent by the server, the
 	// load generator or Redis: PostgreSQL, and other work on the machine.
 	OtherCores float64 `json:"other_cores"`

@@ -198,6 +198,7 @@ func runFanout(ctx context.Context, r *run) error {
 	var nodeKill *nodeKill
 	var roll *nodeRoll
 	var err error
+	kernelShare := -1.0 // of the server's CPU, by perf; -1 for /proc's split
 	switch {
 	case r.cfg.KillMaster:
 		pr, kill, err = r.publishKillingMaster(ctx)
@@ -206,6 +207,7 @@ func runFanout(ctx context.Context, r *run) error {
 	case r.cfg.Roll:
 		pr, roll, err = r.publishRolling(ctx)
 	default:
+		split := r.startCPUSplit()
 		stop := r.floodPings(ctx)
 		var profiles sync.WaitGroup
 		if r.cfg.ProfileNodes != "" {
@@ -218,6 +220,7 @@ func runFanout(ctx context.Context, r *run) error {
 		pr = r.pub.run(ctx, r.cfg.Rate, r.cfg.Duration)
 		stop()
 		profiles.Wait()
+		kernelShare = r.endCPUSplit(ctx, split)
 	}
 	if err != nil {
 		return err
@@ -239,6 +242,12 @@ func runFanout(ctx context.Context, r *run) error {
 		r.connsPerNode(r.redis.ports())
 	}
 	cpu := before.to(after)
+	cpu.Split = "proc"
+	if kernelShare >= 0 {
+		cpu.Split = "perf"
+		cpu.ServerKernel = cpu.Server * kernelShare
+		cpu.ServerUser = cpu.Server - cpu.ServerKernel
+	}
 	r.res.CPU = &cpu
 	r.res.Publish = &pr
 	m, err := r.final(ctx)
