@@ -191,6 +191,12 @@ func runFanout(ctx context.Context, r *run) error {
 	if err := r.phase(ctx, "measure"); err != nil {
 		return err
 	}
+	// perf's split samples a little more than the marks' window, whose
+	// length the rates divide by: starting and reading it take time.
+	var split *cpuSplit
+	if !r.cfg.KillMaster && !r.cfg.KillNode && !r.cfg.Roll {
+		split = r.startCPUSplit()
+	}
 	before, fleet0 := r.mark(), r.markFleet(ctx)
 	m0 := fleet0.m
 	var pr pubRun
@@ -198,7 +204,6 @@ func runFanout(ctx context.Context, r *run) error {
 	var nodeKill *nodeKill
 	var roll *nodeRoll
 	var err error
-	kernelShare := -1.0 // of the server's CPU, by perf; -1 for /proc's split
 	switch {
 	case r.cfg.KillMaster:
 		pr, kill, err = r.publishKillingMaster(ctx)
@@ -207,7 +212,6 @@ func runFanout(ctx context.Context, r *run) error {
 	case r.cfg.Roll:
 		pr, roll, err = r.publishRolling(ctx)
 	default:
-		split := r.startCPUSplit()
 		stop := r.floodPings(ctx)
 		var profiles sync.WaitGroup
 		if r.cfg.ProfileNodes != "" {
@@ -220,13 +224,14 @@ func runFanout(ctx context.Context, r *run) error {
 		pr = r.pub.run(ctx, r.cfg.Rate, r.cfg.Duration)
 		stop()
 		profiles.Wait()
-		kernelShare = r.endCPUSplit(ctx, split)
 	}
 	if err != nil {
+		r.endCPUSplit(ctx, split)
 		return err
 	}
 	after, fleet1 := r.mark(), r.markFleet(ctx)
 	m1 := fleet1.m
+	kernelShare := r.endCPUSplit(ctx, split) // of the server's CPU; -1 for /proc's split
 	if err := r.phase(ctx, "drain"); err != nil {
 		return err
 	}
