@@ -37,10 +37,14 @@ type cpuSplit struct {
 	cmd  *exec.Cmd
 	data string
 	done chan error
+	ctl  *os.File      // perf's control channel: enable, disable
+	ack  *os.File      // its answers, one "ack" line a command
+	acks *bufio.Reader // over ack
 }
 
-// startCPUSplit starts perf on pids; the split is read by stop. It fails
-// when perf is missing or may not sample the servers.
+// startCPUSplit starts perf on pids with sampling off; enable and
+// disable bound the window it samples, and stop reads the split. It fails
+// when perf is missing.
 func startCPUSplit(dir string, pids []int) (*cpuSplit, error) {
 	perf, err := exec.LookPath("perf")
 	if err != nil {
@@ -53,12 +57,35 @@ func startCPUSplit(dir string, pids []int) (*cpuSplit, error) {
 	for i, p := range pids {
 		list[i] = strconv.Itoa(p)
 	}
-	s := &cpuSplit{data: filepath.Join(dir, fmt.Sprintf("cpusplit-%d.perf", time.Now().UnixNano())), done: make(chan error, 1)}
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	ackR, ackW, err := os.Pipe()
+	if err != nil {
+		ctlR.Close()
+		ctlW.Close()
+		return nil, err
+	}
+	s := &cpuSplit{
+		data: filepath.Join(dir, fmt.Sprintf("cpusplit-%d.perf", time.Now().UnixNano())),
+		done: make(chan error, 1),
+		ctl:  ctlW, ack: ackR, acks: bufio.NewReader(ackR),
+	}
+	// Descriptors 3 and 4 are ExtraFiles' first two.
 	s.cmd = exec.Command(perf, "record", "--quiet", "-e", "cpu-clock", "-F", strconv.Itoa(perfHz),
-		"-p", strings.Join(list, ","), "-o", s.data)
+		"--delay=-1", "--control", "fd:3,4", "-p", strings.Join(list, ","), "-o", s.data)
+	s.cmd.ExtraFiles = []*os.File{ctlR, ackW}
 	var stderr strings.Builder
 	s.cmd.Stderr = &stderr
-	if err := s.cmd.Start(); err != nil {
+	err = s.cmd.Start()
+	// perf's ends only: a perf that ends closes the last writer of its
+	// answers, so a command waiting for one learns of it at once.
+	ctlR.Close()
+	ackW.Close()
+	if err != nil {
+		s.ctl.Close()
+		s.ack.Close()
 		return nil, err
 	}
 	go func() {
@@ -68,13 +95,35 @@ func startCPUSplit(dir string, pids []int) (*cpuSplit, error) {
 		}
 		s.done <- err
 	}()
-	// perf that may not attach ends at once.
-	select {
-	case err := <-s.done:
-		return nil, fmt.Errorf("perf record ended: %v", err)
-	case <-time.After(200 * time.Millisecond):
-	}
 	return s, nil
+}
+
+// enable starts the sampling and returns once perf has: the window's
+// first mark comes after it.
+func (s *cpuSplit) enable() error { return s.command("enable") }
+
+// disable ends the sampling; the window's last mark comes before it.
+func (s *cpuSplit) disable() error { return s.command("disable") }
+
+// command sends perf a control command and waits for its answer. A perf
+// that could not attach to the servers has ended, and the answer is EOF.
+func (s *cpuSplit) command(c string) error {
+	if _, err := s.ctl.WriteString(c + "\n"); err != nil {
+		return fmt.Errorf("perf %s: %w", c, err)
+	}
+	_ = s.ack.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := s.acks.ReadString('\n')
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("perf %s: perf record ended (see its exit)", c)
+	}
+	if err != nil {
+		return fmt.Errorf("perf %s: %w", c, err)
+	}
+	// perf writes its answer with C's terminating NUL: "ack\n\x00".
+	if strings.Trim(line, "\x00\n") != "ack" {
+		return fmt.Errorf("perf %s: answered %q", c, line)
+	}
+	return nil
 }
 
 // stop ends the sampling and returns the fraction of the samples taken in
@@ -86,6 +135,10 @@ func (s *cpuSplit) stop(ctx context.Context, keep string) (kernel float64, sampl
 			os.Remove(s.data)
 		}
 	}()
+	// The control channel is closed only once perf has ended: perf that
+	// finds it closed before SIGINT leaves its data unfinished.
+	defer s.ctl.Close()
+	defer s.ack.Close()
 	_ = s.cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case err := <-s.done:
@@ -103,12 +156,16 @@ func (s *cpuSplit) stop(ctx context.Context, keep string) (kernel float64, sampl
 	if err != nil {
 		return 0, 0, 0, err
 	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		return 0, 0, 0, err
 	}
-	user, kern, onReturn := countModes(out, syscallInsn[runtime.GOARCH], readBefore)
+	mem := procMem{}
+	defer mem.close()
+	user, kern, onReturn := countModes(out, syscallInsn[runtime.GOARCH], mem.before)
 	if err := cmd.Wait(); err != nil {
-		return 0, 0, 0, fmt.Errorf("perf script: %w", err)
+		return 0, 0, 0, fmt.Errorf("perf script: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	if user+kern == 0 {
 		return 0, 0, 0, errors.New("perf took no samples")
@@ -122,19 +179,33 @@ var syscallInsn = map[string][]byte{
 	"arm64": {0x01, 0x00, 0x00, 0xd4}, // svc #0
 }
 
-// readBefore reads the n bytes before ip in pid's memory (the servers are
+// procMem reads the servers' memory, one open file a process (they are
 // still running when the split is read).
-func readBefore(pid int, ip uint64, n int) []byte {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
-	if err != nil {
+type procMem map[int]*os.File
+
+// before returns the n bytes before ip in pid's memory, nil if unreadable.
+func (m procMem) before(pid int, ip uint64, n int) []byte {
+	f, ok := m[pid]
+	if !ok {
+		f, _ = os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+		m[pid] = f // nil too: one try a process
+	}
+	if f == nil {
 		return nil
 	}
-	defer f.Close()
 	b := make([]byte, n)
 	if _, err := f.ReadAt(b, int64(ip)-int64(n)); err != nil {
 		return nil
 	}
 	return b
+}
+
+func (m procMem) close() {
+	for _, f := range m {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // countModes counts perf script's samples, a pid and an instruction
@@ -185,9 +256,9 @@ func countModes(r io.Reader, insn []byte, before func(pid int, ip uint64, n int)
 	return user, kernel, onReturn
 }
 
-// startCPUSplit starts sampling the servers' split by -cpu-split: nil
-// for /proc's.
-func (r *run) startCPUSplit() *cpuSplit {
+// startCPUSplit starts sampling the servers' split by -cpu-split, and
+// returns once perf samples: nil for /proc's.
+func (r *run) startCPUSplit(ctx context.Context) *cpuSplit {
 	if r.cfg.CPUSplit == "proc" {
 		return nil
 	}
@@ -198,6 +269,12 @@ func (r *run) startCPUSplit() *cpuSplit {
 		}
 	}
 	s, err := startCPUSplit(r.tmp, pids)
+	if err == nil {
+		if err = s.enable(); err != nil {
+			_, _, _, stopErr := s.stop(ctx, "")
+			err = errors.Join(err, stopErr)
+		}
+	}
 	if err != nil {
 		if r.cfg.CPUSplit == "perf" {
 			r.res.note("-cpu-split perf: %v; the split is /proc's", err)
@@ -217,8 +294,9 @@ func (r *run) endCPUSplit(ctx context.Context, s *cpuSplit) float64 {
 	if r.cfg.ProfileNodes != "" {
 		keep = filepath.Join(r.cfg.ProfileNodes, r.kind.name+".measure.perf")
 	}
-	share, samples, onReturn, err := s.stop(ctx, keep)
-	if err != nil {
+	err := s.disable()
+	share, samples, onReturn, stopErr := s.stop(ctx, keep)
+	if err = errors.Join(err, stopErr); err != nil {
 		r.res.note("perf's split failed (%v); the split is /proc's", err)
 		return -1
 	}

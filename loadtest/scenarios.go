@@ -191,11 +191,12 @@ func runFanout(ctx context.Context, r *run) error {
 	if err := r.phase(ctx, "measure"); err != nil {
 		return err
 	}
-	// perf's split samples a little more than the marks' window, whose
-	// length the rates divide by: starting and reading it take time.
+	// perf's split samples from just before the first mark to just after
+	// the last: perf is started and read outside the marks' window, whose
+	// length the rates divide by.
 	var split *cpuSplit
 	if !r.cfg.KillMaster && !r.cfg.KillNode && !r.cfg.Roll {
-		split = r.startCPUSplit()
+		split = r.startCPUSplit(ctx)
 	}
 	before, fleet0 := r.mark(), r.markFleet(ctx)
 	m0 := fleet0.m
