@@ -79,8 +79,8 @@ func startCPUSplit(dir string, pids []int) (*cpuSplit, error) {
 	var stderr strings.Builder
 	s.cmd.Stderr = &stderr
 	err = s.cmd.Start()
-	// perf's ends only: a perf that ends closes the last writer of its
-	// answers, so a command waiting for one learns of it at once.
+	// Only perf holds these ends now: when it exits, the last writer of
+	// its answers closes, and a command waiting for one reads EOF at once.
 	ctlR.Close()
 	ackW.Close()
 	if err != nil {
