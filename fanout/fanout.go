@@ -10,9 +10,10 @@ package fanout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+
+	jsonv2 "github.com/go-json-experiment/json"
 
 	"github.com/pushd/pushd/snapshot"
 )
@@ -53,7 +54,7 @@ func parseNotification(tenantID string, payload []byte) (snapshot.Notification, 
 	if len(payload) > MaxNotificationSize {
 		return n, reasonSize, fmt.Errorf("%w: %d bytes", ErrMalformed, len(payload))
 	}
-	if err := json.Unmarshal(payload, &n); err != nil {
+	if err := jsonv2.Unmarshal(payload, &n); err != nil {
 		return n, reasonJSON, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if !snapshot.ValidID(n.TaskID) {

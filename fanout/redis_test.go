@@ -207,6 +207,9 @@ func TestRedisBusMalformed(t *testing.T) {
 		{channel, "not json", reasonJSON},
 		{channel, `["task_id","version"]`, reasonJSON},
 		{channel, `{"task_id":"t1","version":"2"}`, reasonJSON},
+		{channel, `{"task_id":"t1","version":2.5}`, reasonJSON},
+		{channel, `{"task_id":"t1","task_id":"t2","version":2}`, reasonJSON}, // no reader may pick the other one
+		{channel, `{"TASK_ID":"t1","version":2}`, reasonTaskID},              // names match exactly
 		{channel, `{"version":2}`, reasonTaskID},
 		{channel, `{"task_id":"has space","version":2}`, reasonTaskID},
 		{channel, `{"task_id":"t1"}`, reasonVersion},
