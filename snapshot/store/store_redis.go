@@ -163,8 +163,16 @@ func (s *Store) redisRead(ctx context.Context, err error, args ...any) {
 // readRedis reads a task's snapshot and, when checkMissing is set, its
 // negative-cache marker, in one round trip. A document that does not parse
 // counts as a miss: PostgreSQL will answer and the write-back replaces it.
+//
+// ctx is a fetch's (shared), which ends only after the read returns, so
+// the read's deadline is made apart from it: as its child, the read would
+// also cost a place among its children, a channel and their locks.
 func (s *Store) readRedis(ctx context.Context, id string, checkMissing bool) (snap *snapshot.Snapshot, missing bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout/redisTimeoutShare)
+	deadline := time.Now().Add(s.cfg.FetchTimeout / redisTimeoutShare)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	key := s.names.Snapshot(id) // the marker's shares its slot
 	master, usable := s.redisBreaker(ctx, key)
