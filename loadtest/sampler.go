@@ -95,7 +95,10 @@ func loadAvg() string {
 // to value.
 type metrics map[string]float64
 
-var metricsClient = &http.Client{Timeout: 2 * time.Second}
+// metricsClient reads /metrics uncompressed: the sampler reads it twice a
+// second through the run, and gzipping it each time cost pushd about 1.5 %
+// of its CPU in the light rows, spent on the harness and not on clients.
+var metricsClient = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableCompression: true}}
 
 func scrape(ctx context.Context, base string) (metrics, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
