@@ -241,20 +241,17 @@ func (k *known) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 		}
 	}
 	all := string(text)
-	k.TaskID = all[spans[kTask][0]:spans[kTask][1]]
-	k.TenantID = all[spans[kTenant][0]:spans[kTenant][1]]
-	k.ProjectID = all[spans[kProject][0]:spans[kProject][1]]
-	k.UserID = all[spans[kUser][0]:spans[kUser][1]]
-	k.Status = all[spans[kStatus][0]:spans[kStatus][1]]
+	for i, dst := range [kStrings]*string{&k.TaskID, &k.TenantID, &k.ProjectID, &k.UserID, &k.Status} {
+		*dst = all[spans[i][0]:spans[i][1]]
+	}
 	_, err = dec.ReadToken()
 	return err
 }
 
-// The known members are read from the decoder's values, as JSON v2 would
-// unmarshal them into a Go string or int64 (null leaves the zero value),
-// without its reflection: that was a third of a snapshot's parse, which a
-// node does for every version it reads.
-
+// appendString and readInteger read the known members from the decoder's
+// values as JSON v2 would unmarshal them into a Go string or int64 (null
+// leaves the zero value), without its reflection: that was a third of a
+// snapshot's parse, which a node does for every version it reads.
 var (
 	errNotString  = errors.New("want a string or null")
 	errNotInteger = errors.New("want an integer or null")
